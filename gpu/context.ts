@@ -1,0 +1,387 @@
+/**
+ * The GPU context: adapter choice and report, device with the limits the kernels need, tracked
+ * allocations (live and peak bytes by role), a pipeline cache, and error capture that turns
+ * validation errors, out-of-memory and device loss into {@link GpuError}s.
+ * @module
+ */
+import { GpuError } from "../core/errors.ts";
+
+/** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
+export type AdapterChoice = "auto" | "software" | "hardware";
+
+/** What an allocation is for; memory reports break peaks down by role. */
+export type BufferRole = "input" | "workspace" | "output" | "params";
+
+/** Options of {@link GpuContext.create}. */
+export interface ContextOptions {
+  /** Adapter choice; default from the environment variable LCE_ADAPTER, else `auto`. */
+  adapter?: AdapterChoice;
+  /**
+   * Per-binding byte limit to use instead of the adapter's maxStorageBufferBindingSize (only
+   * smaller values take effect). Tests use it to force sharding on small shapes.
+   */
+  maxBindingBytes?: number;
+}
+
+/** A description of the adapter and device, for reports. */
+export interface AdapterReport {
+  description: string;
+  vendor: string;
+  architecture: string;
+  device: string;
+  isFallbackAdapter: boolean;
+  features: string[];
+  limits: Record<string, number>;
+  /** Per-binding limit in effect (may be lowered by ContextOptions.maxBindingBytes). */
+  maxBindingBytes: number;
+}
+
+/** Counters of tracked bytes: live now and peak since the last reset, in total and by role. */
+export interface MemoryStats {
+  liveBytes: number;
+  peakBytes: number;
+  liveByRole: Record<BufferRole, number>;
+  peakByRole: Record<BufferRole, number>;
+}
+
+const ROLES: BufferRole[] = ["input", "workspace", "output", "params"];
+const zeroRoles = (): Record<BufferRole, number> => ({
+  input: 0,
+  workspace: 0,
+  output: 0,
+  params: 0,
+});
+
+/** A GPUBuffer whose bytes are counted by the context until {@link TrackedBuffer.destroy}. */
+export class TrackedBuffer {
+  #ctx: GpuContext;
+  #alive = true;
+  /** The underlying buffer. */
+  readonly buffer: GPUBuffer;
+  /** Size in bytes. */
+  readonly size: number;
+  /** What it is for. */
+  readonly role: BufferRole;
+  /** @internal use {@link GpuContext.createBuffer}. */
+  constructor(ctx: GpuContext, buffer: GPUBuffer, size: number, role: BufferRole) {
+    this.#ctx = ctx;
+    this.buffer = buffer;
+    this.size = size;
+    this.role = role;
+  }
+  /** Whether destroy() has not been called yet. */
+  get alive(): boolean {
+    return this.#alive;
+  }
+  /** Frees the buffer (the GPU keeps it until work already submitted is done). Idempotent. */
+  destroy(): void {
+    if (!this.#alive) return;
+    this.#alive = false;
+    this.buffer.destroy();
+    this.#ctx._untrack(this);
+  }
+}
+
+/** Options of {@link GpuContext.createBuffer}. */
+export interface BufferOptions {
+  /** Bytes; rounded up to a multiple of 4. */
+  size: number;
+  role: BufferRole;
+  label: string;
+  /** Extra usages beyond STORAGE | COPY_SRC | COPY_DST. */
+  usage?: number;
+}
+
+/** The adapter's choice from the environment (LCE_ADAPTER), default auto. */
+export function adapterFromEnv(): AdapterChoice {
+  let v: string | undefined;
+  try {
+    v = Deno.env.get("LCE_ADAPTER");
+  } catch {
+    v = undefined;
+  }
+  if (v === undefined || v === "") return "auto";
+  if (v === "auto" || v === "software" || v === "hardware") return v;
+  throw new GpuError("limits", `LCE_ADAPTER must be auto, software or hardware, got '${v}'`);
+}
+
+/** An open device with tracked allocations. Create with {@link GpuContext.create}. */
+export class GpuContext {
+  /** The adapter in use. */
+  readonly adapter: GPUAdapter;
+  /** The device, created with the adapter's own limits. */
+  readonly device: GPUDevice;
+  /** Description for reports. */
+  readonly report: AdapterReport;
+  /** Whether WGSL `enable f16;` is available. */
+  readonly hasF16: boolean;
+  /** Whether compute passes can be timed with timestamp queries. */
+  readonly hasTimestamps: boolean;
+  /** Bytes one storage binding may span. */
+  readonly maxBindingBytes: number;
+  /** Bytes one buffer may hold. */
+  readonly maxBufferBytes: number;
+  /** Set when the device is lost: the reason. */
+  lostReason: string | undefined;
+
+  #live = zeroRoles();
+  #peak = zeroRoles();
+  #liveTotal = 0;
+  #peakTotal = 0;
+  #pipelines = new Map<string, GPUComputePipeline>();
+  #uncaptured: string[] = [];
+
+  private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
+    this.adapter = adapter;
+    this.device = device;
+    this.report = report;
+    this.hasF16 = device.features.has("shader-f16");
+    this.hasTimestamps = device.features.has("timestamp-query");
+    this.maxBindingBytes = report.maxBindingBytes;
+    this.maxBufferBytes = device.limits.maxBufferSize;
+    device.lost.then((info) => {
+      this.lostReason = `${info.reason ?? "unknown"}: ${info.message}`;
+    });
+    device.addEventListener("uncapturederror", (ev) => {
+      const e = (ev as GPUUncapturedErrorEvent).error;
+      this.#uncaptured.push(`${e.constructor.name}: ${e.message.split("\n")[0]}`);
+    });
+  }
+
+  /** Opens the chosen adapter and a device with every limit raised to the adapter's maximum. */
+  static async create(opts: ContextOptions = {}): Promise<GpuContext> {
+    if (!("gpu" in navigator) || !navigator.gpu) {
+      throw new GpuError(
+        "internal",
+        "WebGPU is not available in this Deno (navigator.gpu missing)",
+      );
+    }
+    const choice = opts.adapter ?? adapterFromEnv();
+    let adapter: GPUAdapter | null;
+    if (choice === "software") {
+      adapter = await navigator.gpu.requestAdapter({ forceFallbackAdapter: true });
+      if (adapter && !_isFallback(adapter)) {
+        adapter = null; // asked for a software adapter, got hardware
+      }
+    } else {
+      adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+      if (adapter && choice === "hardware" && _isFallback(adapter)) adapter = null;
+    }
+    if (!adapter) {
+      throw new GpuError(
+        "internal",
+        `no ${
+          choice === "auto" ? "" : choice + " "
+        }WebGPU adapter found (install a Vulkan driver, ` +
+          "e.g. Debian's mesa-vulkan-drivers, or set LCE_ADAPTER)",
+      );
+    }
+    const requiredLimits: Record<string, number> = {};
+    for (const k in adapter.limits) {
+      const val = (adapter.limits as unknown as Record<string, number>)[k];
+      if (typeof val === "number") requiredLimits[k] = val;
+    }
+    const want = ["shader-f16", "timestamp-query"] as GPUFeatureName[];
+    const requiredFeatures = want.filter((f) => adapter!.features.has(f));
+    let device: GPUDevice;
+    try {
+      device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
+    } catch (e) {
+      throw new GpuError("internal", `requestDevice failed: ${(e as Error).message}`);
+    }
+    const info = adapter.info;
+    const limits: Record<string, number> = {};
+    for (const k in device.limits) {
+      const val = (device.limits as unknown as Record<string, number>)[k];
+      if (typeof val === "number") limits[k] = val;
+    }
+    let maxBinding = device.limits.maxStorageBufferBindingSize;
+    if (opts.maxBindingBytes !== undefined && opts.maxBindingBytes < maxBinding) {
+      maxBinding = Math.max(256, Math.floor(opts.maxBindingBytes / 16) * 16);
+    }
+    const report: AdapterReport = {
+      description: info.description || "(no description)",
+      vendor: info.vendor,
+      architecture: info.architecture,
+      device: info.device,
+      isFallbackAdapter: _isFallback(adapter),
+      features: [...device.features].sort(),
+      limits,
+      maxBindingBytes: maxBinding,
+    };
+    return new GpuContext(adapter, device, report);
+  }
+
+  /** Allocates a tracked storage buffer. Throws GpuError when past the adapter's limits. */
+  createBuffer(o: BufferOptions): TrackedBuffer {
+    const size = Math.max(4, Math.ceil(o.size / 4) * 4);
+    if (size > this.maxBufferBytes) {
+      throw new GpuError(
+        "limits",
+        `${o.label}: a buffer of ${size} bytes exceeds the adapter's maxBufferSize ${this.maxBufferBytes}`,
+      );
+    }
+    this.assertAlive();
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST |
+      (o.usage ?? 0);
+    const buffer = this.device.createBuffer({ size, usage, label: o.label });
+    const t = new TrackedBuffer(this, buffer, size, o.role);
+    this.#live[o.role] += size;
+    this.#liveTotal += size;
+    if (this.#live[o.role] > this.#peak[o.role]) this.#peak[o.role] = this.#live[o.role];
+    if (this.#liveTotal > this.#peakTotal) this.#peakTotal = this.#liveTotal;
+    return t;
+  }
+
+  /** A small uniform buffer holding `words` (u32/i32/f32 as raw 32-bit words), tracked as params. */
+  uniform(words: ArrayBuffer | ArrayBufferView, label: string): TrackedBuffer {
+    const bytes = words instanceof ArrayBuffer ? new Uint8Array(words) : new Uint8Array(
+      words.buffer,
+      words.byteOffset,
+      words.byteLength,
+    );
+    const size = Math.max(16, Math.ceil(bytes.byteLength / 16) * 16);
+    const t = this.createBuffer({ size, role: "params", label, usage: GPUBufferUsage.UNIFORM });
+    this.device.queue.writeBuffer(t.buffer, 0, bytes as Uint8Array<ArrayBuffer>);
+    return t;
+  }
+
+  /** @internal called by TrackedBuffer.destroy. */
+  _untrack(t: TrackedBuffer): void {
+    this.#live[t.role] -= t.size;
+    this.#liveTotal -= t.size;
+  }
+
+  /** Live and peak tracked bytes. */
+  memory(): MemoryStats {
+    return {
+      liveBytes: this.#liveTotal,
+      peakBytes: this.#peakTotal,
+      liveByRole: { ...this.#live },
+      peakByRole: { ...this.#peak },
+    };
+  }
+
+  /** Resets the peaks to the bytes live now (call before a measured region). */
+  resetPeak(): void {
+    this.#peakTotal = this.#liveTotal;
+    for (const r of ROLES) this.#peak[r] = this.#live[r];
+  }
+
+  /** A compute pipeline for `code` (cached by source text), compiled with errors turned into GpuError. */
+  async pipeline(code: string, label: string): Promise<GPUComputePipeline> {
+    const hit = this.#pipelines.get(code);
+    if (hit) return hit;
+    this.assertAlive();
+    this.device.pushErrorScope("validation");
+    const module = this.device.createShaderModule({ code, label });
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === "error");
+    let p: GPUComputePipeline | undefined;
+    if (errors.length === 0) {
+      try {
+        p = await this.device.createComputePipelineAsync({
+          layout: "auto",
+          compute: { module, entryPoint: "main" },
+          label,
+        });
+      } catch (e) {
+        await this.device.popErrorScope();
+        throw new GpuError(
+          "validation",
+          `${label}: pipeline creation failed: ${(e as Error).message}`,
+        );
+      }
+    }
+    const err = await this.device.popErrorScope();
+    if (errors.length > 0 || err || !p) {
+      const first = errors[0];
+      const msg = first?.message.split("\n").map((l) => l.trim()).filter((l) => l).join(" ")
+        .slice(0, 400);
+      const where = first ? ` at line ${first.lineNum}:${first.linePos}: ${msg}` : "";
+      throw new GpuError(
+        "validation",
+        `${label}: WGSL compilation failed${where}${err ? ` (${err.message.split("\n")[0]})` : ""}`,
+      );
+    }
+    this.#pipelines.set(code, p);
+    return p;
+  }
+
+  /** A bind group of `pipeline`'s group 0 from buffers in binding order. */
+  bindGroup(
+    pipeline: GPUComputePipeline,
+    buffers: (TrackedBuffer | GPUBuffer)[],
+    label: string,
+  ): GPUBindGroup {
+    return this.device.createBindGroup({
+      label,
+      layout: pipeline.getBindGroupLayout(0),
+      entries: buffers.map((b, i) => ({
+        binding: i,
+        resource: { buffer: b instanceof TrackedBuffer ? b.buffer : b },
+      })),
+    });
+  }
+
+  /**
+   * Runs `fn` inside out-of-memory and validation error scopes; a captured error, an uncaptured
+   * error or a lost device becomes a GpuError after `fn` settles.
+   */
+  async scoped<T>(fn: () => Promise<T>): Promise<T> {
+    this.assertAlive();
+    this.device.pushErrorScope("internal");
+    this.device.pushErrorScope("out-of-memory");
+    this.device.pushErrorScope("validation");
+    let result: T | undefined;
+    let thrown: unknown;
+    try {
+      result = await fn();
+    } catch (e) {
+      thrown = e;
+    }
+    const validation = await this.device.popErrorScope();
+    const oom = await this.device.popErrorScope();
+    const internal = await this.device.popErrorScope();
+    if (this.lostReason) throw new GpuError("device-lost", `GPU device lost (${this.lostReason})`);
+    if (oom) {
+      throw new GpuError("out-of-memory", `GPU out of memory: ${oom.message.split("\n")[0]}`);
+    }
+    if (validation) {
+      throw new GpuError(
+        "validation",
+        `WebGPU validation error: ${validation.message.split("\n")[0]}`,
+      );
+    }
+    if (internal) {
+      throw new GpuError("internal", `WebGPU internal error: ${internal.message.split("\n")[0]}`);
+    }
+    this.throwUncaptured();
+    if (thrown !== undefined) throw thrown;
+    return result as T;
+  }
+
+  /** Throws a GpuError if an uncaptured WebGPU error happened since the last call. */
+  throwUncaptured(): void {
+    if (this.#uncaptured.length > 0) {
+      const msgs = this.#uncaptured.splice(0);
+      throw new GpuError("validation", `uncaptured WebGPU error: ${msgs[0]}`);
+    }
+  }
+
+  /** Throws GpuError("device-lost") when the device is gone. */
+  assertAlive(): void {
+    if (this.lostReason) throw new GpuError("device-lost", `GPU device lost (${this.lostReason})`);
+  }
+
+  /** Destroys the device. */
+  destroy(): void {
+    this.device.destroy();
+  }
+}
+
+function _isFallback(a: GPUAdapter): boolean {
+  const info = a.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
+  const legacy = (a as unknown as { isFallbackAdapter?: boolean }).isFallbackAdapter;
+  return Boolean(info.isFallbackAdapter ?? legacy);
+}

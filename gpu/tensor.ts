@@ -1,0 +1,197 @@
+/**
+ * Row-major 2-D tensors on the GPU, split by rows into shards so that no shard is larger than one
+ * storage binding (the adapter's maxStorageBufferBindingSize). Kernels bind one shard at a time
+ * and take the shard's first row as a parameter. f32/i32/u32 take a word per element; bf16 and f16
+ * are packed two per u32 (element 2i in the low half), and shards of them start at even elements.
+ * @module
+ */
+import type { BufferRole, GpuContext, TrackedBuffer } from "./context.ts";
+import { GpuError } from "../core/errors.ts";
+import { decode, encode } from "../core/dtype.ts";
+import type { Dtype } from "../core/options.ts";
+
+/** Element types of device tensors. */
+export type TensorDtype = Dtype | "i32" | "u32";
+
+/** One slice of rows held in one buffer. */
+export interface Shard {
+  buffer: TrackedBuffer;
+  /** First row of the tensor held by this shard. */
+  rowStart: number;
+  /** Number of rows held. */
+  rows: number;
+}
+
+/** Bytes per element (2 for the packed 16-bit types). */
+export function elementBytes(dtype: TensorDtype): number {
+  return dtype === "bf16" || dtype === "f16" ? 2 : 4;
+}
+
+/** A sharded row-major tensor. Create with {@link createTensor}. */
+export class DeviceTensor {
+  constructor(
+    readonly dtype: TensorDtype,
+    readonly rows: number,
+    readonly cols: number,
+    readonly shards: Shard[],
+    readonly label: string,
+  ) {}
+  /** Logical bytes (rows·cols·elementBytes). */
+  get bytes(): number {
+    return this.rows * this.cols * elementBytes(this.dtype);
+  }
+  /** Bytes actually allocated (padded shards). */
+  get allocatedBytes(): number {
+    return this.shards.reduce((s, sh) => s + sh.buffer.size, 0);
+  }
+  /** Frees every shard. */
+  destroy(): void {
+    for (const s of this.shards) s.buffer.destroy();
+  }
+  /** The shard holding `row`. */
+  shardOf(row: number): Shard {
+    for (const s of this.shards) if (row < s.rowStart + s.rows) return s;
+    throw new RangeError(`${this.label}: row ${row} out of range`);
+  }
+}
+
+/** Options of {@link createTensor}. */
+export interface TensorOptions {
+  dtype: TensorDtype;
+  rows: number;
+  cols: number;
+  role: BufferRole;
+  label: string;
+  /** Largest number of rows in one shard (default: as many as fit one binding). */
+  maxRowsPerShard?: number;
+}
+
+/** Rows that fit one binding, for a tensor of `cols` columns of `dtype`. */
+export function rowsPerBinding(ctx: GpuContext, dtype: TensorDtype, cols: number): number {
+  const rowBytes = cols * elementBytes(dtype);
+  let rows = Math.floor(ctx.maxBindingBytes / rowBytes);
+  if (elementBytes(dtype) === 2 && cols % 2 === 1) rows -= rows % 2; // shards start at even elements
+  if (rows < 1 || (elementBytes(dtype) === 2 && cols % 2 === 1 && rows < 2)) {
+    throw new GpuError(
+      "limits",
+      `one row of ${cols} ${dtype} values (${rowBytes} bytes) exceeds the per-binding limit of ${ctx.maxBindingBytes} bytes`,
+    );
+  }
+  return rows;
+}
+
+/** Allocates a sharded tensor (contents undefined: zero on creation in WebGPU). */
+export function createTensor(ctx: GpuContext, o: TensorOptions): DeviceTensor {
+  let per = rowsPerBinding(ctx, o.dtype, o.cols);
+  if (o.maxRowsPerShard !== undefined) {
+    per = Math.min(per, Math.max(1, o.maxRowsPerShard));
+    if (elementBytes(o.dtype) === 2 && o.cols % 2 === 1 && per > 1) per -= per % 2;
+  }
+  const shards: Shard[] = [];
+  try {
+    for (let r = 0; r < Math.max(o.rows, 1); r += per) {
+      const rows = Math.min(per, o.rows - r);
+      const bytes = Math.max(rows, 1) * o.cols * elementBytes(o.dtype);
+      const buffer = ctx.createBuffer({
+        size: Math.ceil(bytes / 16) * 16,
+        role: o.role,
+        label: shards.length === 0 && rows === o.rows ? o.label : `${o.label}[${shards.length}]`,
+      });
+      shards.push({ buffer, rowStart: r, rows });
+    }
+  } catch (e) {
+    for (const s of shards) s.buffer.destroy();
+    throw e;
+  }
+  return new DeviceTensor(o.dtype, o.rows, o.cols, shards, o.label);
+}
+
+/** Writes host values into a tensor (converted to its dtype). */
+export function upload(
+  ctx: GpuContext,
+  t: DeviceTensor,
+  data: Float32Array | Int32Array | Uint32Array | ArrayLike<number>,
+): void {
+  if (data.length !== t.rows * t.cols) {
+    throw new RangeError(`${t.label}: upload of ${data.length} values into ${t.rows}×${t.cols}`);
+  }
+  for (const s of t.shards) {
+    const lo = s.rowStart * t.cols, hi = lo + s.rows * t.cols;
+    let bytes: Uint8Array;
+    if (t.dtype === "i32") {
+      const a = data instanceof Int32Array ? data.subarray(lo, hi) : Int32Array.from(
+        Array.prototype.slice.call(data, lo, hi) as number[],
+      );
+      bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    } else if (t.dtype === "u32") {
+      const a = data instanceof Uint32Array ? data.subarray(lo, hi) : Uint32Array.from(
+        Array.prototype.slice.call(data, lo, hi) as number[],
+      );
+      bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    } else {
+      const slice = data instanceof Float32Array ? data.subarray(lo, hi) : Float32Array.from(
+        Array.prototype.slice.call(data, lo, hi) as number[],
+      );
+      bytes = encode(slice, t.dtype);
+    }
+    // writeBuffer needs a multiple of 4 bytes
+    if (bytes.byteLength % 4 !== 0) {
+      const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+      padded.set(bytes);
+      bytes = padded;
+    }
+    ctx.device.queue.writeBuffer(s.buffer.buffer, 0, bytes as Uint8Array<ArrayBuffer>);
+  }
+}
+
+/** Creates a tensor and uploads `data` into it. */
+export function fromHost(
+  ctx: GpuContext,
+  o: TensorOptions,
+  data: Float32Array | Int32Array | Uint32Array,
+): DeviceTensor {
+  const t = createTensor(ctx, o);
+  upload(ctx, t, data);
+  return t;
+}
+
+/** Reads a tensor back as f32 (integers as their values). Waits for queued work. */
+export async function download(ctx: GpuContext, t: DeviceTensor): Promise<Float32Array> {
+  const out = new Float32Array(t.rows * t.cols);
+  for (const s of t.shards) {
+    const count = s.rows * t.cols;
+    const bytes = Math.ceil((count * elementBytes(t.dtype)) / 4) * 4;
+    const staging = ctx.device.createBuffer({
+      size: Math.max(4, bytes),
+      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    });
+    const enc = ctx.device.createCommandEncoder();
+    enc.copyBufferToBuffer(s.buffer.buffer, 0, staging, 0, Math.max(4, bytes));
+    ctx.device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const raw = new Uint8Array(staging.getMappedRange().slice(0));
+    staging.unmap();
+    staging.destroy();
+    let vals: ArrayLike<number>;
+    if (t.dtype === "i32") vals = new Int32Array(raw.buffer, 0, count);
+    else if (t.dtype === "u32") vals = new Uint32Array(raw.buffer, 0, count);
+    else vals = decode(raw, t.dtype, count);
+    out.set(vals as ArrayLike<number>, s.rowStart * t.cols);
+  }
+  ctx.assertAlive();
+  return out;
+}
+
+/**
+ * Fills every byte of a tensor with 0xFF: NaN in f32, bf16 and f16, −1 in i32. Kernels under
+ * test must overwrite every element they own, so any NaN left after a run marks an unwritten one.
+ */
+export function poison(ctx: GpuContext, t: DeviceTensor): void {
+  for (const s of t.shards) {
+    const chunk = new Uint8Array(Math.min(s.buffer.size, 1 << 24)).fill(0xff);
+    for (let off = 0; off < s.buffer.size; off += chunk.byteLength) {
+      const n = Math.min(chunk.byteLength, s.buffer.size - off);
+      ctx.device.queue.writeBuffer(s.buffer.buffer, off, chunk, 0, n);
+    }
+  }
+}
