@@ -21,6 +21,11 @@ export interface ContextOptions {
    * smaller values take effect). Tests use it to force sharding on small shapes.
    */
   maxBindingBytes?: number;
+  /**
+   * Fill every new storage buffer (not uniforms) with 0xFF bytes — NaN in every float dtype — so
+   * a kernel that leaves an element unwritten, or relies on zero-initialised memory, shows up.
+   */
+  poison?: boolean;
 }
 
 /** A description of the adapter and device, for reports. */
@@ -121,6 +126,8 @@ export class GpuContext {
   readonly maxBindingBytes: number;
   /** Bytes one buffer may hold. */
   readonly maxBufferBytes: number;
+  /** Whether new buffers are poisoned (see ContextOptions.poison). */
+  poison = false;
   /** Set when the device is lost: the reason. */
   lostReason: string | undefined;
 
@@ -209,7 +216,9 @@ export class GpuContext {
       limits,
       maxBindingBytes: maxBinding,
     };
-    return new GpuContext(adapter, device, report);
+    const ctx = new GpuContext(adapter, device, report);
+    ctx.poison = opts.poison ?? false;
+    return ctx;
   }
 
   /** Allocates a tracked storage buffer. Throws GpuError when past the adapter's limits. */
@@ -226,6 +235,18 @@ export class GpuContext {
       (o.usage ?? 0);
     const buffer = this.device.createBuffer({ size, usage, label: o.label });
     const t = new TrackedBuffer(this, buffer, size, o.role);
+    if (this.poison && o.role !== "params") {
+      const chunk = new Uint8Array(Math.min(size, 1 << 24)).fill(0xff);
+      for (let off = 0; off < size; off += chunk.byteLength) {
+        this.device.queue.writeBuffer(
+          buffer,
+          off,
+          chunk,
+          0,
+          Math.min(chunk.byteLength, size - off),
+        );
+      }
+    }
     this.#live[o.role] += size;
     this.#liveTotal += size;
     if (this.#live[o.role] > this.#peak[o.role]) this.#peak[o.role] = this.#live[o.role];
@@ -281,7 +302,9 @@ export class GpuContext {
     if (errors.length === 0) {
       try {
         p = await this.device.createComputePipelineAsync({
-          layout: "auto",
+          layout: this.device.createPipelineLayout({
+            bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
+          }),
           compute: { module, entryPoint: "main" },
           label,
         });
@@ -378,6 +401,25 @@ export class GpuContext {
   destroy(): void {
     this.device.destroy();
   }
+}
+
+/**
+ * The bind group layout declared by a shader's group-0 bindings, so that a binding the shader
+ * does not use still belongs to the layout (an "auto" layout would drop it).
+ */
+function _bindingsOf(code: string): GPUBindGroupLayoutEntry[] {
+  const re =
+    /@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage)\s*(?:,\s*(read_write|read))?\s*>/g;
+  const out: GPUBindGroupLayoutEntry[] = [];
+  for (const m of code.matchAll(re)) {
+    const type: GPUBufferBindingType = m[2] === "uniform"
+      ? "uniform"
+      : m[3] === "read_write"
+      ? "storage"
+      : "read-only-storage";
+    out.push({ binding: Number(m[1]), visibility: GPUShaderStage.COMPUTE, buffer: { type } });
+  }
+  return out.sort((a, b) => a.binding - b.binding);
 }
 
 function _isFallback(a: GPUAdapter): boolean {

@@ -8,9 +8,12 @@ import { GpuContext } from "../gpu/context.ts";
 
 let shared: Promise<GpuContext> | undefined;
 
-/** The test context (created once per process; LCE_ADAPTER picks the adapter). */
+/**
+ * The test context (created once per process; LCE_ADAPTER picks the adapter). Every buffer it
+ * creates is poisoned with NaN bytes, so unwritten outputs and zero-init assumptions fail tests.
+ */
 export function testContext(): Promise<GpuContext> {
-  shared ??= GpuContext.create();
+  shared ??= GpuContext.create({ poison: true });
   return shared;
 }
 

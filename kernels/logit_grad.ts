@@ -1,0 +1,82 @@
+/**
+ * The gradient of the loss with respect to materialised logits, G = w_n·(p − (1−β)[v = t_n] −
+ * β/|V|)·∂z/∂x (∂z/∂x = 1 − (z/s)² with softcap), written as an n×v f32 tensor with the logits'
+ * sharding. Input logits may be f32 or a 16-bit dtype; G may alias a f32 logits tensor (in place).
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
+import type { LceOptions } from "../core/options.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
+import { lossConstants } from "./wgsl_common.ts";
+
+/** WGSL: bindings params, logits shard, targets, lse, w, G shard (out). */
+export function logitGradWgsl(
+  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
+): string {
+  const zDecl = o.inPlace
+    ? "@group(0) @binding(1) var<storage, read_write> g: array<f32>;"
+    : `@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
+@group(0) @binding(5) var<storage, read_write> g: array<f32>;`;
+  const load = o.inPlace ? "g[i]" : loadF32("z", o.logitsDtype, "i");
+  return `${enableDirectives([o.logitsDtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { rows: u32, v: u32, rowStart: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+${zDecl}
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+@group(0) @binding(3) var<storage, read> lse: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+${o.inPlace ? "" : dtypeHelpers([{ name: "z", dtype: o.logitsDtype }])}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let j = gid.x;
+  if (j >= P.v) { return; }
+  for (var r = gid.y; r < P.rows; r += nwg.y) {
+    let row = P.rowStart + r;
+    let i = r * P.v + j;
+    let zc = softcap(${load});
+    let p = exp(zc - lse[row]);
+    let on_target = select(0.0, 1.0 - BETA, i32(j) == targets[row]);
+    g[i] = w[row] * (p - on_target - BETA / VOCAB) * softcap_grad(zc);
+  }
+}
+`;
+}
+
+/** Compiled kernel. */
+export async function prepareLogitGrad(
+  ctx: GpuContext,
+  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
+) {
+  const pipeline = await ctx.pipeline(logitGradWgsl(o), "logit_grad");
+  return {
+    /** `grad` must have the logits' row sharding (it is `logits` itself when in place). */
+    record(
+      rec: Recorder,
+      a: {
+        logits: DeviceTensor;
+        targets: DeviceTensor;
+        lse: DeviceTensor;
+        w: DeviceTensor;
+        grad: DeviceTensor;
+      },
+    ) {
+      rec.pass("logit_grad", (p) => {
+        a.logits.shards.forEach((s, k) => {
+          const gs = a.grad.shards[k];
+          if (gs.rowStart !== s.rowStart || gs.rows !== s.rows) {
+            throw new RangeError("logit_grad: shard mismatch");
+          }
+          const u = rec.uniform(new Uint32Array([s.rows, a.logits.cols, s.rowStart, 0]), "params");
+          const common = [a.targets.shards[0].buffer, a.lse.shards[0].buffer, a.w.shards[0].buffer];
+          const bg = o.inPlace
+            ? rec.bindGroup(pipeline, [u, gs.buffer, ...common])
+            : rec.bindGroup(pipeline, [u, s.buffer, ...common, gs.buffer]);
+          p.dispatch(pipeline, bg, Math.ceil(a.logits.cols / 256), Math.min(s.rows, 65535));
+        });
+      });
+    },
+  };
+}

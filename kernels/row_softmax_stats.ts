@@ -1,0 +1,105 @@
+/**
+ * Per-token softmax statistics over materialised logits (n×v, sharded by rows, f32 or a 16-bit
+ * dtype): log-sum-exp, target logit, the sum of logits (smoothing term) and the per-token loss
+ * LSE − (1−β)·z_t − (β/|V|)·Σz (0 for ignored rows). One workgroup per row; each thread keeps a
+ * running (max, Σexp) pair and the pairs are merged in a fixed tree order (deterministic).
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
+import type { LceOptions } from "../core/options.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
+import { lossConstants, LSE_MERGE } from "./wgsl_common.ts";
+
+const WG = 256;
+
+/** WGSL of the kernel. Bindings: params, logits shard, targets, lse (out), loss rows (out). */
+export function rowSoftmaxStatsWgsl(
+  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number },
+): string {
+  return `${enableDirectives([o.logitsDtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { rows: u32, v: u32, rowStart: u32, ldz: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+@group(0) @binding(3) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(4) var<storage, read_write> loss_rows: array<f32>;
+${dtypeHelpers([{ name: "z", dtype: o.logitsDtype }])}
+${LSE_MERGE}
+var<workgroup> s_ms: array<vec2<f32>, ${WG}>;
+var<workgroup> s_sum: array<f32, ${WG}>;
+var<workgroup> s_t: array<f32, ${WG}>;
+@compute @workgroup_size(${WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var r = wg.x; r < P.rows; r += nwg.x) {
+    let row = P.rowStart + r;
+    let t = targets[row];
+    var ms = vec2<f32>(NEG_INF, 0.0);
+    var zsum = 0.0;
+    var zt = 0.0;
+    for (var j = lid; j < P.v; j += ${WG}u) {
+      let x = softcap(${loadF32("z", o.logitsDtype, "r * P.ldz + j")});
+      ms = lse_merge(ms, vec2<f32>(x, 1.0));
+      zsum += x;
+      if (i32(j) == t) { zt = x; }
+    }
+    s_ms[lid] = ms;
+    s_sum[lid] = zsum;
+    s_t[lid] = zt;
+    workgroupBarrier();
+    for (var w = ${WG / 2}u; w > 0u; w >>= 1u) {
+      if (lid < w) {
+        s_ms[lid] = lse_merge(s_ms[lid], s_ms[lid + w]);
+        s_sum[lid] += s_sum[lid + w];
+        s_t[lid] += s_t[lid + w];
+      }
+      workgroupBarrier();
+    }
+    if (lid == 0u) {
+      let m = s_ms[0];
+      let l = m.x + log(m.y);
+      lse[row] = l;
+      var loss = l - (1.0 - BETA) * s_t[0] - (BETA / VOCAB) * s_sum[0];
+      if (t == IGNORE) { loss = 0.0; }
+      loss_rows[row] = loss;
+    }
+    workgroupBarrier();
+  }
+}
+`;
+}
+
+/** Compiled kernel; `record` dispatches one pass over every logits shard. */
+export async function prepareRowSoftmaxStats(
+  ctx: GpuContext,
+  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number },
+) {
+  const pipeline = await ctx.pipeline(rowSoftmaxStatsWgsl(o), "row_softmax_stats");
+  return {
+    /** lse and lossRows are n×1 f32 tensors in one shard each. */
+    record(
+      rec: Recorder,
+      a: { logits: DeviceTensor; targets: DeviceTensor; lse: DeviceTensor; lossRows: DeviceTensor },
+    ) {
+      rec.pass("row_softmax_stats", (p) => {
+        for (const s of a.logits.shards) {
+          const u = rec.uniform(
+            new Uint32Array([s.rows, a.logits.cols, s.rowStart, a.logits.cols]),
+            "params",
+          );
+          const bg = rec.bindGroup(pipeline, [
+            u,
+            s.buffer,
+            a.targets.shards[0].buffer,
+            a.lse.shards[0].buffer,
+            a.lossRows.shards[0].buffer,
+          ]);
+          p.dispatch(pipeline, bg, Math.min(s.rows, 65535));
+        }
+      });
+    },
+  };
+}

@@ -1,0 +1,130 @@
+/**
+ * "Baseline" row: the analogue of torch.nn.CrossEntropyLoss on `logits.float()`. The forward
+ * materialises the n×|V| f32 logits (E·Cᵀ), reduces each row to its log-sum-exp and loss, and keeps
+ * the logits for the backward; the backward materialises the n×|V| gradient of the logits and then
+ * multiplies: dE = G·C, dC = Gᵀ·E.
+ * @module
+ */
+import { createTensor } from "../gpu/tensor.ts";
+import { prepareMatmul } from "../kernels/matmul.ts";
+import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
+import { prepareLossReduce } from "../kernels/loss_reduce.ts";
+import { prepareRowWeights } from "../kernels/row_weights.ts";
+import { prepareLogitGrad } from "../kernels/logit_grad.ts";
+import type { LceMethod } from "./types.ts";
+import { defaultTile, lossTensor, vector } from "./_common.ts";
+
+/** The materialised baseline. */
+export const baseline: LceMethod = {
+  name: "baseline",
+  label: "Baseline (materialised f32 logits)",
+  description: "f32 logits and their gradient materialised in GPU memory, then two matrix products",
+  async prepare(ctx, spec, opts) {
+    const tile = defaultTile(ctx);
+    const logitsMm = await prepareMatmul(ctx, {
+      tile,
+      aDtype: spec.dtype,
+      bDtype: spec.dtype,
+      aTrans: false,
+      bTrans: false,
+    });
+    const dEMm = await prepareMatmul(ctx, {
+      tile,
+      aDtype: "f32",
+      bDtype: spec.dtype,
+      aTrans: false,
+      bTrans: true,
+    });
+    const dCMm = await prepareMatmul(ctx, {
+      tile,
+      aDtype: "f32",
+      bDtype: spec.dtype,
+      aTrans: true,
+      bTrans: true,
+    });
+    const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
+    const reduce = await prepareLossReduce(ctx, opts);
+    const weights = await prepareRowWeights(ctx, opts);
+    const grad = await prepareLogitGrad(ctx, {
+      logitsDtype: "f32",
+      opts,
+      v: spec.v,
+      inPlace: false,
+    });
+    return {
+      forward(rec, x) {
+        const logits = createTensor(ctx, {
+          dtype: "f32",
+          rows: spec.n,
+          cols: spec.v,
+          role: "workspace",
+          label: "logits",
+        });
+        logitsMm.record(rec, {
+          a: { tensor: x.e, trans: false },
+          b: { tensor: x.c, trans: false },
+          out: logits,
+          tile,
+          label: "logits = E·Cᵀ",
+        });
+        const lse = vector(ctx, spec.n, "workspace", "lse");
+        const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
+        const count = vector(ctx, 1, "workspace", "count");
+        stats.record(rec, { logits, targets: x.targets, lse, lossRows });
+        const loss = lossTensor(ctx, spec.n, opts);
+        reduce.record(rec, { lossRows, targets: x.targets, loss, count });
+        rec.release(lossRows.shards[0].buffer);
+        return Promise.resolve({
+          loss,
+          saved: { tensors: [logits, lse, count], logits, lse, count },
+        });
+      },
+      backward(rec, x, saved, gradOut) {
+        const w = vector(ctx, spec.n, "workspace", "row weights");
+        weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
+        const g = createTensor(ctx, {
+          dtype: "f32",
+          rows: spec.n,
+          cols: spec.v,
+          role: "workspace",
+          label: "dlogits",
+        });
+        grad.record(rec, { logits: saved.logits, targets: x.targets, lse: saved.lse, w, grad: g });
+        const dE = createTensor(ctx, {
+          dtype: "f32",
+          rows: spec.n,
+          cols: spec.d,
+          role: "output",
+          label: "dE",
+        });
+        const dC = createTensor(ctx, {
+          dtype: "f32",
+          rows: spec.v,
+          cols: spec.d,
+          role: "output",
+          label: "dC",
+        });
+        dEMm.record(rec, {
+          a: { tensor: g, trans: false },
+          b: { tensor: x.c, trans: true },
+          out: dE,
+          tile,
+          label: "dE = G·C",
+        });
+        dCMm.record(rec, {
+          a: { tensor: g, trans: true },
+          b: { tensor: x.e, trans: true },
+          out: dC,
+          tile,
+          label: "dC = Gᵀ·E",
+        });
+        for (const s of g.shards) rec.release(s.buffer);
+        rec.release(w.shards[0].buffer);
+        return Promise.resolve({ dE, dC });
+      },
+      dispose(saved) {
+        for (const t of saved.tensors) t.destroy();
+      },
+    };
+  },
+};

@@ -1,0 +1,23 @@
+/**
+ * The registry of Table 3 rows: every method by its command-line name, in the paper's row order.
+ * @module
+ */
+import { InputError } from "../core/errors.ts";
+import type { LceMethod } from "./types.ts";
+import { baseline } from "./baseline.ts";
+
+export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
+
+/** Every method, in the paper's row order. */
+export const METHODS: readonly LceMethod[] = [baseline];
+
+/** The method called `name`; InputError naming the known ones otherwise. */
+export function methodByName(name: string): LceMethod {
+  const m = METHODS.find((m) => m.name === name);
+  if (!m) {
+    throw new InputError(
+      `unknown method '${name}' (expected one of: ${METHODS.map((m) => m.name).join(", ")})`,
+    );
+  }
+  return m;
+}

@@ -1,0 +1,91 @@
+/**
+ * The contract of a Table 3 row: a method prepares its kernels for one problem, then records a
+ * forward (loss, plus whatever it saves for the backward) and a backward (dE, dC) into a
+ * {@link Recorder}. The measurement layer times the recorder and reads the tracked memory, so a
+ * method allocates every buffer through the context (tensors or ctx.createBuffer) and hands
+ * temporaries to `rec.release` (destroyed after the submission that uses them).
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import type { DeviceTensor } from "../gpu/tensor.ts";
+import type { Dtype, LceOptions, Shape } from "../core/options.ts";
+
+/** The problem a method is prepared for: shape and storage dtype of E and C. */
+export interface ProblemSpec extends Shape {
+  dtype: Dtype;
+}
+
+/**
+ * Inputs on the GPU: E (n×d) and C (v×d) in the problem's dtype, targets (n×1, i32; entries equal
+ * to ignoreIndex are skipped).
+ */
+export interface MethodInputs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  targets: DeviceTensor;
+}
+
+/** What a forward returns. */
+export interface ForwardOutput {
+  /** f32 loss: 1×1 for mean/sum, n×1 for reduction none (ignored rows 0). */
+  loss: DeviceTensor;
+  /** Whatever the backward needs (LSE, logits, ...), freed by {@link PreparedMethod.dispose}. */
+  saved: SavedState;
+}
+
+/** State kept between forward and backward; its tensors count as live memory until disposed. */
+export interface SavedState {
+  tensors: DeviceTensor[];
+  /** Any extra data the method needs (not GPU memory). */
+  // deno-lint-ignore no-explicit-any
+  [key: string]: any;
+}
+
+/** Gradients of the loss with respect to E and C, f32 (n×d and v×d). */
+export interface Gradients {
+  dE: DeviceTensor;
+  dC: DeviceTensor;
+}
+
+/** Statistics a method may report about its last backward (e.g. the gradient filter). */
+export interface MethodStats {
+  /** Tiles whose products were skipped by the gradient filter / tiles in all. */
+  tilesSkipped?: number;
+  tilesTotal?: number;
+  [key: string]: number | string | undefined;
+}
+
+/** A method with compiled kernels for one problem and option set. */
+export interface PreparedMethod {
+  /** Records the forward. The returned tensors are valid once the recorder has finished. */
+  forward(rec: Recorder, x: MethodInputs): Promise<ForwardOutput>;
+  /**
+   * Records the backward given the forward's saved state and the upstream gradient `gradOut`
+   * (f32; 1×1 for mean/sum, n×1 for none). Does not consume `saved`.
+   */
+  backward(
+    rec: Recorder,
+    x: MethodInputs,
+    saved: SavedState,
+    gradOut: DeviceTensor,
+  ): Promise<Gradients>;
+  /** Frees saved state. */
+  dispose(saved: SavedState): void;
+  /** Statistics of the last backward, read after its recorder finished (may read the GPU). */
+  stats?(): Promise<MethodStats>;
+}
+
+/** A Table 3 row. */
+export interface LceMethod {
+  /** Name on the command line (`--method`). */
+  readonly name: string;
+  /** Label in the table (the paper's row name where there is one). */
+  readonly label: string;
+  /** One sentence on what it does. */
+  readonly description: string;
+  /** Why it cannot run on this context and problem, or undefined when it can. */
+  unsupported?(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): string | undefined;
+  /** Compiles the kernels. */
+  prepare(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): Promise<PreparedMethod>;
+}
