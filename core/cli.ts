@@ -13,7 +13,10 @@ export async function runCli(fn: () => Promise<void> | void): Promise<void> {
   } catch (e) {
     const input = e instanceof InputError || (e instanceof TypeError &&
       /^(Unknown option|Option '|Unexpected argument)/.test(e.message));
-    console.error(`error: ${input && !(e instanceof InputError) ? e.message : oneLine(e)}`);
+    const msg = input && !(e instanceof InputError)
+      ? (e as Error).message.split("\n")[0]
+      : oneLine(e);
+    console.error(`error: ${msg}`);
     if (
       !(e instanceof InputError) && !(e instanceof GpuError) && !input && Deno.env.get("LCE_DEBUG")
     ) {

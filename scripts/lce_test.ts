@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { encodeNpy, writeNpy } from "../io/npy.ts";
+import { lceReference } from "../reference/lce_reference.ts";
+import { parseNpy } from "../io/npy.ts";
+
+const dir = await Deno.makeTempDir({ prefix: "lce_test_" });
+const n = 6, v = 11, d = 5;
+const e = Float32Array.from({ length: n * d }, (_, i) => Math.sin(i) * 0.7);
+const c = Float32Array.from({ length: v * d }, (_, i) => Math.cos(i * 1.3) * 0.6);
+const t = Int32Array.from([0, 3, -100, 10, 5, 7]);
+await writeNpy(join(dir, "E.npy"), e, [n, d]);
+await writeNpy(join(dir, "C.npy"), c, [v, d]);
+await writeNpy(join(dir, "T.npy"), t, [n]);
+
+async function lce(args: string[]) {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", "scripts/lce.ts", ...args],
+    stdout: "piped",
+    stderr: "piped",
+    env: { NO_COLOR: "1" },
+  }).output();
+  return {
+    code: out.code,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr).trim(),
+  };
+}
+
+const base = (
+  out: string,
+) => [
+  "--e",
+  join(dir, "E.npy"),
+  "--c",
+  join(dir, "C.npy"),
+  "--targets",
+  join(dir, "T.npy"),
+  "--out",
+  out,
+  "--method",
+  "baseline",
+];
+
+Deno.test("lce: writes loss, dE, dC that match the float64 reference", async () => {
+  const out = join(dir, "ok");
+  const r = await lce([
+    ...base(out),
+    "--method",
+    "baseline",
+    "--beta",
+    "0.1",
+    "--softcap",
+    "4",
+    "--grad-output",
+    "2",
+  ]);
+  assert.equal(r.code, 0, r.stderr);
+  const ref = lceReference({ n, v, d, e, c, targets: t }, { beta: 0.1, softcap: 4 }, 2);
+  const read = async (f: string) => parseNpy(await Deno.readFile(join(out, f)), f);
+  const loss = await read("loss.npy"), dE = await read("dE.npy"), dC = await read("dC.npy");
+  assert.deepEqual(dE.shape, [n, d]);
+  assert.deepEqual(dC.shape, [v, d]);
+  assert.ok(Math.abs(loss.data[0] as number - ref.loss[0]) < 1e-5);
+  for (let i = 0; i < n * d; i++) assert.ok(Math.abs((dE.data[i] as number) - ref.dE[i]) < 1e-5);
+  for (let i = 0; i < v * d; i++) assert.ok(Math.abs((dC.data[i] as number) - ref.dC[i]) < 1e-5);
+});
+
+async function writeBad(name: string, data: Float32Array | Int32Array, shape: number[]) {
+  const p = join(dir, name);
+  await writeNpy(p, data, shape);
+  return p;
+}
+
+Deno.test("lce: every bad input gets one line naming it, exit 2, and no output", async () => {
+  const nanE = e.slice();
+  nanE[7] = NaN;
+  const infC = c.slice();
+  infC[3] = Infinity;
+  const truncated = join(dir, "trunc.npy");
+  const full = encodeNpy(e, [n, d]);
+  await Deno.writeFile(truncated, full.subarray(0, full.length - 8));
+  const cases: [string[], RegExp][] = [
+    [["--method", "nope"], /unknown method 'nope'/],
+    [["--dtype", "f8"], /unknown dtype 'f8'/],
+    [["--beta", "1.5"], /beta must be in \[0, 1\], got 1.5/],
+    [["--beta", "abc"], /--beta must be a number, got 'abc'/],
+    [["--softcap", "0"], /softcap must be > 0, got 0/],
+    [["--softcap=-2"], /softcap must be > 0, got -2/],
+    [["--softcap", "-2"], /Option '--softcap' argument is ambiguous/],
+    [["--reduction", "avg"], /unknown reduction 'avg'/],
+    [["--bogus", "1"], /Unknown option '--bogus'/],
+    [
+      ["--targets", await writeBad("T_out.npy", Int32Array.from([0, 3, -100, 11, 5, 7]), [n])],
+      /target 11 at row 3 is outside \[0, 11\)/,
+    ],
+    [
+      ["--targets", await writeBad("T_neg.npy", Int32Array.from([0, -1, 2, 3, 4, 5]), [n])],
+      /target -1 at row 1/,
+    ],
+    [[
+      "--targets",
+      await writeBad("T_all.npy", Int32Array.from([-100, -100, -100, -100, -100, -100]), [n]),
+    ], /all 6 targets are ignore_index/],
+    [
+      ["--targets", await writeBad("T_len.npy", Int32Array.from([0, 1, 2]), [3])],
+      /targets has 3 entries, E has 6 rows/,
+    ],
+    [
+      ["--targets", await writeBad("T_2d.npy", Int32Array.from([0, 1, 2, 3, 4, 5]), [2, 3])],
+      /targets must be 1-D/,
+    ],
+    [
+      ["--targets", await writeBad("T_f.npy", Float32Array.from([0, 1, 2, 3, 4, 5]), [n])],
+      /T_f.npy/,
+    ],
+    [
+      ["--e", await writeBad("E_nan.npy", nanE, [n, d])],
+      /E has a non-finite value NaN at row 1, column 2/,
+    ],
+    [
+      ["--c", await writeBad("C_inf.npy", infC, [v, d])],
+      /C has a non-finite value Infinity at row 0, column 3/,
+    ],
+    [
+      ["--c", await writeBad("C_d.npy", new Float32Array(v * 4), [v, 4])],
+      /hidden sizes differ: E is 6×5, C is 11×4/,
+    ],
+    [["--e", await writeBad("E_1d.npy", e, [n * d])], /E must be 2-D/],
+    [["--e", truncated], /trunc.npy: truncated data/],
+    [["--e", join(dir, "missing.npy")], /missing.npy/],
+  ];
+  for (const [extra, msg] of cases) {
+    const out = join(dir, `bad_${Math.random().toString(36).slice(2)}`);
+    // later flags override the base ones
+    const r = await lce([...base(out), ...extra]);
+    assert.equal(r.code, 2, `${extra.join(" ")}: exit ${r.code}, stderr ${r.stderr}`);
+    const lines = r.stderr.split("\n");
+    assert.equal(lines.length, 1, `${extra.join(" ")}: more than one line: ${r.stderr}`);
+    assert.match(lines[0], /^error: /);
+    assert.match(lines[0], msg, `${extra.join(" ")}: ${lines[0]}`);
+    let exists = true;
+    try {
+      await Deno.stat(out);
+    } catch {
+      exists = false;
+    }
+    assert.ok(
+      !exists || [...Deno.readDirSync(out)].length === 0,
+      `${extra.join(" ")}: output written`,
+    );
+  }
+});
