@@ -19,6 +19,15 @@ export const baseline: LceMethod = {
   name: "baseline",
   label: "Baseline (materialised f32 logits)",
   description: "f32 logits and their gradient materialised in GPU memory, then two matrix products",
+  estimateBytes(spec, opts) {
+    const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
+    const small = spec.n * 4 * 3 + (opts.reduction === "none" ? spec.n * 4 : 16);
+    return {
+      fwd: logits + small,
+      bwd: logits + grads + small,
+      "fwd+bwd": 2 * logits + grads + small,
+    };
+  },
   async prepare(ctx, spec, opts) {
     const tile = defaultTile(ctx);
     const logitsMm = await prepareMatmul(ctx, {

@@ -86,6 +86,14 @@ export interface LceMethod {
   readonly description: string;
   /** Why it cannot run on this context and problem, or undefined when it can. */
   unsupported?(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): string | undefined;
+  /**
+   * Tracked bytes the method will allocate above its inputs, in total or per mode, so a run can
+   * skip (and mark) a method that cannot fit before trying it.
+   */
+  estimateBytes?(
+    spec: ProblemSpec,
+    opts: LceOptions,
+  ): number | Partial<Record<"fwd" | "bwd" | "fwd+bwd", number>> | undefined;
   /** Compiles the kernels. */
   prepare(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): Promise<PreparedMethod>;
 }

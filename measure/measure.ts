@@ -1,0 +1,435 @@
+/**
+ * Measures one method for Table 3: peak GPU memory and time of its forward, its backward and both
+ * together, with every failure (out of memory, device loss, limits, unsupported options, leaks)
+ * turned into an error row so that a table run goes on.
+ *
+ * What each mode measures:
+ * - `fwd`: the forward call (loss and the state saved for the backward), one Recorder.
+ * - `bwd`: the backward call given a saved forward state; the forward runs before, outside the
+ *   measurement. The gradients count in its memory, also when the method hands over tensors it
+ *   computed in the forward (they are added to the peak).
+ * - `fwd+bwd`: the forward then the backward, recorded into one Recorder.
+ *
+ * peakBytes is the peak of tracked bytes during the call minus the bytes live just before it
+ * (inputs, and for `bwd` the saved state and loss): the maximum over the measured repetitions,
+ * each starting with {@link GpuContext.resetPeak} (allocation is deterministic, so this equals
+ * the first measured repetition's peak). Each repetition is one Recorder, finished (GPU idle)
+ * before the next, and frees everything it allocated: live bytes must return to their level
+ * before the repetition, otherwise the row reports a leak. Times are medians over the measured
+ * repetitions of the GPU time (timestamp queries) or, on an adapter without them, of wall time.
+ * @module
+ */
+import type { BufferRole, GpuContext, TrackedBuffer } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import type { DeviceTensor } from "../gpu/tensor.ts";
+import { GpuError, InputError, oneLine } from "../core/errors.ts";
+import type { LceOptions } from "../core/options.ts";
+import type {
+  ForwardOutput,
+  LceMethod,
+  MethodInputs,
+  MethodStats,
+  PreparedMethod,
+  ProblemSpec,
+} from "../methods/types.ts";
+
+/** What is measured: the forward, the backward given a saved forward, or both in one recorder. */
+export type Mode = "fwd" | "bwd" | "fwd+bwd";
+/** All modes, in the table's column order. */
+export const MODES: readonly Mode[] = ["fwd", "bwd", "fwd+bwd"];
+
+/** Where a row's times come from. */
+export type TimeSource = "gpu" | "wall";
+
+/** Bytes per buffer role. */
+export type RoleBytes = Record<BufferRole, number>;
+
+/**
+ * A method's memory estimate for a problem, in bytes above the inputs: one number for every mode
+ * (the largest), or one per mode. Methods may export it as `estimateBytes` (see
+ * {@link EstimatingMethod}); it only serves the pre-flight check, never the reported figures.
+ */
+export type MemoryEstimate = number | Partial<Record<Mode, number>>;
+
+/** An {@link LceMethod} that may estimate its memory before running. */
+export type EstimatingMethod = LceMethod;
+
+/** One measured (or failed) cell of the table. */
+export interface MeasureRow {
+  /** Method name (command line). */
+  method: string;
+  /** Method label (table). */
+  label: string;
+  /** Label smoothing. */
+  beta: number;
+  mode: Mode;
+  /** Peak tracked bytes above the bytes live before the call; null when the row failed. */
+  peakBytes: number | null;
+  /** Median time in ms ({@link TimeSource}); null when the row failed. */
+  timeMs: number | null;
+  /** `gpu` (timestamp queries) or `wall` (the adapter has no timestamp-query). */
+  timeSource: TimeSource;
+  /** Fastest measured repetition, ms. */
+  timeMsMin: number | null;
+  /** Slowest measured repetition, ms. */
+  timeMsMax: number | null;
+  /** Interquartile range of the measured repetitions, ms. */
+  timeMsIqr: number | null;
+  /** Median wall time (recorder creation to completion), ms. */
+  wallMsMedian: number | null;
+  /** Measured repetitions. */
+  reps: number;
+  /** Unmeasured repetitions run first. */
+  warmup: number;
+  /** Peak bytes above the starting level, per role (same repetition as peakBytes). */
+  peakByRole: RoleBytes | null;
+  /** The method's statistics after the last measured backward (null for fwd or when absent). */
+  stats: MethodStats | null;
+  /** Why the row failed: `OOM: needs N MiB …`, `unsupported: …`, `leak: …`, or the message. */
+  error?: string;
+}
+
+/** Options of {@link measureMethod}. */
+export interface MeasureOptions {
+  /** The problem (shape, dtype of E and C). */
+  spec: ProblemSpec;
+  /** Loss options (β, reduction, ...). */
+  opts: LceOptions;
+  /** Inputs already on the GPU. */
+  inputs: MethodInputs;
+  /** Upstream gradient on the GPU (1×1, or n×1 for reduction none). */
+  gradOut: DeviceTensor;
+  /** Modes to measure, in this order. */
+  modes: readonly Mode[];
+  /** Unmeasured repetitions per mode (≥ 0). */
+  warmup: number;
+  /** Measured repetitions per mode (≥ 1). */
+  reps: number;
+  /**
+   * Bytes the method may use above the inputs; a method whose estimate exceeds it is skipped
+   * with an OOM row. Default: {@link defaultMemoryBudget}.
+   */
+  budgetBytes?: number;
+  /** Called with each row as soon as it is known (progress output). */
+  onRow?: (row: MeasureRow, ms: number) => void;
+}
+
+/** Host RAM of the software adapter's machine is assumed to allow this much GPU memory. */
+export const SOFTWARE_BUDGET_BYTES = 8 * 2 ** 30;
+
+/**
+ * The pre-flight budget of a context: {@link SOFTWARE_BUDGET_BYTES} on a fallback (software)
+ * adapter, unlimited on hardware (WebGPU does not tell the device's memory; failed allocations
+ * are caught instead). Callers that know the memory (nvidia-smi) pass their own.
+ */
+export function defaultMemoryBudget(ctx: GpuContext): number {
+  return ctx.report.isFallbackAdapter ? SOFTWARE_BUDGET_BYTES : Infinity;
+}
+
+/** Bytes as MiB for messages: `1,161 MiB`, `0.5 MiB`. */
+export function formatMiB(bytes: number): string {
+  const mib = bytes / 2 ** 20;
+  const digits = mib >= 10 ? 0 : mib >= 0.1 ? 1 : 3;
+  return `${mib.toLocaleString("en-US", { maximumFractionDigits: digits })} MiB`;
+}
+
+/**
+ * Measures `method` in every mode of `o.modes` and returns one row per mode, in order. Never
+ * throws for a failure of the method: it becomes the row's `error` (see the module doc for the
+ * semantics of each mode and of the figures). Throws InputError for bad options.
+ */
+export async function measureMethod(
+  ctx: GpuContext,
+  method: LceMethod,
+  o: MeasureOptions,
+): Promise<MeasureRow[]> {
+  if (!Number.isInteger(o.reps) || o.reps < 1) {
+    throw new InputError(`reps must be a positive integer, got ${o.reps}`);
+  }
+  if (!Number.isInteger(o.warmup) || o.warmup < 0) {
+    throw new InputError(`warmup must be a non-negative integer, got ${o.warmup}`);
+  }
+  const rows: MeasureRow[] = [];
+  const emit = (row: MeasureRow, t0: number) => {
+    rows.push(row);
+    o.onRow?.(row, performance.now() - t0);
+  };
+  const t0 = performance.now();
+  const failAll = (error: string) => {
+    for (const mode of o.modes) emit(_row(ctx, method, o, mode, { error }), t0);
+    return rows;
+  };
+  if (ctx.lostReason) return failAll(`device lost: ${ctx.lostReason}`);
+  let why: string | undefined;
+  try {
+    why = method.unsupported?.(ctx, o.spec, o.opts);
+  } catch (e) {
+    why = oneLine(e);
+  }
+  if (why !== undefined) return failAll(`unsupported: ${why}`);
+
+  const budget = o.budgetBytes ?? defaultMemoryBudget(ctx);
+  let estimate: MemoryEstimate | undefined;
+  try {
+    estimate = (method as EstimatingMethod).estimateBytes?.(o.spec, o.opts);
+  } catch {
+    estimate = undefined; // an estimate that fails is no reason to skip: try and catch instead
+  }
+
+  let prepared: PreparedMethod;
+  try {
+    prepared = await ctx.scoped(() => method.prepare(ctx, o.spec, o.opts));
+  } catch (e) {
+    return failAll(_errorText(e, ctx, undefined));
+  }
+  for (const mode of o.modes) {
+    const t1 = performance.now();
+    const est = _estimateFor(estimate, mode);
+    if (est !== undefined && est > budget) {
+      emit(
+        _row(ctx, method, o, mode, {
+          error: `OOM: needs ${formatMiB(est)} (estimated; budget ${formatMiB(budget)})`,
+        }),
+        t1,
+      );
+      continue;
+    }
+    if (ctx.lostReason) {
+      emit(_row(ctx, method, o, mode, { error: `device lost: ${ctx.lostReason}` }), t1);
+      continue;
+    }
+    try {
+      const m = await _measureMode(ctx, prepared, o, mode);
+      emit(_row(ctx, method, o, mode, m), t1);
+    } catch (e) {
+      emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
+    }
+  }
+  return rows;
+}
+
+/** A failure of the leak check. */
+class _LeakError extends Error {}
+
+interface _Measured {
+  peakBytes?: number;
+  peakByRole?: RoleBytes;
+  times?: number[];
+  walls?: number[];
+  stats?: MethodStats | null;
+  error?: string;
+}
+
+function _row(
+  ctx: GpuContext,
+  method: LceMethod,
+  o: MeasureOptions,
+  mode: Mode,
+  m: _Measured,
+): MeasureRow {
+  const times = m.times ?? [];
+  const q = times.length > 0 ? quantiles(times) : undefined;
+  const row: MeasureRow = {
+    method: method.name,
+    label: method.label,
+    beta: o.opts.beta,
+    mode,
+    peakBytes: m.error ? null : m.peakBytes ?? null,
+    timeMs: m.error ? null : q?.median ?? null,
+    timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    timeMsMin: m.error ? null : q?.min ?? null,
+    timeMsMax: m.error ? null : q?.max ?? null,
+    timeMsIqr: m.error ? null : q ? q.q3 - q.q1 : null,
+    wallMsMedian: m.error || !m.walls?.length ? null : quantiles(m.walls).median,
+    reps: o.reps,
+    warmup: o.warmup,
+    peakByRole: m.error ? null : m.peakByRole ?? null,
+    stats: m.error ? null : m.stats ?? null,
+  };
+  if (m.error) row.error = m.error;
+  return row;
+}
+
+/** Median, quartiles (linear interpolation), min and max of a non-empty list. */
+export function quantiles(xs: readonly number[]): {
+  min: number;
+  q1: number;
+  median: number;
+  q3: number;
+  max: number;
+} {
+  if (xs.length === 0) throw new RangeError("quantiles of an empty list");
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (p: number) => {
+    const x = p * (s.length - 1);
+    const lo = Math.floor(x), hi = Math.ceil(x);
+    return s[lo] + (s[hi] - s[lo]) * (x - lo);
+  };
+  return { min: s[0], q1: at(0.25), median: at(0.5), q3: at(0.75), max: s[s.length - 1] };
+}
+
+function _estimateFor(e: MemoryEstimate | undefined, mode: Mode): number | undefined {
+  if (e === undefined) return undefined;
+  const x = typeof e === "number" ? e : e[mode];
+  return typeof x === "number" && Number.isFinite(x) ? x : undefined;
+}
+
+/** The row's error text for a thrown error (OOM with the bytes it needed when known). */
+function _errorText(e: unknown, ctx: GpuContext, estimate: number | undefined): string {
+  if (e instanceof _LeakError) return e.message;
+  if (e instanceof GpuError) {
+    if (e.kind === "out-of-memory") {
+      const needed = (e as GpuError & { neededBytes?: number }).neededBytes ?? estimate;
+      return needed !== undefined && needed > 0
+        ? `OOM: needs ${formatMiB(needed)}`
+        : `OOM: ${e.message}`;
+    }
+    if (e.kind === "limits") return `unsupported: ${e.message}`;
+    if (e.kind === "device-lost") return `device lost: ${ctx.lostReason ?? e.message}`;
+    return e.message.split("\n")[0];
+  }
+  if (e instanceof InputError) return `unsupported: ${e.message.split("\n")[0]}`;
+  return oneLine(e);
+}
+
+/**
+ * Resets the peak, then runs `fn` in the context's error scopes; an out-of-memory error gets the
+ * bytes above `base` that the call had asked for when it failed.
+ */
+async function _scoped<T>(ctx: GpuContext, base: number, fn: () => Promise<T>): Promise<T> {
+  ctx.resetPeak();
+  try {
+    return await ctx.scoped(fn);
+  } catch (e) {
+    if (e instanceof GpuError && e.kind === "out-of-memory") {
+      // Allocation errors surface only when the scope is popped, after every allocation of the
+      // call was tracked: the peak above `base` is what the call asked for.
+      (e as GpuError & { neededBytes?: number }).neededBytes = ctx.memory().peakBytes - base;
+    }
+    throw e;
+  }
+}
+
+function _buffersOf(tensors: readonly DeviceTensor[]): Set<TrackedBuffer> {
+  const s = new Set<TrackedBuffer>();
+  for (const t of tensors) for (const sh of t.shards) s.add(sh.buffer);
+  return s;
+}
+
+function _destroyForward(prepared: PreparedMethod, f: ForwardOutput | undefined): void {
+  if (!f) return;
+  prepared.dispose(f.saved);
+  f.loss.destroy();
+}
+
+function _checkLeak(ctx: GpuContext, before: number, beforeByRole: RoleBytes, when: string): void {
+  const m = ctx.memory();
+  if (m.liveBytes === before) return;
+  const parts = (Object.keys(m.liveByRole) as BufferRole[])
+    .filter((r) => m.liveByRole[r] !== beforeByRole[r])
+    .map((r) => `${r} ${formatMiB(m.liveByRole[r] - beforeByRole[r])}`);
+  const what = m.liveBytes > before ? "still live" : "freed too many";
+  throw new _LeakError(
+    `leak: ${formatMiB(Math.abs(m.liveBytes - before))} ${what} after ${when} ` +
+      `(${parts.join(", ")}; ${m.liveBytes - before} bytes)`,
+  );
+}
+
+function _peakAbove(ctx: GpuContext, base: number, baseByRole: RoleBytes) {
+  const m = ctx.memory();
+  const byRole = {} as RoleBytes;
+  for (const r of Object.keys(m.peakByRole) as BufferRole[]) {
+    byRole[r] = m.peakByRole[r] - baseByRole[r];
+  }
+  return { peak: m.peakBytes - base, byRole };
+}
+
+async function _measureMode(
+  ctx: GpuContext,
+  prepared: PreparedMethod,
+  o: MeasureOptions,
+  mode: Mode,
+): Promise<_Measured> {
+  const times: number[] = [], walls: number[] = [];
+  let peakBytes = -1;
+  let peakByRole: RoleBytes | undefined;
+  let stats: MethodStats | null = null;
+  const total = o.warmup + o.reps;
+  // bwd: one forward serves every repetition (backward does not consume the saved state), unless
+  // the backward hands over tensors of the saved state as its gradients; then a fresh one each.
+  let fwd: ForwardOutput | undefined;
+  const start = ctx.memory();
+  try {
+    for (let rep = 0; rep < total; rep++) {
+      const measured = rep >= o.warmup;
+      const repStart = ctx.memory();
+      if (mode === "bwd" && !fwd) {
+        fwd = await _scoped(ctx, repStart.liveBytes, async () => {
+          const rec = new Recorder(ctx);
+          const f = await prepared.forward(rec, o.inputs);
+          await rec.finish();
+          return f;
+        });
+      }
+      const before = ctx.memory();
+      let handedOver = 0;
+      const measurePeak = () => {
+        if (!measured) return;
+        const p = _peakAbove(ctx, before.liveBytes, before.liveByRole);
+        const peak = p.peak + handedOver;
+        if (peak > peakBytes) {
+          peakBytes = peak;
+          peakByRole = p.byRole;
+          peakByRole.output += handedOver;
+        }
+      };
+      const timing = await _scoped(ctx, before.liveBytes, async () => {
+        const rec = new Recorder(ctx);
+        if (mode === "fwd") {
+          const f = await prepared.forward(rec, o.inputs);
+          const t = await rec.finish();
+          measurePeak();
+          _destroyForward(prepared, f);
+          return t;
+        }
+        if (mode === "bwd") {
+          const savedBufs = _buffersOf([...fwd!.saved.tensors, fwd!.loss]);
+          const g = await prepared.backward(rec, o.inputs, fwd!.saved, o.gradOut);
+          const t = await rec.finish();
+          for (const b of _buffersOf([g.dE, g.dC])) if (savedBufs.has(b)) handedOver += b.size;
+          measurePeak();
+          if (measured && rep === total - 1) stats = (await prepared.stats?.()) ?? null;
+          g.dE.destroy();
+          g.dC.destroy();
+          if (handedOver > 0) {
+            _destroyForward(prepared, fwd);
+            fwd = undefined;
+          }
+          return t;
+        }
+        const f = await prepared.forward(rec, o.inputs);
+        const g = await prepared.backward(rec, o.inputs, f.saved, o.gradOut);
+        const t = await rec.finish();
+        measurePeak();
+        if (measured && rep === total - 1) stats = (await prepared.stats?.()) ?? null;
+        g.dE.destroy();
+        g.dC.destroy();
+        _destroyForward(prepared, f);
+        return t;
+      });
+      if (measured) {
+        times.push(ctx.hasTimestamps ? timing.gpuMs : timing.wallMs);
+        walls.push(timing.wallMs);
+      }
+      const when = `repetition ${rep + 1}`;
+      if (mode === "bwd" && fwd) _checkLeak(ctx, before.liveBytes, before.liveByRole, when);
+      else _checkLeak(ctx, repStart.liveBytes, repStart.liveByRole, when);
+    }
+  } finally {
+    if (fwd) _destroyForward(prepared, fwd);
+  }
+  if (mode === "bwd") {
+    _checkLeak(ctx, start.liveBytes, start.liveByRole, "the forward's saved state was disposed");
+  }
+  return { peakBytes, peakByRole, times, walls, stats };
+}

@@ -1,0 +1,466 @@
+/**
+ * Table 3 reports: the measured rows and the environment turned into Markdown in the paper's
+ * layout (a lower-bound row, a β > 0 section, a β = 0 section, cells "X MB, Y ms" with MB = MiB
+ * as in the paper), JSON (long format: one row per method × β × mode), CSV of the rows, and an
+ * SVG chart of time and memory per method and mode; written atomically under one directory as
+ * `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
+ * @module
+ */
+import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { AdapterReport, GpuContext } from "../gpu/context.ts";
+import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
+import { type MeasureRow, type Mode, MODES, type TimeSource } from "../measure/measure.ts";
+import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
+import type { Bar } from "./svg.ts";
+
+/** Where a table was measured. */
+export interface Table3Env {
+  /** The adapter's description, vendor, features and limits. */
+  adapter: AdapterReport;
+  /** Deno, V8 and TypeScript versions. */
+  deno: { deno: string; v8: string; typescript: string };
+  /** Operating system and architecture (and kernel release when known). */
+  os: string;
+  /** When the table was measured (ISO 8601). */
+  date: string;
+  /** The NVIDIA driver and GPU name from nvidia-smi, or null where nvidia-smi is absent. */
+  driver: { version: string; name: string } | null;
+}
+
+/** The problem of a table. */
+export interface Table3Shape {
+  n: number;
+  v: number;
+  d: number;
+  dtype: Dtype;
+}
+
+/** Everything a Table 3 report holds (also its JSON form). */
+export interface Table3Report {
+  env: Table3Env;
+  shape: Table3Shape;
+  /** Fixture name (fixtures/mod.ts). */
+  fixture: string;
+  /** How the inputs were generated (`cce-fast`, `fixtures`). */
+  generator?: string;
+  /** Seed of the inputs. */
+  seed?: number;
+  /** Label-smoothing values measured, β > 0 sections first. */
+  betas: number[];
+  /** Modes measured (table columns). */
+  modes: Mode[];
+  /** Reduction of the per-token losses. */
+  reduction: Reduction;
+  warmup: number;
+  reps: number;
+  /** Where the times come from. */
+  timeSource: TimeSource;
+  /** Why the shape differs from the paper's, when it was reduced by default. */
+  reducedShape?: string;
+  /** Seconds the whole run took. */
+  durationS?: number;
+  /** One row per method × β × mode. */
+  rows: MeasureRow[];
+}
+
+/** The paper's shape (Table 3): N = 8192 tokens, |V| = 256,000, D = 2304, bf16. */
+export const PAPER_SHAPE: Table3Shape = { n: 8192, v: 256000, d: 2304, dtype: "bf16" };
+
+/**
+ * The paper's row order of methods; chunked (a β = 0 row in the paper) comes after liger in every
+ * section. Methods not listed follow in the order measured.
+ */
+export const METHOD_ORDER: readonly string[] = [
+  "fused",
+  "fused-nosort",
+  "fused-nofilter",
+  "fused-fb",
+  "fused-fb-nofilter",
+  "liger",
+  "chunked",
+  "compiled",
+  "baseline",
+];
+
+/** The environment of a context: adapter, Deno, OS, date, and the NVIDIA driver when present. */
+export async function collectEnv(ctx: GpuContext): Promise<Table3Env> {
+  let os = `${Deno.build.os} ${Deno.build.arch}`;
+  try {
+    os += ` (${Deno.osRelease()})`;
+  } catch {
+    // no permission: the OS name is enough
+  }
+  return {
+    adapter: ctx.report,
+    deno: { ...Deno.version },
+    os,
+    date: new Date().toISOString(),
+    driver: await nvidiaDriver(),
+  };
+}
+
+/** Driver version and GPU name from `nvidia-smi`, or null when the command is missing or fails. */
+export async function nvidiaDriver(): Promise<{ version: string; name: string } | null> {
+  try {
+    const out = await new Deno.Command("nvidia-smi", {
+      args: ["--query-gpu=driver_version,name", "--format=csv,noheader"],
+      stdout: "piped",
+      stderr: "null",
+    }).output();
+    if (!out.success) return null;
+    const line = new TextDecoder().decode(out.stdout).split("\n")[0].trim();
+    const comma = line.indexOf(",");
+    if (comma < 0) return null;
+    return { version: line.slice(0, comma).trim(), name: line.slice(comma + 1).trim() };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The least memory a mode can need: fwd = the loss (one f32, or n of them for reduction none);
+ * bwd and fwd+bwd = the two gradients dE and dC in the input dtype, (n + v)·d·bytes(dtype).
+ */
+export function lowerBoundBytes(shape: Table3Shape, mode: Mode, reduction: Reduction): number {
+  if (mode === "fwd") return reduction === "none" ? 4 * shape.n : 4;
+  return (shape.n + shape.v) * shape.d * DTYPE_BYTES[shape.dtype];
+}
+
+/** Bytes as the paper's "MB" (MiB): `1,161 MB`, `1.1 MB`, `0.09 MB`. */
+export function formatMB(bytes: number): string {
+  if (bytes === 0) return "0 MB";
+  const mib = bytes / 2 ** 20;
+  const text = mib >= 100
+    ? mib.toLocaleString("en-US", { maximumFractionDigits: 0 })
+    : mib >= 1
+    ? mib.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
+    : mib.toLocaleString("en-US", { maximumSignificantDigits: 2 });
+  return `${text} MB`;
+}
+
+/** Milliseconds with one decimal (two significant digits below 1 ms): `24.2 ms`, `0.043 ms`. */
+export function formatMs(ms: number): string {
+  const text = ms >= 1
+    ? ms.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
+    : ms.toLocaleString("en-US", { maximumSignificantDigits: 2 });
+  return `${text} ms`;
+}
+
+/** One table cell: "X MB, Y ms", or `failed: <why>`. */
+export function formatCell(row: MeasureRow | undefined): string {
+  if (!row) return "–";
+  if (row.error !== undefined) return `failed: ${row.error}`;
+  return `${formatMB(row.peakBytes ?? NaN)}, ${formatMs(row.timeMs ?? NaN)}`;
+}
+
+/** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
+export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
+  const a = r.env.adapter;
+  const name = a.description && a.description !== "(no description)"
+    ? a.description
+    : [a.vendor, a.architecture, a.device].filter((s) => s).join(" ");
+  const slug = name.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48)
+    .replace(/-+$/, "") || "adapter";
+  const { n, v, d, dtype } = r.shape;
+  return `table3_${slug}_${n}x${v}x${d}_${dtype}`;
+}
+
+/** Rows of `beta`, methods in the paper's order. */
+function _sectionMethods(r: Table3Report, beta: number): string[] {
+  const names = [...new Set(r.rows.filter((x) => x.beta === beta).map((x) => x.method))];
+  const rank = (m: string) => {
+    const i = METHOD_ORDER.indexOf(m);
+    return i < 0 ? METHOD_ORDER.length + names.indexOf(m) : i;
+  };
+  return names.sort((a, b) => rank(a) - rank(b));
+}
+
+/** β values in section order: those > 0 in the order given, then β = 0. */
+function _betaOrder(r: Table3Report): number[] {
+  const bs = [...new Set([...r.betas, ...r.rows.map((x) => x.beta)])];
+  return [...bs.filter((b) => b > 0), ...bs.filter((b) => b === 0)];
+}
+
+function _md(s: string): string {
+  return s.replace(/\|/g, "\\|").replace(/\s*\n\s*/g, " ");
+}
+
+function _sectionTitle(beta: number): string {
+  return beta > 0 ? `**β > 0 (β = ${beta})**` : "**β = 0**";
+}
+
+/** A number of the details table: `1,146.5`, `24.25`, `0.137`, `0.0000153`. */
+function _detail(x: number): string {
+  const a = Math.abs(x);
+  if (a >= 100) return x.toLocaleString("en-US", { maximumFractionDigits: 1 });
+  if (a >= 1) return x.toLocaleString("en-US", { maximumFractionDigits: 2 });
+  return x.toLocaleString("en-US", { maximumSignificantDigits: 3 });
+}
+
+/** The Markdown report: header, the table in the paper's layout, failed rows, details. */
+export function formatMarkdown(r: Table3Report): string {
+  const { n, v, d, dtype } = r.shape;
+  const a = r.env.adapter;
+  const modes = r.modes.length > 0 ? r.modes : [...MODES];
+  const kind = a.isFallbackAdapter ? "software (fallback) adapter" : "hardware adapter";
+  const lines: string[] = [];
+  lines.push(
+    `# Table 3: N = ${n.toLocaleString("en-US")}, |V| = ${v.toLocaleString("en-US")}, ` +
+      `D = ${d.toLocaleString("en-US")}, ${dtype}, fixture \`${r.fixture}\` on ${
+        _md(a.description)
+      }`,
+  );
+  lines.push("");
+  if (r.reducedShape) lines.push(`> **Reduced shape.** ${_md(r.reducedShape)}`, "");
+  const driver = r.env.driver ? `, driver ${r.env.driver.version} (${r.env.driver.name})` : "";
+  lines.push(
+    `- Adapter: ${_md(a.description)} (${kind}; vendor ${a.vendor || "?"}, architecture ` +
+      `${a.architecture || "?"}${driver}); Deno ${r.env.deno.deno}, ${r.env.os}; ${r.env.date}.`,
+  );
+  lines.push(
+    `- Problem: E ${n}×${d} and C ${v}×${d} in ${dtype} (fixture \`${r.fixture}\`` +
+      `${r.generator ? `, generator ${r.generator}` : ""}${
+        r.seed !== undefined ? `, seed ${r.seed}` : ""
+      }), reduction ${r.reduction}, β ∈ {${_betaOrder(r).join(", ")}}.`,
+  );
+  const timeWhat = r.timeSource === "gpu"
+    ? "median GPU time (timestamp queries)"
+    : "median wall time (the adapter has no timestamp queries)";
+  lines.push(
+    `- Memory: peak tracked GPU bytes above those live before the call, in MiB (the paper's ` +
+      `"MB"). Time: ${timeWhat} of ${r.reps} repetition${r.reps === 1 ? "" : "s"} after ` +
+      `${r.warmup} warm-up.`,
+  );
+  lines.push(
+    "- fwd = the forward (loss and saved state); bwd = the backward given a saved forward " +
+      "(gradients included); fwd+bwd = both in one recorder.",
+  );
+  if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
+  lines.push("");
+  lines.push(`| method | ${modes.join(" | ")} |`);
+  lines.push(`| --- | ${modes.map(() => "---").join(" | ")} |`);
+  lines.push(
+    `| Lower bound | ${
+      modes.map((m) => formatMB(lowerBoundBytes(r.shape, m, r.reduction))).join(" | ")
+    } |`,
+  );
+  for (const beta of _betaOrder(r)) {
+    lines.push(`| ${_sectionTitle(beta)} | ${modes.map(() => "").join(" | ")} |`);
+    for (const m of _sectionMethods(r, beta)) {
+      const rows = r.rows.filter((x) => x.beta === beta && x.method === m);
+      const label = rows[0]?.label ?? m;
+      const cells = modes.map((mode) => _md(formatCell(rows.find((x) => x.mode === mode))));
+      lines.push(`| ${_md(label)} | ${cells.join(" | ")} |`);
+    }
+  }
+  const failed = r.rows.filter((x) => x.error !== undefined);
+  if (failed.length > 0) {
+    lines.push("", `## Failed rows (${failed.length})`, "");
+    for (const x of failed) {
+      lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(x.error!)}`);
+    }
+  }
+  lines.push("", "## Details", "");
+  lines.push(
+    "| method | β | mode | peak MiB | median ms | min ms | max ms | IQR ms | wall ms | " +
+      "peak by role (MiB) | stats |",
+  );
+  lines.push("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
+  const num = (x: number | null) => (x === null ? "" : _detail(x));
+  for (const beta of _betaOrder(r)) {
+    for (const m of _sectionMethods(r, beta)) {
+      for (const x of r.rows.filter((y) => y.beta === beta && y.method === m)) {
+        const roles = x.peakByRole
+          ? Object.entries(x.peakByRole).filter(([, b]) => b !== 0)
+            .map(([k, b]) => `${k} ${num(b / 2 ** 20)}`).join(", ")
+          : "";
+        const stats = x.stats
+          ? Object.entries(x.stats).filter(([, s]) => s !== undefined)
+            .map(([k, s]) => `${k} ${s}`).join(", ")
+          : "";
+        lines.push(
+          `| ${m} | ${beta} | ${x.mode} | ${
+            x.peakBytes === null ? "" : num(x.peakBytes / 2 ** 20)
+          } | ${num(x.timeMs)} | ${num(x.timeMsMin)} | ${num(x.timeMsMax)} | ${
+            num(x.timeMsIqr)
+          } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${
+            _md(x.error ? `failed: ${x.error}` : stats)
+          } |`,
+        );
+      }
+    }
+  }
+  return lines.join("\n") + "\n";
+}
+
+/** The JSON report (pretty-printed, long format). */
+export function formatJson(r: Table3Report): string {
+  return JSON.stringify(r, null, 2) + "\n";
+}
+
+/** Columns of the CSV report. */
+export const CSV_COLUMNS = [
+  "method",
+  "label",
+  "beta",
+  "mode",
+  "peak_bytes",
+  "peak_mib",
+  "time_ms",
+  "time_source",
+  "time_ms_min",
+  "time_ms_max",
+  "time_ms_iqr",
+  "wall_ms_median",
+  "reps",
+  "warmup",
+  "peak_input_bytes",
+  "peak_workspace_bytes",
+  "peak_output_bytes",
+  "peak_params_bytes",
+  "stats",
+  "error",
+] as const;
+
+function _csvField(x: unknown): string {
+  if (x === null || x === undefined) return "";
+  const s = typeof x === "string" ? x : typeof x === "number" ? String(x) : JSON.stringify(x);
+  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+/** The CSV report: a header and one line per row (RFC 4180 quoting). */
+export function formatCsv(r: Table3Report): string {
+  const lines = [CSV_COLUMNS.join(",")];
+  for (const x of r.rows) {
+    const role = x.peakByRole;
+    lines.push(
+      [
+        x.method,
+        x.label,
+        x.beta,
+        x.mode,
+        x.peakBytes,
+        x.peakBytes === null ? null : x.peakBytes / 2 ** 20,
+        x.timeMs,
+        x.timeSource,
+        x.timeMsMin,
+        x.timeMsMax,
+        x.timeMsIqr,
+        x.wallMsMedian,
+        x.reps,
+        x.warmup,
+        role?.input,
+        role?.workspace,
+        role?.output,
+        role?.params,
+        x.stats && Object.keys(x.stats).length > 0 ? x.stats : null,
+        x.error,
+      ].map(_csvField).join(","),
+    );
+  }
+  return lines.join("\r\n") + "\r\n";
+}
+
+/** A short note for a failed bar: the error's first word (OOM, unsupported, leak, ...). */
+function _note(error: string): string {
+  const m = /^([A-Za-z][\w ]*?):/.exec(error);
+  return m ? m[1] : "failed";
+}
+
+/** The SVG report: time (linear) and memory (log axis) per method, one panel per mode. */
+export async function renderSvg(r: Table3Report): Promise<string> {
+  const betas = _betaOrder(r);
+  const group = (b: number) => `β = ${b}`;
+  const methods: string[] = [];
+  for (const b of betas) {
+    for (const m of _sectionMethods(r, b)) if (!methods.includes(m)) methods.push(m);
+  }
+  const labelOf = (m: string) => r.rows.find((x) => x.method === m)?.label ?? m;
+  const series = methods.map(labelOf);
+  const bars = (value: (x: MeasureRow) => number | null, zeroNote?: string): Bar[] =>
+    r.rows.map((x) => {
+      const v = x.error === undefined ? value(x) : null;
+      const bar: Bar = { facet: x.mode, group: group(x.beta), series: x.label, value: v };
+      if (x.error !== undefined) bar.note = _note(x.error);
+      else if (v === null || v <= 0) {
+        bar.value = null;
+        bar.note = zeroNote ?? "n/a";
+      }
+      return bar;
+    });
+  const common = {
+    facetOrder: r.modes.filter((m) => r.rows.some((x) => x.mode === m)),
+    groupOrder: betas.map(group),
+    seriesOrder: series,
+  };
+  const what = r.timeSource === "gpu" ? "GPU" : "wall";
+  const time = groupedBarChartSpec({
+    ...common,
+    bars: bars((x) => x.timeMs, "0 ms"),
+    valueLabel: `median ${what} time (ms)`,
+    title: "Time",
+  });
+  const memory = groupedBarChartSpec({
+    ...common,
+    bars: bars((x) => (x.peakBytes === null ? null : x.peakBytes / 2 ** 20), "0 B"),
+    valueLabel: "peak memory (MiB, log)",
+    logY: true,
+    title: "Memory",
+  });
+  const { n, v, d, dtype } = r.shape;
+  const strip = (s: object) => {
+    const { $schema: _, ...rest } = s as Record<string, unknown>;
+    return rest;
+  };
+  return await renderVegaLite(
+    {
+      $schema: "https://vega.github.io/schema/vega-lite/v6.json",
+      title: {
+        text: `Table 3 — ${r.env.adapter.description}`,
+        subtitle: `N = ${n}, |V| = ${v}, D = ${d}, ${dtype}, fixture ${r.fixture}` +
+          (r.reducedShape ? " (reduced shape)" : ""),
+      },
+      vconcat: [strip(time), strip(memory)],
+    } as unknown as Parameters<typeof renderVegaLite>[0],
+  );
+}
+
+/** Paths written by {@link writeReport}. */
+export interface ReportPaths {
+  md: string;
+  json: string;
+  csv: string;
+  svg: string;
+}
+
+/**
+ * Writes the four reports under `dir` (created if missing) as `<reportBaseName>.{md,json,csv,svg}`:
+ * each goes to a temporary name first and all four are renamed once every one is written, so a
+ * failure leaves no partial report.
+ */
+export async function writeReport(r: Table3Report, dir: string): Promise<ReportPaths> {
+  const contents = {
+    md: formatMarkdown(r),
+    json: formatJson(r),
+    csv: formatCsv(r),
+    svg: await renderSvg(r),
+  };
+  mkdirSync(dir, { recursive: true });
+  const base = join(dir, reportBaseName(r));
+  const paths = {} as ReportPaths;
+  const temps: [string, string][] = [];
+  try {
+    for (const ext of ["md", "json", "csv", "svg"] as const) {
+      paths[ext] = `${base}.${ext}`;
+      const tmp = `${base}.${ext}.tmp-${Deno.pid}`;
+      temps.push([tmp, paths[ext]]);
+      writeFileSync(tmp, contents[ext]);
+    }
+    for (const [tmp, final] of temps) renameSync(tmp, final);
+  } catch (e) {
+    for (const [tmp] of temps) rmSync(tmp, { force: true });
+    throw e;
+  }
+  return paths;
+}

@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { tmpdir } from "node:os";
+import { assertWellFormedXml, svgTexts } from "./svg_xml.ts";
+import type { MeasureRow, Mode } from "../measure/measure.ts";
+import {
+  CSV_COLUMNS,
+  formatCell,
+  formatCsv,
+  formatMarkdown,
+  formatMB,
+  formatMs,
+  lowerBoundBytes,
+  PAPER_SHAPE,
+  reportBaseName,
+  type Table3Report,
+  writeReport,
+} from "./table3.ts";
+
+function _row(method: string, beta: number, mode: Mode, o: Partial<MeasureRow> = {}): MeasureRow {
+  return {
+    method,
+    label: method === "fused" ? "Ours" : method === "baseline" ? "Baseline" : method,
+    beta,
+    mode,
+    peakBytes: 1.1 * 2 ** 20,
+    timeMs: 24.25,
+    timeSource: "gpu",
+    timeMsMin: 24,
+    timeMsMax: 25,
+    timeMsIqr: 0.5,
+    wallMsMedian: 26,
+    reps: 5,
+    warmup: 1,
+    peakByRole: { input: 0, workspace: 1.1 * 2 ** 20, output: 0, params: 0 },
+    stats: mode === "fwd" ? null : { tilesSkipped: 3, tilesTotal: 4 },
+    ...o,
+  };
+}
+
+function _report(): Table3Report {
+  const rows: MeasureRow[] = [];
+  for (const beta of [0.1, 0]) {
+    for (const method of ["baseline", "chunked", "fused"]) {
+      for (const mode of ["fwd", "bwd", "fwd+bwd"] as Mode[]) {
+        const failed = method === "baseline" && mode === "fwd+bwd";
+        rows.push(
+          _row(
+            method,
+            beta,
+            mode,
+            failed
+              ? {
+                error: "OOM: needs 28,000 MiB",
+                peakBytes: null,
+                timeMs: null,
+                peakByRole: null,
+                stats: null,
+              }
+              : {},
+          ),
+        );
+      }
+    }
+  }
+  return {
+    env: {
+      adapter: {
+        description: "NVIDIA H200 | test",
+        vendor: "nvidia",
+        architecture: "hopper",
+        device: "",
+        isFallbackAdapter: false,
+        features: ["timestamp-query"],
+        limits: {},
+        maxBindingBytes: 2 ** 31,
+      },
+      deno: { deno: "2.9.6", v8: "x", typescript: "y" },
+      os: "linux x86_64",
+      date: "2026-01-01T00:00:00.000Z",
+      driver: { version: "570.1", name: "NVIDIA H200" },
+    },
+    shape: PAPER_SHAPE,
+    fixture: "cce",
+    betas: [0.1, 0],
+    modes: ["fwd", "bwd", "fwd+bwd"],
+    reduction: "mean",
+    warmup: 1,
+    reps: 5,
+    timeSource: "gpu",
+    rows,
+  };
+}
+
+Deno.test("lower bound: the two gradients in bf16 at the paper's shape are 1,161 MiB", () => {
+  const b = lowerBoundBytes(PAPER_SHAPE, "bwd", "mean");
+  assert.equal(b, (8192 + 256000) * 2304 * 2);
+  assert.equal(Math.round(b / 2 ** 20), 1161);
+  assert.equal(formatMB(b), "1,161 MB");
+  assert.equal(lowerBoundBytes(PAPER_SHAPE, "fwd+bwd", "mean"), b);
+  assert.equal(lowerBoundBytes(PAPER_SHAPE, "fwd", "mean"), 4);
+  assert.equal(lowerBoundBytes(PAPER_SHAPE, "fwd", "none"), 4 * 8192);
+  assert.equal(lowerBoundBytes({ ...PAPER_SHAPE, dtype: "f32" }, "bwd", "sum"), 2 * b);
+});
+
+Deno.test("formatting: MiB as the paper's MB, ms with one decimal, failed cells say why", () => {
+  assert.equal(formatMB(24000 * 2 ** 20), "24,000 MB");
+  assert.equal(formatMB(1.1 * 2 ** 20), "1.1 MB");
+  assert.equal(formatMB(0.09 * 2 ** 20), "0.09 MB");
+  assert.equal(formatMB(4), "0.0000038 MB");
+  assert.equal(formatMB(0), "0 MB");
+  assert.equal(formatMs(24.25), "24.3 ms");
+  assert.equal(formatMs(1234.56), "1,234.6 ms");
+  assert.equal(formatMs(0.0431), "0.043 ms");
+  assert.equal(formatCell(_row("fused", 0, "fwd")), "1.1 MB, 24.3 ms");
+  assert.equal(
+    formatCell(_row("x", 0, "fwd", { error: "unsupported: no f16" })),
+    "failed: unsupported: no f16",
+  );
+  assert.equal(formatCell(undefined), "–");
+});
+
+Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in the paper's order", () => {
+  const md = formatMarkdown(_report());
+  const lines = md.split("\n");
+  assert.match(
+    lines[0],
+    /^# Table 3: N = 8,192, \|V\| = 256,000, D = 2,304, bf16, fixture `cce` on NVIDIA H200 \\\| test$/,
+  );
+  const table = lines.filter((l) => l.startsWith("| ")).slice(0, 11);
+  assert.deepEqual(table.map((l) => l.split(" | ")[0]), [
+    "| method",
+    "| ---",
+    "| Lower bound",
+    "| **β > 0 (β = 0.1)**",
+    "| Ours",
+    "| chunked",
+    "| Baseline",
+    "| **β = 0**",
+    "| Ours",
+    "| chunked",
+    "| Baseline",
+  ]);
+  assert.equal(table[0], "| method | fwd | bwd | fwd+bwd |");
+  assert.equal(
+    table[2],
+    "| Lower bound | 0.0000038 MB | 1,161 MB | 1,161 MB |",
+  );
+  assert.equal(
+    table[6],
+    "| Baseline | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
+  );
+  assert.match(
+    md,
+    /## Failed rows \(2\)\n\n- baseline, β = 0.1, fwd\+bwd: OOM: needs 28,000 MiB\n/,
+  );
+  assert.match(md, /median GPU time \(timestamp queries\) of 5 repetitions after 1 warm-up/);
+  assert.match(md, /driver 570\.1 \(NVIDIA H200\)/);
+  assert.match(md, /tilesSkipped 3, tilesTotal 4/);
+  assert.doesNotMatch(md, /Reduced shape/);
+  const reduced = formatMarkdown({ ..._report(), reducedShape: "software adapter" });
+  assert.match(reduced, /> \*\*Reduced shape\.\*\* software adapter/);
+});
+
+Deno.test("formatCsv: header and one quoted line per row", () => {
+  const csv = formatCsv(_report()).split("\r\n");
+  assert.equal(csv[0], CSV_COLUMNS.join(","));
+  assert.equal(csv.length, 1 + 18 + 1);
+  const failed = csv.find((l) => l.startsWith("baseline,Baseline,0.1,fwd+bwd,"))!;
+  assert.match(failed, /,"OOM: needs 28,000 MiB"$/);
+  const ok = csv[1].split(",");
+  assert.deepEqual(ok.slice(0, 8), [
+    "baseline",
+    "Baseline",
+    "0.1",
+    "fwd",
+    "1153433.6",
+    "1.1",
+    "24.25",
+    "gpu",
+  ]);
+});
+
+Deno.test("writeReport: four files named after adapter and shape, SVG well formed", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "table3-"));
+  try {
+    const r = _report();
+    const base = reportBaseName(r);
+    assert.equal(base, "table3_nvidia-h200-test_8192x256000x2304_bf16");
+    const paths = await writeReport(r, join(dir, "out"));
+    assert.deepEqual(
+      readdirSync(join(dir, "out")).sort(),
+      ["csv", "json", "md", "svg"].map((e) => `${base}.${e}`),
+    );
+    assert.deepEqual(JSON.parse(readFileSync(paths.json, "utf8")), JSON.parse(JSON.stringify(r)));
+    const svg = readFileSync(paths.svg, "utf8");
+    assertWellFormedXml(svg);
+    const texts = svgTexts(svg);
+    for (const t of ["Time", "Memory", "Ours", "OOM", "fwd+bwd", "β = 0.1"]) {
+      assert(texts.includes(t), `SVG has text ${t}`);
+    }
+    assert(!existsSync(`${paths.md}.tmp-${Deno.pid}`));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
