@@ -5,11 +5,19 @@
 import { InputError } from "../core/errors.ts";
 import type { LceMethod } from "./types.ts";
 import { baseline } from "./baseline.ts";
+import { chunked } from "./chunked.ts";
+import { liger } from "./liger.ts";
+import { compiled } from "./compiled.ts";
 
 export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 
 /** Every method, in the paper's row order. */
-export const METHODS: readonly LceMethod[] = [baseline];
+export const METHODS: readonly LceMethod[] = [
+  baseline,
+  chunked,
+  liger,
+  compiled,
+];
 
 /** The method called `name`; InputError naming the known ones otherwise. */
 export function methodByName(name: string): LceMethod {
