@@ -1,0 +1,236 @@
+/**
+ * GPU-time benchmarks of every method in METHODS: one group per shape and mode (fwd, bwd,
+ * fwd+bwd), the baseline row marked, on whatever adapter the context opens (LCE_ADAPTER).
+ *
+ *     deno run -A bench/gpu_time.ts                        # CI-sized shape
+ *     LCE_BENCH_SHAPE=paper deno run -A bench/gpu_time.ts   # 8192 × 256,000 × 2304
+ *     LCE_BENCH_SHAPE=1024,32000,512 deno run -A bench/gpu_time.ts
+ *
+ * Other variables: LCE_BENCH_DTYPE (bf16), LCE_BENCH_BETA (0.1), LCE_BENCH_METHODS (a,b,...),
+ * LCE_BENCH_MODES (fwd,bwd,fwd+bwd), LCE_BENCH_ITERATIONS (10), LCE_BENCH_WARMUP (2).
+ *
+ * Why tinybench and not Deno.bench: Deno.bench can only time the host between `b.start()` and
+ * `b.end()`, which here would include recording the commands in JS, submitting them and the
+ * latency of WebGPU's completion callback — on a fast GPU as long as a small kernel — and it
+ * cannot be handed a duration measured elsewhere. tinybench takes each sample from the task
+ * (`overriddenDuration`), so every sample is the GPU time of one call read from timestamp
+ * queries (wall time only on an adapter without them, which the output says). Kernels are
+ * compiled and inputs uploaded outside the samples (`beforeAll`), and the forward that a
+ * backward needs runs before each sample (`beforeEach`).
+ * @module
+ */
+import { Bench, type Task } from "tinybench";
+import { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
+import { check, oneLine } from "../core/errors.ts";
+import { methodByName, METHODS } from "../methods/mod.ts";
+import type { ForwardOutput, LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
+import { uploadGradOut } from "../methods/run.ts";
+import {
+  defaultMemoryBudget,
+  type EstimatingMethod,
+  formatMiB,
+  type Mode,
+  MODES,
+} from "../measure/measure.ts";
+import { makeDeviceInputs } from "../measure/inputs.ts";
+import { PAPER_SHAPE } from "../report/table3.ts";
+
+/** The default (CI-sized) shape: a few seconds per group on a software adapter. */
+export const CI_SHAPE = { n: 128, v: 2048, d: 64 } as const;
+
+/** The benchmark shape from LCE_BENCH_SHAPE: `ci` (default), `paper`, or `n,v,d`. */
+export function benchShape(value: string | undefined): { n: number; v: number; d: number } {
+  if (value === undefined || value === "" || value === "ci") return { ...CI_SHAPE };
+  if (value === "paper") return { n: PAPER_SHAPE.n, v: PAPER_SHAPE.v, d: PAPER_SHAPE.d };
+  const parts = value.split(",").map(Number);
+  check(
+    parts.length === 3 && parts.every((x) => Number.isInteger(x) && x >= 1),
+    `LCE_BENCH_SHAPE must be ci, paper or n,v,d with positive integers, got '${value}'`,
+  );
+  return { n: parts[0], v: parts[1], d: parts[2] };
+}
+
+function _env(name: string): string | undefined {
+  return Deno.env.get(name) || undefined;
+}
+
+function _int(name: string, fallback: number, min: number): number {
+  const raw = _env(name);
+  const x = raw === undefined ? fallback : Number(raw);
+  check(Number.isInteger(x) && x >= min, `${name} must be an integer ≥ ${min}, got '${raw}'`);
+  return x;
+}
+
+interface _State {
+  prepared?: PreparedMethod;
+  fwd?: ForwardOutput;
+}
+
+/** Registers `method` in `bench` for `mode`; every sample is one call's GPU (or wall) time. */
+function _addTask(
+  bench: Bench,
+  ctx: GpuContext,
+  method: LceMethod,
+  mode: Mode,
+  spec: ProblemSpec,
+  x: Awaited<ReturnType<typeof makeDeviceInputs>>,
+  gradOut: ReturnType<typeof uploadGradOut>,
+  opts: ReturnType<typeof resolveOptions>,
+): void {
+  const s: _State = {};
+  const name = method.name === "baseline" ? "baseline (baseline)" : method.name;
+  const drop = (f: ForwardOutput | undefined) => {
+    if (!f || !s.prepared) return;
+    s.prepared.dispose(f.saved);
+    f.loss.destroy();
+  };
+  bench.add(name, async () => {
+    const p = s.prepared!;
+    const t = await ctx.scoped(async () => {
+      const rec = new Recorder(ctx);
+      if (mode === "fwd") {
+        const f = await p.forward(rec, x.inputs);
+        const t = await rec.finish();
+        drop(f);
+        return t;
+      }
+      const f = mode === "bwd" ? s.fwd! : await p.forward(rec, x.inputs);
+      const g = await p.backward(rec, x.inputs, f.saved, gradOut);
+      const t = await rec.finish();
+      g.dE.destroy();
+      g.dC.destroy();
+      if (mode === "fwd+bwd") drop(f);
+      return t;
+    });
+    return { overriddenDuration: ctx.hasTimestamps ? t.gpuMs : t.wallMs };
+  }, {
+    async beforeAll() {
+      if (s.prepared) return;
+      const why = method.unsupported?.(ctx, spec, opts);
+      if (why !== undefined) throw new Error(`unsupported: ${why}`);
+      const est = (method as EstimatingMethod).estimateBytes?.(spec, opts);
+      const bytes = typeof est === "number" ? est : est?.[mode];
+      const budget = defaultMemoryBudget(ctx);
+      if (bytes !== undefined && bytes > budget) {
+        throw new Error(`OOM: needs ${formatMiB(bytes)} (estimated; budget ${formatMiB(budget)})`);
+      }
+      s.prepared = await ctx.scoped(() => method.prepare(ctx, spec, opts));
+    },
+    async beforeEach() {
+      if (mode !== "bwd") return;
+      s.fwd = await ctx.scoped(async () => {
+        const rec = new Recorder(ctx);
+        const f = await s.prepared!.forward(rec, x.inputs);
+        await rec.finish();
+        return f;
+      });
+    },
+    afterEach() {
+      if (mode === "bwd") drop(s.fwd);
+      s.fwd = undefined;
+    },
+  });
+}
+
+function _fmt(ms: number | undefined): string {
+  if (ms === undefined || !Number.isFinite(ms)) return "";
+  return ms >= 100 ? ms.toFixed(1) : ms >= 1 ? ms.toFixed(2) : ms.toPrecision(3);
+}
+
+/** Prints one group: median, mean ± relative margin of error, min, max, and the baseline ratio. */
+function _print(bench: Bench, what: string): void {
+  const rows: string[][] = [[
+    "method",
+    `median ${what} ms`,
+    "mean ± rme",
+    "min",
+    "max",
+    "samples",
+    "× baseline",
+  ]];
+  const base = bench.tasks.find((t) => t.name.startsWith("baseline"));
+  const med = (t: Task) => t.result.state === "completed" ? t.result.latency.p50 : undefined;
+  for (const t of bench.tasks) {
+    const r = t.result;
+    if (r.state === "errored") {
+      rows.push([t.name, `failed: ${oneLine(r.error)}`, "", "", "", "", ""]);
+      continue;
+    }
+    if (r.state !== "completed") {
+      rows.push([t.name, r.state, "", "", "", "", ""]);
+      continue;
+    }
+    const l = r.latency;
+    const b = base ? med(base) : undefined;
+    rows.push([
+      t.name,
+      _fmt(l.p50),
+      `${_fmt(l.mean)} ± ${l.rme.toFixed(1)}%`,
+      _fmt(l.min),
+      _fmt(l.max),
+      String(l.samplesCount),
+      b && l.p50 !== undefined ? `${(l.p50 / b).toFixed(2)}×` : "",
+    ]);
+  }
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  for (const r of rows) {
+    console.log(
+      r.map((
+        c,
+        i,
+      ) => (i === 0 || c.startsWith("failed") ? c.padEnd(widths[i]) : c.padStart(widths[i])))
+        .join("  ").trimEnd(),
+    );
+  }
+}
+
+/** Runs every group (see the module documentation). */
+export async function runBench(): Promise<void> {
+  const shape = benchShape(_env("LCE_BENCH_SHAPE"));
+  const dtype: Dtype = parseDtype(_env("LCE_BENCH_DTYPE") ?? "bf16");
+  const beta = Number(_env("LCE_BENCH_BETA") ?? "0.1");
+  const opts = resolveOptions({ beta });
+  const methods = _env("LCE_BENCH_METHODS")?.split(",").map(methodByName) ?? [...METHODS];
+  const modes = (_env("LCE_BENCH_MODES")?.split(",") ?? [...MODES]) as Mode[];
+  for (const m of modes) check(MODES.includes(m), `unknown mode '${m}' in LCE_BENCH_MODES`);
+  const iterations = _int("LCE_BENCH_ITERATIONS", 10, 1);
+  const warmup = _int("LCE_BENCH_WARMUP", 2, 0);
+  const ctx = await GpuContext.create();
+  const spec: ProblemSpec = { ...shape, dtype };
+  const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
+  const gradOut = uploadGradOut(ctx, shape.n, opts);
+  const what = ctx.hasTimestamps ? "GPU" : "wall";
+  console.log(
+    `adapter: ${ctx.report.description}${ctx.report.isFallbackAdapter ? " (software)" : ""}; ` +
+      `${what} time per call, ${iterations} samples after ${warmup} warm-up`,
+  );
+  for (const mode of modes) {
+    const group = `${shape.n}x${shape.v}x${shape.d} ${dtype} β=${beta} ${mode}`;
+    const bench = new Bench({
+      name: group,
+      iterations,
+      time: 0,
+      warmup: warmup > 0,
+      warmupIterations: warmup,
+      warmupTime: 0,
+    });
+    for (const method of methods) _addTask(bench, ctx, method, mode, spec, x, gradOut, opts);
+    await bench.run();
+    console.log(`\ngroup ${group}`);
+    _print(bench, what);
+  }
+  x.destroy();
+  gradOut.destroy();
+  ctx.destroy();
+}
+
+if (import.meta.main) {
+  try {
+    await runBench();
+  } catch (e) {
+    console.error(`error: ${oneLine(e)}`);
+    Deno.exit(1);
+  }
+}
