@@ -379,6 +379,7 @@ export class GpuContext {
     if (internal) {
       throw new GpuError("internal", `WebGPU internal error: ${internal.message.split("\n")[0]}`);
     }
+    await this.device.queue.onSubmittedWorkDone(); // delivers pending uncapturederror events
     this.throwUncaptured();
     if (thrown !== undefined) throw thrown;
     return result as T;

@@ -8,6 +8,7 @@ import { baseline } from "./baseline.ts";
 import { chunked } from "./chunked.ts";
 import { liger } from "./liger.ts";
 import { compiled } from "./compiled.ts";
+import { fused, fusedFb, fusedFbNoFilter, fusedNoFilter, fusedNoSort } from "./fused.ts";
 
 export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 
@@ -17,6 +18,11 @@ export const METHODS: readonly LceMethod[] = [
   chunked,
   liger,
   compiled,
+  fused,
+  fusedNoSort,
+  fusedNoFilter,
+  fusedFb,
+  fusedFbNoFilter,
 ];
 
 /** The method called `name`; InputError naming the known ones otherwise. */

@@ -1,0 +1,918 @@
+/**
+ * The fused backward of the label-smoothed linear cross-entropy (the paper's "Ours" backward):
+ * dE and dC without the n×|V| logits, with an optional gradient filter and vocabulary sorting.
+ *
+ * Split of the gradient. With w_n the per-token weight, f' = 1 − (z/s)² the softcap derivative
+ * (1 without softcap) and p = softmax(z_n):
+ *
+ *   ∂L/∂x_nv = w_n·[p_nv·f' + (β/|V|)(z_nv/s)²]   (dense, tiled, may be filtered: "P")
+ *            − (β/|V|)·w_n                          (rank one, exact: kernels/grad_corrections.ts)
+ *            − (1−β)·w_n·f'(z_{n,t_n})·[v = t_n]    (sparse, exact: kernels/grad_corrections.ts)
+ *
+ * (the three add up to w_n·f'·(p − β/|V| − (1−β)[v = t])). Only P is tiled. The middle term of P
+ * exists only with softcap and β > 0 and is bounded by (β/|V|)·w_n; it is kept inside P, so the
+ * filter treats it like the softmax: a skipped tile drops at most ε·|w_n| per element, for both
+ * parts. The filter tests the unweighted value g = P/w_n (as the reference CCE code does before it
+ * multiplies by the upstream gradient): a tile is skipped when every g in it is < ε, so the error
+ * of a filtered gradient is bounded by |ΔdE_nk| ≤ ε·|w_n|·Σ_{v skipped} |C_vk| and
+ * |ΔdC_vk| ≤ ε·Σ_{n skipped} |w_n·E_nk|. Ignored tokens (w_n = 0) never keep a tile alive.
+ *
+ * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible.
+ *
+ * 1. The exact terms initialise dE and dC (kernels/grad_corrections.ts).
+ * 2. Pass `filter` (only with a filter): the grid covers every (token, vocab) tile pair with the
+ *    GEMM's fast tile (128×128 on hardware, covering several TT×VT backward tiles); each
+ *    workgroup recomputes its logits, tests g ≥ ε per element, and writes one mask word per
+ *    backward tile (a u32 per (token tile, vocab tile)); kept tiles are counted with an integer
+ *    atomic (order-independent) for the statistics.
+ * 3. Pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in sorted order when sorting)
+ *    and walks the token tiles in order; for each tile the mask keeps (every tile without the
+ *    filter) it recomputes the VT×TT logits with the generated GEMM over d, forms Pᵀ in
+ *    registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its own dC rows, d
+ *    in chunks of TT columns (read-modify-write: the rows belong to this workgroup only).
+ * 4. Pass `dE`: one workgroup owns a token tile and walks a contiguous range of vocab tiles in
+ *    order (S ranges, "splits", for parallelism); for kept tiles it recomputes the logits, forms P
+ *    and adds P·C[vocab tile, :] into its dE rows (split 0) or a zeroed partial buffer (split
+ *    s > 0), d in chunks of VT columns.
+ * 5. The partials are added to dE in split order.
+ *
+ * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
+ * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
+ * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all).
+ *
+ * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
+ * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
+ *
+ * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
+ * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
+ * both tensors' shard boundaries), and tiles never straddle segments. One dispatch per (vocab
+ * segment, token segment) pair; the sort permutes rows within each vocab segment only.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, download, rowsPerBinding } from "../gpu/tensor.ts";
+import { GpuError } from "../core/errors.ts";
+import type { Dtype, LceOptions, Shape } from "../core/options.ts";
+import { machineEps } from "../core/dtype.ts";
+import {
+  accSlots,
+  accVecs,
+  dtypeHelpers,
+  enableDirectives,
+  gemmMainloop,
+  gemmShared,
+  gemmThreadCoords,
+  type GemmTile,
+  TILE_LARGE,
+  tileThreads,
+  validateTile,
+  wgslStorageType,
+} from "./gemm_codegen.ts";
+import { f32Lit, lossConstants } from "./wgsl_common.ts";
+import { type PreparedVocabSort, prepareVocabSort, type VocabSegment } from "./vocab_sort.ts";
+import { type PreparedGradCorrections, prepareGradCorrections } from "./grad_corrections.ts";
+import { columnSumPlan } from "./column_sum.ts";
+
+/** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */
+export interface BackwardTile {
+  /** Tokens per tile (TT). */
+  tokens: number;
+  /** Vocabulary entries per tile (VT). */
+  vocab: number;
+  /** K-step of the products. */
+  bk: number;
+  /** Tokens per thread (a multiple of 4). */
+  tokensPerThread: number;
+  /** Vocabulary entries per thread (a multiple of 4). */
+  vocabPerThread: number;
+  /**
+   * Columns of the gradient products per thread, as a multiple of the logits tile's (1 or 2;
+   * default 1). 2 halves the loop overhead per flop of the d chunks, at the cost of twice the
+   * accumulators and a larger shader (slow to compile on software adapters).
+   */
+  gradWiden?: number;
+}
+
+/** 64×64, 256 threads of 4×4, K-step 8 (small shaders): 20.3 KiB of workgroup memory. */
+export const BACKWARD_TILE_SMALL: BackwardTile = {
+  tokens: 64,
+  vocab: 64,
+  bk: 8,
+  tokensPerThread: 4,
+  vocabPerThread: 4,
+};
+/**
+ * 128 tokens × 64 vocab, 256 threads of 8×4, gradient products 8×8 per thread: needs 44.5 KiB of
+ * workgroup memory.
+ */
+export const BACKWARD_TILE_WIDE: BackwardTile = {
+  tokens: 128,
+  vocab: 64,
+  bk: 16,
+  tokensPerThread: 8,
+  vocabPerThread: 4,
+  gradWiden: 2,
+};
+/** 128×128, 256 threads of 8×8 (the forward's tile): needs 80 KiB of workgroup memory. */
+export const BACKWARD_TILE_LARGE: BackwardTile = {
+  tokens: 128,
+  vocab: 128,
+  bk: 16,
+  tokensPerThread: 8,
+  vocabPerThread: 8,
+  gradWiden: 1,
+};
+
+/** The GEMM tiles of the two passes: dE has tokens as rows, dC has vocabulary entries as rows. */
+export function backwardGemmTiles(bt: BackwardTile): { dE: GemmTile; dC: GemmTile } {
+  return {
+    dE: { bm: bt.tokens, bn: bt.vocab, bk: bt.bk, tm: bt.tokensPerThread, tn: bt.vocabPerThread },
+    dC: { bm: bt.vocab, bn: bt.tokens, bk: bt.bk, tm: bt.vocabPerThread, tn: bt.tokensPerThread },
+  };
+}
+
+/**
+ * The tiles of the gradient products (P·C chunk for dE, Pᵀ·E chunk for dC): the same rows and
+ * thread grid as the logits tile, `gradWiden` times its columns per thread (d chunks that much
+ * wider); K-step 8 when widened, so that the staging arrays stay the logits product's size.
+ */
+export function backwardGradTiles(bt: BackwardTile): { dE: GemmTile; dC: GemmTile } {
+  const t = backwardGemmTiles(bt);
+  const k = bt.gradWiden ?? 1;
+  if (k !== 1 && k !== 2) throw new RangeError(`gradWiden must be 1 or 2, got ${k}`);
+  const widen = (g: GemmTile): GemmTile =>
+    k === 1 ? g : { ...g, bn: k * g.bn, tn: k * g.tn, bk: Math.max(1, g.bk / 2) };
+  return { dE: widen(t.dE), dC: widen(t.dC) };
+}
+
+/** Staging arrays (vec4 counts) shared by the logits and gradient products of a pass. */
+function _staging(t: GemmTile, g: GemmTile): { a: number; b: number } {
+  return {
+    a: Math.max(t.bk * (t.bm / 4 + 1), g.bk * (g.bm / 4 + 1)),
+    b: Math.max(t.bk * (t.bn / 4 + 1), g.bk * (g.bn / 4 + 1)),
+  };
+}
+
+/** Workgroup memory of a gradient pass: GEMM staging, the P tile (TT·VT f32) and a flag. */
+export function backwardSharedBytes(bt: BackwardTile): number {
+  const l = backwardGemmTiles(bt), g = backwardGradTiles(bt);
+  return Math.max(
+    ...(["dE", "dC"] as const).map((k) => {
+      const st = _staging(l[k], g[k]);
+      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16;
+    }),
+  );
+}
+
+/** The largest tile that fits the device's workgroup memory (64×64 on software adapters). */
+export function defaultBackwardTile(ctx: GpuContext): BackwardTile {
+  if (ctx.report.isFallbackAdapter) return BACKWARD_TILE_SMALL;
+  const limit = ctx.device.limits.maxComputeWorkgroupStorageSize;
+  for (const t of [BACKWARD_TILE_LARGE, BACKWARD_TILE_WIDE]) {
+    if (backwardSharedBytes(t) <= limit) return t;
+  }
+  return BACKWARD_TILE_SMALL;
+}
+
+/** The paper's filter threshold: eps(dtype)/32 (2⁻¹² bf16, 2⁻¹⁵ f16, 2⁻²⁸ f32). */
+export function defaultFilterEps(dtype: Dtype): number {
+  return machineEps(dtype) / 32;
+}
+
+/** Options of {@link tilePassWgsl}. */
+export interface TilePassKernelOptions {
+  /** `dC`: a workgroup owns a vocab tile and writes the mask; `dE`: owns a token tile. */
+  kind: "dC" | "dE";
+  tile: BackwardTile;
+  dtype: Dtype;
+  opts: LceOptions;
+  /** Vocabulary size |V|. */
+  v: number;
+  /** Filter threshold ε, or null for no filter. */
+  eps: number | null;
+  /** Address classifier rows through the permutation `perm`. */
+  sort: boolean;
+}
+
+/**
+ * WGSL of a tile pass (see the module doc). Params: tS, tE (token segment), eR0 (E shard's first
+ * row), vS, vE (vocab segment, positions), cR0 (C shard's first row), oR0 (output shard's first
+ * row), d, tBase, vBase (global tile index of the segments' first tiles), vTotal (vocab tiles in
+ * all), nOuter (owned tiles), lo, hi (range of walked tiles). Bindings: params, e, c, out, lse, w,
+ * [perm], [mask] (read: the filter pass writes it).
+ */
+export function tilePassWgsl(o: TilePassKernelOptions): string {
+  const dE = o.kind === "dE";
+  const t = backwardGemmTiles(o.tile)[o.kind];
+  const gt = backwardGradTiles(o.tile)[o.kind];
+  validateTile(t);
+  validateTile(gt);
+  const staging = _staging(t, gt);
+  const filter = o.eps !== null;
+  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const st = wgslStorageType(o.dtype);
+  const bindings: string[] = [];
+  const bind = (decl: string) =>
+    bindings.push(`@group(0) @binding(${bindings.length}) var<${decl};`);
+  bind("uniform> P: Params");
+  bind(`storage, read> e: array<${st}>`);
+  bind(`storage, read> c: array<${st}>`);
+  bind("storage, read_write> outp: array<f32>");
+  bind("storage, read> lse: array<f32>");
+  bind("storage, read> w: array<f32>");
+  if (o.sort) bind("storage, read> perm: array<u32>");
+  if (filter) bind("storage, read> mask: array<u32>");
+  const vrow = (x: string) => (o.sort ? `perm[${x}]` : `(${x})`);
+  const crow = (x: string) => `(${vrow(x)} - P.cR0)`;
+  const slots = accSlots(t);
+  const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
+  const colKey = (s: (typeof slots)[0]) => `${s.h}_${s.c}`;
+  const lanes = (key: (s: (typeof slots)[0]) => string, expr: (s: (typeof slots)[0]) => string) => {
+    const m = new Map<string, string>();
+    for (const s of slots) m.set(key(s), expr(s));
+    return [...m.entries()].map(([k, x]) => ({ key: k, expr: x }));
+  };
+  const rowLanes = lanes(rowKey, (s) => s.row), colLanes = lanes(colKey, (s) => s.col);
+  const tokLanes = dE ? rowLanes : colLanes, vocLanes = dE ? colLanes : rowLanes;
+  const tokKey = dE ? rowKey : colKey, vocKey = dE ? colKey : rowKey;
+  const laneCode = [
+    ...tokLanes.map((l) =>
+      `let tk_${l.key} = t0 + ${l.expr}; let tw_${l.key} = select(0.0, w[tk_${l.key}], tk_${l.key} < P.tE); let tl_${l.key} = lse[tk_${l.key}];`
+    ),
+    ...vocLanes.map((l) => `let vv_${l.key} = (v0 + ${l.expr}) < P.vE;`),
+  ].join("\n      ");
+  const smooth = o.opts.softcap !== undefined && o.opts.beta > 0
+    ? " + (BETA / VOCAB) * (z / SOFTCAP) * (z / SOFTCAP)"
+    : "";
+  const epilogue = slots.map((s) => {
+    const tk = tokKey(s), vk = vocKey(s);
+    return `{ let z = softcap(${s.expr}); var g = 0.0;
+        if (tw_${tk} != 0.0 && vv_${vk}) { g = exp(z - tl_${tk}) * softcap_grad(z)${smooth}; }
+        ${s.expr} = tw_${tk} * g; }`;
+  }).join("\n      ");
+  const stage = slots.map((s) => `Ps[${s.row} * ${t.bn}u + ${s.col}] = ${s.expr};`).join(
+    "\n      ",
+  );
+  const outRows = rowLanes.map((l) =>
+    dE
+      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - P.oR0) * P.d, ov_${l.key});`
+      : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
+        vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
+      } - P.oR0) * P.d, ov_${l.key});`
+  ).join("\n    ");
+  const rmw = accSlots(gt).map((s) =>
+    `{ let col = dc + ${s.col}; if (ov_${rowKey(s)} && col < P.d) { let i = ob_${
+      rowKey(s)
+    } + col; outp[i] = outp[i] + ${s.expr}; } }`
+  ).join("\n        ");
+  const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
+  const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
+  const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
+  const ePart = { dtype: o.dtype, contig: "k" as const };
+  const logits = dE
+    ? gemmMainloop({
+      tile: t,
+      a: ePart,
+      b: ePart,
+      aBuf: "e",
+      bBuf: "c",
+      M: "P.tE",
+      N: "P.vE",
+      K: "P.d",
+      m0: "t0",
+      n0: "v0",
+      aOff: "(m - P.eR0) * P.d",
+      sAm: "0u",
+      sAk: "1u",
+      bOff: `${crow("n")} * P.d`,
+      sBn: "0u",
+      sBk: "1u",
+    }, false)
+    : gemmMainloop({
+      tile: t,
+      a: ePart,
+      b: ePart,
+      aBuf: "c",
+      bBuf: "e",
+      M: "P.vE",
+      N: "P.tE",
+      K: "P.d",
+      m0: "v0",
+      n0: "t0",
+      aOff: `${crow("m")} * P.d`,
+      sAm: "0u",
+      sAk: "1u",
+      bOff: "(n - P.eR0) * P.d",
+      sBn: "0u",
+      sBk: "1u",
+    }, false);
+  const grad = gemmMainloop({
+    tile: gt,
+    a: { dtype: "f32", contig: "k" },
+    b: { dtype: o.dtype, contig: "mn" },
+    aBuf: "Ps",
+    bBuf: dE ? "c" : "e",
+    M: `${t.bm}u`,
+    N: "P.d",
+    K: "kv",
+    m0: "0u",
+    n0: "dc",
+    aOff: "0u",
+    sAm: `${t.bn}u`,
+    sAk: "1u",
+    bOff: dE ? `${crow("v0 + k")} * P.d` : "(t0 + k - P.eR0) * P.d",
+    sBn: "1u",
+    sBk: "0u",
+  }, false);
+  const maskIndex = `let mi = (P.tBase + ${dE ? "ot" : "it"}) * P.vTotal + P.vBase + ${
+    dE ? "it" : "ot"
+  };`;
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
+  tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, _a: u32, _b: u32 };
+${bindings.join("\n")}
+${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+var<workgroup> As: array<vec4<f32>, ${staging.a}>;
+var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
+var<workgroup> Ps: array<f32, ${t.bm * t.bn}>;
+${filter ? "var<workgroup> s_keep: u32;" : ""}
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  ${accNames.map((v) => `var ${v}: vec4<f32>;`).join(" ")}
+  for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
+    let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
+    ${outRows}
+    for (var it = P.lo; it < P.hi; it++) {
+      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
+      ${filter ? maskIndex : ""}
+      ${
+    filter
+      ? `if (lid == 0u) { s_keep = mask[mi]; }
+      let kept = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next tile
+      if (kept == 0u) { continue; }`
+      : ""
+  }
+      ${zero}
+      {
+      ${logits}
+      }
+      ${laneCode}
+      ${epilogue}
+      ${stage}
+      workgroupBarrier();
+      let kv = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
+      for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
+        ${zeroGrad}
+        {
+        ${grad}
+        }
+        ${rmw}
+      }
+    }
+  }
+}
+`;
+}
+
+/** Options of {@link filterPassWgsl}. */
+export interface FilterPassKernelOptions {
+  /** The backward tile: the mask has one word per (TT tokens, VT vocab) tile. */
+  tile: BackwardTile;
+  /** GEMM tile of the filter pass; its bm and bn are multiples of TT and VT (≤ 32 tiles each). */
+  filterTile: GemmTile;
+  dtype: Dtype;
+  opts: LceOptions;
+  v: number;
+  eps: number;
+  sort: boolean;
+}
+
+/**
+ * WGSL of the filter pass: one workgroup per filter tile (bm tokens × bn vocab, the GEMM's fast
+ * tile) computes the logits, tests g = p·f' + (β/|V|)(z/s)² ≥ ε per element (only for tokens with
+ * w_n ≠ 0), ORs the verdicts of the (bm/TT)·(bn/VT) backward tiles it covers into a workgroup
+ * atomic bit set, writes their mask words and counts the kept ones (integer atomic).
+ * Params: tS, tE, eR0, vS, vE, cR0, d, tBase, vBase, vTotal. Bindings: params, e, c, lse, w,
+ * [perm], mask, counter.
+ */
+export function filterPassWgsl(o: FilterPassKernelOptions): string {
+  const t = o.filterTile;
+  validateTile(t);
+  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const subT = t.bm / TT, subV = t.bn / VT;
+  if (!Number.isInteger(subT) || !Number.isInteger(subV) || subT * subV > 32) {
+    throw new RangeError(`filter tile ${JSON.stringify(t)} does not cover whole backward tiles`);
+  }
+  const st = wgslStorageType(o.dtype);
+  const bindings: string[] = [];
+  const bind = (decl: string) =>
+    bindings.push(`@group(0) @binding(${bindings.length}) var<${decl};`);
+  bind("uniform> P: Params");
+  bind(`storage, read> e: array<${st}>`);
+  bind(`storage, read> c: array<${st}>`);
+  bind("storage, read> lse: array<f32>");
+  bind("storage, read> w: array<f32>");
+  if (o.sort) bind("storage, read> perm: array<u32>");
+  bind("storage, read_write> mask: array<u32>");
+  bind("storage, read_write> counter: array<atomic<u32>>");
+  const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
+  const slots = accSlots(t);
+  const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
+  const colKey = (s: (typeof slots)[0]) => `${s.h}_${s.c}`;
+  const rows = new Map<string, string>(), cols = new Map<string, string>();
+  for (const s of slots) {
+    rows.set(rowKey(s), s.row);
+    cols.set(colKey(s), s.col);
+  }
+  const laneCode = [
+    ...[...rows].map(([k, x]) =>
+      `let tk_${k} = t0 + ${x}; let tw_${k} = select(0.0, w[tk_${k}], tk_${k} < P.tE); let tl_${k} = lse[tk_${k}];`
+    ),
+    ...[...cols].map(([k, x]) => `let vv_${k} = (v0 + ${x}) < P.vE;`),
+  ].join("\n  ");
+  const smooth = o.opts.softcap !== undefined && o.opts.beta > 0
+    ? " + (BETA / VOCAB) * (z / SOFTCAP) * (z / SOFTCAP)"
+    : "";
+  const test = slots.map((s) => {
+    const r = rowKey(s), c = colKey(s);
+    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${s.expr}); let g = exp(z - tl_${r}) * softcap_grad(z)${smooth}; if (g >= EPS) { bits |= 1u << ((${s.row} / ${TT}u) * ${subV}u + (${s.col} / ${VT}u)); } }`;
+  }).join("\n  ");
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+const EPS: f32 = ${f32Lit(o.eps)};
+struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
+  vBase: u32, vTotal: u32, _a: u32, _b: u32 };
+${bindings.join("\n")}
+${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${gemmShared({ tile: t })}
+var<workgroup> s_any: atomic<u32>;
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  let t0 = P.tS + wg.x * ${t.bm}u;
+  let v0 = P.vS + wg.y * ${t.bn}u;
+  if (lid == 0u) { atomicStore(&s_any, 0u); }
+  ${
+    gemmMainloop({
+      tile: t,
+      a: { dtype: o.dtype, contig: "k" },
+      b: { dtype: o.dtype, contig: "k" },
+      aBuf: "e",
+      bBuf: "c",
+      M: "P.tE",
+      N: "P.vE",
+      K: "P.d",
+      m0: "t0",
+      n0: "v0",
+      aOff: "(m - P.eR0) * P.d",
+      sAm: "0u",
+      sAk: "1u",
+      bOff: `${crow("n")} * P.d`,
+      sBn: "0u",
+      sBk: "1u",
+    })
+  }
+  ${laneCode}
+  var bits = 0u;
+  ${test}
+  if (bits != 0u) { atomicOr(&s_any, bits); }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let flags = atomicLoad(&s_any);
+    var kept = 0u;
+    for (var a = 0u; a < ${subT}u; a++) {
+      let ts = t0 + a * ${TT}u;
+      if (ts >= P.tE) { break; }
+      for (var b = 0u; b < ${subV}u; b++) {
+        let vs = v0 + b * ${VT}u;
+        if (vs >= P.vE) { break; }
+        let bit = (flags >> (a * ${subV}u + b)) & 1u;
+        mask[(P.tBase + (ts - P.tS) / ${TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${VT}u] = bit;
+        kept += bit;
+      }
+    }
+    if (kept != 0u) { atomicAdd(&counter[0], kept); }
+  }
+}
+`;
+}
+
+/**
+ * The filter pass's GEMM tile: the 128×128 tile of the forward on hardware adapters when TT and VT
+ * divide 128, else the dE pass's own tile.
+ */
+export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
+  if (!ctx.report.isFallbackAdapter && 128 % bt.tokens === 0 && 128 % bt.vocab === 0) {
+    return TILE_LARGE;
+  }
+  return backwardGemmTiles(bt).dE;
+}
+
+/** WGSL adding S−1 partial dE buffers to dE in order. Bindings: params, parts…, dE. */
+export function splitReduceWgsl(parts: number): string {
+  const decl = Array.from(
+    { length: parts },
+    (_, i) => `@group(0) @binding(${i + 1}) var<storage, read> p${i}: array<f32>;`,
+  ).join("\n");
+  const adds = Array.from({ length: parts }, (_, i) => `s = s + p${i}[i];`).join(" ");
+  return `struct Params { count: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+${decl}
+@group(0) @binding(${parts + 1}) var<storage, read_write> outp: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
+    var s = outp[i];
+    ${adds}
+    outp[i] = s;
+  }
+}
+`;
+}
+
+/** Workgroups the dE pass aims for (token tiles × splits) on hardware adapters. */
+export const DE_TARGET_WORKGROUPS = 512;
+
+/**
+ * The default number of dE splits S: enough token-tile × split workgroups to keep a large GPU busy
+ * (about {@link DE_TARGET_WORKGROUPS}; with one workgroup per SM the pass ran at a quarter of the
+ * GEMM's speed on an H200), at most 4 and at most the vocab tiles, and at most as many partial
+ * buffers (S − 1 of n×d f32) as fit in max(3·dE, 64 MiB): S = 4 at the paper's shape with 128-token
+ * tiles (226 MB of partials).
+ */
+export function defaultDESplits(shape: Shape, tile: BackwardTile): number {
+  const tokTiles = Math.ceil(shape.n / tile.tokens);
+  const vocTiles = Math.ceil(shape.v / tile.vocab);
+  let s = Math.max(1, Math.min(4, vocTiles, Math.ceil(DE_TARGET_WORKGROUPS / tokTiles)));
+  const dEBytes = shape.n * shape.d * 4;
+  const budget = Math.max(3 * dEBytes, 64 * 2 ** 20);
+  while (s > 1 && (s - 1) * dEBytes > budget) s--;
+  return s;
+}
+
+/** Options of {@link prepareFusedBackward}. */
+export interface FusedBackwardOptions {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  /** Filter threshold ε (see {@link defaultFilterEps}), or null for no gradient filter. */
+  filterEps: number | null;
+  /** Sort the vocabulary by mean logit. */
+  sort: boolean;
+  /** Tile (default {@link defaultBackwardTile}). */
+  tile?: BackwardTile;
+  /** Splits S of the dE pass (default {@link defaultDESplits}). */
+  dESplits?: number;
+  /** GEMM tile of the filter pass (default {@link defaultFilterTile}). */
+  filterTile?: GemmTile;
+}
+
+/** Tensors of {@link PreparedFusedBackward.record}. */
+export interface FusedBackwardArgs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Log-sum-exp per token from the forward (n×1 f32, one shard). */
+  lse: DeviceTensor;
+  /** Per-token weights w_n (n×1 f32, one shard; see kernels/row_weights.ts). */
+  w: DeviceTensor;
+  /** Count of non-ignored tokens (1×1 f32): needed by the sort (Ē). */
+  count: DeviceTensor;
+}
+
+/** Filter statistics of the last recorded backward. */
+export interface FusedBackwardStats {
+  tilesSkipped: number;
+  tilesTotal: number;
+}
+
+/** A compiled fused backward. */
+export interface PreparedFusedBackward {
+  readonly tile: BackwardTile;
+  /** GEMM tile of the filter pass (null without filter). */
+  readonly filterTile: GemmTile | null;
+  readonly dESplits: number;
+  readonly filterEps: number | null;
+  /** Records the backward; returns new f32 dE (n×d) and dC (v×d), valid after submission. */
+  record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
+  /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
+  stats(): Promise<FusedBackwardStats>;
+  /**
+   * Workspace bytes of one record (not counting dE and dC), for shards as createTensor makes
+   * them on this context unless given.
+   */
+  workspaceBytes(shards?: { e?: number[]; c?: number[] }): number;
+}
+
+interface _Segment extends VocabSegment {
+  /** Tiles in the segment and global index of its first tile. */
+  tiles: number;
+  base: number;
+}
+
+/** Row ranges inside one binding of every tensor whose shard starts are given. */
+function _segments(total: number, tileRows: number, starts: number[][]): _Segment[] {
+  const cuts = new Set<number>([0]);
+  for (const s of starts) for (const r of s) if (r > 0 && r < total) cuts.add(r);
+  const sorted = [...cuts].sort((a, b) => a - b);
+  let base = 0;
+  return sorted.map((start, i) => {
+    const end = i + 1 < sorted.length ? sorted[i + 1] : total;
+    const tiles = Math.ceil((end - start) / tileRows);
+    const seg = { start, end, tiles, base };
+    base += tiles;
+    return seg;
+  });
+}
+
+function _shardRows(rows: number, per: number): number[] {
+  const out: number[] = [];
+  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
+  return out;
+}
+
+const _starts = (rows: number[]) => rows.map((_, i) => rows.slice(0, i).reduce((a, b) => a + b, 0));
+
+/** Compiles the fused backward for a problem. */
+export async function prepareFusedBackward(
+  ctx: GpuContext,
+  o: FusedBackwardOptions,
+): Promise<PreparedFusedBackward> {
+  const { spec, opts } = o;
+  const tile = o.tile ?? defaultBackwardTile(ctx);
+  const shared = backwardSharedBytes(tile);
+  if (shared > ctx.device.limits.maxComputeWorkgroupStorageSize) {
+    throw new GpuError(
+      "limits",
+      `fused backward: tile ${JSON.stringify(tile)} needs ${shared} bytes of workgroup memory`,
+    );
+  }
+  const eps = o.filterEps;
+  if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
+    throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
+  }
+  const splits = o.dESplits ?? defaultDESplits(spec, tile);
+  if (!Number.isInteger(splits) || splits < 1) {
+    throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
+  }
+  const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: o.sort };
+  const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
+  const filterPass = eps !== null && filterTile
+    ? await ctx.pipeline(
+      filterPassWgsl({ ...base, eps, filterTile }),
+      "fused_backward_filter",
+    )
+    : undefined;
+  const dCPass = await ctx.pipeline(tilePassWgsl({ ...base, kind: "dC" }), "fused_backward_dC");
+  const dEPass = await ctx.pipeline(tilePassWgsl({ ...base, kind: "dE" }), "fused_backward_dE");
+  const reduce = splits > 1
+    ? await ctx.pipeline(splitReduceWgsl(splits - 1), "fused_backward_split_reduce")
+    : undefined;
+  const sorter: PreparedVocabSort | undefined = o.sort
+    ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts })
+    : undefined;
+  const corrections: PreparedGradCorrections = await prepareGradCorrections(ctx, {
+    dtype: spec.dtype,
+    opts,
+    v: spec.v,
+  });
+  const counter = eps !== null
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "workspace", label: "kept tiles" })
+    : undefined;
+  let lastTotal = 0;
+  const f32Rows = rowsPerBinding(ctx, "f32", spec.d);
+  const plan = (eRows: number[], cRows: number[]) => {
+    const tok = _segments(spec.n, tile.tokens, [
+      _starts(eRows),
+      _starts(_shardRows(spec.n, f32Rows)),
+    ]);
+    const voc = _segments(spec.v, tile.vocab, [
+      _starts(cRows),
+      _starts(_shardRows(spec.v, f32Rows)),
+    ]);
+    return { tok, voc };
+  };
+  return {
+    tile,
+    filterTile,
+    dESplits: splits,
+    filterEps: eps,
+    workspaceBytes(shards = {}) {
+      const perIn = rowsPerBinding(ctx, spec.dtype, spec.d);
+      const eRows = shards.e ?? _shardRows(spec.n, perIn);
+      const cRows = shards.c ?? _shardRows(spec.v, perIn);
+      const { tok, voc } = plan(eRows, cRows);
+      const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
+      const pad = (b: number) => Math.max(16, Math.ceil(b / 16) * 16);
+      let bytes = (splits - 1) * pad(spec.n * spec.d * 4);
+      if (eps !== null) bytes += pad(tT * vT * 4) + 16;
+      if (sorter) bytes += pad(spec.v * 4) + sorter.workspaceBytes(eRows, spec.v, spec.d, voc);
+      const cs = opts.beta > 0
+        ? columnSumPlan(cRows, spec.d, ctx.maxBindingBytes).workspaceBytes + pad(spec.d * 4)
+        : 0;
+      bytes += corrections.workspaceBytes(eRows, spec.d, cs);
+      return bytes;
+    },
+    async stats() {
+      if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
+      const kept = (await download(ctx, counter))[0];
+      return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
+    },
+    record(rec, a) {
+      const { e, c, targets, lse, w, count } = a;
+      const { n, v, d } = spec;
+      if (
+        e.rows !== n || e.cols !== d || c.rows !== v || c.cols !== d || e.dtype !== spec.dtype ||
+        c.dtype !== spec.dtype
+      ) {
+        throw new RangeError(
+          `fused backward: E ${e.rows}×${e.cols} ${e.dtype}, C ${c.rows}×${c.cols} ${c.dtype}, prepared for ${
+            JSON.stringify(spec)
+          }`,
+        );
+      }
+      for (const [name, t] of [["targets", targets], ["lse", lse], ["w", w]] as const) {
+        if (t.rows !== n || t.shards.length !== 1) {
+          throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
+        }
+      }
+      const dE = createTensor(ctx, { dtype: "f32", rows: n, cols: d, role: "output", label: "dE" });
+      const dC = createTensor(ctx, { dtype: "f32", rows: v, cols: d, role: "output", label: "dC" });
+      const tok = _segments(n, tile.tokens, [
+        e.shards.map((s) => s.rowStart),
+        dE.shards.map((s) => s.rowStart),
+      ]);
+      const voc = _segments(v, tile.vocab, [
+        c.shards.map((s) => s.rowStart),
+        dC.shards.map((s) => s.rowStart),
+      ]);
+      const tTotal = tok.reduce((s, g) => s + g.tiles, 0);
+      const vTotal = voc.reduce((s, g) => s + g.tiles, 0);
+      lastTotal = tTotal * vTotal;
+      const release: (TrackedBuffer | undefined)[] = [];
+      let perm: TrackedBuffer | undefined;
+      if (sorter) {
+        perm = ctx.createBuffer({ size: v * 4, role: "workspace", label: "vocab order" });
+        sorter.record(rec, { e, c, targets, count, perm, segments: voc });
+        release.push(perm);
+      }
+      corrections.record(rec, { e, c, targets, w, dE, dC });
+      let mask: TrackedBuffer | undefined;
+      if (eps !== null) {
+        const bytes = tTotal * vTotal * 4;
+        if (bytes > ctx.maxBindingBytes) {
+          throw new GpuError(
+            "limits",
+            `fused backward: the tile mask (${bytes} bytes) exceeds one binding`,
+          );
+        }
+        mask = ctx.createBuffer({ size: bytes, role: "workspace", label: "tile mask" });
+        rec.clear(counter!.shards[0].buffer);
+        release.push(mask);
+      }
+      const tail = (): (TrackedBuffer | GPUBuffer)[] => {
+        const b: TrackedBuffer[] = [lse.shards[0].buffer, w.shards[0].buffer];
+        if (perm) b.push(perm);
+        if (mask) b.push(mask);
+        return b;
+      };
+      const params = (
+        ts: _Segment,
+        eR0: number,
+        vs: _Segment,
+        cR0: number,
+        oR0: number,
+        nOuter: number,
+        lo: number,
+        hi: number,
+      ) =>
+        rec.uniform(
+          new Uint32Array([
+            ts.start,
+            ts.end,
+            eR0,
+            vs.start,
+            vs.end,
+            cR0,
+            oR0,
+            d,
+            ts.base,
+            vs.base,
+            vTotal,
+            nOuter,
+            lo,
+            hi,
+            0,
+            0,
+          ]),
+          "fused backward params",
+        );
+      if (filterPass && filterTile && mask && counter) {
+        rec.pass("fused backward filter", (p) => {
+          for (const vs of voc) {
+            const cs = c.shardOf(vs.start);
+            const gVoc = Math.ceil((vs.end - vs.start) / filterTile.bn);
+            for (const ts of tok) {
+              const es = e.shardOf(ts.start);
+              const gTok = Math.ceil((ts.end - ts.start) / filterTile.bm);
+              if (gVoc > 65535 || gTok > 65535) {
+                throw new GpuError("limits", `fused backward: filter grid ${gTok}×${gVoc}`);
+              }
+              const u = rec.uniform(
+                new Uint32Array([
+                  ts.start,
+                  ts.end,
+                  es.rowStart,
+                  vs.start,
+                  vs.end,
+                  cs.rowStart,
+                  d,
+                  ts.base,
+                  vs.base,
+                  vTotal,
+                  0,
+                  0,
+                ]),
+                "filter params",
+              );
+              const bufs: TrackedBuffer[] = [
+                u,
+                es.buffer,
+                cs.buffer,
+                lse.shards[0].buffer,
+                w.shards[0].buffer,
+              ];
+              if (perm) bufs.push(perm);
+              bufs.push(mask, counter.shards[0].buffer);
+              // x = token tiles: neighbouring workgroups share a C tile, so C streams from memory
+              // about once while E (n×d, small) stays in cache.
+              p.dispatch(filterPass, rec.bindGroup(filterPass, bufs), gTok, gVoc);
+            }
+          }
+        });
+      }
+      rec.pass("fused backward dC", (p) => {
+        for (const vs of voc) {
+          const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
+          for (const ts of tok) {
+            const es = e.shardOf(ts.start);
+            const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, vs.tiles, 0, ts.tiles);
+            const bufs = [u, es.buffer, cs.buffer, os.buffer, ...tail()];
+            p.dispatch(dCPass, rec.bindGroup(dCPass, bufs), Math.min(vs.tiles, 65535));
+          }
+        }
+      });
+      const parts: DeviceTensor[] = [];
+      for (let s = 1; s < splits; s++) {
+        const t = createTensor(ctx, {
+          dtype: "f32",
+          rows: n,
+          cols: d,
+          role: "workspace",
+          label: `dE split ${s}`,
+        });
+        for (const sh of t.shards) rec.clear(sh.buffer);
+        parts.push(t);
+        release.push(...t.shards.map((sh) => sh.buffer));
+      }
+      rec.pass("fused backward dE", (p) => {
+        for (const ts of tok) {
+          const es = e.shardOf(ts.start);
+          for (let s = 0; s < splits; s++) {
+            const os = (s === 0 ? dE : parts[s - 1]).shardOf(ts.start);
+            for (const vs of voc) {
+              const lo = Math.floor((s * vs.tiles) / splits);
+              const hi = Math.floor(((s + 1) * vs.tiles) / splits);
+              if (lo >= hi) continue;
+              const cs = c.shardOf(vs.start);
+              const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, ts.tiles, lo, hi);
+              const bufs = [u, es.buffer, cs.buffer, os.buffer, ...tail()];
+              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(ts.tiles, 65535));
+            }
+          }
+        }
+      });
+      if (reduce) {
+        rec.pass("fused backward dE splits", (p) => {
+          dE.shards.forEach((sh, i) => {
+            const count = sh.rows * d;
+            const u = rec.uniform(new Uint32Array([count, 0, 0, 0]), "reduce params");
+            const bufs = [u, ...parts.map((t) => t.shards[i].buffer), sh.buffer];
+            p.dispatch(
+              reduce,
+              rec.bindGroup(reduce, bufs),
+              Math.min(Math.ceil(count / 256), 65535),
+            );
+          });
+        });
+      }
+      rec.release(...release);
+      return { dE, dC };
+    },
+  };
+}

@@ -1,0 +1,234 @@
+import assert from "node:assert/strict";
+import { GPU_TEST, testContext } from "../testing/gpu.ts";
+import { caseInputs } from "../testing/parity.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { download, fromHost } from "../gpu/tensor.ts";
+import {
+  type Dtype,
+  type HostInputs,
+  IGNORE_INDEX,
+  type LceOptions,
+  resolveOptions,
+} from "../core/options.ts";
+import { lceReference } from "../reference/lce_reference.ts";
+import { assertClose } from "../reference/compare.ts";
+import { type GemmTile, TILE_LARGE } from "./gemm_codegen.ts";
+import {
+  BACKWARD_TILE_SMALL,
+  BACKWARD_TILE_WIDE,
+  backwardSharedBytes,
+  type BackwardTile,
+  defaultDESplits,
+  defaultFilterEps,
+  prepareFusedBackward,
+} from "./fused_backward.ts";
+
+interface BackwardCase {
+  tile?: BackwardTile;
+  filterTile?: GemmTile;
+  dESplits?: number;
+  filterEps: number | null;
+  sort: boolean;
+  /** Rows per shard of E and C (default one binding). */
+  shardRows?: number;
+}
+
+/**
+ * Runs the backward alone on host inputs, with the float64 reference's LSE and the row weights of
+ * an upstream gradient `g`; returns the gradients, the reference and the filter statistics.
+ */
+async function runBackward(
+  ctx: GpuContext,
+  x: HostInputs,
+  o: LceOptions,
+  dtype: Dtype,
+  b: BackwardCase,
+  g = 1.3,
+) {
+  const ref = lceReference(x, o, g);
+  const w = new Float32Array(x.n);
+  for (let i = 0; i < x.n; i++) {
+    if (x.targets[i] !== o.ignoreIndex) w[i] = o.reduction === "mean" ? g / ref.count : g;
+  }
+  const rows = { maxRowsPerShard: b.shardRows };
+  const e = fromHost(ctx, { dtype, rows: x.n, cols: x.d, role: "input", label: "E", ...rows }, x.e);
+  const c = fromHost(ctx, { dtype, rows: x.v, cols: x.d, role: "input", label: "C", ...rows }, x.c);
+  const vec = (rows: number, label: string, data: Float32Array | Int32Array) =>
+    fromHost(
+      ctx,
+      { dtype: data instanceof Int32Array ? "i32" : "f32", rows, cols: 1, role: "input", label },
+      data,
+    );
+  const targets = vec(x.n, "targets", x.targets);
+  const lse = vec(x.n, "lse", Float32Array.from(ref.perToken.lse));
+  const wt = vec(x.n, "w", w);
+  const count = vec(1, "count", Float32Array.of(ref.count));
+  const bwd = await prepareFusedBackward(ctx, {
+    spec: { n: x.n, v: x.v, d: x.d, dtype },
+    opts: o,
+    ...b,
+  });
+  const once = async () => {
+    const rec = new Recorder(ctx);
+    const out = bwd.record(rec, { e, c, targets, lse, w: wt, count });
+    await rec.finish();
+    const r = { dE: await download(ctx, out.dE), dC: await download(ctx, out.dC) };
+    out.dE.destroy();
+    out.dC.destroy();
+    return { ...r, stats: await bwd.stats() };
+  };
+  const got = await once();
+  const again = await once();
+  for (const t of [e, c, targets, lse, wt, count]) t.destroy();
+  return { got, again, ref, bwd };
+}
+
+function assertGrads(
+  tag: string,
+  got: { dE: Float32Array; dC: Float32Array },
+  ref: { dE: Float64Array; dC: Float64Array },
+  d: number,
+) {
+  for (const k of ["dE", "dC"] as const) {
+    let s = 0;
+    for (const x of ref[k]) s = Math.max(s, Math.abs(x));
+    try {
+      assertClose(got[k], ref[k], { atol: 2e-5 * (s || 1), rtol: 2e-4, name: k, cols: d });
+    } catch (e) {
+      throw new Error(`${tag}: ${(e as Error).message}`);
+    }
+  }
+}
+
+Deno.test({
+  name: "fused backward: tiles, splits, sorting and sharded segments against float64",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const narrow: BackwardTile = {
+      tokens: 32,
+      vocab: 64,
+      bk: 16,
+      tokensPerThread: 4,
+      vocabPerThread: 4,
+      gradWiden: 2,
+    };
+    // filter tile covering 1 × 2 backward tiles of `tall`
+    const wideFilter: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+    const tall: BackwardTile = {
+      tokens: 64,
+      vocab: 32,
+      bk: 8,
+      tokensPerThread: 4,
+      vocabPerThread: 4,
+    };
+    const cases: { dtype: Dtype; beta: number; softcap?: number; b: BackwardCase }[] = [
+      { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1 } },
+      {
+        dtype: "bf16",
+        beta: 0.1,
+        softcap: 4,
+        b: { filterEps: null, sort: true, tile: narrow, dESplits: 3 },
+      },
+      {
+        dtype: "f32",
+        beta: 1,
+        b: { filterEps: 2 ** -28, sort: true, tile: tall, shardRows: 40, filterTile: wideFilter },
+      },
+      {
+        dtype: "bf16",
+        beta: 0,
+        softcap: 3,
+        b: { filterEps: 2 ** -12, sort: false, shardRows: 30 },
+      },
+    ];
+    for (const [i, cs] of cases.entries()) {
+      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "sum" });
+      const x = caseInputs({
+        n: 70,
+        v: 257,
+        d: 33,
+        dtype: cs.dtype,
+        beta: cs.beta,
+        ignoreFraction: 0.2,
+        seed: 20 + i,
+      });
+      const { got, again, ref } = await runBackward(ctx, x, o, cs.dtype, cs.b);
+      const tag = JSON.stringify(cs);
+      assertGrads(tag, got, ref, x.d);
+      assert.deepEqual(again.dE, got.dE, `${tag}: dE bitwise reproducible`);
+      assert.deepEqual(again.dC, got.dC, `${tag}: dC bitwise reproducible`);
+      if (cs.b.filterEps === null) assert.equal(got.stats.tilesSkipped, 0);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "fused backward: the filter skips cold tiles, sorting gathers the hot rows, both stay exact",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    // Peaked softmax: the 5 "hot" classifier rows, scattered over the vocabulary, are 3× longer
+    // than the others, and every token's embedding is a copy of one of them scaled to a logit of
+    // 40: every other logit is ≥ 20 below the peak (p < 3e-9), far below ε.
+    const n = 70, v = 257, d = 16, hot = [3, 77, 150, 201, 250];
+    const base = caseInputs({ n, v, d, dtype: "f32", beta: 0, seed: 3 });
+    for (const j of hot) for (let k = 0; k < d; k++) base.c[j * d + k] *= 3;
+    const e = new Float32Array(n * d);
+    const targets = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      const j = hot[i % hot.length];
+      let nrm = 0;
+      for (let k = 0; k < d; k++) nrm += base.c[j * d + k] ** 2;
+      for (let k = 0; k < d; k++) e[i * d + k] = Math.fround((40 / nrm) * base.c[j * d + k]);
+      targets[i] = i % 7 === 0 ? IGNORE_INDEX : j;
+    }
+    const x: HostInputs = { ...base, e, targets };
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    const eps = defaultFilterEps("bf16");
+    const runs: Record<string, Awaited<ReturnType<typeof runBackward>>> = {};
+    for (const sort of [false, true]) {
+      const r = await runBackward(ctx, x, o, "f32", {
+        filterEps: eps,
+        sort,
+        dESplits: 2,
+        tile: BACKWARD_TILE_SMALL,
+        // sorted: a 128×128 filter tile covering 2 × 2 backward tiles
+        filterTile: sort ? TILE_LARGE : undefined,
+      });
+      assertGrads(`sort ${sort}`, r.got, r.ref, d);
+      assert.deepEqual(r.again.dC, r.got.dC);
+      runs[String(sort)] = r;
+    }
+    // 2 token tiles × 5 vocab tiles of 64; the hot rows lie in vocab tiles 0, 1, 2, 3, 3.
+    assert.deepEqual(runs.false.got.stats, { tilesSkipped: 2, tilesTotal: 10 });
+    // sorted, the 5 hot rows come first: only vocab tile 0 is kept for each token tile.
+    assert.deepEqual(runs.true.got.stats, { tilesSkipped: 8, tilesTotal: 10 });
+  },
+});
+
+Deno.test({
+  name: "fused backward: default tile, splits and workspace at the paper's shape",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    assert.ok(backwardSharedBytes(BACKWARD_TILE_SMALL) <= 32768);
+    const paper = { n: 8192, v: 256000, d: 2304 };
+    assert.equal(defaultDESplits(paper, BACKWARD_TILE_WIDE), 4); // 3 partials of 75.5 MB
+    assert.equal(defaultDESplits({ n: 70, v: 257, d: 33 }, BACKWARD_TILE_SMALL), 4);
+    const bwd = await prepareFusedBackward(ctx, {
+      spec: { ...paper, dtype: "bf16" },
+      opts: resolveOptions({ beta: 0.1 }),
+      filterEps: defaultFilterEps("bf16"),
+      sort: true,
+      tile: BACKWARD_TILE_SMALL,
+      dESplits: 2,
+    });
+    const ws = bwd.workspaceBytes({ e: [paper.n], c: [paper.v] });
+    // one dE partial (75.5 MB) + mask (128·4000 words) + sort (keys, pairs, order: 4.3 MB) and
+    // correction buffers (1 MB)
+    assert.ok(ws > 75.5e6 && ws < 85e6, `workspace ${ws}`);
+  },
+});

@@ -1,0 +1,821 @@
+/**
+ * The fused forward of the label-smoothed linear cross-entropy (the paper's "Ours" forward):
+ * per token LSE_n and the loss row LSE_n − (1−β)·z_{n,t_n} − (β/|V|)·Σ_v z_nv, without ever holding
+ * the n×|V| logits.
+ *
+ * Pass `fused tiles`: workgroups form a grid of (vocab split S) × (token block of BM rows). A
+ * workgroup walks its contiguous range of BN-wide vocab tiles in order; for each it computes the
+ * BM×BN logits tile with the generated register-tiled GEMM ({@link gemmMainloop}), and the epilogue
+ * works on the accumulators in registers: softcap, mask of the ragged vocab edge, and for each of
+ * the thread's TM rows an update of a running (max, Σexp(z − max)) pair held in registers across all
+ * the workgroup's tiles (per tile: one max over the thread's TN values, a rescale exp only when that
+ * max exceeds the running one, then TN exps). Threads sharing a row are merged once, at the end of
+ * the range, through workgroup memory; one (max, sumexp) pair per row per split goes to a workspace
+ * of n × S × 8 bytes (plus n × S × 4 for the tile Σz with softcap or the in-kernel variant, and
+ * n × S × 8 for the calibration stats).
+ *
+ * Target logit: written from inside the tile that holds t_n, by the one thread that holds that
+ * element (it is unique: exactly one workgroup of one shard dispatch covers column t_n of row n,
+ * and exactly one thread of it). It costs one compare per row per tile (the element loop runs
+ * only in the one tile that holds the target), reads nothing extra, and gives the very value that
+ * entered the LSE (so loss ≥ 0 holds up to rounding of the LSE alone). A separate E_n·C_{t_n} dot
+ * product would re-read n rows of C gathered across shards and round differently. The value is
+ * parked in `lossRows[n]`, which the merge pass then overwrites with the loss.
+ *
+ * Pass `fused merge`: one workgroup per token merges its S partials in split order with
+ * lse_merge, and writes lse and the loss row. Smoothing term Σ_v z_nv: with `identity` (default,
+ * no softcap) it is E_n·colsum(C), a per-token dot product in the merge pass with colsum(C) from
+ * kernels/column_sum.ts; with softcap (where the sum does not factor) or `in-kernel`, the tiles sum
+ * their capped logits and the merge pass adds the S split partials in order. With β = 0 the term is
+ * not computed at all.
+ *
+ * Determinism: no atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
+ * each thread's running pair follows its tiles in increasing vocab order, threads sharing a row are
+ * merged in thread order, splits in increasing vocab order, and sums (Σz, the dot product) in
+ * fixed trees. The grid's scheduling decides only when each of these runs, never the order of the
+ * operations, so two runs give bitwise-identical results.
+ *
+ * Sharding: E and C may be split by rows; the tiles pass is dispatched once per (E shard, C shard)
+ * with the shard's first token and first vocab index in a uniform block. Each C shard gets its own
+ * share of the S splits (at least one), so a tile never straddles two bindings, and the global
+ * split index orders the workspace. Ragged edges (any n, v, d ≥ 1) are masked in the kernel.
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, rowsPerBinding } from "../gpu/tensor.ts";
+import type { Dtype, LceOptions, Shape } from "../core/options.ts";
+import {
+  type AccSlot,
+  accSlots,
+  accVecs,
+  dtypeHelpers,
+  enableDirectives,
+  gemmMainloop,
+  gemmShared,
+  gemmThreadCoords,
+  type GemmTile,
+  loadF32,
+  TILE_LARGE,
+  TILE_SMALL,
+  tileThreads,
+  validateTile,
+  wgslStorageType,
+} from "./gemm_codegen.ts";
+import { lossConstants, LSE_MERGE } from "./wgsl_common.ts";
+import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "./column_sum.ts";
+
+/** Shape and storage dtype of the problem. */
+export interface FusedForwardSpec extends Shape {
+  dtype: Dtype;
+}
+
+/**
+ * How Σ_v z_nv is obtained: `identity` as E_n·colsum(C) (only without softcap; with softcap the
+ * tiles sum instead), `in-kernel` by summing the logits inside the tiles.
+ */
+export type SmoothingMode = "identity" | "in-kernel";
+
+/** Options of {@link prepareFusedForward}. */
+export interface FusedForwardOptions {
+  spec: FusedForwardSpec;
+  opts: LceOptions;
+  /** GEMM tile (default: 128×128 on hardware adapters, 64×64 on software ones). */
+  tile?: GemmTile;
+  /** Smoothing term variant (default `identity`). */
+  smoothing?: SmoothingMode;
+  /** Vocab splits S (default: {@link defaultVocabSplits}). */
+  vocabSplits?: number;
+  /** Compile the per-token calibration statistics (required to pass `tokenStats` to record). */
+  tokenStats?: boolean;
+  /** Where the tiles keep their running row state (default `tile`). */
+  tileState?: TileState;
+  /** `tile` state: rows of a thread reduced per round (default {@link tileRowsPerRound}). */
+  roundRows?: number;
+}
+
+/** Tensors of {@link PreparedFusedForward.record}. */
+export interface FusedForwardArgs {
+  /** n×d and v×d in the prepared dtype, sharded by rows as they are. */
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Outputs, n×1 f32, one shard each: log-sum-exp and loss row (0 for ignored rows). */
+  lse: DeviceTensor;
+  lossRows: DeviceTensor;
+  /**
+   * Optional n×4 f32 output, one shard: max logit, argmax (first index of the max, as an exact
+   * f32 integer), Σ_v p_nv·z_nv, and the entropy LSE − Σ p·z (nats).
+   */
+  tokenStats?: DeviceTensor;
+}
+
+/** What the smoothing term costs where: resolved from the options. */
+export type SmoothingPlan = "none" | "identity" | "in-kernel";
+
+/** A compiled fused forward. */
+export interface PreparedFusedForward {
+  /** Tile in use. */
+  readonly tile: GemmTile;
+  /** How the smoothing term is computed (`none` when β = 0). */
+  readonly smoothing: SmoothingPlan;
+  /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
+  readonly vocabSplits: number;
+  /** Records the passes; workspace buffers are released after the submission. */
+  record(rec: Recorder, a: FusedForwardArgs): void;
+  /**
+   * Workspace bytes that record allocates (and releases) for a problem of `spec` (default: the
+   * prepared one), with C sharded as createTensor shards it by default on this context unless
+   * `cShardRows` gives the shards, and with the token stats when `tokenStats` (default: whether
+   * they were prepared).
+   */
+  workspaceBytes(
+    spec?: FusedForwardSpec,
+    o?: { cShardRows?: number[]; tokenStats?: boolean },
+  ): number;
+}
+
+/** Vocab splits of one C shard. */
+export interface ShardSplits {
+  /** Vocab tiles in the shard. */
+  tiles: number;
+  /** Splits (workgroup columns) of the shard, 1 ≤ splits ≤ tiles. */
+  splits: number;
+  /** Global index of the shard's first split. */
+  base: number;
+}
+
+/**
+ * Splits per C shard: `s` shared out in proportion to each shard's tiles, at least one and at
+ * most one per tile. Returns the per-shard plan and the total S (workspace columns).
+ */
+export function splitPlan(
+  shardRows: number[],
+  bn: number,
+  s: number,
+): { shards: ShardSplits[]; total: number } {
+  const tiles = shardRows.map((r) => Math.ceil(r / bn));
+  const all = tiles.reduce((a, b) => a + b, 0);
+  let base = 0;
+  const shards = tiles.map((t) => {
+    const splits = Math.max(1, Math.min(t, Math.round((s * t) / all)));
+    const out = { tiles: t, splits, base };
+    base += splits;
+    return out;
+  });
+  return { shards, total: base };
+}
+
+/** Workgroups the tiles pass aims for on a hardware adapter (several waves on a 132-SM GPU). */
+export const TARGET_WORKGROUPS = 1024;
+/** Largest split workspace (max, sumexp pairs) the default S allows. */
+export const SPLIT_WORKSPACE_BUDGET = 1 << 20;
+
+/**
+ * The default S: enough splits for about {@link TARGET_WORKGROUPS} workgroups with the token
+ * blocks (16 on a software adapter, which has few cores), at most one per vocab tile, and the
+ * (max, sumexp) workspace n·S·8 within {@link SPLIT_WORKSPACE_BUDGET}. At the paper's shape
+ * (n = 8192, 64 token blocks of 128) this gives S = 16 and a 1 MiB workspace.
+ */
+export function defaultVocabSplits(
+  ctx: GpuContext,
+  spec: Shape,
+  tile: GemmTile,
+): number {
+  const blocks = Math.ceil(spec.n / tile.bm);
+  const target = ctx.report.isFallbackAdapter ? 16 : TARGET_WORKGROUPS;
+  const want = Math.ceil(target / blocks);
+  const budget = Math.floor(SPLIT_WORKSPACE_BUDGET / (spec.n * 8));
+  return Math.max(1, Math.min(want, budget, Math.ceil(spec.v / tile.bn)));
+}
+
+/** Options of the tiles kernel (what its source depends on). */
+export interface FusedTilesKernelOptions {
+  tile: GemmTile;
+  dtype: Dtype;
+  /** Softcap s, or undefined. */
+  softcap?: number;
+  /** Sum the (capped) logits per split. */
+  sumZ: boolean;
+  /** Track argmax and Σexp(z − m)·z. */
+  stats: boolean;
+  /** Where the running row state lives between tiles (default `tile`); see {@link TileState}. */
+  state?: TileState;
+  /** `tile` state: a thread's rows reduced per round (default {@link tileRowsPerRound}). */
+  roundRows?: number;
+}
+
+/**
+ * Where the tiles kernel keeps the running (max, sumexp) state of its rows across its vocab tiles:
+ *
+ * - `tile` (default): each tile's rows are reduced across the threads that share them, through a
+ *   small workgroup scratch (2 of a thread's TM rows per round, so 2·THREADS·8 bytes), and one
+ *   owner thread per row keeps the row's running pair in two registers. Costs 2·TM/2 − 1 barriers
+ *   and 16 exps per owner per tile (noise next to the tile's d·BM·BN FMAs) and keeps both the
+ *   register count and the workgroup memory close to the plain GEMM's, which is what the GEMM's
+ *   occupancy, and so its speed, depends on (on an H200, 128×128×8 ran 288 ms at the paper's
+ *   shape with ≤ 17 KiB of workgroup memory and 354 ms with 8 KiB more).
+ * - `registers`: each thread keeps a running pair per row in registers (2·TM more registers) and
+ *   the threads sharing a row are merged once, at the end of the workgroup's vocab range.
+ */
+export type TileState = "tile" | "registers";
+
+const NO_TARGET = "0xffffffffu"; // a local target no tile holds
+/** Floats per scratch array in `tile` state: rows per round = this / THREADS (≥ 1). */
+const SCRATCH_FLOATS = 512;
+
+/** Rows of a thread reduced per round in `tile` state (a power of two dividing TM). */
+export function tileRowsPerRound(t: GemmTile): number {
+  let r = 1;
+  while (r * 2 <= t.tm && t.tm % (r * 2) === 0 && r * 2 * tileThreads(t) <= SCRATCH_FLOATS) r *= 2;
+  return r;
+}
+
+/**
+ * WGSL of the tiles pass. Params: rows (E shard), rowStart, vRows (C shard), vStart, d, tiles,
+ * splits, splitBase, sTotal. Bindings: params, e, c, targets, ws, [wsz], [wsx], zt (target logits).
+ */
+export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
+  validateTile(o.tile);
+  const t = o.tile;
+  const state = o.state ?? "tile";
+  const threads = tileThreads(t);
+  const tx = t.bn / t.tn;
+  if (state === "tile" && t.bm > threads) {
+    throw new RangeError(`tile state needs BM ≤ threads, got ${JSON.stringify(t)}`);
+  }
+  const slots = accSlots(t);
+  const rows: { i: number; g: number; r: number; slots: AccSlot[]; row: string }[] = [];
+  for (const s of slots) {
+    const i = s.g * 4 + s.r;
+    rows[i] ??= { i, g: s.g, r: s.r, slots: [], row: s.row };
+    rows[i].slots.push(s);
+  }
+  const bindings: string[] = [];
+  let b = 0;
+  const bind = (decl: string) => bindings.push(`@group(0) @binding(${b++}) ${decl};`);
+  bind("var<uniform> P: Params");
+  bind(`var<storage, read> e: array<${wgslStorageType(o.dtype)}>`);
+  bind(`var<storage, read> c: array<${wgslStorageType(o.dtype)}>`);
+  bind("var<storage, read> targets: array<i32>");
+  bind("var<storage, read_write> ws: array<vec2<f32>>");
+  if (o.sumZ) bind("var<storage, read_write> wsz: array<f32>");
+  if (o.stats) bind("var<storage, read_write> wsx: array<vec2<f32>>");
+  bind("var<storage, read_write> zt: array<f32>");
+  const sum = (xs: string[]) => _tree(xs, (a, b) => `(${a} + ${b})`);
+  // A slot's column minus 4·tn, as an i32 literal: comparing it with per-tile values (vlim − 4·tn)
+  // leaves no per-column loop invariants for the compiler to hoist into registers.
+  const cc = (s: AccSlot) => `${s.h * (t.bn / (t.tn / 4)) + s.c}i`;
+
+  /** Statements computing z_j (capped), v_j (in range), q_j (masked) and the row max mx. */
+  const rowValues = (ss: AccSlot[]) => {
+    const lines = ss.map((s, j) =>
+      `let z${j} = softcap(${s.expr}); let v${j} = ${
+        cc(s)
+      } < lim; let q${j} = select(NEG_INF, z${j}, v${j});`
+    );
+    lines.push(`let mx = ${_tree(ss.map((_, j) => `q${j}`), (a, b) => `max(${a}, ${b})`)};`);
+    return lines;
+  };
+  /** `am`: the first of the thread's columns (minus 4·tn) holding mx. */
+  const argmaxOf = (ss: AccSlot[]) =>
+    `var am = ${cc(ss[ss.length - 1])};\n    ${
+      ss.slice(0, -1).map((s, j) => ({ s, j })).reverse().map(({ s, j }) =>
+        `am = select(am, ${cc(s)}, q${j} == mx);`
+      ).join(" ")
+    }`;
+  /** Writes the target logit from the one thread holding it. */
+  const targetWrite = (ss: AccSlot[], tg: string, row: string) =>
+    `{
+      let lt = ${tg} - n0;
+      if (lt < vcap) {
+        let rel = i32(lt) - i32(4u * tn);
+        ${
+      ss.map((s, j) => `if (rel == ${cc(s)}) { zt[P.rowStart + m0 + ${row}] = z${j}; }`).join(
+        "\n        ",
+      )
+    }
+      }
+    }`;
+
+  let decls: string, init: string, epilogue: string, finish: string;
+  if (state === "registers") {
+    decls = `var<workgroup> red_ms: array<vec2<f32>, ${threads}>;
+${o.sumZ ? `var<workgroup> red_z: array<f32, ${threads}>;` : ""}
+${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
+    init = rows.map(({ i, row }) =>
+      `var tg_${i} = ${NO_TARGET};
+  { let lr = m0 + ${row}; if (lr < P.rows) { tg_${i} = u32(targets[P.rowStart + lr]) - P.vStart; } }
+  var st_m_${i} = NEG_INF;
+  var st_s_${i} = 0.0;${o.sumZ ? ` var st_z_${i} = 0.0;` : ""}${
+        o.stats ? ` var st_a_${i} = 0u; var st_w_${i} = 0.0;` : ""
+      }`
+    ).join("\n  ");
+    epilogue = rows.map(({ i, row, slots: ss }) => {
+      const lines = rowValues(ss);
+      lines.push(`if (mx > st_m_${i}) {
+      let sc = exp(st_m_${i} - mx);
+      st_s_${i} *= sc;${o.stats ? ` st_w_${i} *= sc;` : ""}
+      st_m_${i} = mx;${
+        o.stats
+          ? `\n      ${argmaxOf(ss)}\n      st_a_${i} = P.vStart + n0 + 4u * tn + u32(am);`
+          : ""
+      }
+    }`);
+      ss.forEach((_, j) => lines.push(`let p${j} = select(0.0, exp(q${j} - st_m_${i}), v${j});`));
+      lines.push(`st_s_${i} += ${sum(ss.map((_, j) => `p${j}`))};`);
+      if (o.stats) lines.push(`st_w_${i} += ${sum(ss.map((_, j) => `p${j} * z${j}`))};`);
+      if (o.sumZ) {
+        lines.push(`st_z_${i} += ${sum(ss.map((_, j) => `select(0.0, z${j}, v${j})`))};`);
+      }
+      lines.push(targetWrite(ss, `tg_${i}`, row));
+      return `{\n    ${lines.join("\n    ")}\n  }`;
+    }).join("\n  ");
+    finish = rows.map(({ i, row }) =>
+      `red_ms[lid] = vec2<f32>(st_m_${i}, st_s_${i});${o.sumZ ? ` red_z[lid] = st_z_${i};` : ""}${
+        o.stats ? ` red_x[lid] = vec2<f32>(bitcast<f32>(st_a_${i}), st_w_${i});` : ""
+      }
+  workgroupBarrier();
+  if (tn == 0u) {
+    let lr = m0 + ${row};
+    if (lr < P.rows) {
+      let base = tm * ${tx}u;
+      var a = red_ms[base];${o.sumZ ? "\n      var zs = red_z[base];" : ""}${
+        o.stats ? "\n      var ax = red_x[base];" : ""
+      }
+      for (var j = 1u; j < ${tx}u; j++) {
+        let bb = red_ms[base + j];${o.sumZ ? "\n        zs += red_z[base + j];" : ""}${
+        o.stats ? "\n        ax = stats_merge(a, ax, bb, red_x[base + j]);" : ""
+      }
+        a = lse_merge(a, bb);
+      }
+      let o = (P.rowStart + lr) * P.sTotal + P.splitBase + wg.x;
+      ws[o] = a;${o.sumZ ? "\n      wsz[o] = zs;" : ""}${o.stats ? "\n      wsx[o] = ax;" : ""}
+    }
+  }
+  workgroupBarrier();`
+    ).join("\n  ");
+  } else {
+    const R = o.roundRows ?? tileRowsPerRound(t);
+    if (!(R >= 1 && t.tm % R === 0)) throw new RangeError(`roundRows ${R} must divide TM ${t.tm}`);
+    const rounds = t.tm / R;
+    const arr = (name: string, ty = "f32") =>
+      `var<workgroup> ${name}: array<${ty}, ${R * threads}>;`;
+    decls = [
+      `var<workgroup> sh_tg: array<u32, ${t.bm}>;`,
+      arr("scr_m"),
+      arr("scr_s"),
+      o.sumZ ? arr("scr_z") : "",
+      o.stats ? `${arr("scr_a", "u32")}\n${arr("scr_w")}` : "",
+    ].join("\n");
+    init = `for (var r = lid; r < ${t.bm}u; r += ${threads}u) {
+    var tg = ${NO_TARGET};
+    let lr = m0 + r;
+    if (lr < P.rows) { tg = u32(targets[P.rowStart + lr]) - P.vStart; }
+    sh_tg[r] = tg;
+  }
+  // thread lid < BM owns tile row lid = g·(BM/RG) + r + 4·tm: slot g·4 + r of thread row tm
+  var own_m = NEG_INF; var own_s = 0.0;${o.sumZ ? " var own_z = 0.0;" : ""}${
+      o.stats ? " var own_a = 0u; var own_w = 0.0;" : ""
+    }
+  var own_round = 0xffffffffu;
+  var own_base = 0u;
+  if (lid < ${t.bm}u) {
+    let rem = lid % ${t.bm / (t.tm / 4)}u;
+    let slot = (lid / ${t.bm / (t.tm / 4)}u) * 4u + rem % 4u;
+    own_round = slot / ${R}u;
+    own_base = (slot % ${R}u) * ${threads}u + (rem / 4u) * ${tx}u;
+  }`;
+    const merge = `{
+      var mm = scr_m[own_base];
+      for (var j = 1u; j < ${tx}u; j++) { mm = max(mm, scr_m[own_base + j]); }
+      var ss = 0.0;${o.sumZ ? " var zz = 0.0;" : ""}${
+      o.stats ? " var aa = 0xffffffffu; var ww = 0.0;" : ""
+    }
+      for (var j = 0u; j < ${tx}u; j++) {
+        let mj = scr_m[own_base + j];
+        let f = exp(mj - mm);
+        ss += scr_s[own_base + j] * f;${o.sumZ ? "\n        zz += scr_z[own_base + j];" : ""}${
+      o.stats
+        ? "\n        ww += scr_w[own_base + j] * f;\n        if (mj == mm) { aa = min(aa, scr_a[own_base + j]); }"
+        : ""
+    }
+      }
+      if (mm > own_m) {
+        let sc = exp(own_m - mm);
+        own_s = own_s * sc + ss;${o.stats ? " own_w = own_w * sc + ww; own_a = aa;" : ""}
+        own_m = mm;
+      } else {
+        let sc = exp(mm - own_m);
+        own_s += ss * sc;${o.stats ? " own_w += ww * sc;" : ""}
+      }${o.sumZ ? "\n      own_z += zz;" : ""}
+    }`;
+    const parts: string[] = [];
+    for (let q = 0; q < rounds; q++) {
+      for (let k = 0; k < R; k++) {
+        const { slots: ss, row } = rows[q * R + k];
+        const at = `${k * threads}u + lid`;
+        const lines = rowValues(ss);
+        ss.forEach((_, j) => lines.push(`let p${j} = select(0.0, exp(q${j} - mx), v${j});`));
+        lines.push(`scr_m[${at}] = mx;`, `scr_s[${at}] = ${sum(ss.map((_, j) => `p${j}`))};`);
+        if (o.sumZ) {
+          lines.push(`scr_z[${at}] = ${sum(ss.map((_, j) => `select(0.0, z${j}, v${j})`))};`);
+        }
+        if (o.stats) {
+          lines.push(
+            argmaxOf(ss),
+            `scr_a[${at}] = P.vStart + n0 + 4u * tn + u32(am);`,
+            `scr_w[${at}] = ${sum(ss.map((_, j) => `p${j} * z${j}`))};`,
+          );
+        }
+        lines.push(targetWrite(ss, `sh_tg[${row}]`, row));
+        parts.push(`{\n    ${lines.join("\n    ")}\n  }`);
+      }
+      parts.push("workgroupBarrier();");
+      parts.push(`if (own_round == ${q}u) ${merge}`);
+      // the last round's scratch is next written after the next tile's GEMM barriers
+      if (q < rounds - 1) parts.push("workgroupBarrier();");
+    }
+    epilogue = parts.join("\n  ");
+    finish = `if (lid < ${t.bm}u) {
+    let lr = m0 + lid;
+    if (lr < P.rows) {
+      let o = (P.rowStart + lr) * P.sTotal + P.splitBase + wg.x;
+      ws[o] = vec2<f32>(own_m, own_s);${o.sumZ ? "\n      wsz[o] = own_z;" : ""}${
+      o.stats ? "\n      wsx[o] = vec2<f32>(bitcast<f32>(own_a), own_w);" : ""
+    }
+    }
+  }`;
+  }
+  return `${enableDirectives([o.dtype])}
+${lossConstants({ beta: 0, softcap: o.softcap, ignoreIndex: -100, reduction: "none" }, 1)}
+${state === "registers" ? LSE_MERGE : ""}
+${o.stats && state === "registers" ? STATS_MERGE : ""}
+struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
+  splitBase: u32, sTotal: u32, _a: u32, _b: u32, _c: u32 };
+${bindings.join("\n")}
+${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${gemmShared({ tile: t })}
+${decls}
+@compute @workgroup_size(${threads})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  let m0 = wg.y * ${t.bm}u;
+  let tBegin = (wg.x * P.tiles) / P.splits;
+  let tEnd = ((wg.x + 1u) * P.tiles) / P.splits;
+  ${init}
+  ${accVecs(t).map((v) => `var ${v}: vec4<f32>;`).join(" ")}
+  for (var it = tBegin; it < tEnd; it++) {
+    let n0 = it * ${t.bn}u;
+    ${accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ")}
+    ${
+    gemmMainloop({
+      tile: t,
+      a: { dtype: o.dtype, contig: "k" },
+      b: { dtype: o.dtype, contig: "k" },
+      aBuf: "e",
+      bBuf: "c",
+      M: "P.rows",
+      N: "P.vRows",
+      K: "P.d",
+      m0: "m0",
+      n0: "n0",
+      aOff: "0u",
+      sAm: "P.d",
+      sAk: "1u",
+      bOff: "0u",
+      sBn: "P.d",
+      sBk: "1u",
+    }, false)
+  }
+    let vlim = P.vRows - n0;
+    let vcap = min(vlim, ${t.bn}u);
+    let lim = i32(vlim) - i32(4u * tn);
+  ${epilogue}
+  }
+  ${finish}
+}
+`;
+}
+
+/** Pairwise combination of expressions (a balanced tree, so sums round like pairwise sums). */
+function _tree(xs: string[], op: (a: string, b: string) => string): string {
+  let cur = xs;
+  while (cur.length > 1) {
+    const next: string[] = [];
+    for (let i = 0; i < cur.length; i += 2) {
+      next.push(i + 1 < cur.length ? op(cur[i], cur[i + 1]) : cur[i]);
+    }
+    cur = next;
+  }
+  return cur[0];
+}
+
+/**
+ * `fn stats_merge(a, ax, b, bx) -> vec2<f32>`: merges the calibration partials (argmax bits,
+ * Σexp(z − m)·z) of two (max, sumexp) pairs a and b (before a itself is merged): the argmax of the
+ * larger max (the smaller index on a tie), and the sums rescaled to the common max.
+ */
+const STATS_MERGE =
+  `fn stats_merge(a: vec2<f32>, ax: vec2<f32>, b: vec2<f32>, bx: vec2<f32>) -> vec2<f32> {
+  let m = max(a.x, b.x);
+  var arg = ax.x;
+  if (b.x > a.x || (b.x == a.x && bitcast<u32>(bx.x) < bitcast<u32>(ax.x))) { arg = bx.x; }
+  if (m <= NEG_INF) { return vec2<f32>(arg, 0.0); }
+  return vec2<f32>(arg, ax.y * exp(a.x - m) + bx.y * exp(b.x - m));
+}
+`;
+
+/** Options of the merge kernel. */
+export interface FusedMergeKernelOptions {
+  dtype: Dtype;
+  opts: LceOptions;
+  v: number;
+  smoothing: SmoothingPlan;
+  stats: boolean;
+}
+
+const MERGE_WG = 64;
+
+/**
+ * WGSL of the merge pass. Params: rows (E shard), rowStart, sTotal, d. Bindings: params, ws,
+ * [wsz], [wsx], targets, [e, colsum], lse, lossRows (holds the target logits on entry), [stats].
+ */
+export function fusedMergeWgsl(o: FusedMergeKernelOptions): string {
+  const bindings: string[] = [];
+  let b = 0;
+  const bind = (decl: string) => bindings.push(`@group(0) @binding(${b++}) ${decl};`);
+  bind("var<uniform> P: Params");
+  bind("var<storage, read> ws: array<vec2<f32>>");
+  if (o.smoothing === "in-kernel") bind("var<storage, read> wsz: array<f32>");
+  if (o.stats) bind("var<storage, read> wsx: array<vec2<f32>>");
+  bind("var<storage, read> targets: array<i32>");
+  if (o.smoothing === "identity") {
+    bind(`var<storage, read> e: array<${wgslStorageType(o.dtype)}>`);
+    bind("var<storage, read> colsum: array<f32>");
+  }
+  bind("var<storage, read_write> lse: array<f32>");
+  bind("var<storage, read_write> loss_rows: array<f32>");
+  if (o.stats) bind("var<storage, read_write> token_stats: array<f32>");
+  const dot = o.smoothing === "identity"
+    ? `var acc = 0.0;
+    for (var k = lid; k < P.d; k += ${MERGE_WG}u) {
+      acc = fma(${loadF32("e", o.dtype, "r * P.d + k")}, colsum[k], acc);
+    }
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var w = ${MERGE_WG / 2}u; w > 0u; w >>= 1u) {
+      if (lid < w) { red[lid] += red[lid + w]; }
+      workgroupBarrier();
+    }`
+    : "";
+  const zsum = o.smoothing === "identity"
+    ? "let zsum = red[0];"
+    : o.smoothing === "in-kernel"
+    ? `var zsum = wsz[base];
+      for (var j = 1u; j < P.sTotal; j++) { zsum += wsz[base + j]; }`
+    : "";
+  const smooth = o.smoothing === "none" ? "" : " - (BETA / VOCAB) * zsum";
+  return `${enableDirectives(o.smoothing === "identity" ? [o.dtype] : [])}
+${lossConstants(o.opts, o.v)}
+${LSE_MERGE}
+${o.stats ? STATS_MERGE : ""}
+struct Params { rows: u32, rowStart: u32, sTotal: u32, d: u32 };
+${bindings.join("\n")}
+${o.smoothing === "identity" ? dtypeHelpers([{ name: "e", dtype: o.dtype }]) : ""}
+var<workgroup> red: array<f32, ${MERGE_WG}>;
+@compute @workgroup_size(${MERGE_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var r = wg.x; r < P.rows; r += nwg.x) {
+    let row = P.rowStart + r;
+    ${dot}
+    if (lid == 0u) {
+      let base = row * P.sTotal;
+      var a = ws[base];${o.stats ? "\n      var ax = wsx[base];" : ""}
+      for (var j = 1u; j < P.sTotal; j++) {
+        let bb = ws[base + j];${
+    o.stats ? "\n        ax = stats_merge(a, ax, bb, wsx[base + j]);" : ""
+  }
+        a = lse_merge(a, bb);
+      }
+      ${zsum}
+      let l = a.x + log(a.y);
+      lse[row] = l;
+      var loss = l - (1.0 - BETA) * loss_rows[row]${smooth};
+      if (targets[row] == IGNORE) { loss = 0.0; }
+      loss_rows[row] = loss;${
+    o.stats
+      ? `
+      let pz = ax.y / a.y;
+      token_stats[4u * row] = a.x;
+      token_stats[4u * row + 1u] = f32(bitcast<u32>(ax.x));
+      token_stats[4u * row + 2u] = pz;
+      token_stats[4u * row + 3u] = l - pz;`
+      : ""
+  }
+    }
+    workgroupBarrier();
+  }
+}
+`;
+}
+
+/** Workgroup memory of the tiles kernel in bytes (GEMM staging plus the row reductions). */
+export function fusedTilesWorkgroupBytes(
+  t: GemmTile,
+  o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number },
+): number {
+  const threads = tileThreads(t);
+  const staging = (t.bk * (t.bm / 4 + 1) + t.bk * (t.bn / 4 + 1)) * 16;
+  const perPartial = 8 + (o.sumZ ? 4 : 0) + (o.stats ? 8 : 0);
+  if ((o.state ?? "tile") === "registers") return staging + threads * perPartial;
+  return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
+}
+
+/** The tile used when none is given: 128×128 on hardware adapters, 64×64 on software ones. */
+export function defaultFusedTile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_LARGE;
+}
+
+const bytes4 = (b: number) => Math.max(4, Math.ceil(b / 4) * 4);
+const tensorBytes = (b: number) => bytes4(Math.ceil(b / 16) * 16);
+
+/** Compiles the fused forward for a problem. */
+export async function prepareFusedForward(
+  ctx: GpuContext,
+  o: FusedForwardOptions,
+): Promise<PreparedFusedForward> {
+  const { spec, opts } = o;
+  const tile = o.tile ?? defaultFusedTile(ctx);
+  validateTile(tile);
+  const stats = o.tokenStats ?? false;
+  const smoothing: SmoothingPlan = opts.beta === 0
+    ? "none"
+    : opts.softcap !== undefined || o.smoothing === "in-kernel"
+    ? "in-kernel"
+    : "identity";
+  const sumZ = smoothing === "in-kernel";
+  const state = o.tileState ?? "tile";
+  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows: o.roundRows });
+  if (wgMem > ctx.device.limits.maxComputeWorkgroupStorageSize) {
+    throw new RangeError(
+      `fused forward: tile ${JSON.stringify(tile)} needs ${wgMem} bytes of workgroup memory, ` +
+        `more than the ${ctx.device.limits.maxComputeWorkgroupStorageSize} available`,
+    );
+  }
+  const splits = o.vocabSplits ?? defaultVocabSplits(ctx, spec, tile);
+  if (!Number.isInteger(splits) || splits < 1) {
+    throw new RangeError(`fused forward: vocabSplits must be a positive integer, got ${splits}`);
+  }
+  const compile = async (withStats: boolean) => ({
+    tiles: await ctx.pipeline(
+      fusedTilesWgsl({
+        tile,
+        dtype: spec.dtype,
+        softcap: opts.softcap,
+        sumZ,
+        stats: withStats,
+        state,
+        roundRows: o.roundRows,
+      }),
+      "fused_forward_tiles",
+    ),
+    merge: await ctx.pipeline(
+      fusedMergeWgsl({ dtype: spec.dtype, opts, v: spec.v, smoothing, stats: withStats }),
+      "fused_forward_merge",
+    ),
+  });
+  const plain = await compile(false);
+  const withStats = stats ? await compile(true) : undefined;
+  const colsum: PreparedColumnSum | undefined = smoothing === "identity"
+    ? await prepareColumnSum(ctx, { dtype: spec.dtype })
+    : undefined;
+  const workspaceFor = (s: FusedForwardSpec, cRows: number[], withStats: boolean) => {
+    const sTotal = splitPlan(cRows, tile.bn, splits).total;
+    let bytes = bytes4(s.n * sTotal * 8);
+    if (smoothing === "in-kernel") bytes += bytes4(s.n * sTotal * 4);
+    if (withStats) bytes += bytes4(s.n * sTotal * 8);
+    if (smoothing === "identity") {
+      bytes += tensorBytes(s.d * 4) + columnSumPlan(cRows, s.d, ctx.maxBindingBytes).workspaceBytes;
+    }
+    return bytes;
+  };
+  return {
+    tile,
+    smoothing,
+    vocabSplits: splits,
+    workspaceBytes(s = spec, w = {}) {
+      let cRows = w.cShardRows;
+      if (!cRows) {
+        const per = rowsPerBinding(ctx, s.dtype, s.d);
+        cRows = [];
+        for (let r = 0; r < s.v; r += per) cRows.push(Math.min(per, s.v - r));
+      }
+      return workspaceFor(s, cRows, w.tokenStats ?? stats);
+    },
+    record(rec, a) {
+      const { e, c, targets, lse, lossRows } = a;
+      const n = e.rows, d = e.cols, v = c.rows;
+      const one = (t: DeviceTensor, rows: number, cols: number, dt: string, name: string) => {
+        if (t.rows !== rows || t.cols !== cols || t.dtype !== dt || t.shards.length !== 1) {
+          throw new RangeError(
+            `fused forward: ${name} is ${t.rows}×${t.cols} ${t.dtype} in ${t.shards.length} shards, expected ${rows}×${cols} ${dt} in one`,
+          );
+        }
+      };
+      if (
+        e.dtype !== spec.dtype || c.dtype !== spec.dtype || c.cols !== d || n !== spec.n ||
+        v !== spec.v || d !== spec.d
+      ) {
+        throw new RangeError(
+          `fused forward: E ${n}×${d} ${e.dtype}, C ${v}×${c.cols} ${c.dtype}, prepared for ${
+            JSON.stringify(spec)
+          }`,
+        );
+      }
+      one(targets, n, 1, "i32", "targets");
+      one(lse, n, 1, "f32", "lse");
+      one(lossRows, n, 1, "f32", "lossRows");
+      if (a.tokenStats) {
+        if (!stats) throw new RangeError("fused forward: prepared without tokenStats");
+        one(a.tokenStats, n, 4, "f32", "tokenStats");
+      }
+      const pipes = a.tokenStats ? withStats! : plain;
+      const plan = splitPlan(c.shards.map((s) => s.rows), tile.bn, splits);
+      const sTotal = plan.total;
+      const ws = ctx.createBuffer({
+        size: n * sTotal * 8,
+        role: "workspace",
+        label: "lse partials",
+      });
+      const wsz = smoothing === "in-kernel"
+        ? ctx.createBuffer({ size: n * sTotal * 4, role: "workspace", label: "Σz partials" })
+        : undefined;
+      const wsx = a.tokenStats
+        ? ctx.createBuffer({ size: n * sTotal * 8, role: "workspace", label: "stats partials" })
+        : undefined;
+      let cs: DeviceTensor | undefined;
+      if (colsum) {
+        cs = createTensor(ctx, {
+          dtype: "f32",
+          rows: d,
+          cols: 1,
+          role: "workspace",
+          label: "colsum",
+        });
+        colsum.record(rec, { c, out: cs });
+      }
+      const zt = lossRows.shards[0].buffer;
+      rec.pass("fused forward tiles", (p) => {
+        for (const es of e.shards) {
+          const blocks = Math.ceil(es.rows / tile.bm);
+          if (blocks > 65535) throw new RangeError(`fused forward: ${blocks} token blocks`);
+          c.shards.forEach((cshard, i) => {
+            const sp = plan.shards[i];
+            const u = rec.uniform(
+              new Uint32Array([
+                es.rows,
+                es.rowStart,
+                cshard.rows,
+                cshard.rowStart,
+                d,
+                sp.tiles,
+                sp.splits,
+                sp.base,
+                sTotal,
+                0,
+                0,
+                0,
+              ]),
+              "fused tiles params",
+            );
+            const bufs = [u, es.buffer, cshard.buffer, targets.shards[0].buffer, ws];
+            if (wsz) bufs.push(wsz);
+            if (wsx) bufs.push(wsx);
+            bufs.push(zt);
+            p.dispatch(pipes.tiles, rec.bindGroup(pipes.tiles, bufs), sp.splits, blocks);
+          });
+        }
+      });
+      rec.pass("fused forward merge", (p) => {
+        for (const es of e.shards) {
+          const u = rec.uniform(
+            new Uint32Array([es.rows, es.rowStart, sTotal, d]),
+            "fused merge params",
+          );
+          const bufs = [u, ws];
+          if (wsz) bufs.push(wsz);
+          if (wsx) bufs.push(wsx);
+          bufs.push(targets.shards[0].buffer);
+          if (cs) bufs.push(es.buffer, cs.shards[0].buffer);
+          bufs.push(lse.shards[0].buffer, lossRows.shards[0].buffer);
+          if (a.tokenStats) bufs.push(a.tokenStats.shards[0].buffer);
+          p.dispatch(pipes.merge, rec.bindGroup(pipes.merge, bufs), Math.min(es.rows, 65535));
+        }
+      });
+      rec.release(ws, wsz, wsx, cs?.shards[0].buffer);
+    },
+  };
+}

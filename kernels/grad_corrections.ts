@@ -1,0 +1,396 @@
+/**
+ * The exact sparse and rank-one parts of the gradient, which the tiled (filtered) kernels of
+ * kernels/fused_backward.ts never see, so a gradient filter can never drop them.
+ *
+ * With the per-token weight w_n, the target coefficient a_n = −w_n·(1−β)·f'(z_{n,t_n}) (f' the
+ * softcap derivative 1 − (z/s)², 1 without softcap) and b_n = −(β/|V|)·w_n:
+ *
+ * - dE_n = a_n·C_{t_n} + b_n·Σ_v C_v   (written: this initialises dE);
+ * - dC_v = −(β/|V|)·Σ_n w_n·E_n         (written: initialises dC), then
+ * - dC_{t_n} += a_n·E_n                  (the target scatter).
+ *
+ * With softcap, z_{n,t_n} is recomputed per token as softcap(E_n·C_{t_n}) (a tree-reduced dot
+ * product). Σ_v C_v comes from kernels/column_sum.ts, Σ_n w_n·E_n from the weighted column sum of
+ * kernels/vocab_sort.ts.
+ *
+ * The scatter is deterministic without float atomics: the (target, token) pairs are sorted with
+ * the bitonic pair sort of kernels/vocab_sort.ts, and one workgroup per run of equal targets adds
+ * the run's a_n·E_n in token order into that row of dC (each row is owned by exactly one run).
+ * With E or dC split into several bindings, one dispatch per (E shard, dC shard) adds the tokens
+ * of that E shard, shards in order. Everything here is bitwise reproducible.
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
+import type { Dtype, LceOptions } from "../core/options.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
+import { f32Lit, lossConstants } from "./wgsl_common.ts";
+import { prepareColumnSum } from "./column_sum.ts";
+import { paddedSortLength, preparePairSort, prepareWeightedColumnSum } from "./vocab_sort.ts";
+
+const DOT_WG = 64;
+const SCATTER_WG = 128;
+
+/** Whether the target terms exist (β < 1) and the smoothing terms exist (β > 0). */
+function _terms(o: LceOptions): { target: boolean; smooth: boolean } {
+  return { target: o.beta < 1, smooth: o.beta > 0 };
+}
+
+/**
+ * WGSL of the target coefficients a_n = −w_n(1−β)·f'(z_t) without softcap (f' = 1): elementwise.
+ * Params: n. Bindings: params, targets, w, a.
+ */
+export function targetCoefPlainWgsl(o: LceOptions): string {
+  return `struct Params { n: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> targets: array<i32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> a: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let i = gid.x;
+  if (i >= P.n) { return; }
+  a[i] = select(-w[i] * ${f32Lit(1 - o.beta)}, 0.0, targets[i] == ${o.ignoreIndex});
+}
+`;
+}
+
+/**
+ * WGSL of the target coefficients with softcap: one workgroup per token recomputes
+ * z_t = softcap(E_n·C_{t_n}) when t_n lies in the bound C shard. Params: eRows, eR0, cRows, cR0,
+ * d, first (write 0 for ignored tokens). Bindings: params, e, c, targets, w, a.
+ */
+export function targetCoefSoftcapWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { eRows: u32, eR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> e: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(2) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(3) var<storage, read> targets: array<i32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read_write> a: array<f32>;
+${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+var<workgroup> red: array<f32, ${DOT_WG}>;
+var<workgroup> s_t: i32;
+@compute @workgroup_size(${DOT_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var r = wg.x; r < P.eRows; r += nwg.x) {
+    let n = P.eR0 + r;
+    if (lid == 0u) { s_t = targets[n]; }
+    let t = workgroupUniformLoad(&s_t);
+    workgroupBarrier(); // s_t is rewritten by the next row
+    if (t == IGNORE) {
+      if (lid == 0u && P.first != 0u) { a[n] = 0.0; }
+      continue;
+    }
+    let tu = u32(t);
+    if (tu < P.cR0 || tu >= P.cR0 + P.cRows) { continue; }
+    var acc = 0.0;
+    for (var k = lid; k < P.d; k += ${DOT_WG}u) {
+      acc = fma(${loadF32("e", o.dtype, "r * P.d + k")}, ${
+    loadF32("c", o.dtype, "(tu - P.cR0) * P.d + k")
+  }, acc);
+    }
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var s = ${DOT_WG / 2}u; s > 0u; s >>= 1u) {
+      if (lid < s) { red[lid] += red[lid + s]; }
+      workgroupBarrier();
+    }
+    if (lid == 0u) { a[n] = -w[n] * (1.0 - BETA) * softcap_grad(softcap(red[0])); }
+    workgroupBarrier();
+  }
+}
+`;
+}
+
+/**
+ * WGSL initialising dE: dE_n = b_n·ΣC + a_n·C_{t_n} (the C row added by the dispatch of the C shard
+ * holding it). Params: rows, oR0 (dE shard), cRows, cR0, d, first. Bindings: params, c, targets, a,
+ * w, csum, dE.
+ */
+export function dEInitWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
+  const { target, smooth } = _terms(o.opts);
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { rows: u32, oR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+@group(0) @binding(3) var<storage, read> a: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read> csum: array<f32>;
+@group(0) @binding(6) var<storage, read_write> de: array<f32>;
+${dtypeHelpers([{ name: "c", dtype: o.dtype }])}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let total = P.rows * P.d;
+  for (var i = gid.x; i < total; i += nwg.x * 256u) {
+    let r = i / P.d;
+    let k = i % P.d;
+    let n = P.oR0 + r;
+    let t = targets[n];
+    let inC = ${target ? "t != IGNORE && u32(t) >= P.cR0 && u32(t) < P.cR0 + P.cRows" : "false"};
+    var val = 0.0;
+    if (P.first != 0u) {
+      ${smooth ? "val = -(BETA / VOCAB) * w[n] * csum[k];" : ""}
+    } else {
+      val = de[i];
+    }
+    ${
+    target
+      ? `if (inC) { val = fma(a[n], ${loadF32("c", o.dtype, "(u32(t) - P.cR0) * P.d + k")}, val); }`
+      : ""
+  }
+    if (P.first != 0u || inC) { de[i] = val; }
+  }
+}
+`;
+}
+
+/** WGSL initialising dC: every row = r (or 0 when β = 0). Params: rows, d. Bindings: params, r, dC. */
+export function dCInitWgsl(o: LceOptions): string {
+  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> rvec: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dc: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let total = P.rows * P.d;
+  for (var i = gid.x; i < total; i += nwg.x * 256u) {
+    dc[i] = ${_terms(o).smooth ? "rvec[i % P.d]" : "0.0"};
+  }
+}
+`;
+}
+
+/**
+ * WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index).
+ * Params: n, count. Bindings: params, targets, pairs.
+ */
+export function targetPairsWgsl(o: LceOptions): string {
+  return `struct Params { n: u32, count: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> targets: array<i32>;
+@group(0) @binding(2) var<storage, read_write> pairs: array<vec2<u32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
+    var p = vec2<u32>(0xffffffffu, 0xffffffffu);
+    if (i < P.n) {
+      let t = targets[i];
+      p = vec2<u32>(select(u32(t), 0xffffffffu, t == ${o.ignoreIndex} || t < 0), i);
+    }
+    pairs[i] = p;
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
+ * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t. Params: eRows, eR0,
+ * dRows, dR0, d, n. Bindings: params, pairs, a, e, dC.
+ */
+export function targetScatterWgsl(dtype: Dtype): string {
+  return `${enableDirectives([dtype])}
+struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+@group(0) @binding(4) var<storage, read_write> dc: array<f32>;
+${dtypeHelpers([{ name: "e", dtype }])}
+@compute @workgroup_size(${SCATTER_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = wg.x; i < P.n; i += nwg.x) {
+    let key = pairs[i].x;
+    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+    for (var k = lid; k < P.d; k += ${SCATTER_WG}u) {
+      var acc = 0.0;
+      var hit = false;
+      for (var j = i; j < P.n; j++) {
+        let p = pairs[j];
+        if (p.x != key) { break; }
+        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
+          acc = fma(a[p.y], ${loadF32("e", dtype, "(p.y - P.eR0) * P.d + k")}, acc);
+          hit = true;
+        }
+      }
+      if (hit) {
+        let o = (key - P.dR0) * P.d + k;
+        dc[o] = dc[o] + acc;
+      }
+    }
+  }
+}
+`;
+}
+
+/** Arguments of {@link PreparedGradCorrections.record}. */
+export interface GradCorrectionArgs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Per-token weights w_n (n×1 f32, one shard; 0 for ignored tokens). */
+  w: DeviceTensor;
+  /** Outputs (f32, n×d and v×d, any row sharding): overwritten with the exact terms. */
+  dE: DeviceTensor;
+  dC: DeviceTensor;
+}
+
+/** Compiled correction kernels. */
+export interface PreparedGradCorrections {
+  /** Records the passes that write the exact terms into dE and dC (see module doc). */
+  record(rec: Recorder, a: GradCorrectionArgs): void;
+  /** Workspace bytes of one record call for n tokens and hidden size d (plus C's column sum). */
+  workspaceBytes(eShardRows: number[], d: number, cColumnSumBytes: number): number;
+}
+
+const grid = (elems: number, per: number) => Math.min(Math.max(1, Math.ceil(elems / per)), 65535);
+
+/** Compiles the corrections for a problem. */
+export async function prepareGradCorrections(
+  ctx: GpuContext,
+  o: { dtype: Dtype; opts: LceOptions; v: number },
+): Promise<PreparedGradCorrections> {
+  const { opts } = o;
+  const { target, smooth } = _terms(opts);
+  const softcap = opts.softcap !== undefined;
+  const coef = target
+    ? await ctx.pipeline(
+      softcap ? targetCoefSoftcapWgsl(o) : targetCoefPlainWgsl(opts),
+      "target_coef",
+    )
+    : undefined;
+  const deInit = await ctx.pipeline(dEInitWgsl(o), "dE_init");
+  const dcInit = await ctx.pipeline(dCInitWgsl(opts), "dC_init");
+  const fill = target ? await ctx.pipeline(targetPairsWgsl(opts), "target_pairs") : undefined;
+  const scatter = target
+    ? await ctx.pipeline(targetScatterWgsl(o.dtype), "target_scatter")
+    : undefined;
+  const sort = target ? await preparePairSort(ctx) : undefined;
+  const colsum = smooth ? await prepareColumnSum(ctx, { dtype: o.dtype }) : undefined;
+  const wsum = smooth
+    ? await prepareWeightedColumnSum(ctx, {
+      dtype: o.dtype,
+      weights: "vector",
+      ignoreIndex: opts.ignoreIndex,
+    })
+    : undefined;
+  return {
+    workspaceBytes(eRows, d, cColumnSumBytes) {
+      const n = eRows.reduce((s, r) => s + r, 0);
+      const vec = (k: number) => Math.ceil((k * 4) / 16) * 16;
+      let b = 0;
+      if (target) b += vec(n) + paddedSortLength(n) * 8;
+      if (smooth) b += 2 * vec(d) + cColumnSumBytes + (wsum?.workspaceBytes(eRows, d) ?? 0);
+      return b;
+    },
+    record(rec, x) {
+      const { e, c, targets, w, dE, dC } = x;
+      const n = e.rows, d = e.cols;
+      const tg = targets.shards[0].buffer, wb = w.shards[0].buffer;
+      const vec = (rows: number, label: string) =>
+        createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
+      const a = target ? vec(n, "target coefficients") : undefined;
+      const csum = smooth ? vec(d, "Σ_v C_v") : undefined;
+      const rvec = smooth ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined;
+      if (a && coef) {
+        rec.pass("target coefficients", (p) => {
+          if (!softcap) {
+            const u = rec.uniform(new Uint32Array([n, 0, 0, 0]), "coef params");
+            p.dispatch(
+              coef,
+              rec.bindGroup(coef, [u, tg, wb, a.shards[0].buffer]),
+              Math.ceil(n / 256),
+            );
+            return;
+          }
+          for (const es of e.shards) {
+            c.shards.forEach((cs, ci) => {
+              const u = rec.uniform(
+                new Uint32Array([es.rows, es.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
+                "coef params",
+              );
+              p.dispatch(
+                coef,
+                rec.bindGroup(coef, [u, es.buffer, cs.buffer, tg, wb, a.shards[0].buffer]),
+                Math.min(es.rows, 65535),
+              );
+            });
+          }
+        });
+      }
+      if (csum && rvec && colsum && wsum) {
+        colsum.record(rec, { c, out: csum });
+        wsum.record(rec, { x: e, weights: w, out: rvec, scale: -opts.beta / o.v });
+      }
+      const dummy = w.shards[0].buffer;
+      rec.pass("dE exact terms", (p) => {
+        for (const os of dE.shards) {
+          c.shards.forEach((cs, ci) => {
+            if (ci > 0 && !target) return;
+            const u = rec.uniform(
+              new Uint32Array([os.rows, os.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
+              "dE init params",
+            );
+            const bufs = [
+              u,
+              cs.buffer,
+              tg,
+              a?.shards[0].buffer ?? dummy,
+              wb,
+              csum?.shards[0].buffer ?? dummy,
+              os.buffer,
+            ];
+            p.dispatch(deInit, rec.bindGroup(deInit, bufs), grid(os.rows * d, 256));
+          });
+        }
+      });
+      rec.pass("dC smoothing term", (p) => {
+        for (const ds of dC.shards) {
+          const u = rec.uniform(new Uint32Array([ds.rows, d, 0, 0]), "dC init params");
+          const bufs = [u, rvec?.shards[0].buffer ?? dummy, ds.buffer];
+          p.dispatch(dcInit, rec.bindGroup(dcInit, bufs), grid(ds.rows * d, 256));
+        }
+      });
+      if (a && fill && sort && scatter) {
+        const count = paddedSortLength(n);
+        const pairs = ctx.createBuffer({
+          size: count * 8,
+          role: "workspace",
+          label: "target pairs",
+        });
+        rec.pass("target pairs", (p) => {
+          const u = rec.uniform(new Uint32Array([n, count, 0, 0]), "pairs params");
+          p.dispatch(fill, rec.bindGroup(fill, [u, tg, pairs]), grid(count, 256));
+        });
+        sort.record(rec, pairs, count, "target sort");
+        rec.pass("dC target scatter", (p) => {
+          for (const es of e.shards) {
+            for (const ds of dC.shards) {
+              const u = rec.uniform(
+                new Uint32Array([es.rows, es.rowStart, ds.rows, ds.rowStart, d, n, 0, 0]),
+                "scatter params",
+              );
+              p.dispatch(
+                scatter,
+                rec.bindGroup(scatter, [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer]),
+                Math.min(n, 65535),
+              );
+            }
+          }
+        });
+        rec.release(pairs);
+      }
+      for (const t of [a, csum, rvec]) if (t) rec.release(t.shards[0].buffer);
+    },
+  };
+}

@@ -1,0 +1,122 @@
+import assert from "node:assert/strict";
+import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { createTensor, download, fromHost } from "../gpu/tensor.ts";
+import { roundArray } from "../core/dtype.ts";
+import { type Dtype, IGNORE_INDEX, type LceOptions, resolveOptions } from "../core/options.ts";
+import { prepareGradCorrections } from "./grad_corrections.ts";
+
+/** The exact terms in float64 (see the module doc of grad_corrections.ts). */
+function _reference(
+  e: Float32Array,
+  c: Float32Array,
+  t: Int32Array,
+  w: Float32Array,
+  n: number,
+  v: number,
+  d: number,
+  o: LceOptions,
+) {
+  const dE = new Float64Array(n * d), dC = new Float64Array(v * d);
+  const csum = new Float64Array(d), r = new Float64Array(d);
+  for (let j = 0; j < v; j++) for (let k = 0; k < d; k++) csum[k] += c[j * d + k];
+  for (let i = 0; i < n; i++) for (let k = 0; k < d; k++) r[k] += w[i] * e[i * d + k];
+  for (let j = 0; j < v; j++) for (let k = 0; k < d; k++) dC[j * d + k] = (-o.beta / v) * r[k];
+  for (let i = 0; i < n; i++) {
+    if (t[i] === o.ignoreIndex) continue;
+    let z = 0;
+    for (let k = 0; k < d; k++) z += e[i * d + k] * c[t[i] * d + k];
+    const s = o.softcap;
+    const fp = s === undefined ? 1 : 1 - Math.tanh(z / s) ** 2;
+    const a = -w[i] * (1 - o.beta) * fp, b = (-o.beta / v) * w[i];
+    for (let k = 0; k < d; k++) {
+      dE[i * d + k] = a * c[t[i] * d + k] + b * csum[k];
+      dC[t[i] * d + k] += a * e[i * d + k];
+    }
+  }
+  return { dE, dC };
+}
+
+Deno.test({
+  name: "grad corrections: exact target and smoothing terms, sharded, repeated targets, bitwise",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const n = 70, v = 61, d = 33;
+    const cases: { dtype: Dtype; beta: number; softcap?: number; shard: boolean }[] = [
+      { dtype: "f32", beta: 0.1, shard: false },
+      { dtype: "bf16", beta: 0.1, softcap: 2, shard: true },
+      { dtype: "f32", beta: 0, softcap: 3, shard: true },
+      { dtype: "bf16", beta: 1, shard: false },
+    ];
+    for (const [ci, cs] of cases.entries()) {
+      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap });
+      const e = roundArray(randomArray(n * d, 3 + ci), cs.dtype);
+      const c = roundArray(randomArray(v * d, 4 + ci, 0.8), cs.dtype);
+      // few distinct targets (long runs), some ignored rows, zero and negative weights
+      const t = Int32Array.from(
+        randomArray(n, 5 + ci),
+        (u) => u < -0.7 ? IGNORE_INDEX : Math.floor((u + 1) * 4) * 7,
+      );
+      const w = Float32Array.from(
+        randomArray(n, 6 + ci),
+        (x, i) => t[i] === IGNORE_INDEX ? 0 : i % 9 === 0 ? 0 : x,
+      );
+      const rows = cs.shard ? { maxRowsPerShard: 17 } : {};
+      const et = fromHost(
+        ctx,
+        { dtype: cs.dtype, rows: n, cols: d, role: "input", label: "E", ...rows },
+        e,
+      );
+      const ct = fromHost(
+        ctx,
+        { dtype: cs.dtype, rows: v, cols: d, role: "input", label: "C", ...rows },
+        c,
+      );
+      const tt = fromHost(ctx, { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" }, t);
+      const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
+      const corr = await prepareGradCorrections(ctx, { dtype: cs.dtype, opts: o, v });
+      const runOnce = async () => {
+        const dE = createTensor(ctx, {
+          dtype: "f32",
+          rows: n,
+          cols: d,
+          role: "output",
+          label: "dE",
+          maxRowsPerShard: cs.shard ? 23 : undefined,
+        });
+        const dC = createTensor(ctx, {
+          dtype: "f32",
+          rows: v,
+          cols: d,
+          role: "output",
+          label: "dC",
+          maxRowsPerShard: cs.shard ? 13 : undefined,
+        });
+        const rec = new Recorder(ctx);
+        corr.record(rec, { e: et, c: ct, targets: tt, w: wt, dE, dC });
+        await rec.finish();
+        const out = { dE: await download(ctx, dE), dC: await download(ctx, dC) };
+        dE.destroy();
+        dC.destroy();
+        return out;
+      };
+      const got = await runOnce();
+      const want = _reference(e, c, t, w, n, v, d, o);
+      for (const k of ["dE", "dC"] as const) {
+        let scale = 0;
+        for (const x of want[k]) scale = Math.max(scale, Math.abs(x));
+        for (let i = 0; i < want[k].length; i++) {
+          assert.ok(
+            Math.abs(got[k][i] - want[k][i]) <= 1e-5 * scale + 1e-5 * Math.abs(want[k][i]),
+            `${JSON.stringify(cs)} ${k}[${i}]: ${got[k][i]} vs ${want[k][i]}`,
+          );
+        }
+      }
+      const again = await runOnce();
+      assert.deepEqual(again.dE, got.dE, "dE bitwise reproducible");
+      assert.deepEqual(again.dC, got.dC, "dC bitwise reproducible");
+      for (const x of [et, ct, tt, wt]) x.destroy();
+    }
+  },
+});

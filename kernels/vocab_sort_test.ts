@@ -1,0 +1,190 @@
+import assert from "node:assert/strict";
+import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { createTensor, download, fromHost } from "../gpu/tensor.ts";
+import { roundArray } from "../core/dtype.ts";
+import { IGNORE_INDEX, resolveOptions } from "../core/options.ts";
+import {
+  paddedSortLength,
+  preparePairSort,
+  prepareVocabSort,
+  prepareWeightedColumnSum,
+  SORT_BLOCK,
+} from "./vocab_sort.ts";
+
+Deno.test({
+  name: "pair sort: bitonic sort of (key, index) pairs matches a host sort, with duplicate keys",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const sort = await preparePairSort(ctx);
+    for (const len of [1, 300, SORT_BLOCK, 1500, 4097]) {
+      const n = paddedSortLength(len);
+      const host = new Uint32Array(2 * n).fill(0xffffffff);
+      const r = randomArray(len, len);
+      for (let i = 0; i < len; i++) {
+        host[2 * i] = Math.floor((r[i] + 1) * 50); // many duplicates
+        host[2 * i + 1] = i;
+      }
+      const t = fromHost(
+        ctx,
+        { dtype: "u32", rows: n, cols: 2, role: "workspace", label: "p" },
+        host,
+      );
+      const rec = new Recorder(ctx);
+      sort.record(rec, t.shards[0].buffer, n);
+      await rec.finish();
+      const got = await download(ctx, t);
+      const want = Array.from({ length: len }, (_, i) => [host[2 * i], i]).sort((a, b) =>
+        a[0] - b[0] || a[1] - b[1]
+      );
+      for (let i = 0; i < len; i++) {
+        assert.deepEqual([got[2 * i], got[2 * i + 1]], want[i], `len ${len}, position ${i}`);
+      }
+      t.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name: "weighted column sum: vector weights and the mean over valid rows, sharded input",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const n = 300, d = 37;
+    const x = roundArray(randomArray(n * d, 5), "bf16");
+    const w = randomArray(n, 6);
+    const targets = Int32Array.from(randomArray(n, 7), (u, i) => (u < -0.5 ? IGNORE_INDEX : i));
+    let valid = 0;
+    for (const t of targets) if (t !== IGNORE_INDEX) valid++;
+    const xt = fromHost(ctx, {
+      dtype: "bf16",
+      rows: n,
+      cols: d,
+      role: "input",
+      label: "x",
+      maxRowsPerShard: 70,
+    }, x);
+    const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
+    const tt = fromHost(
+      ctx,
+      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
+      targets,
+    );
+    const ct = fromHost(
+      ctx,
+      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "c" },
+      Float32Array.of(valid),
+    );
+    const out1 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
+    const out2 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
+    const vec = await prepareWeightedColumnSum(ctx, {
+      dtype: "bf16",
+      weights: "vector",
+      ignoreIndex: IGNORE_INDEX,
+    });
+    const mean = await prepareWeightedColumnSum(ctx, {
+      dtype: "bf16",
+      weights: "validMean",
+      ignoreIndex: IGNORE_INDEX,
+    });
+    const rec = new Recorder(ctx);
+    vec.record(rec, { x: xt, weights: wt, out: out1, scale: -0.25 });
+    mean.record(rec, { x: xt, targets: tt, count: ct, out: out2 });
+    await rec.finish();
+    const g1 = await download(ctx, out1), g2 = await download(ctx, out2);
+    for (let k = 0; k < d; k++) {
+      let s1 = 0, s2 = 0, a = 0;
+      for (let i = 0; i < n; i++) {
+        s1 += w[i] * x[i * d + k];
+        a += Math.abs(x[i * d + k]);
+        if (targets[i] !== IGNORE_INDEX) s2 += x[i * d + k];
+      }
+      assert(Math.abs(g1[k] + 0.25 * s1) <= 1e-5 * a, `vector col ${k}: ${g1[k]} vs ${-0.25 * s1}`);
+      assert(Math.abs(g2[k] - s2 / valid) <= 1e-5 * a / valid, `mean col ${k}`);
+    }
+  },
+});
+
+Deno.test({
+  name: "vocab sort: permutation of each segment, by decreasing mean logit, deterministic",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const n = 45, v = 1100, d = 19;
+    const opts = resolveOptions({});
+    const e = roundArray(randomArray(n * d, 11), "f32");
+    const c = roundArray(randomArray(v * d, 12), "f32");
+    const targets = Int32Array.from(
+      randomArray(n, 13),
+      (u, i) => (u < -0.6 ? IGNORE_INDEX : (i * 7) % v),
+    );
+    let valid = 0;
+    for (const t of targets) if (t !== IGNORE_INDEX) valid++;
+    const et = fromHost(ctx, { dtype: "f32", rows: n, cols: d, role: "input", label: "E" }, e);
+    const cs = fromHost(ctx, {
+      dtype: "f32",
+      rows: v,
+      cols: d,
+      role: "input",
+      label: "C",
+      maxRowsPerShard: 400,
+    }, c);
+    const tt = fromHost(
+      ctx,
+      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
+      targets,
+    );
+    const ct = fromHost(
+      ctx,
+      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "count" },
+      Float32Array.of(valid),
+    );
+    const segments = [{ start: 0, end: 400 }, { start: 400, end: 800 }, { start: 800, end: v }];
+    const sorter = await prepareVocabSort(ctx, { dtype: "f32", opts });
+    const runOnce = async () => {
+      const perm = createTensor(ctx, {
+        dtype: "u32",
+        rows: v,
+        cols: 1,
+        role: "workspace",
+        label: "p",
+      });
+      const rec = new Recorder(ctx);
+      sorter.record(rec, {
+        e: et,
+        c: cs,
+        targets: tt,
+        count: ct,
+        perm: perm.shards[0].buffer,
+        segments,
+      });
+      await rec.finish();
+      const got = await download(ctx, perm);
+      perm.destroy();
+      return got;
+    };
+    const perm = await runOnce();
+    const ebar = new Float64Array(d);
+    for (let i = 0; i < n; i++) {
+      if (targets[i] === IGNORE_INDEX) continue;
+      for (let k = 0; k < d; k++) ebar[k] += e[i * d + k] / valid;
+    }
+    const key = (j: number) => {
+      let s = 0;
+      for (let k = 0; k < d; k++) s += ebar[k] * c[j * d + k];
+      return s;
+    };
+    for (const seg of segments) {
+      const slice = Array.from(perm.subarray(seg.start, seg.end));
+      assert.deepEqual(
+        [...slice].sort((a, b) => a - b),
+        Array.from({ length: seg.end - seg.start }, (_, i) => seg.start + i),
+      );
+      for (let i = 1; i < slice.length; i++) {
+        assert(key(slice[i - 1]) >= key(slice[i]) - 1e-5, `segment ${seg.start}: order at ${i}`);
+      }
+    }
+    assert.deepEqual(await runOnce(), perm);
+  },
+});

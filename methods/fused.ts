@@ -1,0 +1,201 @@
+/**
+ * The fused rows of Table 3: the loss and its gradients without the n×|V| logits.
+ *
+ * - `fused` ("Ours"): fused forward (kernels/fused_forward.ts) saving the LSE and the count; the
+ *   backward sorts the vocabulary by mean logit, then runs the tiled backward with the gradient
+ *   filter (ε = eps(dtype)/32) and the exact sparse and rank-one terms (kernels/fused_backward.ts).
+ * - `fused-nosort`, `fused-nofilter`: the same without the sort / without the filter.
+ * - `fused-fb`, `fused-fb-nofilter` ("Fused Version"): the forward computes the loss and, after a
+ *   dispatch boundary, both gradients for a unit upstream gradient (w_n = 1/count for mean, 1 for
+ *   sum); the backward only scales them in place by the upstream gradient and hands the
+ *   forward's tensors over as its result (a second backward on the same saved state is refused;
+ *   the measurement layer runs a fresh forward per backward in that case). Reduction `none` is
+ *   unsupported there: a per-token upstream gradient cannot be applied to dC after the fact.
+ *
+ * The sort's time counts in the backward (it is computed there, per the paper).
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import type { LceOptions } from "../core/options.ts";
+import { prepareFusedForward } from "../kernels/fused_forward.ts";
+import { prepareLossReduce } from "../kernels/loss_reduce.ts";
+import { prepareRowWeights } from "../kernels/row_weights.ts";
+import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
+import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
+import {
+  type BackwardTile,
+  defaultFilterEps,
+  type PreparedFusedBackward,
+  prepareFusedBackward,
+} from "../kernels/fused_backward.ts";
+import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
+import { lossTensor, vector } from "./_common.ts";
+
+/** Variant switches of a fused method. */
+export interface FusedVariant {
+  name: string;
+  label: string;
+  description: string;
+  /** Gradient filter on. */
+  filter: boolean;
+  /** Vocabulary sorting on. */
+  sort: boolean;
+  /** Gradients computed in the forward (the "Fused Version"). */
+  fusedForwardBackward: boolean;
+  /** Backward tile override (tests). */
+  tile?: BackwardTile;
+  /** dE split override (tests). */
+  dESplits?: number;
+}
+
+/** Builds an {@link LceMethod} for a fused variant. */
+export function fusedMethod(f: FusedVariant): LceMethod {
+  return {
+    name: f.name,
+    label: f.label,
+    description: f.description,
+    unsupported(_ctx: GpuContext, _spec: ProblemSpec, opts: LceOptions) {
+      if (f.fusedForwardBackward && opts.reduction === "none") {
+        return "reduction none: the gradients are formed in the forward, before the per-token " +
+          "upstream gradient is known";
+      }
+      return undefined;
+    },
+    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f),
+  };
+}
+
+async function _prepare(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  f: FusedVariant,
+): Promise<PreparedMethod> {
+  const fwd = await prepareFusedForward(ctx, { spec, opts });
+  const reduce = await prepareLossReduce(ctx, opts);
+  const bwd: PreparedFusedBackward = await prepareFusedBackward(ctx, {
+    spec,
+    opts,
+    filterEps: f.filter ? defaultFilterEps(spec.dtype) : null,
+    sort: f.sort,
+    tile: f.tile,
+    dESplits: f.dESplits,
+  });
+  const stats = async (): Promise<MethodStats> => ({ ...(await bwd.stats()) });
+  if (!f.fusedForwardBackward) {
+    const weights = await prepareRowWeights(ctx, opts);
+    return {
+      forward(rec, x) {
+        const lse = vector(ctx, spec.n, "workspace", "lse");
+        const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
+        const count = vector(ctx, 1, "workspace", "count");
+        fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows });
+        const loss = lossTensor(ctx, spec.n, opts);
+        reduce.record(rec, { lossRows, targets: x.targets, loss, count });
+        rec.release(lossRows.shards[0].buffer);
+        return Promise.resolve({ loss, saved: { tensors: [lse, count], lse, count } });
+      },
+      backward(rec, x, saved, gradOut) {
+        const w = vector(ctx, spec.n, "workspace", "row weights");
+        weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
+        const g = bwd.record(rec, { ...x, lse: saved.lse, w, count: saved.count });
+        rec.release(w.shards[0].buffer);
+        return Promise.resolve(g);
+      },
+      dispose(saved) {
+        for (const t of saved.tensors) t.destroy();
+      },
+      stats,
+    };
+  }
+  const unit = await prepareUnitRowWeights(ctx, opts);
+  const scale = await prepareScaleByScalar(ctx);
+  return {
+    forward(rec, x) {
+      const lse = vector(ctx, spec.n, "workspace", "lse");
+      const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
+      const count = vector(ctx, 1, "workspace", "count");
+      const w = vector(ctx, spec.n, "workspace", "unit row weights");
+      fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows });
+      const loss = lossTensor(ctx, spec.n, opts);
+      reduce.record(rec, { lossRows, targets: x.targets, loss, count });
+      // Gradient phase: passes recorded after the LSE passes (a dispatch boundary).
+      const unitCount = vector(ctx, 1, "workspace", "unit count");
+      unit.record(rec, { targets: x.targets, w, count: unitCount });
+      const g: Gradients = bwd.record(rec, { ...x, lse, w, count });
+      rec.release(lossRows.shards[0].buffer, w.shards[0].buffer, unitCount.shards[0].buffer);
+      return Promise.resolve({
+        loss,
+        saved: { tensors: [lse, count, g.dE, g.dC], grads: g },
+      });
+    },
+    backward(rec, _x, saved, gradOut) {
+      if (saved.scaled) {
+        return Promise.reject(
+          new Error(`${f.name}: the backward of a fused-forward state can run only once`),
+        );
+      }
+      saved.scaled = true;
+      const g = saved.grads as Gradients;
+      scale.record(rec, { x: g.dE, scalar: gradOut });
+      scale.record(rec, { x: g.dC, scalar: gradOut });
+      return Promise.resolve(g);
+    },
+    dispose(saved) {
+      for (const t of saved.tensors) t.destroy();
+    },
+    stats,
+  };
+}
+
+/** "Ours": fused forward and backward with gradient filter and vocabulary sorting. */
+export const fused: LceMethod = fusedMethod({
+  name: "fused",
+  label: "Ours",
+  description: "fused LSE forward; tiled backward with vocab sorting and gradient filter, " +
+    "exact sparse and rank-one terms",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: false,
+});
+
+/** "+ (No Vocab Sorting)". */
+export const fusedNoSort: LceMethod = fusedMethod({
+  name: "fused-nosort",
+  label: "+ (No Vocab Sorting)",
+  description: "Ours without sorting the vocabulary by mean logit",
+  filter: true,
+  sort: false,
+  fusedForwardBackward: false,
+});
+
+/** "+ (No Grad. Filter)". */
+export const fusedNoFilter: LceMethod = fusedMethod({
+  name: "fused-nofilter",
+  label: "+ (No Grad. Filter)",
+  description: "Ours without the gradient filter (every tile's products computed)",
+  filter: false,
+  sort: true,
+  fusedForwardBackward: false,
+});
+
+/** "Fused Version": loss and both gradients in the forward; the backward scales them. */
+export const fusedFb: LceMethod = fusedMethod({
+  name: "fused-fb",
+  label: "Fused Version",
+  description: "forward computes the loss and both gradients (filter, sorting); the backward " +
+    "scales them by the upstream gradient",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: true,
+});
+
+/** "Fused Version" without the gradient filter. */
+export const fusedFbNoFilter: LceMethod = fusedMethod({
+  name: "fused-fb-nofilter",
+  label: "Fused Version (No Grad. Filter)",
+  description: "Fused Version without the gradient filter",
+  filter: false,
+  sort: true,
+  fusedForwardBackward: true,
+});

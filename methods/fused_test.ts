@@ -1,0 +1,303 @@
+import assert from "node:assert/strict";
+import { fused, fusedFb, fusedFbNoFilter, fusedNoFilter, fusedNoSort } from "./fused.ts";
+import { METHODS } from "./mod.ts";
+import { runMethod } from "./run.ts";
+import type { LceMethod } from "./types.ts";
+import { assertParity, PARITY_TOL } from "../testing/parity.ts";
+import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { uploadGradOut, uploadInputs } from "./run.ts";
+import { roundArray } from "../core/dtype.ts";
+import {
+  type Dtype,
+  type HostInputs,
+  IGNORE_INDEX,
+  type LceOptions,
+  type Reduction,
+  resolveOptions,
+} from "../core/options.ts";
+import { lceReference } from "../reference/lce_reference.ts";
+import { defaultBackwardTile, defaultFilterEps } from "../kernels/fused_backward.ts";
+
+const ALL: LceMethod[] = [fused, fusedNoSort, fusedNoFilter, fusedFb, fusedFbNoFilter];
+const FILTERED: LceMethod[] = [fused, fusedNoSort, fusedFb];
+const isFb = (m: LceMethod) => m === fusedFb || m === fusedFbNoFilter;
+
+Deno.test({
+  name: "fused methods: registered after baseline in Table 3 order",
+  fn() {
+    const names = METHODS.map((m) => m.name);
+    const i = names.indexOf("fused");
+    assert.ok(i > names.indexOf("baseline"));
+    assert.deepEqual(names.slice(i, i + 5), ALL.map((m) => m.name));
+  },
+});
+
+Deno.test({
+  name: "fused methods: parity at odd shapes, every β, reduction, dtype, softcap, upstream grad",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const f16: Dtype = ctx.hasF16 ? "f16" : "bf16";
+    const small = { n: 37, v: 131, d: 29 }, odd = { n: 70, v: 257, d: 33 };
+    // Every dtype, β, reduction and softcap on/off appears; fused and fused-fb (same kernels) run
+    // every case, the ablations (other kernels: each case compiles its own) a share of them.
+    const cases: {
+      shape: typeof small;
+      dtype: Dtype;
+      beta: number;
+      reduction: Reduction;
+      softcap?: number;
+      more: LceMethod[];
+    }[] = [
+      { shape: small, dtype: "f32", beta: 0, reduction: "mean", more: [fusedNoSort] },
+      { shape: odd, dtype: "bf16", beta: 0.1, reduction: "sum", softcap: 3, more: [fusedNoFilter] },
+      { shape: small, dtype: f16, beta: 1, reduction: "none", more: [fusedNoFilter] },
+      { shape: odd, dtype: "f32", beta: 0.1, reduction: "none", softcap: 5, more: [fusedNoSort] },
+      { shape: small, dtype: "bf16", beta: 1, reduction: "mean", softcap: 4, more: [] },
+      { shape: odd, dtype: f16, beta: 0, reduction: "sum", softcap: 6, more: [fusedFbNoFilter] },
+    ];
+    for (const [i, cs] of cases.entries()) {
+      for (const m of [fused, fusedFb, ...cs.more]) {
+        const c = {
+          ...cs.shape,
+          dtype: cs.dtype,
+          beta: cs.beta,
+          softcap: cs.softcap,
+          reduction: cs.reduction,
+          ignoreFraction: 0.2,
+          gradOutput: cs.reduction === "none" ? "vector" as const : 1.7,
+          seed: i + 1,
+        };
+        if (isFb(m) && cs.reduction === "none") {
+          const why = m.unsupported?.(ctx, { ...cs.shape, dtype: cs.dtype }, resolveOptions(c));
+          assert.match(why ?? "", /reduction none/);
+          continue;
+        }
+        await assertParity(ctx, m, c);
+      }
+    }
+    for (const m of ALL) {
+      await assertParity(ctx, m, { n: 1, v: 1, d: 1, dtype: "f32", beta: 0.5, seed: 12 });
+    }
+  },
+});
+
+Deno.test({
+  name: "fused methods: E, C, dE and dC split over several bindings (4 KiB per binding)",
+  ...GPU_TEST,
+  async fn() {
+    // C: 5 bindings in bf16 (62 rows), dC: 9 (31 rows), E: 2, dE: 3; vocab segments of ≤ 31 rows.
+    const ctx = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      const cases: [LceMethod, Dtype][] = [
+        [fused, "bf16"],
+        [fusedFb, "bf16"],
+        [fusedNoFilter, "f32"],
+      ];
+      for (const [m, dtype] of cases) {
+        await assertParity(ctx, m, {
+          n: 70,
+          v: 257,
+          d: 33,
+          dtype,
+          beta: 0.1,
+          softcap: dtype === "bf16" ? 5 : undefined,
+          ignoreFraction: 0.2,
+          seed: 4,
+        });
+      }
+    } finally {
+      ctx.destroy();
+    }
+  },
+});
+
+/** The hot rows of _peaked (v ≥ 251). */
+const HOT = [3, 77, 150, 201, 250];
+
+/**
+ * Peaked softmax over a classifier with a clearly non-zero column mean: C_v = m + u_v with |m| ≈ 2
+ * and |u_v| ≈ 1, except 5 "hot" rows scattered over the vocabulary whose noise is 3× longer; token
+ * n's embedding is α·û_j/|û_j|² for one hot row j (so z_nj − z_nv ≥ 2α/3 for every non-hot v).
+ * 80% of the targets are that hot row, 10% random, 10% ignored.
+ */
+function _peaked(o: { n: number; v: number; d: number; alpha: number; dtype: Dtype }): HostInputs {
+  const { n, v, d } = o;
+  const a = Math.sqrt(3 / d);
+  const mean = randomArray(d, 1, 2 * a);
+  const c = randomArray(v * d, 2, a);
+  for (const j of HOT) for (let k = 0; k < d; k++) c[j * d + k] *= 3;
+  const e = new Float32Array(n * d);
+  const pick = randomArray(n, 3);
+  const targets = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const j = HOT[i % HOT.length];
+    let nrm = 0;
+    for (let k = 0; k < d; k++) nrm += c[j * d + k] ** 2;
+    for (let k = 0; k < d; k++) e[i * d + k] = (o.alpha / nrm) * c[j * d + k];
+    const u = (pick[i] + 1) / 2;
+    targets[i] = u < 0.1 ? IGNORE_INDEX : u < 0.2 ? Math.floor(u * 10 * v) % v : j;
+  }
+  for (let i = 0; i < v * d; i++) c[i] += mean[i % d];
+  return {
+    n,
+    v,
+    d,
+    e: roundArray(e, o.dtype),
+    c: roundArray(c, o.dtype),
+    targets,
+  };
+}
+
+/**
+ * Runs `m` and checks it against float64 within the parity tolerance plus what the filter may
+ * legitimately drop: an element of a skipped tile has g = p·f' + (β/|V|)(z/s)² < ε, so with ĝ the
+ * largest g below ε anywhere (float64), the tolerance is, per element,
+ *   |ΔdE_nk| ≤ atol + rtol·|dE_nk| + ĝ·|w_n|·Σ_v |C_vk|,   |ΔdC_vk| ≤ … + ĝ·Σ_n |w_n·E_nk|,
+ * with atol, rtol the usual parity ones (2e-5 of the array's max, 2e-4). Returns ĝ, the largest
+ * allowance per array and the filter statistics.
+ */
+async function _assertFilterBound(
+  ctx: GpuContext,
+  m: LceMethod,
+  x: HostInputs,
+  o: LceOptions,
+  dtype: Dtype,
+  gradOutput: number,
+) {
+  const got = await runMethod(ctx, m, x, o, { dtype, gradOutput });
+  const ref = lceReference(x, o, gradOutput);
+  const { n, v, d } = x;
+  const eps = defaultFilterEps(dtype);
+  const w = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    if (x.targets[i] === o.ignoreIndex) continue;
+    w[i] = o.reduction === "mean" ? gradOutput / ref.count : gradOutput;
+  }
+  let ghat = 0;
+  for (let i = 0; i < n; i++) {
+    if (w[i] === 0) continue;
+    for (let j = 0; j < v; j++) {
+      let z = 0;
+      for (let k = 0; k < d; k++) z += x.e[i * d + k] * x.c[j * d + k];
+      let g: number;
+      if (o.softcap === undefined) g = Math.exp(z - ref.perToken.lse[i]);
+      else {
+        const q = Math.tanh(z / o.softcap);
+        g = Math.exp(o.softcap * q - ref.perToken.lse[i]) * (1 - q * q) + (o.beta / v) * q * q;
+      }
+      if (g < eps) ghat = Math.max(ghat, g);
+    }
+  }
+  const absC = new Float64Array(d), absWE = new Float64Array(d);
+  for (let j = 0; j < v; j++) for (let k = 0; k < d; k++) absC[k] += Math.abs(x.c[j * d + k]);
+  for (let i = 0; i < n; i++) {
+    for (let k = 0; k < d; k++) absWE[k] += Math.abs(w[i] * x.e[i * d + k]);
+  }
+  const tol = PARITY_TOL[dtype];
+  const maxAllow: Record<string, number> = {};
+  const check = (name: string, g: Float32Array, r: Float64Array, extra: (i: number) => number) => {
+    let s = 0;
+    for (const y of r) s = Math.max(s, Math.abs(y));
+    maxAllow[name] = 0;
+    for (let i = 0; i < r.length; i++) {
+      const allow = tol.atol * s + tol.rtol * Math.abs(r[i]) + extra(i);
+      maxAllow[name] = Math.max(maxAllow[name], allow);
+      assert.ok(
+        Math.abs(g[i] - r[i]) <= allow,
+        `${m.name}: ${name}[${i}] = ${g[i]}, want ${r[i]} ± ${allow.toExponential(2)} (ĝ ${ghat})`,
+      );
+    }
+  };
+  check("loss", got.loss, ref.loss, () => 0);
+  check("dE", got.dE, ref.dE, (i) => ghat * Math.abs(w[Math.floor(i / d)]) * absC[i % d]);
+  check("dC", got.dC, ref.dC, (i) => ghat * absWE[i % d]);
+  return { ghat, maxAllow, stats: got.stats!, ref, got, w };
+}
+
+Deno.test({
+  name: "fused methods: non-zero-mean classifier, β = 0.1, most tiles filtered, no β/|V| bias",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 40, dtype: "bf16" });
+    // Σ_v C_v is dominated by |V|·m: the rank-one term −(β/|V|)·w_n·Σ_{v in skipped tiles} C_v that
+    // a biased filter would drop is, per element, about (β/|V|)·w·(skipped rows)·|m_k|.
+    const colSum = new Float64Array(x.d);
+    for (let j = 0; j < x.v; j++) for (let k = 0; k < x.d; k++) colSum[k] += x.c[j * x.d + k];
+    const skipped: Record<string, number> = {};
+    for (const m of FILTERED) {
+      const r = await _assertFilterBound(ctx, m, x, o, "bf16", 1.7);
+      skipped[m.name] = r.stats.tilesSkipped!;
+      assert.ok(r.ghat < 1e-9, `ĝ ${r.ghat}: the dropped softmax mass is negligible here`);
+      const wmax = Math.max(...r.w);
+      const bias = (0.1 / x.v) * wmax * (x.v - 64) * Math.max(...colSum.map(Math.abs)) / x.v;
+      assert.ok(
+        bias > 20 * r.maxAllow.dE,
+        `a dropped β/|V| term (${bias}) would show against ${r.maxAllow.dE}`,
+      );
+    }
+    // Unsorted, the hot rows 3, 77, 150, 201, 250 lie in as many vocab tiles as they hit; sorted,
+    // they come first and share one vocab tile (for each token tile).
+    const tile = defaultBackwardTile(ctx);
+    const tokTiles = Math.ceil(x.n / tile.tokens), vocTiles = Math.ceil(x.v / tile.vocab);
+    const hotTiles = new Set(HOT.map((j) => Math.floor(j / tile.vocab))).size;
+    assert.equal(skipped.fused, tokTiles * (vocTiles - 1));
+    assert.equal(skipped["fused-fb"], tokTiles * (vocTiles - 1));
+    assert.equal(skipped["fused-nosort"], tokTiles * (vocTiles - hotTiles));
+  },
+});
+
+Deno.test({
+  name: "fused methods: filtered drops stay within ε·Σ|C| (softcap, β = 0.1, p just below ε)",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const o = resolveOptions({ beta: 0.1, softcap: 50, reduction: "sum" });
+    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
+    const r = await _assertFilterBound(ctx, fused, x, o, "bf16", 0.6);
+    assert.ok(r.stats.tilesSkipped! > 0, "the filter skipped tiles");
+    assert.ok(r.ghat > 1e-6 && r.ghat < defaultFilterEps("bf16"), `ĝ ${r.ghat}`);
+  },
+});
+
+Deno.test({
+  name: "fused methods: two runs give bitwise identical loss and gradients",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    for (const m of [fused, fusedNoFilter, fusedFb]) {
+      const a = await runMethod(ctx, m, x, o, { dtype: "bf16", gradOutput: 1.3 });
+      const b = await runMethod(ctx, m, x, o, { dtype: "bf16", gradOutput: 1.3 });
+      for (const k of ["loss", "dE", "dC"] as const) {
+        assert.deepEqual(b[k], a[k], `${m.name} ${k}`);
+      }
+    }
+  },
+});
+
+Deno.test({
+  name: "fused-fb: the backward scales the forward's gradients once",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const x = _peaked({ n: 37, v: 131, d: 29, alpha: 14, dtype: "f32" });
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    const p = await fusedFb.prepare(ctx, { n: x.n, v: x.v, d: x.d, dtype: "f32" }, o);
+    const inputs = uploadInputs(ctx, x, "f32");
+    const g = uploadGradOut(ctx, x.n, o, 2);
+    const rec = new Recorder(ctx);
+    const f = await p.forward(rec, inputs);
+    const grads = await p.backward(rec, inputs, f.saved, g);
+    await rec.finish();
+    assert.ok(f.saved.tensors.includes(grads.dE) && f.saved.tensors.includes(grads.dC));
+    await assert.rejects(() => p.backward(new Recorder(ctx), inputs, f.saved, g), /only once/);
+    p.dispose(f.saved);
+    for (const t of [f.loss, g, inputs.e, inputs.c, inputs.targets]) t.destroy();
+  },
+});
