@@ -9,6 +9,7 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
+import type { ExternalRows } from "./external.ts";
 import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
 import { type MeasureRow, type Mode, MODES, type TimeSource } from "../measure/measure.ts";
 import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
@@ -62,6 +63,8 @@ export interface Table3Report {
   durationS?: number;
   /** One row per method × β × mode. */
   rows: MeasureRow[];
+  /** Rows measured by another program on the same card (scripts/torch_reference.py), if merged. */
+  external?: ExternalRows;
 }
 
 /** The paper's shape (Table 3): N = 8192 tokens, |V| = 256,000, D = 2304, bf16. */
@@ -254,6 +257,7 @@ export function formatMarkdown(r: Table3Report): string {
       lines.push(`| ${_md(label)} | ${cells.join(" | ")} |`);
     }
   }
+  if (r.external) lines.push("", ...formatExternal(r.external, modes));
   const failed = r.rows.filter((x) => x.error !== undefined);
   if (failed.length > 0) {
     lines.push("", `## Failed rows (${failed.length})`, "");
@@ -292,6 +296,36 @@ export function formatMarkdown(r: Table3Report): string {
     }
   }
   return lines.join("\n") + "\n";
+}
+
+/** The Markdown section of external rows: a table per β like the main one, with their environment. */
+export function formatExternal(x: ExternalRows, modes: readonly Mode[]): string[] {
+  const e = x.env;
+  const lines = [
+    `## Same-card reference rows (external: ${_md(x.source)})`,
+    "",
+    `Measured by ${_md(x.source)} on ${_md(String(e.device ?? "?"))} (torch ${
+      _md(String(e.torch ?? "?"))
+    }, CUDA ${_md(String(e.cuda ?? "?"))}, TF32 ${e.tf32 ? "on" : "off"}, ${
+      _md(String(e.date ?? "?"))
+    }), shape ${x.shape.n}×${x.shape.v}×${x.shape.d} ${x.shape.dtype}, fixture \`${x.fixture}\`. ` +
+    "Memory: peak allocated bytes above those live before the call (torch.cuda); time: median " +
+    "of CUDA-event timings. Not WebGPU: for comparison only.",
+    "",
+    `| method | β | ${modes.join(" | ")} |`,
+    `| --- | --- | ${modes.map(() => "---").join(" | ")} |`,
+  ];
+  const betas = [...new Set(x.rows.map((r) => r.beta))].sort((a, b) => b - a);
+  for (const beta of betas) {
+    for (const m of [...new Set(x.rows.filter((r) => r.beta === beta).map((r) => r.method))]) {
+      const rows = x.rows.filter((r) => r.beta === beta && r.method === m);
+      const cells = modes.map((mode) =>
+        _md(formatCell(rows.find((r) => r.mode === mode) as MeasureRow | undefined))
+      );
+      lines.push(`| ${_md(rows[0].label ?? m)} | ${beta} | ${cells.join(" | ")} |`);
+    }
+  }
+  return lines;
 }
 
 /** The JSON report (pretty-printed, long format). */

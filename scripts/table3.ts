@@ -12,6 +12,7 @@
  * @module
  */
 import { parseArgs, styleText } from "node:util";
+import { type ExternalRows, readExternalRows } from "../report/external.ts";
 import { intFlag, numberFlag, runCli } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
@@ -65,6 +66,10 @@ interface _Flags {
   d?: number;
   dtype: Dtype;
   beta: number;
+  /** Sections to run (default [beta, 0], or [0] when beta is 0). */
+  betas: number[];
+  /** JSON of external rows (scripts/torch_reference.py) to merge, or undefined. */
+  external?: ExternalRows;
   methods: LceMethod[];
   modes: Mode[];
   fixture: string;
@@ -93,6 +98,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
       d: { type: "string" },
       dtype: { type: "string", default: "bf16" },
       beta: { type: "string", default: "0.1" },
+      betas: { type: "string" },
+      external: { type: "string" },
       methods: { type: "string" },
       modes: { type: "string" },
       fixture: { type: "string", default: "cce" },
@@ -117,6 +124,14 @@ function _parseFlags(args: string[]): _Flags | undefined {
   check(beta >= 0 && beta <= 1, `--beta must be in [0, 1], got '${values.beta}'`);
   const reduction = values.reduction as Reduction;
   resolveOptions({ beta, reduction });
+  const betas = values.betas === undefined
+    ? (beta > 0 ? [beta, 0] : [0])
+    : _list("betas", values.betas).map((b) => {
+      const x = numberFlag("betas", b, 0);
+      check(x >= 0 && x <= 1, `--betas entries must be in [0, 1], got '${b}'`);
+      return x;
+    });
+  const external = values.external === undefined ? undefined : readExternalRows(values.external);
   const methods = values.methods === undefined
     ? [...METHODS]
     : _list("methods", values.methods).map(methodByName);
@@ -146,6 +161,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
     d: shape("d"),
     dtype: parseDtype(values.dtype!),
     beta,
+    betas,
+    external,
     methods,
     modes,
     fixture: parseFixtureName(values.fixture!),
@@ -201,7 +218,7 @@ export async function table3Main(args: string[]): Promise<void> {
     : undefined;
   const reps = flags.reps ?? (software ? SOFTWARE_REPS : HARDWARE_REPS);
   const warmup = flags.warmup ?? (software ? SOFTWARE_WARMUP : HARDWARE_WARMUP);
-  const betas = flags.beta > 0 ? [flags.beta, 0] : [0];
+  const betas = flags.betas;
   const gpuBytes = software ? undefined : await _nvidiaMemoryBytes();
   _progress(
     `${ctx.report.description}${software ? " (software)" : ""}: N=${shape.n} V=${shape.v} ` +
@@ -274,6 +291,7 @@ export async function table3Main(args: string[]): Promise<void> {
     reducedShape,
     durationS: (performance.now() - started) / 1000,
     rows,
+    external: flags.external,
   };
   const paths = await writeReport(report, flags.out);
   const md = formatMarkdown(report);

@@ -1,0 +1,46 @@
+/**
+ * `deno run -A scripts/table3_merge.ts --out DIR [--external torch.json] A.json B.json ...`:
+ * merges Table 3 JSON reports of the same adapter, shape and dtype (e.g. the β > 0 and β = 0
+ * sections measured in separate GPU sessions) into one report, and writes its four files.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { readFileSync } from "node:fs";
+import { runCli } from "../core/cli.ts";
+import { check, InputError } from "../core/errors.ts";
+import { type Table3Report, writeReport } from "../report/table3.ts";
+import { readExternalRows } from "../report/external.ts";
+
+await runCli(async () => {
+  const { values, positionals } = parseArgs({
+    args: Deno.args,
+    options: { out: { type: "string", default: "reports" }, external: { type: "string" } },
+    allowPositionals: true,
+  });
+  check(positionals.length >= 1, "give at least one table3 JSON report to merge");
+  const reports = positionals.map((p) => {
+    try {
+      return JSON.parse(readFileSync(p, "utf8")) as Table3Report;
+    } catch (e) {
+      throw new InputError(`${p}: ${(e as Error).message.split("\n")[0]}`);
+    }
+  });
+  const [first] = reports;
+  for (const [i, r] of reports.entries()) {
+    check(
+      JSON.stringify(r.shape) === JSON.stringify(first.shape) &&
+        r.env.adapter.description === first.env.adapter.description &&
+        r.fixture === first.fixture,
+      `${positionals[i]}: shape, adapter or fixture differs from ${positionals[0]}`,
+    );
+  }
+  const merged: Table3Report = {
+    ...first,
+    betas: [...new Set(reports.flatMap((r) => r.betas))],
+    rows: reports.flatMap((r) => r.rows),
+    durationS: reports.reduce((s, r) => s + (r.durationS ?? 0), 0),
+    external: values.external ? readExternalRows(values.external) : first.external,
+  };
+  const paths = await writeReport(merged, values.out!);
+  console.log(`merged ${reports.length} reports (${merged.rows.length} rows): ${paths.md}`);
+});
