@@ -7,12 +7,15 @@
  * workgroup walks its contiguous range of BN-wide vocab tiles in order; for each it computes the
  * BM×BN logits tile with the generated register-tiled GEMM ({@link gemmMainloop}), and the epilogue
  * works on the accumulators in registers: softcap, mask of the ragged vocab edge, and for each of
- * the thread's TM rows an update of a running (max, Σexp(z − max)) pair held in registers across all
- * the workgroup's tiles (per tile: one max over the thread's TN values, a rescale exp only when that
- * max exceeds the running one, then TN exps). Threads sharing a row are merged once, at the end of
- * the range, through workgroup memory; one (max, sumexp) pair per row per split goes to a workspace
- * of n × S × 8 bytes (plus n × S × 4 for the tile Σz with softcap or the in-kernel variant, and
- * n × S × 8 for the calibration stats).
+ * the thread's TM rows its (max, Σexp(z − max)) over its TN columns (one max, then TN exps; no
+ * rescale). The row state across tiles lives, by default (`tile` state), with one owner thread per
+ * row: the threads sharing a row hand their partials through a small workgroup scratch, and the
+ * owner folds them into its running pair (max first, then the rescaled sum, an exp per partial).
+ * This keeps registers and workgroup memory near the plain GEMM's, which is what its occupancy
+ * and speed depend on; the `registers` state (a running pair per thread row in registers, merged
+ * across threads once at the end of the range) is kept for comparison. One (max, sumexp) pair per
+ * row per split goes to a workspace of n × S × 8 bytes (plus n × S × 4 for the tile Σz with
+ * softcap or the in-kernel variant, and n × S × 8 for the calibration stats).
  *
  * Target logit: written from inside the tile that holds t_n, by the one thread that holds that
  * element (it is unique: exactly one workgroup of one shard dispatch covers column t_n of row n,
@@ -30,10 +33,10 @@
  * not computed at all.
  *
  * Determinism: no atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
- * each thread's running pair follows its tiles in increasing vocab order, threads sharing a row are
- * merged in thread order, splits in increasing vocab order, and sums (Σz, the dot product) in
- * fixed trees. The grid's scheduling decides only when each of these runs, never the order of the
- * operations, so two runs give bitwise-identical results.
+ * a row's running pair follows its tiles in increasing vocab order, the partials of the threads
+ * sharing a row are merged in thread order, splits in increasing vocab order, and sums (Σz, the
+ * dot product) in fixed trees or orders. The grid's scheduling decides only when each of these
+ * runs, never the order of the operations, so two runs give bitwise-identical results.
  *
  * Sharding: E and C may be split by rows; the tiles pass is dispatched once per (E shard, C shard)
  * with the shard's first token and first vocab index in a uniform block. Each C shard gets its own
@@ -56,13 +59,12 @@ import {
   gemmThreadCoords,
   type GemmTile,
   loadF32,
-  TILE_LARGE,
   TILE_SMALL,
   tileThreads,
   validateTile,
   wgslStorageType,
 } from "./gemm_codegen.ts";
-import { lossConstants, LSE_MERGE } from "./wgsl_common.ts";
+import { f32Lit, lossConstants, LSE_MERGE } from "./wgsl_common.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "./column_sum.ts";
 
 /** Shape and storage dtype of the problem. */
@@ -80,7 +82,7 @@ export type SmoothingMode = "identity" | "in-kernel";
 export interface FusedForwardOptions {
   spec: FusedForwardSpec;
   opts: LceOptions;
-  /** GEMM tile (default: 128×128 on hardware adapters, 64×64 on software ones). */
+  /** GEMM tile (default {@link defaultFusedTile}: 128×128×8 on hardware, 64×64×16 on software). */
   tile?: GemmTile;
   /** Smoothing term variant (default `identity`). */
   smoothing?: SmoothingMode;
@@ -214,8 +216,9 @@ export interface FusedTilesKernelOptions {
  *   owner thread per row keeps the row's running pair in two registers. Costs 2·TM/2 − 1 barriers
  *   and 16 exps per owner per tile (noise next to the tile's d·BM·BN FMAs) and keeps both the
  *   register count and the workgroup memory close to the plain GEMM's, which is what the GEMM's
- *   occupancy, and so its speed, depends on (on an H200, 128×128×8 ran 288 ms at the paper's
- *   shape with ≤ 17 KiB of workgroup memory and 354 ms with 8 KiB more).
+ *   occupancy, and so its speed, depends on (on an H200 at the paper's shape, a bare 128×128×8
+ *   tile loop ran 288 ms with ≤ 17 KiB of workgroup memory and 354 ms with 8 KiB more; the fused
+ *   kernel ran 315 ms in this state, 367 ms in `registers`).
  * - `registers`: each thread keeps a running pair per row in registers (2·TM more registers) and
  *   the threads sharing a row are merged once, at the end of the workgroup's vocab range.
  */
@@ -263,6 +266,7 @@ export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
   if (o.sumZ) bind("var<storage, read_write> wsz: array<f32>");
   if (o.stats) bind("var<storage, read_write> wsx: array<vec2<f32>>");
   bind("var<storage, read_write> zt: array<f32>");
+  // Σz sums every column unmasked: off the vocab edge the GEMM loaded zeros, so z = softcap(0) = 0.
   const sum = (xs: string[]) => _tree(xs, (a, b) => `(${a} + ${b})`);
   // A slot's column minus 4·tn, as an i32 literal: comparing it with per-tile values (vlim − 4·tn)
   // leaves no per-column loop invariants for the compiler to hoist into registers.
@@ -327,7 +331,7 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
       lines.push(`st_s_${i} += ${sum(ss.map((_, j) => `p${j}`))};`);
       if (o.stats) lines.push(`st_w_${i} += ${sum(ss.map((_, j) => `p${j} * z${j}`))};`);
       if (o.sumZ) {
-        lines.push(`st_z_${i} += ${sum(ss.map((_, j) => `select(0.0, z${j}, v${j})`))};`);
+        lines.push(`st_z_${i} += ${sum(ss.map((_, j) => `z${j}`))};`);
       }
       lines.push(targetWrite(ss, `tg_${i}`, row));
       return `{\n    ${lines.join("\n    ")}\n  }`;
@@ -417,10 +421,12 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
         const { slots: ss, row } = rows[q * R + k];
         const at = `${k * threads}u + lid`;
         const lines = rowValues(ss);
-        ss.forEach((_, j) => lines.push(`let p${j} = select(0.0, exp(q${j} - mx), v${j});`));
+        // q = NEG_INF off the vocab edge; mf keeps exp(q − mf) = 0 there when no column is valid
+        lines.push("let mf = max(mx, -1.0e30);");
+        ss.forEach((_, j) => lines.push(`let p${j} = exp(q${j} - mf);`));
         lines.push(`scr_m[${at}] = mx;`, `scr_s[${at}] = ${sum(ss.map((_, j) => `p${j}`))};`);
         if (o.sumZ) {
-          lines.push(`scr_z[${at}] = ${sum(ss.map((_, j) => `select(0.0, z${j}, v${j})`))};`);
+          lines.push(`scr_z[${at}] = ${sum(ss.map((_, j) => `z${j}`))};`);
         }
         if (o.stats) {
           lines.push(
@@ -449,7 +455,14 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
   }`;
   }
   return `${enableDirectives([o.dtype])}
-${lossConstants({ beta: 0, softcap: o.softcap, ignoreIndex: -100, reduction: "none" }, 1)}
+const NEG_INF: f32 = -3.0e38;
+${
+    o.softcap === undefined
+      ? "fn softcap(x: f32) -> f32 { return x; }"
+      : `const SOFTCAP: f32 = ${f32Lit(o.softcap)};
+// s·tanh(x/s) = s − 2s/(exp(2x/s) + 1): one exp (and exact 0 at 0, ±s at ±∞)
+fn softcap(x: f32) -> f32 { return SOFTCAP - (2.0 * SOFTCAP) / (exp(x * (2.0 / SOFTCAP)) + 1.0); }`
+  }
 ${state === "registers" ? LSE_MERGE : ""}
 ${o.stats && state === "registers" ? STATS_MERGE : ""}
 struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
@@ -634,9 +647,16 @@ export function fusedTilesWorkgroupBytes(
   return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
 }
 
-/** The tile used when none is given: 128×128 on hardware adapters, 64×64 on software ones. */
+/**
+ * 128×128 output tile, 256 threads, 8×8 per thread, K-step 8: the fused forward's best tile on an
+ * H200 at the paper's shape (reports/tune_forward_nvidia-h200.md: 315 ms, 30.7 TFLOP/s effective,
+ * where TILE_LARGE's K-step 16 took 426 ms, its larger staging costing occupancy).
+ */
+export const FUSED_TILE_HW: GemmTile = { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
+
+/** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
 export function defaultFusedTile(ctx: GpuContext): GemmTile {
-  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_LARGE;
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : FUSED_TILE_HW;
 }
 
 const bytes4 = (b: number) => Math.max(4, Math.ceil(b / 4) * 4);

@@ -10,6 +10,7 @@ import { caseInputs } from "../testing/parity.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { type GemmTile, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import {
+  FUSED_TILE_HW,
   prepareFusedForward,
   type SmoothingMode,
   splitPlan,
@@ -156,13 +157,13 @@ Deno.test({
 });
 
 Deno.test({
-  name: "fused forward: every dtype × both tiles, split counts, ignored rows",
+  name: "fused forward: every dtype × tiles (small, large, K-step 8), split counts, row states",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
     const dtypes: Dtype[] = ctx.hasF16 ? ["bf16", "f16", "f32"] : ["bf16", "f32"];
     for (const dtype of dtypes) {
-      for (const tile of [TILE_SMALL, TILE_LARGE]) {
+      for (const tile of [TILE_SMALL, TILE_LARGE, FUSED_TILE_HW]) {
         for (const [beta, softcap] of [[0.1, undefined], [0.3, 2]] as const) {
           await checkCase(ctx, {
             n: 70,
