@@ -1,7 +1,9 @@
 /**
  * `deno run -A scripts/table3_merge.ts --out DIR [--external torch.json] A.json B.json ...`:
  * merges Table 3 JSON reports of the same adapter, shape and dtype (e.g. the β > 0 and β = 0
- * sections measured in separate GPU sessions) into one report, and writes its four files.
+ * sections measured in separate GPU sessions) into one report, and writes its four files. A
+ * row (method, β, mode) measured in several reports is taken from the last one given, so a
+ * re-measurement of some methods can be laid over a full table.
  * @module
  */
 import { parseArgs } from "node:util";
@@ -37,10 +39,17 @@ await runCli(async () => {
   const merged: Table3Report = {
     ...first,
     betas: [...new Set(reports.flatMap((r) => r.betas))],
-    rows: reports.flatMap((r) => r.rows),
+    rows: _latestRows(reports),
     durationS: reports.reduce((s, r) => s + (r.durationS ?? 0), 0),
     external: values.external ? readExternalRows(values.external) : first.external,
   };
   const paths = await writeReport(merged, values.out!);
   console.log(`merged ${reports.length} reports (${merged.rows.length} rows): ${paths.md}`);
 });
+
+/** Rows of all reports; for a (method, β, mode) in several, the last report's row, in first-seen order. */
+function _latestRows(reports: Table3Report[]): Table3Report["rows"] {
+  const byKey = new Map<string, Table3Report["rows"][number]>();
+  for (const r of reports) for (const x of r.rows) byKey.set(`${x.method}|${x.beta}|${x.mode}`, x);
+  return [...byKey.values()];
+}
