@@ -51,7 +51,8 @@ export const DEFAULT_OPTIONS: LceOptions = {
 
 /** Fills in defaults and validates; throws InputError naming the bad value. */
 export function resolveOptions(opts: Partial<LceOptions> = {}): LceOptions {
-  const o: LceOptions = { ...DEFAULT_OPTIONS, ...opts };
+  const given = Object.fromEntries(Object.entries(opts).filter(([, x]) => x !== undefined));
+  const o: LceOptions = { ...DEFAULT_OPTIONS, ...given };
   check(
     typeof o.beta === "number" && Number.isFinite(o.beta) && o.beta >= 0 && o.beta <= 1,
     `beta must be in [0, 1], got ${o.beta}`,

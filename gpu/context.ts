@@ -324,7 +324,9 @@ export class GpuContext {
       const where = first ? ` at line ${first.lineNum}:${first.linePos}: ${msg}` : "";
       throw new GpuError(
         "validation",
-        `${label}: WGSL compilation failed${where}${err ? ` (${err.message.split("\n")[0]})` : ""}`,
+        `${label}: WGSL compilation failed${where}${
+          err?.message.split("\n")[0] ? ` (${err.message.split("\n")[0]})` : ""
+        }`,
       );
     }
     this.#pipelines.set(code, p);

@@ -602,6 +602,8 @@ export interface PreparedFusedBackward {
   record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
   /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
   stats(): Promise<FusedBackwardStats>;
+  /** Frees the buffers made at prepare time (the kept-tile counter). */
+  release(): void;
   /**
    * Workspace bytes of one record (not counting dE and dC), for shards as createTensor makes
    * them on this context unless given.
@@ -717,6 +719,9 @@ export async function prepareFusedBackward(
         : 0;
       bytes += corrections.workspaceBytes(eRows, spec.d, cs);
       return bytes;
+    },
+    release() {
+      counter?.destroy();
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };

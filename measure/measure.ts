@@ -205,6 +205,7 @@ export async function measureMethod(
       emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
     }
   }
+  prepared.release?.();
   return rows;
 }
 

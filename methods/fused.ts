@@ -106,6 +106,7 @@ async function _prepare(
         for (const t of saved.tensors) t.destroy();
       },
       stats,
+      release: () => bwd.release(),
     };
   }
   const unit = await prepareUnitRowWeights(ctx, opts);
@@ -145,6 +146,7 @@ async function _prepare(
       for (const t of saved.tensors) t.destroy();
     },
     stats,
+    release: () => bwd.release(),
   };
 }
 

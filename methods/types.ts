@@ -74,6 +74,8 @@ export interface PreparedMethod {
   dispose(saved: SavedState): void;
   /** Statistics of the last backward, read after its recorder finished (may read the GPU). */
   stats?(): Promise<MethodStats>;
+  /** Frees buffers the method made when it was prepared (e.g. a counter read by stats). */
+  release?(): void;
 }
 
 /** A Table 3 row. */

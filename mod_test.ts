@@ -1,0 +1,226 @@
+import assert from "node:assert/strict";
+import {
+  checkInputs,
+  type HostInputs,
+  IGNORE_INDEX,
+  InputError,
+  type LceOptions,
+  makeFixture,
+  methodByName,
+  METHODS,
+  resolveOptions,
+  runMethod,
+} from "./mod.ts";
+import { parseDtype } from "./core/options.ts";
+import { GPU_TEST, testContext } from "./testing/gpu.ts";
+
+const n = 6, v = 11, d = 5;
+const good = (): HostInputs => ({
+  n,
+  v,
+  d,
+  e: Float32Array.from({ length: n * d }, (_, i) => Math.sin(i) * 0.7),
+  c: Float32Array.from({ length: v * d }, (_, i) => Math.cos(i * 1.3) * 0.6),
+  targets: Int32Array.from([0, 3, IGNORE_INDEX, 10, 5, 7]),
+});
+
+/** Asserts `fn` throws an InputError whose one-line message matches `re`. */
+function assertInputError(fn: () => unknown, re: RegExp, what = ""): void {
+  assert.throws(fn, (e: unknown) => {
+    assert.ok(e instanceof InputError, `${what}: expected InputError, got ${e}`);
+    assert.match(e.message, re, what);
+    assert.ok(!e.message.includes("\n"), `one line: ${JSON.stringify(e.message)}`);
+    return true;
+  });
+}
+
+/** Bad host inputs and the message naming each (shared by checkInputs and runMethod). */
+function badInputs(): [string, HostInputs, Partial<LceOptions>, RegExp][] {
+  const nanE = good(), infC = good(), negInfE = good();
+  nanE.e[7] = NaN;
+  infC.c[13] = Infinity;
+  negInfE.e[29] = -Infinity;
+  return [
+    [
+      "E too long",
+      { ...good(), e: new Float32Array(n * d + 1) },
+      {},
+      /^E has 31 values, expected n·d = 6·5$/,
+    ],
+    [
+      "E too short",
+      { ...good(), e: new Float32Array(n * d - 5) },
+      {},
+      /^E has 25 values, expected n·d = 6·5$/,
+    ],
+    [
+      "C length",
+      { ...good(), c: new Float32Array(v * d - 1) },
+      {},
+      /^C has 54 values, expected v·d = 11·5$/,
+    ],
+    [
+      "targets length",
+      { ...good(), targets: new Int32Array(n - 1) },
+      {},
+      /^targets has 5 entries, expected n = 6$/,
+    ],
+    [
+      "target = v",
+      { ...good(), targets: Int32Array.from([0, 3, IGNORE_INDEX, 11, 5, 7]) },
+      {},
+      /^target 11 at row 3 is outside \[0, 11\) and not ignore_index -100$/,
+    ],
+    [
+      "negative target",
+      { ...good(), targets: Int32Array.from([0, -1, 2, 3, 4, 5]) },
+      {},
+      /^target -1 at row 1 is outside \[0, 11\) and not ignore_index -100$/,
+    ],
+    [
+      "-100 with another ignore_index",
+      good(),
+      { ignoreIndex: -1 },
+      /^target -100 at row 2 is outside \[0, 11\) and not ignore_index -1$/,
+    ],
+    [
+      "all ignored, mean",
+      { ...good(), targets: new Int32Array(n).fill(IGNORE_INDEX) },
+      { reduction: "mean" },
+      /^all 6 targets are ignore_index -100: the mean loss is undefined$/,
+    ],
+    ["NaN in E", nanE, {}, /^E has a non-finite value NaN at row 1, column 2$/],
+    ["Inf in C", infC, {}, /^C has a non-finite value Infinity at row 2, column 3$/],
+    ["-Inf in E", negInfE, {}, /^E has a non-finite value -Infinity at row 5, column 4$/],
+    [
+      "n = 0",
+      { ...good(), n: 0, e: new Float32Array(0), targets: new Int32Array(0) },
+      {},
+      /^n must be a positive integer, got 0$/,
+    ],
+    ["d fractional", { ...good(), d: 2.5 }, {}, /^d must be a positive integer, got 2.5$/],
+  ];
+}
+
+Deno.test("public API: checkInputs names each bad shape or value", () => {
+  for (const [what, x, o, re] of badInputs()) {
+    assertInputError(() => checkInputs(x, resolveOptions(o)), re, what);
+  }
+  // Sum and none of all-ignored rows are defined (0), as is a target equal to ignore_index.
+  const allIgnored = { ...good(), targets: new Int32Array(n).fill(IGNORE_INDEX) };
+  checkInputs(allIgnored, resolveOptions({ reduction: "sum" }));
+  checkInputs(allIgnored, resolveOptions({ reduction: "none" }));
+  checkInputs(
+    { ...good(), targets: Int32Array.from([0, 3, 7, 10, 5, 7]) },
+    resolveOptions({ ignoreIndex: 7 }),
+  );
+});
+
+Deno.test("public API: resolveOptions names a bad β, softcap, reduction or ignore_index", () => {
+  const cases: [Partial<LceOptions>, RegExp][] = [
+    [{ beta: 1.5 }, /^beta must be in \[0, 1\], got 1.5$/],
+    [{ beta: -0.1 }, /^beta must be in \[0, 1\], got -0.1$/],
+    [{ beta: NaN }, /^beta must be in \[0, 1\], got NaN$/],
+    [{ beta: Infinity }, /^beta must be in \[0, 1\], got Infinity$/],
+    [{ beta: "0.1" as unknown as number }, /^beta must be in \[0, 1\], got 0.1$/],
+    [{ softcap: 0 }, /^softcap must be > 0, got 0$/],
+    [{ softcap: -2 }, /^softcap must be > 0, got -2$/],
+    [{ softcap: NaN }, /^softcap must be > 0, got NaN$/],
+    [{ softcap: Infinity }, /^softcap must be > 0, got Infinity$/],
+    [{ reduction: "avg" as "mean" }, /^unknown reduction 'avg' \(expected mean, sum or none\)$/],
+    [{ ignoreIndex: 1.5 }, /^ignore-index must be an integer, got 1.5$/],
+  ];
+  for (const [o, re] of cases) assertInputError(() => resolveOptions(o), re);
+  // The edges are valid.
+  assert.equal(resolveOptions({ beta: 0 }).beta, 0);
+  assert.equal(resolveOptions({ beta: 1 }).beta, 1);
+  assert.equal(resolveOptions({ softcap: 1e-6 }).softcap, 1e-6);
+});
+
+Deno.test("public API: unknown method, dtype and fixture names list the known ones", () => {
+  const names = METHODS.map((m) => m.name).join(", ");
+  assertInputError(
+    () => methodByName("nope"),
+    new RegExp(`^unknown method 'nope' \\(expected one of: ${names}\\)$`),
+  );
+  assertInputError(() => methodByName(""), /^unknown method '' /);
+  for (const m of METHODS) assert.equal(methodByName(m.name), m);
+  assertInputError(() => parseDtype("f8"), /^unknown dtype 'f8' \(expected bf16, f16 or f32\)$/);
+  assertInputError(() => parseDtype("F32"), /^unknown dtype 'F32'/);
+  assertInputError(
+    () => makeFixture("nope", { n: 2, v: 3, d: 4 }),
+    /^unknown fixture 'nope' \(expected cce, llm, uniform or nonzero-mean\)$/,
+  );
+  assertInputError(
+    () => makeFixture("cce", { n: 2, v: 3, d: 4, dtype: "f8" as "f32" }),
+    /^unknown dtype 'f8'/,
+  );
+  assertInputError(
+    () => makeFixture("cce", { n: 0, v: 3, d: 4 }),
+    /^n must be a positive integer, got 0$/,
+  );
+  assertInputError(
+    () => makeFixture("cce", { n: 2, v: 3, d: 4, ignoreFraction: 1.5 }),
+    /^ignore fraction must be in \[0, 1\], got 1.5$/,
+  );
+  assertInputError(
+    () => makeFixture("cce", { n: 2, v: 3, d: 4, seed: 0.5 }),
+    /^seed must be an integer, got 0.5$/,
+  );
+});
+
+Deno.test({
+  name: "public API: runMethod rejects bad input with an InputError before touching the GPU",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const none = resolveOptions({ reduction: "none" });
+    const before = ctx.memory().liveBytes;
+    for (const m of METHODS) {
+      for (const [what, x, o, re] of badInputs()) {
+        await assert.rejects(
+          () => runMethod(ctx, m, x, resolveOptions(o), { dtype: "f32" }),
+          (e: unknown) => {
+            assert.ok(e instanceof InputError, `${m.name}, ${what}: got ${e}`);
+            assert.match(e.message, re, `${m.name}, ${what}`);
+            return true;
+          },
+        );
+      }
+    }
+    assert.equal(ctx.memory().liveBytes, before, "nothing was allocated");
+    // A per-token upstream gradient of the wrong length.
+    const m = METHODS.find((m) => !m.unsupported?.(ctx, { n, v, d, dtype: "f32" }, none));
+    assert.ok(m, "some method runs reduction none");
+    await assert.rejects(
+      () => runMethod(ctx, m, good(), none, { dtype: "f32", gradOutput: [1, 2, 3] }),
+      (e: unknown) =>
+        e instanceof InputError && /^upstream gradient has 3 values, expected 6$/.test(e.message),
+    );
+  },
+});
+
+Deno.test({
+  name: "public API: runMethod names a method that cannot run the problem",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    let seen = 0;
+    for (const m of METHODS) {
+      for (const reduction of ["mean", "sum", "none"] as const) {
+        const o = resolveOptions({ reduction, beta: 0.1 });
+        const why = m.unsupported?.(ctx, { n, v, d, dtype: "f32" }, o);
+        if (why === undefined) continue;
+        seen++;
+        const re = new RegExp(`^method ${m.name} cannot run here: `);
+        await assert.rejects(() => runMethod(ctx, m, good(), o, { dtype: "f32" }), (e: unknown) => {
+          assert.ok(e instanceof InputError, `${m.name}: got ${e}`);
+          assert.match(e.message, re);
+          assert.ok(e.message.endsWith(why), e.message);
+          return true;
+        });
+      }
+    }
+    console.log(`${seen} method/reduction pairs refused with a reason`);
+  },
+});

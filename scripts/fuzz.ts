@@ -1,0 +1,80 @@
+/**
+ * `deno run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
+ * [--max-work W] [--verbose]`: the shape fuzzer of testing/fuzz.ts run for longer than CI does.
+ * Case i has seed S + i; every failure prints its seed, the whole case, what differed and the
+ * command that replays it (`--seed S --cases 1`). Ends with `N passed, F failed` (and the skipped
+ * count, when a method cannot run a case here); exits 1 when any case failed.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { InputError } from "../core/errors.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { methodByName, METHODS } from "../methods/mod.ts";
+import { DEFAULT_BOUNDS, describeCase, FuzzRunner } from "../testing/fuzz.ts";
+
+const USAGE = "usage: deno run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] " +
+  "[--max-dim D] [--max-work W] [--verbose]";
+
+/** Runs the fuzzer with `args`; returns the number of failed cases. */
+export async function fuzzMain(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      cases: { type: "string" },
+      seed: { type: "string" },
+      method: { type: "string" },
+      "max-dim": { type: "string" },
+      "max-work": { type: "string" },
+      verbose: { type: "boolean", short: "v" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  const cases = intFlag("cases", values.cases, 100);
+  const seed = numberFlag("seed", values.seed, 1);
+  if (!Number.isSafeInteger(seed)) throw new InputError(`--seed must be an integer, got ${seed}`);
+  const bounds = {
+    maxDim: intFlag("max-dim", values["max-dim"], DEFAULT_BOUNDS.maxDim),
+    maxWork: intFlag("max-work", values["max-work"], DEFAULT_BOUNDS.maxWork),
+  };
+  const methods = values.method === undefined ? METHODS : [methodByName(values.method)];
+  const ctx = await GpuContext.create({ poison: true });
+  console.log(
+    `fuzz: ${cases} cases from seed ${seed} on ${ctx.report.description}` +
+      ` (methods ${methods.map((m) => m.name).join(", ")}; n, v, d ≤ ${bounds.maxDim}, ` +
+      `n·v·d ≤ ${bounds.maxWork})`,
+  );
+  const runner = new FuzzRunner(ctx, methods, bounds);
+  const t0 = performance.now();
+  const s = await runner.runMany(seed, cases, (o, i) => {
+    if (o.status === "failed") console.log(`FAIL ${o.message}`);
+    else if (o.status === "skipped" && o.message?.startsWith("limits: ")) {
+      console.log(`skipped seed ${o.case.seed} (${o.case.method}): ${o.message}`);
+    } else if (values.verbose || cases === 1) {
+      console.log(`${o.status} ${describeCase(o.case)} ${o.message ?? ""}`.trimEnd());
+    } else if ((i + 1) % 25 === 0) {
+      console.log(`  ${i + 1}/${cases} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+    }
+  });
+  await runner.close();
+  ctx.destroy();
+  const perMethod = Object.entries(s.msByMethod).map(([m, ms]) => `${m} ${(ms / 1000).toFixed(1)}`)
+    .join(", ");
+  console.log(`time by method (s): ${perMethod}`);
+  if (s.skipped > 0) console.log(`${s.skipped} skipped (the method cannot run the case here)`);
+  console.log(`${s.passed} passed, ${s.failed} failed`);
+  return s.failed;
+}
+
+if (import.meta.main) {
+  await runCli(async () => {
+    const failed = await fuzzMain(Deno.args);
+    if (failed > 0) Deno.exit(1);
+  });
+}
