@@ -224,3 +224,41 @@ Deno.test({
     console.log(`${seen} method/reduction pairs refused with a reason`);
   },
 });
+
+Deno.test({
+  name:
+    "runMethod: a failing call frees everything it allocated; non-finite upstream gradients are refused",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const { GpuContext } = await import("./gpu/context.ts");
+    const ctx = await GpuContext.create();
+    const x = {
+      n: 6,
+      v: 11,
+      d: 5,
+      e: new Float32Array(30).fill(0.1),
+      c: new Float32Array(55).fill(0.2),
+      targets: Int32Array.from([0, 1, 2, 3, 4, 5]),
+    };
+    const live = ctx.memory().liveBytes;
+    for (const m of METHODS) {
+      const o = resolveOptions({ reduction: "none" });
+      const fb = m.name === "fused-fb" || m.name === "fused-fb-nofilter"; // none is unsupported
+      if (!fb) {
+        await assert.rejects(
+          () => runMethod(ctx, m, x, o, { dtype: "f32", gradOutput: [1, 2, 3] }),
+          /upstream gradient has 3 values, expected 6/,
+        );
+      }
+      await assert.rejects(
+        () => runMethod(ctx, m, x, resolveOptions({}), { dtype: "f32", gradOutput: NaN }),
+        /upstream gradient has a non-finite value NaN at index 0/,
+      );
+      if (!fb) await runMethod(ctx, m, x, o, { dtype: "f32", gradOutput: [1, 2, 3, 4, 5, 6] });
+      else await runMethod(ctx, m, x, resolveOptions({}), { dtype: "f32", gradOutput: 2 });
+      assert.equal(ctx.memory().liveBytes, live, `${m.name} left tracked bytes live`);
+    }
+    ctx.destroy();
+  },
+});

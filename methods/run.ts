@@ -8,7 +8,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { download, fromHost } from "../gpu/tensor.ts";
 import { checkInputs, type Dtype, type HostInputs, type LceOptions } from "../core/options.ts";
 import { check } from "../core/errors.ts";
-import type { LceMethod, MethodInputs, MethodStats } from "./types.ts";
+import type { LceMethod, MethodInputs, MethodStats, PreparedMethod } from "./types.ts";
 
 /** Options of {@link runMethod}. */
 export interface RunOptions {
@@ -40,13 +40,12 @@ export function uploadInputs(ctx: GpuContext, x: HostInputs, dtype: Dtype): Meth
   };
 }
 
-/** The upstream gradient as a tensor (1 value, or n for reduction none). */
-export function uploadGradOut(
-  ctx: GpuContext,
+/** The upstream gradient's values (1, or n for reduction none), checked: length, finiteness. */
+export function gradValues(
   n: number,
   o: LceOptions,
   g: number | ArrayLike<number> = 1,
-) {
+): Float32Array {
   const rows = o.reduction === "none" ? n : 1;
   const vals = new Float32Array(rows);
   if (typeof g === "number") vals.fill(g);
@@ -54,10 +53,27 @@ export function uploadGradOut(
     check(g.length === rows, `upstream gradient has ${g.length} values, expected ${rows}`);
     vals.set(Array.from(g));
   }
-  return fromHost(ctx, { dtype: "f32", rows, cols: 1, role: "input", label: "grad_out" }, vals);
+  const bad = vals.findIndex((x) => !Number.isFinite(x));
+  check(bad < 0, `upstream gradient has a non-finite value ${vals[bad]} at index ${bad}`);
+  return vals;
 }
 
-/** Validates, runs forward and backward, and downloads loss, dE and dC. */
+/** The upstream gradient as a tensor (1 value, or n for reduction none). */
+export function uploadGradOut(
+  ctx: GpuContext,
+  n: number,
+  o: LceOptions,
+  g: number | ArrayLike<number> = 1,
+) {
+  const vals = gradValues(n, o, g);
+  const label = "grad_out";
+  return fromHost(ctx, { dtype: "f32", rows: vals.length, cols: 1, role: "input", label }, vals);
+}
+
+/**
+ * Validates, runs forward and backward, and downloads loss, dE and dC. Everything it allocates
+ * is freed again, also when the method fails.
+ */
 export async function runMethod(
   ctx: GpuContext,
   method: LceMethod,
@@ -69,25 +85,32 @@ export async function runMethod(
   const spec = { n: x.n, v: x.v, d: x.d, dtype: ro.dtype };
   const why = method.unsupported?.(ctx, spec, opts);
   check(why === undefined, `method ${method.name} cannot run here: ${why}`);
-  return await ctx.scoped(async () => {
-    const prepared = await method.prepare(ctx, spec, opts);
-    const inputs = uploadInputs(ctx, x, ro.dtype);
-    const gradOut = uploadGradOut(ctx, x.n, opts, ro.gradOutput);
-    const rec = new Recorder(ctx);
-    const fwd = await prepared.forward(rec, inputs);
-    const grads = await prepared.backward(rec, inputs, fwd.saved, gradOut);
-    await rec.finish();
-    const stats = await prepared.stats?.();
-    const result: RunResult = {
-      loss: await download(ctx, fwd.loss),
-      dE: await download(ctx, grads.dE),
-      dC: await download(ctx, grads.dC),
-      stats,
-    };
-    prepared.dispose(fwd.saved);
-    for (const t of [fwd.loss, grads.dE, grads.dC, gradOut, inputs.e, inputs.c, inputs.targets]) {
-      t.destroy();
-    }
-    return result;
-  });
+  gradValues(x.n, opts, ro.gradOutput); // checked before anything is allocated
+  const owned: { destroy(): void }[] = [];
+  let prepared: PreparedMethod | undefined;
+  try {
+    return await ctx.scoped(async () => {
+      const p = prepared = await method.prepare(ctx, spec, opts);
+      const inputs = uploadInputs(ctx, x, ro.dtype);
+      owned.push(inputs.e, inputs.c, inputs.targets);
+      const gradOut = uploadGradOut(ctx, x.n, opts, ro.gradOutput);
+      owned.push(gradOut);
+      const rec = new Recorder(ctx);
+      const fwd = await p.forward(rec, inputs);
+      owned.push(fwd.loss, { destroy: () => p.dispose(fwd.saved) });
+      const grads = await p.backward(rec, inputs, fwd.saved, gradOut);
+      owned.push(grads.dE, grads.dC); // destroy() is idempotent where these alias saved state
+      await rec.finish();
+      const stats = await p.stats?.();
+      return {
+        loss: await download(ctx, fwd.loss),
+        dE: await download(ctx, grads.dE),
+        dC: await download(ctx, grads.dC),
+        stats,
+      };
+    });
+  } finally {
+    for (const t of owned) t.destroy();
+    prepared?.release?.();
+  }
 }
