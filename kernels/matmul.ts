@@ -58,7 +58,19 @@ struct Params { M: u32, N: u32, K: u32, aOff: u32, sAm: u32, sAk: u32, bOff: u32
 @group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype)}>;
 @group(0) @binding(3) var<storage, read_write> outp: array<f32>;
 ${dtypeHelpers([{ name: "a", dtype: o.aDtype }, { name: "b", dtype: o.bDtype }])}
-${gemmShared({ tile: t })}
+${matmulEntry(o, store)}
+`;
+}
+
+/**
+ * The compute entry point shared by the matmul kernels: workgroup staging, the unrolled main loop
+ * over the tile of output (wg.y, wg.x) with operands `a`, `b` and uniform block `P` (fields M, N,
+ * K, aOff, sAm, sAk, bOff, sBn, sBk), then `stores` (statements using m0, n0, tm, tn and the
+ * accumulators).
+ */
+export function matmulEntry(o: MatmulKernelOptions, stores: string): string {
+  const t = o.tile;
+  return `${gemmShared({ tile: t })}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
@@ -84,9 +96,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       sBk: "P.sBk",
     })
   }
-  ${store}
-}
-`;
+  ${stores}
+}`;
 }
 
 /** One operand of {@link matmul}. */

@@ -16,15 +16,12 @@ import {
   accSlots,
   dtypeHelpers,
   enableDirectives,
-  gemmMainloop,
-  gemmShared,
-  gemmThreadCoords,
   type GemmTile,
-  tileThreads,
   validateTile,
   wgslStorageType,
 } from "./gemm_codegen.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
+import { matmulEntry } from "./matmul.ts";
 
 /** Generator options of the 16-bit-output product. */
 export interface MatmulStore16Options {
@@ -83,33 +80,6 @@ fn store4(m: u32, nb: u32, v: vec4<f32>) {
   }
   if (c < cnt) { put_half(base + c, v[c]); }
 }
-${gemmShared({ tile: t })}
-@compute @workgroup_size(${tileThreads(t)})
-fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-  ${gemmThreadCoords(t)}
-  let m0 = wg.y * ${t.bm}u;
-  let n0 = wg.x * ${t.bn}u;
-  ${
-    gemmMainloop({
-      tile: t,
-      a: { dtype: o.aDtype, contig: o.aTrans ? "mn" : "k" },
-      b: { dtype: o.bDtype, contig: o.bTrans ? "mn" : "k" },
-      aBuf: "a",
-      bBuf: "b",
-      M: "P.M",
-      N: "P.N",
-      K: "P.K",
-      m0: "m0",
-      n0: "n0",
-      aOff: "P.aOff",
-      sAm: "P.sAm",
-      sAk: "P.sAk",
-      bOff: "P.bOff",
-      sBn: "P.sBn",
-      sBk: "P.sBk",
-    })
-  }
-  ${stores}
-}
+${matmulEntry(o, stores)}
 `;
 }
