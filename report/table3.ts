@@ -67,6 +67,9 @@ export interface Table3Report {
   external?: ExternalRows;
 }
 
+/** L2 cache of the largest GPUs this harness targets (H100/H200: 50 MB), for the cache note. */
+export const L2_CACHE_BYTES = 50 * 2 ** 20;
+
 /** The paper's shape (Table 3): N = 8192 tokens, |V| = 256,000, D = 2304, bf16. */
 export const PAPER_SHAPE: Table3Shape = { n: 8192, v: 256000, d: 2304, dtype: "bf16" };
 
@@ -239,6 +242,15 @@ export function formatMarkdown(r: Table3Report): string {
     "- fwd = the forward (loss and saved state); bwd = the backward given a saved forward " +
       "(gradients included); fwd+bwd = both in one recorder.",
   );
+  const inputBytes = (n + v) * d * DTYPE_BYTES[dtype];
+  if (inputBytes <= L2_CACHE_BYTES) {
+    lines.push(
+      `- Cache: E and C together are ${formatMB(inputBytes)}, small enough to stay in a large ` +
+        `GPU's L2 cache (${formatMB(L2_CACHE_BYTES)} on an H100/H200), so repeated calls may ` +
+        "read them from cache: times at this shape are not those of a problem that streams from " +
+        "memory.",
+    );
+  }
   if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
   lines.push("");
   lines.push(`| method | ${modes.join(" | ")} |`);

@@ -205,3 +205,14 @@ Deno.test("writeReport: four files named after adapter and shape, SVG well forme
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+Deno.test("table3 markdown: says when the inputs fit in L2, and not at the paper's shape", () => {
+  const base = _report();
+  const small = formatMarkdown({ ...base, shape: { n: 256, v: 4096, d: 128, dtype: "bf16" } });
+  assert.match(
+    small,
+    /Cache: E and C together are 1\.1 MB, small enough to stay in a large GPU's L2/,
+  );
+  const paper = formatMarkdown({ ...base, shape: { n: 8192, v: 256000, d: 2304, dtype: "bf16" } });
+  assert.doesNotMatch(paper, /Cache:/);
+});
