@@ -1,0 +1,298 @@
+/**
+ * `deno task gate [--update] [--baseline FILE] [--suite ci|tiny] [--methods a,b] [--rounds R]
+ * [--out FILE] [--adapter auto|software|hardware]`: the regression gate (measure/gate.ts).
+ *
+ * Measures the suite on every method of the registry and compares with the committed baseline of
+ * this adapter, `reports/gate_baseline_<adapter-slug>.json` (or FILE). Prints the comparison — a
+ * table of what regressed, then a per-method summary — on stdout, progress on stderr, and exits 0
+ * when nothing regressed, 1 when something did. Without a baseline of this adapter it compares
+ * with another adapter's (memory and parity only; it says so), and without any it fails.
+ *
+ * `--update` measures with {@link UPDATE_ROUNDS_FACTOR} times the rounds and rewrites the baseline
+ * atomically (a temporary file renamed over it), after showing how it differs from the old one;
+ * it refuses (exit 1, nothing written) when a method's parity error is above the absolute limit.
+ * `--out FILE` also writes this run's measurements as JSON. Bad flags print one line `error: …`
+ * and exit 2 before anything is measured.
+ * @module
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { parseArgs, styleText } from "node:util";
+import { intFlag, runCli } from "../core/cli.ts";
+import { check, InputError } from "../core/errors.ts";
+import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
+import { methodByName, METHODS } from "../methods/mod.ts";
+import type { LceMethod } from "../methods/types.ts";
+import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
+import {
+  compareRuns,
+  formatComparison,
+  GATE_THRESHOLDS,
+  type GateAdapter,
+  type GateRun,
+  type GateSuite,
+  gateTimeSource,
+  runGate,
+  SUITES,
+  UPDATE_ROUNDS_FACTOR,
+} from "../measure/gate.ts";
+
+const USAGE = "usage: deno task gate [--update] [--baseline FILE] [--suite ci|tiny] " +
+  "[--methods a,b,...] [--rounds R] [--out FILE] [--adapter auto|software|hardware]";
+
+/** Where committed baselines live. */
+export const BASELINE_DIR = "reports";
+
+/** The validated command line. */
+interface _Flags {
+  update: boolean;
+  baseline?: string;
+  suite: GateSuite;
+  methods: LceMethod[];
+  partial: boolean;
+  rounds?: number;
+  out?: string;
+  adapter: AdapterChoice;
+}
+
+/** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
+function _parseFlags(args: string[]): _Flags | undefined {
+  const { values } = parseArgs({
+    args,
+    options: {
+      update: { type: "boolean", default: false },
+      baseline: { type: "string" },
+      suite: { type: "string", default: "ci" },
+      methods: { type: "string" },
+      rounds: { type: "string" },
+      out: { type: "string" },
+      adapter: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    console.log(USAGE);
+    return undefined;
+  }
+  const suite = SUITES[values.suite!];
+  check(
+    suite !== undefined && Object.hasOwn(SUITES, values.suite!),
+    `unknown suite '${values.suite}' (expected ${Object.keys(SUITES).join(" or ")})`,
+  );
+  let methods = [...METHODS];
+  if (values.methods !== undefined) {
+    const names = values.methods.split(",").map((s) => s.trim());
+    check(names.every((s) => s !== ""), `--methods has an empty entry in '${values.methods}'`);
+    check(new Set(names).size === names.length, `--methods lists a method twice`);
+    methods = names.map(methodByName);
+  }
+  check(values.baseline !== "", "--baseline must name a file");
+  check(values.out !== "", "--out must name a file");
+  const adapter = values.adapter ?? adapterFromEnv();
+  check(
+    ["auto", "software", "hardware"].includes(adapter),
+    `--adapter must be auto, software or hardware, got '${adapter}'`,
+  );
+  return {
+    update: values.update!,
+    baseline: values.baseline,
+    suite,
+    methods,
+    partial: values.methods !== undefined,
+    rounds: values.rounds === undefined ? undefined : intFlag("rounds", values.rounds, 1),
+    out: values.out,
+    adapter: adapter as AdapterChoice,
+  };
+}
+
+/** The adapter's slug, as in the Table 3 report names (report/table3.ts). */
+export function adapterSlug(env: Table3Env): string {
+  const shape = { n: 1, v: 1, d: 1, dtype: "f32" as const };
+  return reportBaseName({ env, shape }).replace(/^table3_/, "").replace(/_1x1x1_f32$/, "");
+}
+
+/** The committed baseline's path for an adapter slug. */
+export function baselinePath(slug: string, dir = BASELINE_DIR): string {
+  return join(dir, `gate_baseline_${slug}.json`);
+}
+
+/** Reads and checks a baseline file; InputError naming the file otherwise. */
+export function readBaseline(path: string): GateRun {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new InputError(`cannot read baseline ${path}: ${(e as Error).message.split("\n")[0]}`);
+  }
+  let b: GateRun;
+  try {
+    b = JSON.parse(text);
+  } catch (e) {
+    throw new InputError(`baseline ${path} is not JSON: ${(e as Error).message.split("\n")[0]}`);
+  }
+  check(
+    b !== null && typeof b === "object" && b.version === 1 && Array.isArray(b.results) &&
+      typeof b.adapter?.slug === "string",
+    `baseline ${path} is not a gate baseline (version 1)`,
+  );
+  return b;
+}
+
+/**
+ * A run as the baseline file's JSON: one field per line, each list of numbers (the per-round
+ * ratios) on one line, so that a baseline update reads as a short diff.
+ */
+export function formatBaseline(run: GateRun): string {
+  return JSON.stringify(run, null, 1).replace(
+    /\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g,
+    (_, nums: string) => `[${nums.split(/,\s*/).join(", ")}]`,
+  ) + "\n";
+}
+
+/** Writes `text` to `path` through a temporary file renamed over it (no partial file). */
+export function writeAtomic(path: string, text: string): void {
+  mkdirSync(dirname(path) || ".", { recursive: true });
+  const tmp = `${path}.tmp-${Deno.pid}`;
+  try {
+    writeFileSync(tmp, text);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** The baseline to compare with: this adapter's, else another adapter's (noted), else none. */
+function _findBaseline(slug: string, fallback: boolean): string | undefined {
+  const own = baselinePath(slug);
+  if (existsSync(own)) return own;
+  let others: string[] = [];
+  try {
+    others = readdirSync(BASELINE_DIR).filter((f) => /^gate_baseline_.+\.json$/.test(f)).sort();
+  } catch {
+    others = [];
+  }
+  if (others.length === 0) return undefined;
+  // prefer a baseline of the same kind of adapter (software or hardware)
+  const runs = others.map((f) => ({ f, r: readBaseline(join(BASELINE_DIR, f)) }));
+  const same = runs.find((x) => x.r.adapter.isFallbackAdapter === fallback) ?? runs[0];
+  return join(BASELINE_DIR, same.f);
+}
+
+function _progress(s: string): void {
+  console.error(styleText("dim", "gate: ") + s);
+}
+
+/** Runs the command with `args`; returns the exit code (0 passed, 1 regressed). */
+export async function gateMain(args: string[]): Promise<number> {
+  const flags = _parseFlags(args);
+  if (!flags) return 0;
+  if (flags.baseline !== undefined && !flags.update) readBaseline(flags.baseline); // fail early
+  const started = performance.now();
+  const ctx = await GpuContext.create({ adapter: flags.adapter });
+  try {
+    return await _gate(ctx, flags, started);
+  } finally {
+    ctx.destroy();
+  }
+}
+
+async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<number> {
+  const env = await collectEnv(ctx);
+  const adapter: GateAdapter = {
+    slug: adapterSlug(env),
+    description: ctx.report.description,
+    isFallbackAdapter: ctx.report.isFallbackAdapter,
+    timeSource: gateTimeSource(ctx),
+  };
+  const path = flags.baseline ??
+    (flags.update
+      ? baselinePath(adapter.slug)
+      : _findBaseline(adapter.slug, adapter.isFallbackAdapter));
+  if (path === undefined) {
+    throw new InputError(
+      `no gate baseline in ${BASELINE_DIR}/ (expected ${baselinePath(adapter.slug)}); ` +
+        `create it with deno task gate --update`,
+    );
+  }
+  const old = existsSync(path) ? readBaseline(path) : undefined;
+  if (old && old.suite !== flags.suite.name) {
+    if (!flags.update) {
+      throw new InputError(
+        `baseline ${path} holds suite '${old.suite}', not '${flags.suite.name}'`,
+      );
+    }
+  }
+  const rounds = (flags.rounds ?? flags.suite.rounds) * (flags.update ? UPDATE_ROUNDS_FACTOR : 1);
+  _progress(
+    `${flags.update ? "measuring a new baseline" : `comparing with ${path}`} on ` +
+      `${adapter.description}: suite ${flags.suite.name}, ${flags.methods.length} methods, ` +
+      `${rounds} rounds`,
+  );
+  const outcome = await runGate(ctx, {
+    suite: flags.suite,
+    methods: flags.methods,
+    rounds,
+    adapter,
+    env: { deno: env.deno.deno, os: env.os, date: env.date },
+    // --update compares afterwards, for the reader only (no re-runs)
+    baseline: old && !flags.update ? old : undefined,
+    partial: flags.partial,
+    onProgress: _progress,
+  });
+  const comparison = outcome.comparison ??
+    (old && old.suite === flags.suite.name
+      ? compareRuns(outcome.run, old, { partial: flags.partial })
+      : undefined);
+  const seconds = (performance.now() - started) / 1000;
+  if (flags.out) writeAtomic(flags.out, formatBaseline(outcome.run));
+  if (comparison) {
+    console.log(
+      `# Gate: ${flags.update ? "new baseline vs " : ""}${path} (${old!.adapter.description}, ` +
+        `${old!.env.date.slice(0, 10)})\n`,
+    );
+    console.log(formatComparison(comparison));
+  }
+  if (outcome.rerun.length) {
+    _progress(
+      `measured again: ${outcome.rerun.map((x) => `${x.key} ${x.mode}`).join("; ")}`,
+    );
+  }
+  _progress(`took ${seconds.toFixed(0)} s`);
+  if (flags.update) {
+    const over = outcome.run.results.flatMap((r) =>
+      r.parity
+        ? (["loss", "dE", "dC"] as const).filter((a) =>
+          !(r.parity![a] <= GATE_THRESHOLDS.parityMaxErr)
+        )
+          .map((a) => `${r.method} β=${r.beta} ${r.fixture} ${a} ${r.parity![a]}`)
+        : []
+    );
+    if (over.length) {
+      console.error(
+        `error: not writing ${path}: parity error above ${GATE_THRESHOLDS.parityMaxErr}: ` +
+          over.join("; "),
+      );
+      return 1;
+    }
+    if (flags.partial && old && old.suite === flags.suite.name) {
+      // keep the other methods' baseline entries
+      const measured = new Set(flags.methods.map((m) => m.name));
+      outcome.run.results.push(...old.results.filter((r) => !measured.has(r.method)));
+    }
+    writeAtomic(path, formatBaseline(outcome.run));
+    console.log(`gate: wrote ${path} (${outcome.run.results.length} results)`);
+    return 0;
+  }
+  return comparison!.passed ? 0 : 1;
+}
+
+if (import.meta.main) {
+  await runCli(async () => {
+    const code = await gateMain(Deno.args);
+    if (code !== 0) Deno.exit(code);
+  });
+}
