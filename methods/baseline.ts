@@ -12,7 +12,7 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import type { LceMethod } from "./types.ts";
-import { defaultTile, lossTensor, vector } from "./_common.ts";
+import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -76,17 +76,9 @@ export const baseline: LceMethod = {
           tile,
           label: "logits = E·Cᵀ",
         });
-        const lse = vector(ctx, spec.n, "workspace", "lse");
-        const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
-        const count = vector(ctx, 1, "workspace", "count");
-        stats.record(rec, { logits, targets: x.targets, lse, lossRows });
-        const loss = lossTensor(ctx, spec.n, opts);
-        reduce.record(rec, { lossRows, targets: x.targets, loss, count });
-        rec.release(lossRows.shards[0].buffer);
-        return Promise.resolve({
-          loss,
-          saved: { tensors: [logits, lse, count], logits, lse, count },
-        });
+        return Promise.resolve(
+          recordLossFromLogits(ctx, rec, { stats, reduce, logits, targets: x.targets, opts }),
+        );
       },
       backward(rec, x, saved, gradOut) {
         const w = vector(ctx, spec.n, "workspace", "row weights");

@@ -20,7 +20,7 @@ import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { prepareLogitGrad16 } from "../kernels/logit_grad16.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { defaultTile, lossTensor, vector } from "./_common.ts";
+import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
 
 function _unsupported(ctx: GpuContext, spec: ProblemSpec): string | undefined {
   return spec.dtype === "f16" && !ctx.hasF16 ? "the adapter has no shader-f16" : undefined;
@@ -81,17 +81,9 @@ export const compiled: LceMethod = {
           tile,
           label: "logits = E·Cᵀ",
         });
-        const lse = vector(ctx, spec.n, "workspace", "lse");
-        const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
-        const count = vector(ctx, 1, "workspace", "count");
-        stats.record(rec, { logits, targets: x.targets, lse, lossRows });
-        const loss = lossTensor(ctx, spec.n, opts);
-        reduce.record(rec, { lossRows, targets: x.targets, loss, count });
-        rec.release(lossRows.shards[0].buffer);
-        return Promise.resolve({
-          loss,
-          saved: { tensors: [logits, lse, count], logits, lse, count },
-        });
+        return Promise.resolve(
+          recordLossFromLogits(ctx, rec, { stats, reduce, logits, targets: x.targets, opts }),
+        );
       },
       backward(rec, x, saved, gradOut) {
         const w = vector(ctx, spec.n, "workspace", "row weights");
