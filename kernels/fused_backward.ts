@@ -73,6 +73,7 @@ import { f32Lit, lossConstants } from "./wgsl_common.ts";
 import { type PreparedVocabSort, prepareVocabSort, type VocabSegment } from "./vocab_sort.ts";
 import { type PreparedGradCorrections, prepareGradCorrections } from "./grad_corrections.ts";
 import { columnSumPlan } from "./column_sum.ts";
+import { gradientOutputs } from "./gradient_outputs.ts";
 
 /** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */
 export interface BackwardTile {
@@ -746,8 +747,7 @@ export async function prepareFusedBackward(
           throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
         }
       }
-      const dE = createTensor(ctx, { dtype: "f32", rows: n, cols: d, role: "output", label: "dE" });
-      const dC = createTensor(ctx, { dtype: "f32", rows: v, cols: d, role: "output", label: "dC" });
+      const { dE, dC } = gradientOutputs(ctx, spec);
       const tok = _segments(n, tile.tokens, [
         e.shards.map((s) => s.rowStart),
         dE.shards.map((s) => s.rowStart),

@@ -11,6 +11,7 @@ import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
+import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod } from "./types.ts";
 import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
 
@@ -91,20 +92,7 @@ export const baseline: LceMethod = {
           label: "dlogits",
         });
         grad.record(rec, { logits: saved.logits, targets: x.targets, lse: saved.lse, w, grad: g });
-        const dE = createTensor(ctx, {
-          dtype: "f32",
-          rows: spec.n,
-          cols: spec.d,
-          role: "output",
-          label: "dE",
-        });
-        const dC = createTensor(ctx, {
-          dtype: "f32",
-          rows: spec.v,
-          cols: spec.d,
-          role: "output",
-          label: "dC",
-        });
+        const { dE, dC } = gradientOutputs(ctx, spec);
         dEMm.record(rec, {
           a: { tensor: g, trans: false },
           b: { tensor: x.c, trans: true },

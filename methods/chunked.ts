@@ -24,6 +24,7 @@ import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk
 import { prepareCast16 } from "../kernels/cast16.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
+import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
 import { defaultTile, lossTensor, vector } from "./_common.ts";
 
@@ -166,20 +167,7 @@ export function makeChunked(chunks = 8): LceMethod {
           const maxRows = Math.max(...ranges.map(([lo, hi]) => hi - lo));
           const g32 = chunkTensor("f32", maxRows, "dlogits chunk (f32)");
           const g16 = wide ? undefined : chunkTensor(ldt, maxRows, `dlogits chunk (${ldt})`);
-          const dE = createTensor(ctx, {
-            dtype: "f32",
-            rows: spec.n,
-            cols: spec.d,
-            role: "output",
-            label: "dE",
-          });
-          const dC = createTensor(ctx, {
-            dtype: "f32",
-            rows: spec.v,
-            cols: spec.d,
-            role: "output",
-            label: "dC",
-          });
+          const { dE, dC } = gradientOutputs(ctx, spec);
           // Autograd walks the chunks in reverse order of the forward.
           for (let k = ranges.length - 1; k >= 0; k--) {
             const [lo, hi] = ranges[k];

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { chunked, chunkRanges, makeChunked } from "./chunked.ts";
-import { assertParity, type ParityCase } from "../testing/parity.ts";
+import { assertParity, type ParityCase, standardCases } from "../testing/parity.ts";
 import { roundedLogitsTolerance } from "../testing/rounded_logits_tol.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { GpuContext } from "../gpu/context.ts";
-import { type Dtype, type Reduction, resolveOptions } from "../core/options.ts";
+import { type Dtype, resolveOptions } from "../core/options.ts";
 
 // Logits and their gradient are stored in the input dtype, so 16-bit cases get the tolerance of
 // testing/rounded_logits_tol.ts: the f32 tolerance plus a first-order bound of what rounding the
@@ -30,24 +30,7 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
-    let i = 0;
-    for (const dtype of dtypes) {
-      for (const beta of [0, 0.1, 1]) {
-        const reduction: Reduction = (["mean", "sum", "none"] as const)[i++ % 3];
-        await _parity(ctx, {
-          n: 37,
-          v: 131,
-          d: 29,
-          dtype,
-          beta,
-          reduction,
-          ignoreFraction: 0.2,
-          gradOutput: reduction === "none" ? "vector" : 1.7,
-          seed: i,
-        });
-      }
-    }
+    for (const c of standardCases(ctx)) await _parity(ctx, c);
     for (const dtype of ["f32", "bf16"] as Dtype[]) {
       await _parity(ctx, {
         n: 70,

@@ -19,6 +19,7 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { prepareLogitGrad16 } from "../kernels/logit_grad16.ts";
+import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
 import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
 
@@ -92,20 +93,7 @@ export const compiled: LceMethod = {
         const args = { logits: saved.logits, targets: x.targets, lse: saved.lse, w, grad: g };
         if (grad16) grad16.record(rec, args);
         else grad32!.record(rec, args);
-        const dE = createTensor(ctx, {
-          dtype: "f32",
-          rows: spec.n,
-          cols: spec.d,
-          role: "output",
-          label: "dE",
-        });
-        const dC = createTensor(ctx, {
-          dtype: "f32",
-          rows: spec.v,
-          cols: spec.d,
-          role: "output",
-          label: "dC",
-        });
+        const { dE, dC } = gradientOutputs(ctx, spec);
         dEMm.record(rec, {
           a: { view: rowView(g), trans: false },
           b: { view: rowView(x.c), trans: true },

@@ -35,6 +35,7 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
 import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
+import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, MethodInputs, ProblemSpec } from "./types.ts";
 import { defaultTile, lossTensor, vector } from "./_common.ts";
 
@@ -151,22 +152,7 @@ export const liger: LceMethod = {
       }
       for (const s of buf.shards) rec.release(s.buffer);
     };
-    const gradTensors = () => ({
-      dE: createTensor(ctx, {
-        dtype: "f32",
-        rows: spec.n,
-        cols: spec.d,
-        role: "output",
-        label: "dE",
-      }),
-      dC: createTensor(ctx, {
-        dtype: "f32",
-        rows: spec.v,
-        cols: spec.d,
-        role: "output",
-        label: "dC",
-      }),
-    });
+    const gradTensors = () => gradientOutputs(ctx, spec);
     const perToken = () => ({
       lse: vector(ctx, spec.n, "workspace", "lse"),
       lossRows: vector(ctx, spec.n, "workspace", "loss rows"),

@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
 import { liger, ligerChunkSize } from "./liger.ts";
-import { assertParity } from "../testing/parity.ts";
+import { assertParity, caseInputs, standardCases } from "../testing/parity.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
-import { type Dtype, type Reduction, resolveOptions } from "../core/options.ts";
+import { type Reduction, resolveOptions } from "../core/options.ts";
 import { uploadGradOut, uploadInputs } from "./run.ts";
-import { caseInputs } from "../testing/parity.ts";
 
 // Liger's chunk logits are f32 here and nothing else is rounded: every dtype keeps the default
 // parity tolerance.
@@ -24,24 +23,7 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
-    let i = 0;
-    for (const dtype of dtypes) {
-      for (const beta of [0, 0.1, 1]) {
-        const reduction: Reduction = (["mean", "sum", "none"] as const)[i++ % 3];
-        await assertParity(ctx, liger, {
-          n: 37,
-          v: 131,
-          d: 29,
-          dtype,
-          beta,
-          reduction,
-          ignoreFraction: 0.2,
-          gradOutput: reduction === "none" ? "vector" : 1.7,
-          seed: i,
-        });
-      }
-    }
+    for (const c of standardCases(ctx)) await assertParity(ctx, liger, c);
     for (const reduction of ["mean", "none"] as Reduction[]) {
       await assertParity(ctx, liger, {
         n: 70,

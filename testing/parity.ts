@@ -115,3 +115,30 @@ export async function assertParity(
   }
   return got;
 }
+
+/**
+ * The standard parity sweep of a method: 37×131×29 (no dimension a multiple of any tile), every
+ * dtype the context has × β ∈ {0, 0.1, 1}, reductions mean/sum/none in rotation, 20% ignored rows,
+ * an upstream gradient ≠ 1 (a vector for none), a different seed per case.
+ */
+export function standardCases(ctx: { hasF16: boolean }): ParityCase[] {
+  const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
+  const cases: ParityCase[] = [];
+  for (const dtype of dtypes) {
+    for (const beta of [0, 0.1, 1]) {
+      const reduction = (["mean", "sum", "none"] as const)[cases.length % 3];
+      cases.push({
+        n: 37,
+        v: 131,
+        d: 29,
+        dtype,
+        beta,
+        reduction,
+        ignoreFraction: 0.2,
+        gradOutput: reduction === "none" ? "vector" : 1.7,
+        seed: cases.length + 1,
+      });
+    }
+  }
+  return cases;
+}
