@@ -13,9 +13,11 @@
  * owner folds them into its running pair (max first, then the rescaled sum, an exp per partial).
  * This keeps registers and workgroup memory near the plain GEMM's, which is what its occupancy
  * and speed depend on; the `registers` state (a running pair per thread row in registers, merged
- * across threads once at the end of the range) is kept for comparison. One (max, sumexp) pair per
- * row per split goes to a workspace of n × S × 8 bytes (plus n × S × 4 for the tile Σz with
- * softcap or the in-kernel variant, and n × S × 8 for the calibration stats).
+ * across threads once at the end of the range) is kept for comparison. One partial log-sum-exp
+ * L = max + log Σexp(z − max) per row per split goes to a workspace of n × S × 4 bytes (the merge
+ * treats it as the pair (L, 1); one log and one exp more per partial than merging pairs, ~1 ulp of
+ * L); with the calibration stats the (max, Σexp) pairs are kept (n × S × 8) with n × S × 8 more
+ * for the stats, plus n × S × 4 for the tile Σz with softcap or the in-kernel variant.
  *
  * Target logit: written from inside the tile that holds t_n, by the one thread that holds that
  * element (it is unique: exactly one workgroup of one shard dispatch covers column t_n of row n,
@@ -56,12 +58,14 @@ import {
   enableDirectives,
   gemmMainloop,
   gemmShared,
+  gemmSharedBytes,
   gemmThreadCoords,
   type GemmTile,
   loadF32,
   TILE_SMALL,
   tileThreads,
   validateTile,
+  vecLoadsFit,
   wgslStorageType,
 } from "./gemm_codegen.ts";
 import { f32Lit, lossConstants, LSE_MERGE } from "./wgsl_common.ts";
@@ -206,6 +210,11 @@ export interface FusedTilesKernelOptions {
   state?: TileState;
   /** `tile` state: a thread's rows reduced per round (default {@link tileRowsPerRound}). */
   roundRows?: number;
+  /**
+   * Declare E and C as 16-byte vectors and load them so (the caller's promise: d is a multiple of
+   * the vector width; see {@link vecLoadsFit}).
+   */
+  vecLoads?: boolean;
 }
 
 /**
@@ -259,10 +268,12 @@ export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
   let b = 0;
   const bind = (decl: string) => bindings.push(`@group(0) @binding(${b++}) ${decl};`);
   bind("var<uniform> P: Params");
-  bind(`var<storage, read> e: array<${wgslStorageType(o.dtype)}>`);
-  bind(`var<storage, read> c: array<${wgslStorageType(o.dtype)}>`);
+  const vec = o.vecLoads === true;
+  bind(`var<storage, read> e: array<${wgslStorageType(o.dtype, vec)}>`);
+  bind(`var<storage, read> c: array<${wgslStorageType(o.dtype, vec)}>`);
   bind("var<storage, read> targets: array<i32>");
-  bind("var<storage, read_write> ws: array<vec2<f32>>");
+  // a split's (max, Σexp) pair, or without the stats its log-sum-exp max + log Σexp (half the bytes)
+  bind(`var<storage, read_write> ws: array<${o.stats ? "vec2<f32>" : "f32"}>`);
   if (o.sumZ) bind("var<storage, read_write> wsz: array<f32>");
   if (o.stats) bind("var<storage, read_write> wsx: array<vec2<f32>>");
   bind("var<storage, read_write> zt: array<f32>");
@@ -355,7 +366,9 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
         a = lse_merge(a, bb);
       }
       let o = (P.rowStart + lr) * P.sTotal + P.splitBase + wg.x;
-      ws[o] = a;${o.sumZ ? "\n      wsz[o] = zs;" : ""}${o.stats ? "\n      wsx[o] = ax;" : ""}
+      ws[o] = ${o.stats ? "a" : "a.x + log(a.y)"};${o.sumZ ? "\n      wsz[o] = zs;" : ""}${
+        o.stats ? "\n      wsx[o] = ax;" : ""
+      }
     }
   }
   workgroupBarrier();`
@@ -448,9 +461,9 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
     let lr = m0 + lid;
     if (lr < P.rows) {
       let o = (P.rowStart + lr) * P.sTotal + P.splitBase + wg.x;
-      ws[o] = vec2<f32>(own_m, own_s);${o.sumZ ? "\n      wsz[o] = own_z;" : ""}${
-      o.stats ? "\n      wsx[o] = vec2<f32>(bitcast<f32>(own_a), own_w);" : ""
-    }
+      ws[o] = ${o.stats ? "vec2<f32>(own_m, own_s)" : "own_m + log(own_s)"};${
+      o.sumZ ? "\n      wsz[o] = own_z;" : ""
+    }${o.stats ? "\n      wsx[o] = vec2<f32>(bitcast<f32>(own_a), own_w);" : ""}
     }
   }`;
   }
@@ -468,7 +481,7 @@ ${o.stats && state === "registers" ? STATS_MERGE : ""}
 struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
   splitBase: u32, sTotal: u32, _a: u32, _b: u32, _c: u32 };
 ${bindings.join("\n")}
-${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 ${decls}
 @compute @workgroup_size(${threads})
@@ -485,8 +498,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     ${
     gemmMainloop({
       tile: t,
-      a: { dtype: o.dtype, contig: "k" },
-      b: { dtype: o.dtype, contig: "k" },
+      a: { dtype: o.dtype, contig: "k", vec },
+      b: { dtype: o.dtype, contig: "k", vec },
       aBuf: "e",
       bBuf: "c",
       M: "P.rows",
@@ -560,7 +573,7 @@ export function fusedMergeWgsl(o: FusedMergeKernelOptions): string {
   let b = 0;
   const bind = (decl: string) => bindings.push(`@group(0) @binding(${b++}) ${decl};`);
   bind("var<uniform> P: Params");
-  bind("var<storage, read> ws: array<vec2<f32>>");
+  bind(`var<storage, read> ws: array<${o.stats ? "vec2<f32>" : "f32"}>`);
   if (o.smoothing === "in-kernel") bind("var<storage, read> wsz: array<f32>");
   if (o.stats) bind("var<storage, read> wsx: array<vec2<f32>>");
   bind("var<storage, read> targets: array<i32>");
@@ -590,6 +603,8 @@ export function fusedMergeWgsl(o: FusedMergeKernelOptions): string {
       for (var j = 1u; j < P.sTotal; j++) { zsum += wsz[base + j]; }`
     : "";
   const smooth = o.smoothing === "none" ? "" : " - (BETA / VOCAB) * zsum";
+  // a split's partial log-sum-exp L is the pair (L, 1): merged by the same lse_merge
+  const pair = (x: string) => o.stats ? x : `vec2<f32>(${x}, 1.0)`;
   return `${enableDirectives(o.smoothing === "identity" ? [o.dtype] : [])}
 ${lossConstants(o.opts, o.v)}
 ${LSE_MERGE}
@@ -606,9 +621,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     ${dot}
     if (lid == 0u) {
       let base = row * P.sTotal;
-      var a = ws[base];${o.stats ? "\n      var ax = wsx[base];" : ""}
+      var a = ${pair("ws[base]")};${o.stats ? "\n      var ax = wsx[base];" : ""}
       for (var j = 1u; j < P.sTotal; j++) {
-        let bb = ws[base + j];${
+        let bb = ${pair("ws[base + j]")};${
     o.stats ? "\n        ax = stats_merge(a, ax, bb, wsx[base + j]);" : ""
   }
         a = lse_merge(a, bb);
@@ -641,7 +656,7 @@ export function fusedTilesWorkgroupBytes(
   o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number },
 ): number {
   const threads = tileThreads(t);
-  const staging = (t.bk * (t.bm / 4 + 1) + t.bk * (t.bn / 4 + 1)) * 16;
+  const staging = gemmSharedBytes(t);
   const perPartial = 8 + (o.sumZ ? 4 : 0) + (o.stats ? 8 : 0);
   if ((o.state ?? "tile") === "registers") return staging + threads * perPartial;
   return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
@@ -699,6 +714,7 @@ export async function prepareFusedForward(
         stats: withStats,
         state,
         roundRows: o.roundRows,
+        vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
       }),
       "fused_forward_tiles",
     ),
@@ -714,7 +730,7 @@ export async function prepareFusedForward(
     : undefined;
   const workspaceFor = (s: FusedForwardSpec, cRows: number[], withStats: boolean) => {
     const sTotal = splitPlan(cRows, tile.bn, splits).total;
-    let bytes = bytes4(s.n * sTotal * 8);
+    let bytes = bytes4(s.n * sTotal * (withStats ? 8 : 4));
     if (smoothing === "in-kernel") bytes += bytes4(s.n * sTotal * 4);
     if (withStats) bytes += bytes4(s.n * sTotal * 8);
     if (smoothing === "identity") {
@@ -766,7 +782,7 @@ export async function prepareFusedForward(
       const plan = splitPlan(c.shards.map((s) => s.rows), tile.bn, splits);
       const sTotal = plan.total;
       const ws = ctx.createBuffer({
-        size: n * sTotal * 8,
+        size: n * sTotal * (a.tokenStats ? 8 : 4),
         role: "workspace",
         label: "lse partials",
       });

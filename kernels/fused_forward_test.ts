@@ -178,6 +178,31 @@ Deno.test({
         }
       }
     }
+    // vector loads and double-buffered staging (d a multiple of 8: the vector path; 33: scalar)
+    for (const dtype of dtypes) {
+      for (const d of [40, 33]) {
+        await checkCase(ctx, {
+          n: 70,
+          v: 257,
+          d,
+          dtype,
+          beta: 0.1,
+          tile: { ...FUSED_TILE_HW, vec: true, dbuf: true },
+          vocabSplits: 2,
+        });
+      }
+    }
+    await checkCase(ctx, {
+      n: 131,
+      v: 300,
+      d: 24,
+      dtype: "bf16",
+      beta: 0.3,
+      softcap: 2,
+      tokenStats: true,
+      tile: { ...TILE_SMALL, vec: true },
+      vocabSplits: 3,
+    });
     // d odd with 16-bit storage (rows straddle u32 words), several splits per token block
     for (const vocabSplits of [1, 2, 5, 1000]) {
       await checkCase(ctx, { n: 131, v: 611, d: 7, dtype: "bf16", beta: 0.2, vocabSplits });
@@ -293,10 +318,14 @@ Deno.test("fused forward: split plan and workspace at the paper's shape", async 
     tile: TILE_LARGE,
     vocabSplits: 16,
   });
-  // n·S·8 (max, sumexp) + colsum (d f32) + column-sum partials (32 chunks·d·4)
+  // n·S·4 (partial log-sum-exps) + colsum (d f32) + column-sum partials (32 chunks·d·4)
+  const ws = ff.workspaceBytes(spec, { cShardRows: [256000] });
+  assert.equal(ws, 8192 * 16 * 4 + 2304 * 4 + 32 * 2304 * 4);
+  assert.ok(ws <= 1.1 * 2 ** 20, `forward workspace ${ws} bytes > 1.1 MiB (issue 3)`);
+  // with the calibration stats the (max, Σexp) pairs are kept: n·S·8 + n·S·8 stats
   assert.equal(
-    ff.workspaceBytes(spec, { cShardRows: [256000] }),
-    8192 * 16 * 8 + 2304 * 4 + 32 * 2304 * 4,
+    ff.workspaceBytes(spec, { cShardRows: [256000], tokenStats: true }),
+    8192 * 16 * 16 + 2304 * 4 + 32 * 2304 * 4,
   );
   const sc = await prepareFusedForward(ctx, {
     spec,
@@ -305,5 +334,5 @@ Deno.test("fused forward: split plan and workspace at the paper's shape", async 
     vocabSplits: 16,
   });
   assert.equal(sc.smoothing, "in-kernel");
-  assert.equal(sc.workspaceBytes(spec, { cShardRows: [256000] }), 8192 * 16 * 12);
+  assert.equal(sc.workspaceBytes(spec, { cShardRows: [256000] }), 8192 * 16 * 8);
 });

@@ -30,6 +30,18 @@ export interface GemmTile {
   tm: number;
   /** Columns per thread (multiple of 4). */
   tn: number;
+  /**
+   * Vectorised global loads: each thread reads 16 bytes (8 bf16/f16 or 4 f32 values along k) per
+   * load instead of one element, for operands whose k index is contiguous and whose K, offsets and
+   * strides are multiples of the vector width (kernels decide per operand; others keep scalar
+   * loads). Needs `bk` to be a multiple of the width. Default off.
+   */
+  vec?: boolean;
+  /**
+   * Double-buffered workgroup staging: two copies of the A and B slices, so one barrier per K-step
+   * instead of two (twice the staging memory). Default off.
+   */
+  dbuf?: boolean;
 }
 
 /** 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 (the layout that ran 37 TFLOP/s). */
@@ -46,6 +58,28 @@ export interface OperandSpec {
   dtype: TensorDtype;
   /** Contiguous index, for coalesced global loads. */
   contig: Contig;
+  /**
+   * The binding is declared as 16-byte vectors ({@link wgslStorageType} with `vec`) and read 16
+   * bytes at a time along k. Only with `contig: "k"`, and only when K, the offset and the row
+   * stride are multiples of {@link vecWidth} (the caller's promise: the kernel does not check).
+   */
+  vec?: boolean;
+}
+
+/** Elements of `dtype` in one 16-byte vector load (8 for 16-bit types, 4 for 32-bit ones). */
+export function vecWidth(dtype: TensorDtype): number {
+  return dtype === "bf16" || dtype === "f16" ? 8 : 4;
+}
+
+/**
+ * Whether an operand of `dtype` with `k` contiguous can use vector loads in a tile: the tile asks
+ * for them, its K-step holds whole vectors, and K (and so every row offset) is a multiple of the
+ * width.
+ */
+export function vecLoadsFit(t: GemmTile, dtype: TensorDtype, k: number): boolean {
+  const w = vecWidth(dtype);
+  return t.vec === true && t.bk % w === 0 && k % w === 0 &&
+    (dtype === "bf16" || dtype === "f16" || dtype === "f32");
 }
 
 /** Threads per workgroup for a tile. */
@@ -61,16 +95,21 @@ export function validateTile(t: GemmTile): void {
   if (!ok) throw new RangeError(`unsupported GEMM tile ${JSON.stringify(t)}`);
 }
 
-/** WGSL storage element type for a binding of `dtype`. */
-export function wgslStorageType(dtype: TensorDtype): string {
+/** WGSL storage element type for a binding of `dtype` (16-byte vectors with `vec`). */
+export function wgslStorageType(dtype: TensorDtype, vec = false): string {
+  if (vec) return dtype === "f32" ? "vec4<f32>" : "vec4<u32>";
   if (dtype === "f16") return "f16";
   if (dtype === "bf16" || dtype === "u32") return "u32";
   if (dtype === "i32") return "i32";
   return "f32";
 }
 
-/** A WGSL expression reading element `idx` (a u32 expression) of binding `buf` as f32. */
-export function loadF32(buf: string, dtype: TensorDtype, idx: string): string {
+/**
+ * A WGSL expression reading element `idx` (a u32 expression) of binding `buf` as f32 (`vec`: the
+ * binding is declared as 16-byte vectors and read through its `ld_` helper).
+ */
+export function loadF32(buf: string, dtype: TensorDtype, idx: string, vec = false): string {
+  if (vec) return `ld_${buf}(${idx})`;
   if (dtype === "f32") return `${buf}[${idx}]`;
   if (dtype === "f16") return `f32(${buf}[${idx}])`;
   if (dtype === "bf16") return `bf16_${buf}(${idx})`;
@@ -82,14 +121,34 @@ export function enableDirectives(dtypes: TensorDtype[]): string {
   return dtypes.includes("f16") ? "enable f16;\n" : "";
 }
 
-/** WGSL helper functions for the bindings that need them (a bf16 reader per bf16 binding). */
-export function dtypeHelpers(bindings: { name: string; dtype: TensorDtype }[]): string {
-  return bindings.filter((b) => b.dtype === "bf16").map((b) => `
+/**
+ * WGSL helper functions for the bindings that need them: a bf16 reader per bf16 binding, and an
+ * element reader `ld_<name>` per binding declared as 16-byte vectors (`vec`).
+ */
+export function dtypeHelpers(
+  bindings: { name: string; dtype: TensorDtype; vec?: boolean }[],
+): string {
+  return bindings.map((b) => {
+    if (b.vec) {
+      if (b.dtype === "f32") {
+        return `\nfn ld_${b.name}(i: u32) -> f32 { return ${b.name}[i >> 2u][i & 3u]; }\n`;
+      }
+      const word = `${b.name}[i >> 3u][(i >> 1u) & 3u]`;
+      return b.dtype === "f16"
+        ? `\nfn ld_${b.name}(i: u32) -> f32 { return unpack2x16float(${word})[i & 1u]; }\n`
+        : `\nfn ld_${b.name}(i: u32) -> f32 {
+  let w = ${word};
+  return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
+}\n`;
+    }
+    if (b.dtype !== "bf16") return "";
+    return `
 fn bf16_${b.name}(i: u32) -> f32 {
   let w = ${b.name}[i >> 1u];
   return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
-`).join("");
+`;
+  }).join("");
 }
 
 /** Names of the accumulators and where they sit in the tile. */
@@ -172,12 +231,40 @@ export interface MainloopOptions {
   prefix?: string;
 }
 
+/** vec4s of workgroup memory per staged copy of A and of B (padded against bank conflicts). */
+function _stageVecs(t: GemmTile): { a: number; b: number } {
+  return { a: t.bk * (t.bm / 4 + 1), b: t.bk * (t.bn / 4 + 1) };
+}
+
+/** Bytes of workgroup memory the staging of a product takes (both copies with `dbuf`). */
+export function gemmSharedBytes(t: GemmTile): number {
+  const s = _stageVecs(t);
+  return (s.a + s.b) * 16 * (t.dbuf ? 2 : 1);
+}
+
 /** Workgroup-memory declarations of a product (A and B staging, padded against bank conflicts). */
 export function gemmShared(o: { tile: GemmTile; prefix?: string }): string {
-  const t = o.tile, p = o.prefix ?? "";
-  return `var<workgroup> ${p}As: array<vec4<f32>, ${t.bk * (t.bm / 4 + 1)}>;
-var<workgroup> ${p}Bs: array<vec4<f32>, ${t.bk * (t.bn / 4 + 1)}>;
+  const t = o.tile, p = o.prefix ?? "", s = _stageVecs(t), copies = t.dbuf ? 2 : 1;
+  return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
+var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
 `;
+}
+
+/** One operand's side of the staging code. */
+interface _Side {
+  name: "A" | "B";
+  spec: OperandSpec;
+  buf: string;
+  rows: number;
+  /** Problem extent of the rows (M or N), first row, offset, strides (WGSL u32 expressions). */
+  extent: string;
+  first: string;
+  off: string;
+  sRow: string;
+  sK: string;
+  /** Workgroup array and its row stride in vec4s. */
+  arr: string;
+  stride: number;
 }
 
 /**
@@ -185,17 +272,67 @@ var<workgroup> ${p}Bs: array<vec4<f32>, ${t.bk * (t.bn / 4 + 1)}>;
  * `tm`, `tn` (thread coordinates, see {@link gemmThreadCoords}) are in scope; declares and
  * zeroes the accumulators (unless `declare` is false), then accumulates the full K range.
  * All threads must execute it (it contains barriers).
+ *
+ * Global loads are prefetched into registers one K-step ahead (issued before the step's
+ * arithmetic, stored to workgroup memory after it). Scalar loads read one element per thread per
+ * load with the bounds test per element; vector loads ({@link OperandSpec.vec}) read 16 bytes along
+ * k, one bounds test per vector. With `dbuf` the staging alternates between two copies and the
+ * step needs one barrier; the loop then ends with a barrier so that code after it may reuse the
+ * staging (or run the loop again).
  */
 export function gemmMainloop(o: MainloopOptions, declare = true): string {
   const t = o.tile, p = o.prefix ?? "";
   const threads = tileThreads(t);
   const rg = t.tm / 4, cg = t.tn / 4;
+  const st = _stageVecs(t);
   const aStride = t.bm / 4 + 1, bStride = t.bn / 4 + 1; // vec4s per k-row (padded)
   const lines: string[] = [];
   if (declare) {
     for (const v of accVecs(t)) lines.push(`var ${v} = vec4<f32>(0.0);`);
   }
-  const loadsA = (t.bm * t.bk) / threads, loadsB = (t.bn * t.bk) / threads;
+  const sides: _Side[] = [
+    {
+      name: "A",
+      spec: o.a,
+      buf: o.aBuf,
+      rows: t.bm,
+      extent: o.M,
+      first: o.m0,
+      off: o.aOff,
+      sRow: o.sAm,
+      sK: o.sAk,
+      arr: `${p}As`,
+      stride: aStride,
+    },
+    {
+      name: "B",
+      spec: o.b,
+      buf: o.bBuf,
+      rows: t.bn,
+      extent: o.N,
+      first: o.n0,
+      off: o.bOff,
+      sRow: o.sBn,
+      sK: o.sBk,
+      arr: `${p}Bs`,
+      stride: bStride,
+    },
+  ];
+  const isVec = (sd: _Side) => sd.spec.vec === true;
+  for (const sd of sides) {
+    if (isVec(sd) && (sd.spec.contig !== "k" || t.bk % vecWidth(sd.spec.dtype) !== 0)) {
+      throw new RangeError(
+        `vector loads of ${sd.name} need k contiguous and a K-step that is a multiple of ` +
+          `${vecWidth(sd.spec.dtype)} (tile ${JSON.stringify(t)})`,
+      );
+    }
+  }
+  const buf = (sd: _Side) => t.dbuf ? ` + sb${sd.name}` : "";
+  const regDecls: string[] = [];
+  const fetchS: string[] = [];
+  const stashS: string[] = [];
+
+  // Scalar operands: (rows·bk)/threads element loads per thread, as before.
   // Thread → (row, k) of each global load: contiguous index varies fastest across threads.
   const coords = (i: number, rows: number, contig: Contig) => {
     const idx = `(lid + ${i * threads}u)`;
@@ -203,55 +340,99 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       ? { row: `(${idx} / ${t.bk}u)`, k: `(${idx} % ${t.bk}u)` }
       : { row: `(${idx} % ${rows}u)`, k: `(${idx} / ${rows}u)` };
   };
-  const regsA = Array.from({ length: loadsA }, (_, i) => `${p}ra${i}`);
-  const regsB = Array.from({ length: loadsB }, (_, i) => `${p}rb${i}`);
-  const fetch = (kBase: string) => {
-    const s: string[] = [];
-    for (let i = 0; i < loadsA; i++) {
-      const c = coords(i, t.bm, o.a.contig);
-      s.push(
-        `{ let m = ${o.m0} + ${c.row}; let k = ${kBase} + ${c.k}; ${
-          regsA[i]
-        } = 0.0; if (m < ${o.M} && k < ${o.K}) { ${regsA[i]} = ${
-          loadF32(o.aBuf, o.a.dtype, `${o.aOff} + m * ${o.sAm} + k * ${o.sAk}`)
+  for (const sd of sides.filter((x) => !isVec(x))) {
+    const loads = (sd.rows * t.bk) / threads;
+    const lc = sd.name.toLowerCase();
+    for (let i = 0; i < loads; i++) {
+      const r = `${p}r${lc}${i}`;
+      const c = coords(i, sd.rows, sd.spec.contig);
+      regDecls.push(`var ${r}: f32;`);
+      fetchS.push(
+        `{ let m = ${sd.first} + ${c.row}; let k = KB + ${c.k}; ${r} = 0.0; if (m < ${sd.extent} && k < ${o.K}) { ${r} = ${
+          loadF32(sd.buf, sd.spec.dtype, `${sd.off} + m * ${sd.sRow} + k * ${sd.sK}`)
         }; } }`,
       );
-    }
-    for (let i = 0; i < loadsB; i++) {
-      const c = coords(i, t.bn, o.b.contig);
-      s.push(
-        `{ let n = ${o.n0} + ${c.row}; let k = ${kBase} + ${c.k}; ${
-          regsB[i]
-        } = 0.0; if (n < ${o.N} && k < ${o.K}) { ${regsB[i]} = ${
-          loadF32(o.bBuf, o.b.dtype, `${o.bOff} + n * ${o.sBn} + k * ${o.sBk}`)
-        }; } }`,
+      stashS.push(
+        `{ let r = ${c.row}; ${sd.arr}[${c.k} * ${sd.stride}u + (r >> 2u)${
+          buf(sd)
+        }][r & 3u] = ${r}; }`,
       );
     }
-    return s.join("\n    ");
-  };
-  const stash = () => {
-    const s: string[] = [];
-    for (let i = 0; i < loadsA; i++) {
-      const c = coords(i, t.bm, o.a.contig);
+  }
+
+  // Vector operands: a flat list of 16-byte loads of the vector operands, spread over threads.
+  const vecSides = sides.filter(isVec);
+  const counts = vecSides.map((sd) => (sd.rows * t.bk) / vecWidth(sd.spec.dtype));
+  const totalVec = counts.reduce((a, b) => a + b, 0);
+  const slots = Math.ceil(totalVec / threads);
+  for (let i = 0; i < slots; i++) {
+    const idx = `(lid + ${i * threads}u)`;
+    const lo = i * threads, hi = (i + 1) * threads;
+    // which sides this slot's threads touch (a side's range [start, start + count))
+    const parts: { sd: _Side; start: number; count: number }[] = [];
+    let start = 0;
+    vecSides.forEach((sd, j) => {
+      if (start < hi && start + counts[j] > lo) parts.push({ sd, start, count: counts[j] });
+      start += counts[j];
+    });
+    const reg = `${p}rv${i}`;
+    const types = new Set(parts.map((x) => wgslStorageType(x.sd.spec.dtype, true)));
+    if (types.size > 1) {
+      throw new RangeError("vector loads of an f32 and a 16-bit operand in one slot");
+    }
+    const ty = [...types][0];
+    regDecls.push(`var ${reg}: ${ty};`);
+    const guard = (x: { start: number; count: number }) => {
+      const c: string[] = [];
+      if (x.start > lo) c.push(`${idx} >= ${x.start}u`);
+      if (x.start + x.count < hi) c.push(`${idx} < ${x.start + x.count}u`);
+      return c.length ? c.join(" && ") : "true";
+    };
+    const f: string[] = [], s: string[] = [];
+    for (const x of parts) {
+      const w = vecWidth(x.sd.spec.dtype), vpr = t.bk / w;
+      const q = `(${idx} - ${x.start}u)`;
+      const pos = `let row = ${q} / ${vpr}u; let kv = (${q} % ${vpr}u) * ${w}u;`;
+      f.push(
+        `if (${guard(x)}) { ${pos} let m = ${x.sd.first} + row; let k = KB + kv; ` +
+          `if (m < ${x.sd.extent} && k < ${o.K}) { ${reg} = ${x.sd.buf}[(${x.sd.off} + m * ${x.sd.sRow} + k) / ${w}u]; } }`,
+      );
+      const vals: string[] = [];
+      for (let j = 0; j < w; j++) {
+        if (x.sd.spec.dtype === "f32") vals.push(`${reg}[${j}]`);
+        else if (x.sd.spec.dtype === "f16") {
+          vals.push(`unpack2x16float(${reg}[${j >> 1}]).${COMP[j & 1]}`);
+        } else {
+          vals.push(
+            j % 2 === 0
+              ? `bitcast<f32>(${reg}[${j >> 1}] << 16u)`
+              : `bitcast<f32>(${reg}[${j >> 1}] & 0xffff0000u)`,
+          );
+        }
+      }
       s.push(
-        `{ let r = ${c.row}; ${p}As[${c.k} * ${aStride}u + (r >> 2u)][r & 3u] = ${regsA[i]}; }`,
+        `if (${guard(x)}) { ${pos} let rq = (row >> 2u)${buf(x.sd)}; let rc = row & 3u;\n      ${
+          vals.map((v, j) => `${x.sd.arr}[(kv + ${j}u) * ${x.sd.stride}u + rq][rc] = ${v};`).join(
+            " ",
+          )
+        } }`,
       );
     }
-    for (let i = 0; i < loadsB; i++) {
-      const c = coords(i, t.bn, o.b.contig);
-      s.push(
-        `{ let r = ${c.row}; ${p}Bs[${c.k} * ${bStride}u + (r >> 2u)][r & 3u] = ${regsB[i]}; }`,
-      );
-    }
-    return s.join("\n    ");
-  };
+    fetchS.push(`${reg} = ${ty}(0);\n    ${f.join(" else ")}`);
+    stashS.push(s.join(" else "));
+  }
+
   const compute: string[] = [];
   for (let k = 0; k < t.bk; k++) {
     for (let g = 0; g < rg; g++) {
-      compute.push(`let a${g}_${k} = ${p}As[${k * aStride + (g * t.bm) / rg / 4}u + tm];`);
+      compute.push(
+        `let a${g}_${k} = ${p}As[${k * aStride + (g * t.bm) / rg / 4}u + tm${buf(sides[0])}];`,
+      );
     }
     for (let h = 0; h < cg; h++) {
-      compute.push(`let b${h}_${k} = ${p}Bs[${k * bStride + (h * t.bn) / cg / 4}u + tn];`);
+      compute.push(
+        `let b${h}_${k} = ${p}Bs[${k * bStride + (h * t.bn) / cg / 4}u + tn${buf(sides[1])}];`,
+      );
     }
     for (let g = 0; g < rg; g++) {
       for (let r = 0; r < 4; r++) {
@@ -262,18 +443,35 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       }
     }
   }
-  lines.push(`var ${[...regsA, ...regsB].map((r) => `${r}: f32`).join("; var ")};`);
-  lines.push(`{
+  const fetch = (kBase: string) => `{ let KB = ${kBase};\n    ${fetchS.join("\n    ")}\n    }`;
+  lines.push(regDecls.join(" "));
+  if (t.dbuf) {
+    lines.push(`{
   let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
-    ${stash()}
+    let sbA = (kt & 1u) * ${st.a}u;
+    let sbB = (kt & 1u) * ${st.b}u;
+    ${stashS.join("\n    ")}
+    workgroupBarrier();
+    ${fetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute.join("\n    ")}
+  }
+  workgroupBarrier();
+}`);
+  } else {
+    lines.push(`{
+  let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;
+  ${fetch("0u")}
+  for (var kt = 0u; kt < k_tiles; kt++) {
+    ${stashS.join("\n    ")}
     workgroupBarrier();
     ${fetch(`(kt + 1u) * ${t.bk}u`)}
     ${compute.join("\n    ")}
     workgroupBarrier();
   }
 }`);
+  }
   return lines.join("\n");
 }
 

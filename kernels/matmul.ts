@@ -21,6 +21,8 @@ import {
   type GemmTile,
   tileThreads,
   validateTile,
+  vecLoadsFit,
+  vecWidth,
   wgslStorageType,
 } from "./gemm_codegen.ts";
 
@@ -34,6 +36,12 @@ export interface MatmulKernelOptions {
   bTrans: boolean;
   /** Output dtype: f32 only (outputs are accumulators). */
   scale?: boolean;
+  /**
+   * Declare A / B as 16-byte vectors and load them so (only for operands not transposed; the
+   * launcher picks this variant per call where K and the offsets are multiples of the width).
+   */
+  vecA?: boolean;
+  vecB?: boolean;
 }
 
 /** WGSL of the matmul kernel. Params: M N K m0 n0 aOff sAm sAk bOff sBn sBk cOff sCm accumulate alpha. */
@@ -54,10 +62,16 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
 struct Params { M: u32, N: u32, K: u32, aOff: u32, sAm: u32, sAk: u32, bOff: u32, sBn: u32,
   sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, _p0: u32, _p1: u32, _p2: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype)}>;
-@group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype)}>;
+@group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype, o.vecA)}>;
+@group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype, o.vecB)}>;
 @group(0) @binding(3) var<storage, read_write> outp: array<f32>;
-${dtypeHelpers([{ name: "a", dtype: o.aDtype }, { name: "b", dtype: o.bDtype }])}
+${
+    dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
+      name: "b",
+      dtype: o.bDtype,
+      vec: o.vecB,
+    }])
+  }
 ${matmulEntry(o, store)}
 `;
 }
@@ -79,8 +93,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${
     gemmMainloop({
       tile: t,
-      a: { dtype: o.aDtype, contig: o.aTrans ? "mn" : "k" },
-      b: { dtype: o.bDtype, contig: o.bTrans ? "mn" : "k" },
+      a: { dtype: o.aDtype, contig: o.aTrans ? "mn" : "k", vec: o.vecA },
+      b: { dtype: o.bDtype, contig: o.bTrans ? "mn" : "k", vec: o.vecB },
       aBuf: "a",
       bBuf: "b",
       M: "P.M",
@@ -141,6 +155,14 @@ export async function prepareMatmul(
   k: MatmulKernelOptions,
 ): Promise<PreparedMatmul> {
   const pipeline = await ctx.pipeline(matmulWgsl(k), "matmul");
+  // With a tile asking for vector loads, a second variant loads the operands held untransposed
+  // 16 bytes at a time; a call uses it when K and its offsets are multiples of the widths.
+  const vecA = !k.aTrans && vecLoadsFit(k.tile, k.aDtype, vecWidth(k.aDtype));
+  const vecB = !k.bTrans && vecLoadsFit(k.tile, k.bDtype, vecWidth(k.bDtype));
+  const vecPipeline = vecA || vecB
+    ? await ctx.pipeline(matmulWgsl({ ...k, vecA, vecB }), "matmul_vec")
+    : undefined;
+  const wa = vecWidth(k.aDtype), wb = vecWidth(k.bDtype);
   return {
     record(rec, o) {
       const { a, b, out } = o;
@@ -192,14 +214,18 @@ export async function prepareMatmul(
               ]);
               f[12] = o.alpha ?? 1;
               const u = rec.uniform(words, "matmul params");
-              const bg = rec.bindGroup(pipeline, [
+              const useVec = vecPipeline !== undefined &&
+                (!vecA || (K % wa === 0 && (kHi - kLo) % wa === 0 && aStart % wa === 0)) &&
+                (!vecB || (K % wb === 0 && (kHi - kLo) % wb === 0 && bStart % wb === 0));
+              const pl = useVec ? vecPipeline : pipeline;
+              const bg = rec.bindGroup(pl, [
                 u,
                 ap.shard.buffer,
                 bp.shard.buffer,
                 os.shard.buffer,
               ]);
               p.dispatch(
-                pipeline,
+                pl,
                 bg,
                 Math.ceil((nHi - nLo) / t.bn),
                 Math.ceil((mHi - mLo) / t.bm),

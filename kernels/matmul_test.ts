@@ -172,3 +172,48 @@ Deno.test({
     });
   },
 });
+
+Deno.test({
+  name: "matmul: vector loads and double-buffered staging, odd M/N, K a multiple of the width",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
+    const tiles = [
+      { ...TILE_SMALL, vec: true },
+      { ...TILE_SMALL, dbuf: true },
+      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true },
+    ];
+    for (const tile of tiles) {
+      for (const dtype of dtypes) {
+        // K = 40: vector variant (multiple of 8 and 4); K = 37: the scalar fallback
+        for (const K of [40, 37]) {
+          for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false]]) {
+            await runCase(ctx, { M: 37, N: 70, K, dtype, aTrans, bTrans, tile });
+          }
+        }
+      }
+    }
+    // sharded rows (offsets are multiples of K), and K split across shards of a transposed B
+    await runCase(ctx, {
+      M: 45,
+      N: 51,
+      K: 48,
+      dtype: "bf16",
+      aTrans: false,
+      bTrans: false,
+      shardRows: 7,
+      tile: tiles[2],
+    });
+    await runCase(ctx, {
+      M: 45,
+      N: 51,
+      K: 48,
+      dtype: "bf16",
+      aTrans: false,
+      bTrans: true,
+      shardRows: 12,
+      tile: tiles[2],
+    });
+  },
+});

@@ -85,6 +85,11 @@ export interface MeasureRow {
   peakByRole: RoleBytes | null;
   /** The method's statistics after the last measured backward (null for fwd or when absent). */
   stats: MethodStats | null;
+  /**
+   * Median GPU time in ms of each pass label over the measured repetitions (passes sharing a
+   * label within one repetition summed); absent without timestamp-query or when the row failed.
+   */
+  passMs?: Record<string, number>;
   /** Why the row failed: `OOM: needs N MiB …`, `unsupported: …`, `leak: …`, or the message. */
   error?: string;
 }
@@ -218,6 +223,7 @@ interface _Measured {
   times?: number[];
   walls?: number[];
   stats?: MethodStats | null;
+  passes?: Map<string, number[]>;
   error?: string;
 }
 
@@ -247,6 +253,10 @@ function _row(
     peakByRole: m.error ? null : m.peakByRole ?? null,
     stats: m.error ? null : m.stats ?? null,
   };
+  if (!m.error && m.passes && m.passes.size > 0 && ctx.hasTimestamps) {
+    row.passMs = {};
+    for (const [label, xs] of m.passes) row.passMs[label] = quantiles(xs).median;
+  }
   if (m.error) row.error = m.error;
   return row;
 }
@@ -352,6 +362,7 @@ async function _measureMode(
   mode: Mode,
 ): Promise<_Measured> {
   const times: number[] = [], walls: number[] = [];
+  const passes = new Map<string, number[]>();
   let peakBytes = -1;
   let peakByRole: RoleBytes | undefined;
   let stats: MethodStats | null = null;
@@ -421,6 +432,12 @@ async function _measureMode(
       if (measured) {
         times.push(ctx.hasTimestamps ? timing.gpuMs : timing.wallMs);
         walls.push(timing.wallMs);
+        const sums = new Map<string, number>();
+        for (const p of timing.passes) sums.set(p.label, (sums.get(p.label) ?? 0) + p.gpuMs);
+        for (const [label, ms] of sums) {
+          if (!passes.has(label)) passes.set(label, []);
+          passes.get(label)!.push(ms);
+        }
       }
       const when = `repetition ${rep + 1}`;
       if (mode === "bwd" && fwd) _checkLeak(ctx, before.liveBytes, before.liveByRole, when);
@@ -432,5 +449,5 @@ async function _measureMode(
   if (mode === "bwd") {
     _checkLeak(ctx, start.liveBytes, start.liveByRole, "the forward's saved state was disposed");
   }
-  return { peakBytes, peakByRole, times, walls, stats };
+  return { peakBytes, peakByRole, times, walls, stats, passes };
 }

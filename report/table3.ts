@@ -307,6 +307,20 @@ export function formatMarkdown(r: Table3Report): string {
       }
     }
   }
+  const withPasses = r.rows.filter((x) => x.passMs && Object.keys(x.passMs).length > 1);
+  if (withPasses.length > 0) {
+    lines.push(
+      "",
+      "## Where the time goes (median GPU ms per pass)",
+      "",
+      "| method | β | mode | passes |",
+      "| --- | --- | --- | --- |",
+    );
+    for (const x of withPasses) {
+      const parts = Object.entries(x.passMs!).map(([k, ms]) => `${k} ${_detail(ms)}`);
+      lines.push(`| ${x.method} | ${x.beta} | ${x.mode} | ${_md(parts.join("; "))} |`);
+    }
+  }
   return lines.join("\n") + "\n";
 }
 
