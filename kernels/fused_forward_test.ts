@@ -187,7 +187,7 @@ Deno.test({
           d,
           dtype,
           beta: 0.1,
-          tile: { ...FUSED_TILE_HW, vec: true, dbuf: true },
+          tile: { ...FUSED_TILE_HW, bk: 8, vec: true, dbuf: true, stage2d: d === 40 },
           vocabSplits: 2,
         });
       }
@@ -200,7 +200,7 @@ Deno.test({
       beta: 0.3,
       softcap: 2,
       tokenStats: true,
-      tile: { ...TILE_SMALL, vec: true },
+      tile: { ...TILE_SMALL, vec: true, stage2d: true },
       vocabSplits: 3,
     });
     // d odd with 16-bit storage (rows straddle u32 words), several splits per token block

@@ -42,6 +42,11 @@ export interface GemmTile {
    * instead of two (twice the staging memory). Default off.
    */
   dbuf?: boolean;
+  /**
+   * Stage operands in [k][row/4] arrays ({@link gemmShared}) instead of flat ones. Only for
+   * kernels that declare their staging with {@link gemmShared}. Default off.
+   */
+  stage2d?: boolean;
 }
 
 /** 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 (the layout that ran 37 TFLOP/s). */
@@ -242,11 +247,22 @@ export function gemmSharedBytes(t: GemmTile): number {
   return (s.a + s.b) * 16 * (t.dbuf ? 2 : 1);
 }
 
-/** Workgroup-memory declarations of a product (A and B staging, padded against bank conflicts). */
+/**
+ * Workgroup-memory declarations of a product: A and B staging as flat arrays of vec4, or with
+ * `stage2d` as [k][row/4] arrays (rows padded by one vec4 against bank conflicts). Two dimensions,
+ * so that a read in the unrolled loop has a constant k index and a row index (`tm` or `tn` plus a
+ * constant) that is the same for every k: the bounds clamp the WGSL compiler adds to dynamic
+ * indices is then one per row group, not one per read.
+ */
 export function gemmShared(o: { tile: GemmTile; prefix?: string }): string {
-  const t = o.tile, p = o.prefix ?? "", s = _stageVecs(t), copies = t.dbuf ? 2 : 1;
-  return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
+  const t = o.tile, p = o.prefix ?? "", copies = t.dbuf ? 2 : 1, s = _stageVecs(t);
+  if (!t.stage2d) {
+    return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
 var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
+`;
+  }
+  return `var<workgroup> ${p}As: array<array<vec4<f32>, ${t.bm / 4 + 1}>, ${copies * t.bk}>;
+var<workgroup> ${p}Bs: array<array<vec4<f32>, ${t.bn / 4 + 1}>, ${copies * t.bk}>;
 `;
 }
 
@@ -262,9 +278,11 @@ interface _Side {
   off: string;
   sRow: string;
   sK: string;
-  /** Workgroup array and its row stride in vec4s. */
+  /** Workgroup array and its row length in vec4s. */
   arr: string;
   stride: number;
+  /** Name of the row variable in the load's scope (`m` for A, `n` for B: offsets may use it). */
+  rv: string;
 }
 
 /**
@@ -284,7 +302,6 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   const t = o.tile, p = o.prefix ?? "";
   const threads = tileThreads(t);
   const rg = t.tm / 4, cg = t.tn / 4;
-  const st = _stageVecs(t);
   const aStride = t.bm / 4 + 1, bStride = t.bn / 4 + 1; // vec4s per k-row (padded)
   const lines: string[] = [];
   if (declare) {
@@ -303,6 +320,7 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       sK: o.sAk,
       arr: `${p}As`,
       stride: aStride,
+      rv: "m",
     },
     {
       name: "B",
@@ -316,6 +334,7 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       sK: o.sBk,
       arr: `${p}Bs`,
       stride: bStride,
+      rv: "n",
     },
   ];
   const isVec = (sd: _Side) => sd.spec.vec === true;
@@ -327,7 +346,11 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       );
     }
   }
-  const buf = (sd: _Side) => t.dbuf ? ` + sb${sd.name}` : "";
+  // element (k-row, vec4 column) of a side's staging, in the copy `sb` with double buffering
+  const at = (sd: _Side, k: string, col: string) => {
+    const kk = t.dbuf ? `${k} + sb` : k;
+    return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
+  };
   const regDecls: string[] = [];
   const fetchS: string[] = [];
   const stashS: string[] = [];
@@ -347,16 +370,13 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       const r = `${p}r${lc}${i}`;
       const c = coords(i, sd.rows, sd.spec.contig);
       regDecls.push(`var ${r}: f32;`);
+      const m = sd.rv;
       fetchS.push(
-        `{ let m = ${sd.first} + ${c.row}; let k = KB + ${c.k}; ${r} = 0.0; if (m < ${sd.extent} && k < ${o.K}) { ${r} = ${
-          loadF32(sd.buf, sd.spec.dtype, `${sd.off} + m * ${sd.sRow} + k * ${sd.sK}`)
+        `{ let ${m} = ${sd.first} + ${c.row}; let k = KB + ${c.k}; ${r} = 0.0; if (${m} < ${sd.extent} && k < ${o.K}) { ${r} = ${
+          loadF32(sd.buf, sd.spec.dtype, `${sd.off} + ${m} * ${sd.sRow} + k * ${sd.sK}`)
         }; } }`,
       );
-      stashS.push(
-        `{ let r = ${c.row}; ${sd.arr}[${c.k} * ${sd.stride}u + (r >> 2u)${
-          buf(sd)
-        }][r & 3u] = ${r}; }`,
-      );
+      stashS.push(`{ let r = ${c.row}; ${at(sd, c.k, "r >> 2u")}[r & 3u] = ${r}; }`);
     }
   }
 
@@ -393,9 +413,10 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       const w = vecWidth(x.sd.spec.dtype), vpr = t.bk / w;
       const q = `(${idx} - ${x.start}u)`;
       const pos = `let row = ${q} / ${vpr}u; let kv = (${q} % ${vpr}u) * ${w}u;`;
+      const m = x.sd.rv;
       f.push(
-        `if (${guard(x)}) { ${pos} let m = ${x.sd.first} + row; let k = KB + kv; ` +
-          `if (m < ${x.sd.extent} && k < ${o.K}) { ${reg} = ${x.sd.buf}[(${x.sd.off} + m * ${x.sd.sRow} + k) / ${w}u]; } }`,
+        `if (${guard(x)}) { ${pos} let ${m} = ${x.sd.first} + row; let k = KB + kv; ` +
+          `if (${m} < ${x.sd.extent} && k < ${o.K}) { ${reg} = ${x.sd.buf}[(${x.sd.off} + ${m} * ${x.sd.sRow} + k) / ${w}u]; } }`,
       );
       const vals: string[] = [];
       for (let j = 0; j < w; j++) {
@@ -411,10 +432,8 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
         }
       }
       s.push(
-        `if (${guard(x)}) { ${pos} let rq = (row >> 2u)${buf(x.sd)}; let rc = row & 3u;\n      ${
-          vals.map((v, j) => `${x.sd.arr}[(kv + ${j}u) * ${x.sd.stride}u + rq][rc] = ${v};`).join(
-            " ",
-          )
+        `if (${guard(x)}) { ${pos} let rq = row >> 2u; let rc = row & 3u;\n      ${
+          vals.map((v, j) => `${at(x.sd, `kv + ${j}u`, "rq")}[rc] = ${v};`).join(" ")
         } }`,
       );
     }
@@ -425,14 +444,10 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   const compute: string[] = [];
   for (let k = 0; k < t.bk; k++) {
     for (let g = 0; g < rg; g++) {
-      compute.push(
-        `let a${g}_${k} = ${p}As[${k * aStride + (g * t.bm) / rg / 4}u + tm${buf(sides[0])}];`,
-      );
+      compute.push(`let a${g}_${k} = ${at(sides[0], `${k}u`, `${(g * t.bm) / rg / 4}u + tm`)};`);
     }
     for (let h = 0; h < cg; h++) {
-      compute.push(
-        `let b${h}_${k} = ${p}Bs[${k * bStride + (h * t.bn) / cg / 4}u + tn${buf(sides[1])}];`,
-      );
+      compute.push(`let b${h}_${k} = ${at(sides[1], `${k}u`, `${(h * t.bn) / cg / 4}u + tn`)};`);
     }
     for (let g = 0; g < rg; g++) {
       for (let r = 0; r < 4; r++) {
@@ -450,8 +465,7 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
-    let sbA = (kt & 1u) * ${st.a}u;
-    let sbB = (kt & 1u) * ${st.b}u;
+    let sb = (kt & 1u) * ${t.bk}u;
     ${stashS.join("\n    ")}
     workgroupBarrier();
     ${fetch(`(kt + 1u) * ${t.bk}u`)}

@@ -183,6 +183,8 @@ Deno.test({
       { ...TILE_SMALL, vec: true },
       { ...TILE_SMALL, dbuf: true },
       { ...TILE_SMALL, bk: 8, vec: true, dbuf: true },
+      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true, stage2d: true },
+      { ...TILE_SMALL, stage2d: true },
     ];
     for (const tile of tiles) {
       for (const dtype of dtypes) {
@@ -213,7 +215,7 @@ Deno.test({
       aTrans: false,
       bTrans: true,
       shardRows: 12,
-      tile: tiles[2],
+      tile: tiles[3],
     });
   },
 });

@@ -70,17 +70,18 @@ const T = (bm: number, bn: number, bk: number, tm: number, tn: number): GemmTile
 
 /** Candidate tiles on hardware adapters (filtered by the device's workgroup limits). */
 const HW_TILES: GemmTile[] = [
+  { ...T(128, 128, 16, 8, 8), vec: true },
+  { ...T(128, 128, 16, 8, 8), vec: true, stage2d: true },
+  { ...T(128, 128, 32, 8, 8), vec: true },
+  { ...T(128, 128, 32, 8, 8), vec: true, stage2d: true },
+  { ...T(128, 128, 8, 8, 8), vec: true, stage2d: true },
+  { ...T(128, 128, 16, 8, 8), vec: true, dbuf: true, stage2d: true },
   T(128, 128, 8, 8, 8),
   { ...T(128, 128, 8, 8, 8), vec: true },
   { ...T(128, 128, 8, 8, 8), dbuf: true },
-  { ...T(128, 128, 8, 8, 8), vec: true, dbuf: true },
   T(128, 128, 16, 8, 8),
-  { ...T(128, 128, 16, 8, 8), vec: true },
-  { ...T(128, 128, 16, 8, 8), vec: true, dbuf: true },
-  { ...T(128, 64, 8, 8, 4), vec: true, dbuf: true },
-  { ...T(64, 128, 8, 4, 8), vec: true, dbuf: true },
-  { ...T(128, 256, 8, 8, 16), vec: true, dbuf: true },
-  { ...T(64, 64, 8, 4, 4), vec: true },
+  { ...T(128, 64, 16, 8, 4), vec: true, stage2d: true },
+  { ...T(64, 64, 16, 4, 4), vec: true, stage2d: true },
 ];
 /** Candidate tiles on software adapters. */
 const SW_TILES: GemmTile[] = [
@@ -94,7 +95,7 @@ const SW_TILES: GemmTile[] = [
 const _tileName = (t: GemmTile) =>
   `${t.bm}x${t.bn}x${t.bk} ${t.tm}x${t.tn} (${tileThreads(t)}t)${t.vec ? " vec" : ""}${
     t.dbuf ? " dbuf" : ""
-  }`;
+  }${t.stage2d ? " 2d" : ""}`;
 
 const _median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
