@@ -128,6 +128,8 @@ export interface PreparedFusedForward {
   readonly smoothing: SmoothingPlan;
   /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
   readonly vocabSplits: number;
+  /** `tile` state: rows of a thread reduced per round (undefined in `registers` state). */
+  readonly roundRows: number | undefined;
   /** Records the passes; workspace buffers are released after the submission. */
   record(rec: Recorder, a: FusedForwardArgs): void;
   /**
@@ -173,16 +175,20 @@ export function splitPlan(
   return { shards, total: base };
 }
 
-/** Workgroups the tiles pass aims for on a hardware adapter (several waves on a 132-SM GPU). */
-export const TARGET_WORKGROUPS = 1024;
+/**
+ * Workgroups the tiles pass aims for on a hardware adapter: about two per SM of a 132-SM GPU (on an
+ * H200 at the paper's shape S = 4, 8, 16 ran within 1%, S = 4 fastest; more splits cost more merges).
+ */
+export const TARGET_WORKGROUPS = 256;
 /** Largest split workspace (max, sumexp pairs) the default S allows. */
 export const SPLIT_WORKSPACE_BUDGET = 1 << 20;
 
 /**
  * The default S: enough splits for about {@link TARGET_WORKGROUPS} workgroups with the token
  * blocks (16 on a software adapter, which has few cores), at most one per vocab tile, and the
- * (max, sumexp) workspace n·S·8 within {@link SPLIT_WORKSPACE_BUDGET}. At the paper's shape
- * (n = 8192, 64 token blocks of 128) this gives S = 16 and a 1 MiB workspace.
+ * partials' workspace (counted as n·S·8, what the calibration stats need) within
+ * {@link SPLIT_WORKSPACE_BUDGET}. At the paper's shape (n = 8192, 64 token blocks of 128) this
+ * gives S = 4 and a 128 KiB workspace (n·S·4).
  */
 export function defaultVocabSplits(
   ctx: GpuContext,
@@ -237,11 +243,35 @@ const NO_TARGET = "0xffffffffu"; // a local target no tile holds
 /** Floats per scratch array in `tile` state: rows per round = this / THREADS (≥ 1). */
 const SCRATCH_FLOATS = 512;
 
-/** Rows of a thread reduced per round in `tile` state (a power of two dividing TM). */
+/**
+ * Rows of a thread reduced per round in `tile` state (a power of two dividing TM) that the kernel
+ * generator falls back to: small scratch ({@link SCRATCH_FLOATS} floats per array). Prepared
+ * forwards use {@link defaultRoundRows} instead.
+ */
 export function tileRowsPerRound(t: GemmTile): number {
   let r = 1;
   while (r * 2 <= t.tm && t.tm % (r * 2) === 0 && r * 2 * tileThreads(t) <= SCRATCH_FLOATS) r *= 2;
   return r;
+}
+
+/**
+ * The default rows per round of `tile` state: the largest power of two dividing TM whose
+ * workgroup memory fits `limitBytes` (all TM rows in one round needs one barrier pair per tile
+ * instead of TM; on an H200 at the paper's shape 128×128×16 vec 2d ran 225.7 ms with 8 rows per
+ * round, 233.7 ms with 2), at least {@link tileRowsPerRound}'s choice's smaller neighbour 1.
+ */
+export function defaultRoundRows(
+  t: GemmTile,
+  o: { sumZ: boolean; stats: boolean },
+  limitBytes: number,
+): number {
+  let r = t.tm;
+  while (
+    r > 1 && (t.tm % r !== 0 || fusedTilesWorkgroupBytes(t, { ...o, roundRows: r }) > limitBytes)
+  ) {
+    r /= 2;
+  }
+  return Math.max(1, Math.floor(r));
 }
 
 /**
@@ -663,13 +693,22 @@ export function fusedTilesWorkgroupBytes(
 }
 
 /**
- * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 with 16-byte vector loads: the fused
- * forward's best tile on an H200 at the paper's shape (reports/tune_forward_nvidia-h200.md: 252.6
- * ms, 38.3 TFLOP/s effective, 1.04× the plain GEMM with the same tile; with scalar loads the best
- * was K-step 8 at 311 ms, K-step 16 took 423 ms). Where d is not a multiple of the vector width the
+ * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
+ * staging: the fused forward's best tile on an H200 at the paper's shape
+ * (reports/tune_forward_nvidia-h200.md: 225.7 ms, 42.8 TFLOP/s effective with S = 4 and 8 rows
+ * per round, 0.99× the plain GEMM with the same tile; flat staging 252.6 ms; scalar loads at best
+ * 311 ms with K-step 8, 423 ms with K-step 16). Where d is not a multiple of the vector width the
  * kernel falls back to scalar loads.
  */
-export const FUSED_TILE_HW: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8, vec: true };
+export const FUSED_TILE_HW: GemmTile = {
+  bm: 128,
+  bn: 128,
+  bk: 16,
+  tm: 8,
+  tn: 8,
+  vec: true,
+  stage2d: true,
+};
 
 /** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
 export function defaultFusedTile(ctx: GpuContext): GemmTile {
@@ -695,7 +734,11 @@ export async function prepareFusedForward(
     : "identity";
   const sumZ = smoothing === "in-kernel";
   const state = o.tileState ?? "tile";
-  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows: o.roundRows });
+  const wgLimit = ctx.device.limits.maxComputeWorkgroupStorageSize;
+  const roundRows = state === "tile"
+    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats }, wgLimit)
+    : undefined;
+  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows });
   if (wgMem > ctx.device.limits.maxComputeWorkgroupStorageSize) {
     throw new RangeError(
       `fused forward: tile ${JSON.stringify(tile)} needs ${wgMem} bytes of workgroup memory, ` +
@@ -715,7 +758,7 @@ export async function prepareFusedForward(
         sumZ,
         stats: withStats,
         state,
-        roundRows: o.roundRows,
+        roundRows,
         vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
       }),
       "fused_forward_tiles",
@@ -744,6 +787,7 @@ export async function prepareFusedForward(
     tile,
     smoothing,
     vocabSplits: splits,
+    roundRows,
     workspaceBytes(s = spec, w = {}) {
       let cRows = w.cShardRows;
       if (!cRows) {

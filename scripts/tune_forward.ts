@@ -28,12 +28,12 @@ import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codege
 import { prepareMatmul } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import {
+  defaultRoundRows,
   defaultVocabSplits,
   type FusedForwardSpec,
   fusedTilesWorkgroupBytes,
   prepareFusedForward,
   type SmoothingMode,
-  tileRowsPerRound,
   type TileState,
 } from "../kernels/fused_forward.ts";
 
@@ -293,7 +293,13 @@ await runCli(async () => {
     const vocabSplits = o.vocabSplits ?? defaultVocabSplits(ctx, spec, tile);
     const cap = o.softcap ?? softcap;
     const tileState = o.tileState ?? "tile";
-    const roundRows = tileState === "tile" ? o.roundRows ?? tileRowsPerRound(tile) : undefined;
+    const roundRows = tileState === "tile"
+      ? o.roundRows ??
+        defaultRoundRows(tile, {
+          sumZ: opts.beta > 0 && (o.smoothing === "in-kernel" || cap !== undefined),
+          stats: o.tokenStats ?? false,
+        }, lim.maxComputeWorkgroupStorageSize)
+      : undefined;
     const variant = [
       opts.beta === 0 ? "" : o.smoothing === "in-kernel" || cap ? "in-kernel Σz" : "identity",
       cap ? `softcap ${cap}` : "",
@@ -403,7 +409,9 @@ await runCli(async () => {
 
   console.log(`\nphase 3: row state for ${_tileName(bestTile)} S=${bestS}`);
   for (let r = 1; r <= bestTile.tm; r *= 2) {
-    if (bestTile.tm % r || r === tileRowsPerRound(bestTile)) continue;
+    if (bestTile.tm % r || r === bestOf(rows.filter((x) => x.tile === bestTile)).roundRows) {
+      continue;
+    }
     await measure(bestTile, { vocabSplits: bestS, roundRows: r, plain: true });
   }
   await measure(bestTile, { vocabSplits: bestS, tileState: "registers", plain: true });
