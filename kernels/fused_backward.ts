@@ -17,24 +17,52 @@
  * of a filtered gradient is bounded by |ΔdE_nk| ≤ ε·|w_n|·Σ_{v skipped} |C_vk| and
  * |ΔdC_vk| ≤ ε·Σ_{n skipped} |w_n·E_nk|. Ignored tokens (w_n = 0) never keep a tile alive.
  *
- * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible.
+ * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible (every
+ * output element is written by one workgroup, its terms added in a fixed order; the only atomics
+ * are integer ones: OR into the mask, counts, max of the sort keys' range).
  *
  * 1. The exact terms initialise dE and dC (kernels/grad_corrections.ts).
  * 2. Pass `filter` (only with a filter): the grid covers every (token, vocab) tile pair with the
  *    GEMM's fast tile (128×128 on hardware, covering several TT×VT backward tiles); each
- *    workgroup recomputes its logits, tests g ≥ ε per element, and writes one mask word per
- *    backward tile (a u32 per (token tile, vocab tile)); kept tiles are counted with an integer
- *    atomic (order-independent) for the statistics.
+ *    workgroup recomputes its logits, tests g ≥ ε per element, and sets one bit per kept backward
+ *    tile in a zeroed mask of one bit per (token tile, vocab tile) (integer atomicOr: workgroups
+ *    share mask words); kept tiles are counted with an integer atomic (order-independent) for the
+ *    statistics.
  * 3. Pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in sorted order when sorting)
  *    and walks the token tiles in order; for each tile the mask keeps (every tile without the
  *    filter) it recomputes the VT×TT logits with the generated GEMM over d, forms Pᵀ in
  *    registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its own dC rows, d
  *    in chunks of TT columns (read-modify-write: the rows belong to this workgroup only).
- * 4. Pass `dE`: one workgroup owns a token tile and walks a contiguous range of vocab tiles in
- *    order (S ranges, "splits", for parallelism); for kept tiles it recomputes the logits, forms P
- *    and adds P·C[vocab tile, :] into its dE rows (split 0) or a zeroed partial buffer (split
- *    s > 0), d in chunks of VT columns.
- * 5. The partials are added to dE in split order.
+ * 4. Pass `dE`: one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
+ *    backward tile) and walks the vocab tiles in order; for the tiles the mask keeps (the bit of
+ *    the backward tile holding the slice: conservative for the slice, so still exact) it
+ *    recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE rows, d in
+ *    chunks of VT columns. Optionally (dESplits S > 1) the vocab tiles are cut into S contiguous
+ *    ranges, split s > 0 accumulating into a zeroed n×d f32 partial buffer, and
+ * 5. the partials are added to dE in split order.
+ *
+ * Parallelism of the dE pass without partials. The dE pass has only n/TT token tiles (64 at the
+ * paper's shape with 128-token tiles: half an H200's 132 SMs). S splits give S times the
+ * workgroups but cost (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4).
+ * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
+ * the slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each
+ * slice recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read
+ * by R workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup
+ * has fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
+ * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once
+ * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter S = 1
+ * and R = 4 at the paper's shape (256 workgroups, {@link defaultDERowSlices}): the kept tiles are
+ * few (3% there) and the workspace stays within 2 MiB; without the filter every tile is computed,
+ * the pass is two GEMMs' worth of work, and the default stays S = 4 (R = 1), where the full
+ * 8×4-per-thread tile is more efficient than 4 slices (the partials' 226 MB are the price;
+ * `dESplits: 1` gives the no-partials layout, see {@link defaultDESplits}).
+ *
+ * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
+ * with the filter and sorting: 1.69 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles),
+ * the vocab order (|V| u32, 1 MB) in which the sort also works (kernels/vocab_sort.ts), one buffer
+ * of E's column partials shared by the sort's Ē and the corrections' Σ_n w_n·E_n, the
+ * corrections' target coefficients and pairs, and C's column-sum partials for β > 0
+ * (kernels/column_sum.ts); dE partials only with S > 1.
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
@@ -46,12 +74,20 @@
  * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
  * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
  * both tensors' shard boundaries), and tiles never straddle segments. One dispatch per (vocab
- * segment, token segment) pair; the sort permutes rows within each vocab segment only.
+ * segment, token segment) pair; the sort permutes rows within each vocab segment only. (With
+ * bindings of a few rows, as in the forced-sharding tests, tiles shrink to a few elements, and the
+ * filter decides per element: still within the bound above.)
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, download, rowsPerBinding } from "../gpu/tensor.ts";
+import {
+  createTensor,
+  type DeviceTensor,
+  download,
+  elementBytes,
+  type TensorDtype,
+} from "../gpu/tensor.ts";
 import { GpuError } from "../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../core/options.ts";
 import { machineEps } from "../core/dtype.ts";
@@ -70,8 +106,18 @@ import {
   wgslStorageType,
 } from "./gemm_codegen.ts";
 import { f32Lit, lossConstants } from "./wgsl_common.ts";
-import { type PreparedVocabSort, prepareVocabSort, type VocabSegment } from "./vocab_sort.ts";
-import { type PreparedGradCorrections, prepareGradCorrections } from "./grad_corrections.ts";
+import {
+  columnPartialsBytes,
+  type PreparedVocabSort,
+  prepareVocabSort,
+  type VocabSegment,
+  vocabSortWorkspaceBytes,
+} from "./vocab_sort.ts";
+import {
+  gradCorrectionsWorkspaceBytes,
+  type PreparedGradCorrections,
+  prepareGradCorrections,
+} from "./grad_corrections.ts";
 import { columnSumPlan } from "./column_sum.ts";
 import { gradientOutputs } from "./gradient_outputs.ts";
 
@@ -181,11 +227,46 @@ export function defaultFilterEps(dtype: Dtype): number {
   return machineEps(dtype) / 32;
 }
 
+/**
+ * The tile of the dE pass with `slices` row slices per backward tile: TT/slices tokens × VT, the
+ * threads' token rows cut by as much (at least 4 per thread), the rest as `bt`. Throws when the
+ * slice is not a tile the generator can emit.
+ */
+export function dESliceTile(bt: BackwardTile, slices: number): BackwardTile {
+  if (!Number.isInteger(slices) || slices < 1) {
+    throw new RangeError(`dE row slices must be a positive integer, got ${slices}`);
+  }
+  if (slices === 1) return bt;
+  const tokens = bt.tokens / slices;
+  const tokensPerThread = Math.max(4, bt.tokensPerThread / slices);
+  const s = { ...bt, tokens, tokensPerThread };
+  const ok = Number.isInteger(tokens) && Number.isInteger(tokensPerThread) &&
+    tokens % tokensPerThread === 0;
+  try {
+    if (!ok) throw new RangeError();
+    validateTile(backwardGemmTiles(s).dE);
+    validateTile(backwardGradTiles(s).dE);
+  } catch {
+    throw new RangeError(
+      `the dE pass cannot cut tile ${JSON.stringify(bt)} into ${slices} row slices`,
+    );
+  }
+  return s;
+}
+
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
-  /** `dC`: a workgroup owns a vocab tile and writes the mask; `dE`: owns a token tile. */
+  /**
+   * `dC`: a workgroup owns a vocab tile; `dE`: owns a row slice of a token tile (see
+   * {@link TilePassKernelOptions.rowSlices}).
+   */
   kind: "dC" | "dE";
   tile: BackwardTile;
+  /**
+   * dE only: row slices per TT-token backward tile (default 1): a workgroup owns TT/rowSlices
+   * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
+   */
+  rowSlices?: number;
   dtype: Dtype;
   opts: LceOptions;
   /** Vocabulary size |V|. */
@@ -200,18 +281,20 @@ export interface TilePassKernelOptions {
  * WGSL of a tile pass (see the module doc). Params: tS, tE (token segment), eR0 (E shard's first
  * row), vS, vE (vocab segment, positions), cR0 (C shard's first row), oR0 (output shard's first
  * row), d, tBase, vBase (global tile index of the segments' first tiles), vTotal (vocab tiles in
- * all), nOuter (owned tiles), lo, hi (range of walked tiles). Bindings: params, e, c, out, lse, w,
- * [perm], [mask] (read: the filter pass writes it).
+ * all), nOuter (owned tiles or slices), lo, hi (range of walked tiles). Bindings: params, e, c,
+ * out, lse, w, [perm], [mask] (read: one bit per backward tile, written by the filter pass).
  */
 export function tilePassWgsl(o: TilePassKernelOptions): string {
   const dE = o.kind === "dE";
-  const t = backwardGemmTiles(o.tile)[o.kind];
-  const gt = backwardGradTiles(o.tile)[o.kind];
+  const slices = dE ? o.rowSlices ?? 1 : 1;
+  const tile = dE ? dESliceTile(o.tile, slices) : o.tile;
+  const t = backwardGemmTiles(tile)[o.kind];
+  const gt = backwardGradTiles(tile)[o.kind];
   validateTile(t);
   validateTile(gt);
   const staging = _staging(t, gt);
   const filter = o.eps !== null;
-  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const TT = tile.tokens, VT = tile.vocab;
   const st = wgslStorageType(o.dtype);
   const bindings: string[] = [];
   const bind = (decl: string) =>
@@ -326,9 +409,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
     sBn: "1u",
     sBk: "0u",
   }, false);
-  const maskIndex = `let mi = (P.tBase + ${dE ? "ot" : "it"}) * P.vTotal + P.vBase + ${
-    dE ? "it" : "ot"
-  };`;
+  const tokTile = dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it";
+  const maskIndex = `let mi = (P.tBase + ${tokTile}) * P.vTotal + P.vBase + ${dE ? "it" : "ot"};`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
@@ -352,7 +434,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       ${filter ? maskIndex : ""}
       ${
     filter
-      ? `if (lid == 0u) { s_keep = mask[mi]; }
+      ? `if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
       let kept = workgroupUniformLoad(&s_keep);
       workgroupBarrier(); // s_keep is rewritten by the next tile
       if (kept == 0u) { continue; }`
@@ -397,7 +479,9 @@ export interface FilterPassKernelOptions {
  * WGSL of the filter pass: one workgroup per filter tile (bm tokens × bn vocab, the GEMM's fast
  * tile) computes the logits, tests g = p·f' + (β/|V|)(z/s)² ≥ ε per element (only for tokens with
  * w_n ≠ 0), ORs the verdicts of the (bm/TT)·(bn/VT) backward tiles it covers into a workgroup
- * atomic bit set, writes their mask words and counts the kept ones (integer atomic).
+ * atomic bit set, sets the kept tiles' bits of the zeroed mask (integer atomicOr: several
+ * workgroups share a mask word, and OR does not depend on their order) and counts the kept ones
+ * (integer atomic).
  * Params: tS, tE, eR0, vS, vE, cR0, d, tBase, vBase, vTotal. Bindings: params, e, c, lse, w,
  * [perm], mask, counter.
  */
@@ -419,7 +503,7 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   bind("storage, read> lse: array<f32>");
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
-  bind("storage, read_write> mask: array<u32>");
+  bind("storage, read_write> mask: array<atomic<u32>>");
   bind("storage, read_write> counter: array<atomic<u32>>");
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
   const slots = accSlots(t);
@@ -493,7 +577,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         let vs = v0 + b * ${VT}u;
         if (vs >= P.vE) { break; }
         let bit = (flags >> (a * ${subV}u + b)) & 1u;
-        mask[(P.tBase + (ts - P.tS) / ${TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${VT}u] = bit;
+        if (bit != 0u) {
+          let mi = (P.tBase + (ts - P.tS) / ${TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${VT}u;
+          atomicOr(&mask[mi >> 5u], 1u << (mi & 31u));
+        }
         kept += bit;
       }
     }
@@ -536,15 +623,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/** Workgroups the dE pass aims for (token tiles × splits) on hardware adapters. */
-export const DE_TARGET_WORKGROUPS = 512;
+/** Workgroups the dE pass aims for (token slices × splits): about two per SM of a large GPU. */
+export const DE_TARGET_WORKGROUPS = 256;
 
 /**
- * The default number of dE splits S: enough token-tile × split workgroups to keep a large GPU busy
- * (about {@link DE_TARGET_WORKGROUPS}; with one workgroup per SM the pass ran at a quarter of the
- * GEMM's speed on an H200), at most 4 and at most the vocab tiles, and at most as many partial
- * buffers (S − 1 of n×d f32) as fit in max(3·dE, 64 MiB): S = 4 at the paper's shape with 128-token
- * tiles (226 MB of partials).
+ * The dE splits S used without the filter: enough token-tile × split workgroups to keep a large
+ * GPU busy (about {@link DE_TARGET_WORKGROUPS}; with one workgroup per SM the pass ran at a quarter
+ * of the GEMM's speed on an H200), at most 4 and at most the vocab tiles, and at most as many
+ * partial buffers (S − 1 of n×d f32) as fit in max(3·dE, 64 MiB): S = 4 at the paper's shape with
+ * 128-token tiles (226 MB of partials). With the filter the backward uses S = 1 (no partials) and
+ * gets its parallelism from row slices ({@link defaultDERowSlices}).
  */
 export function defaultDESplits(shape: Shape, tile: BackwardTile): number {
   const tokTiles = Math.ceil(shape.n / tile.tokens);
@@ -554,6 +642,26 @@ export function defaultDESplits(shape: Shape, tile: BackwardTile): number {
   const budget = Math.max(3 * dEBytes, 64 * 2 ** 20);
   while (s > 1 && (s - 1) * dEBytes > budget) s--;
   return s;
+}
+
+/**
+ * Row slices R of the dE pass: the smallest of 1, 2, 4 that makes token tiles × R × splits reach
+ * {@link DE_TARGET_WORKGROUPS}, or the largest the tile can be cut into. R = 4 at the paper's shape
+ * with the filter (64 token tiles of 128: 256 workgroups of 32 rows), 1 without it (S = 4).
+ */
+export function defaultDERowSlices(shape: Shape, tile: BackwardTile, splits: number): number {
+  const tokTiles = Math.ceil(shape.n / tile.tokens);
+  let r = 1;
+  while (r < 4 && tokTiles * r * splits < DE_TARGET_WORKGROUPS) r *= 2;
+  for (; r > 1; r /= 2) {
+    try {
+      dESliceTile(tile, r);
+      return r;
+    } catch {
+      // not a tile the generator can emit: fewer slices
+    }
+  }
+  return 1;
 }
 
 /** Options of {@link prepareFusedBackward}. */
@@ -566,8 +674,13 @@ export interface FusedBackwardOptions {
   sort: boolean;
   /** Tile (default {@link defaultBackwardTile}). */
   tile?: BackwardTile;
-  /** Splits S of the dE pass (default {@link defaultDESplits}). */
+  /**
+   * Splits S of the dE pass (S − 1 partial n×d f32 buffers; default 1 with the filter,
+   * {@link defaultDESplits} without).
+   */
   dESplits?: number;
+  /** Row slices of the dE pass (default {@link defaultDERowSlices}). */
+  dERowSlices?: number;
   /** GEMM tile of the filter pass (default {@link defaultFilterTile}). */
   filterTile?: GemmTile;
 }
@@ -592,12 +705,26 @@ export interface FusedBackwardStats {
   tilesTotal: number;
 }
 
+/** Shard layout for {@link PreparedFusedBackward.workspaceBytes}. */
+export interface WorkspaceLayout {
+  /** Rows per shard of E and C (default: as createTensor makes them under the binding limit). */
+  e?: number[];
+  c?: number[];
+  /**
+   * Binding limit the shards are computed for (default: this context's; a hardware adapter's is
+   * 2 GiB − 4 at most): decides the shards of E, C (unless given), dE and dC, and the column sum's
+   * chunking.
+   */
+  maxBindingBytes?: number;
+}
+
 /** A compiled fused backward. */
 export interface PreparedFusedBackward {
   readonly tile: BackwardTile;
   /** GEMM tile of the filter pass (null without filter). */
   readonly filterTile: GemmTile | null;
   readonly dESplits: number;
+  readonly dERowSlices: number;
   readonly filterEps: number | null;
   /** Records the backward; returns new f32 dE (n×d) and dC (v×d), valid after submission. */
   record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
@@ -606,10 +733,10 @@ export interface PreparedFusedBackward {
   /** Frees the buffers made at prepare time (the kept-tile counter). */
   release(): void;
   /**
-   * Workspace bytes of one record (not counting dE and dC), for shards as createTensor makes
-   * them on this context unless given.
+   * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
+   * of `layout` (default: as createTensor makes them on this context).
    */
-  workspaceBytes(shards?: { e?: number[]; c?: number[] }): number;
+  workspaceBytes(layout?: WorkspaceLayout): number;
 }
 
 interface _Segment extends VocabSegment {
@@ -641,6 +768,63 @@ function _shardRows(rows: number, per: number): number[] {
 
 const _starts = (rows: number[]) => rows.map((_, i) => rows.slice(0, i).reduce((a, b) => a + b, 0));
 
+/** Rows of `cols` columns of `dtype` per binding of `limit` bytes (as gpu/tensor.ts cuts them). */
+function _rowsPer(limit: number, dtype: TensorDtype, cols: number): number {
+  const b = elementBytes(dtype);
+  let rows = Math.floor(limit / (cols * b));
+  if (b === 2 && cols % 2 === 1) rows -= rows % 2;
+  return Math.max(1, rows);
+}
+
+/** Bytes of a buffer made by createTensor (16-byte padded). */
+const _pad = (b: number) => Math.ceil(Math.max(b, 4) / 16) * 16;
+
+/** Bytes of the filter mask of tT × vT tiles: one bit per tile, 16-byte padded. */
+export function maskBytes(tokenTiles: number, vocabTiles: number): number {
+  return _pad(Math.ceil((tokenTiles * vocabTiles) / 32) * 4);
+}
+
+/**
+ * Bytes one record of the fused backward allocates besides dE and dC (uniform blocks aside),
+ * exactly, for the shards of `layout`:
+ *
+ * - the dE partials ((S − 1)·n·d·4, sharded like dE; none with the filter's default S = 1);
+ * - the filter mask (one bit per backward tile, {@link maskBytes});
+ * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
+ * - the vocab order (|V| u32) and the sort's Ē and key range;
+ * - the corrections' buffers, C's column-sum partials included (β > 0).
+ *
+ * The kept-tile counter (16 bytes) is allocated at prepare time and not counted.
+ */
+export function fusedBackwardWorkspaceBytes(o: {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  filter: boolean;
+  sort: boolean;
+  tile: BackwardTile;
+  dESplits: number;
+  layout: WorkspaceLayout & { maxBindingBytes: number };
+}): number {
+  const { spec, opts, tile, layout } = o;
+  const limit = layout.maxBindingBytes;
+  const perIn = _rowsPer(limit, spec.dtype, spec.d), perF32 = _rowsPer(limit, "f32", spec.d);
+  const eRows = layout.e ?? _shardRows(spec.n, perIn);
+  const cRows = layout.c ?? _shardRows(spec.v, perIn);
+  const dERows = _shardRows(spec.n, perF32);
+  const tok = _segments(spec.n, tile.tokens, [_starts(eRows), _starts(dERows)]);
+  const voc = _segments(spec.v, tile.vocab, [
+    _starts(cRows),
+    _starts(_shardRows(spec.v, perF32)),
+  ]);
+  const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
+  let bytes = (o.dESplits - 1) * dERows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
+  if (o.filter) bytes += maskBytes(tT, vT);
+  if (o.sort || opts.beta > 0) bytes += columnPartialsBytes(eRows, spec.d);
+  if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
+  const cs = opts.beta > 0 ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
+  return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cs, false);
+}
+
 /** Compiles the fused backward for a problem. */
 export async function prepareFusedBackward(
   ctx: GpuContext,
@@ -659,10 +843,12 @@ export async function prepareFusedBackward(
   if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
     throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
   }
-  const splits = o.dESplits ?? defaultDESplits(spec, tile);
+  const splits = o.dESplits ?? (eps !== null ? 1 : defaultDESplits(spec, tile));
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
   }
+  const slices = o.dERowSlices ?? defaultDERowSlices(spec, tile, splits);
+  const sliceRows = dESliceTile(tile, slices).tokens;
   const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: o.sort };
   const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
   const filterPass = eps !== null && filterTile
@@ -672,7 +858,10 @@ export async function prepareFusedBackward(
     )
     : undefined;
   const dCPass = await ctx.pipeline(tilePassWgsl({ ...base, kind: "dC" }), "fused_backward_dC");
-  const dEPass = await ctx.pipeline(tilePassWgsl({ ...base, kind: "dE" }), "fused_backward_dE");
+  const dEPass = await ctx.pipeline(
+    tilePassWgsl({ ...base, kind: "dE", rowSlices: slices }),
+    "fused_backward_dE",
+  );
   const reduce = splits > 1
     ? await ctx.pipeline(splitReduceWgsl(splits - 1), "fused_backward_split_reduce")
     : undefined;
@@ -684,42 +873,28 @@ export async function prepareFusedBackward(
     opts,
     v: spec.v,
   });
+  // One buffer of E's column partials serves the sort's Ē and the corrections' Σ_n w_n·E_n.
+  const ePartials = sorter !== undefined || corrections.usesEPartials;
   const counter = eps !== null
     ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
-  const f32Rows = rowsPerBinding(ctx, "f32", spec.d);
-  const plan = (eRows: number[], cRows: number[]) => {
-    const tok = _segments(spec.n, tile.tokens, [
-      _starts(eRows),
-      _starts(_shardRows(spec.n, f32Rows)),
-    ]);
-    const voc = _segments(spec.v, tile.vocab, [
-      _starts(cRows),
-      _starts(_shardRows(spec.v, f32Rows)),
-    ]);
-    return { tok, voc };
-  };
   return {
     tile,
     filterTile,
     dESplits: splits,
+    dERowSlices: slices,
     filterEps: eps,
-    workspaceBytes(shards = {}) {
-      const perIn = rowsPerBinding(ctx, spec.dtype, spec.d);
-      const eRows = shards.e ?? _shardRows(spec.n, perIn);
-      const cRows = shards.c ?? _shardRows(spec.v, perIn);
-      const { tok, voc } = plan(eRows, cRows);
-      const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
-      const pad = (b: number) => Math.max(16, Math.ceil(b / 16) * 16);
-      let bytes = (splits - 1) * pad(spec.n * spec.d * 4);
-      if (eps !== null) bytes += pad(tT * vT * 4) + 16;
-      if (sorter) bytes += pad(spec.v * 4) + sorter.workspaceBytes(eRows, spec.v, spec.d, voc);
-      const cs = opts.beta > 0
-        ? columnSumPlan(cRows, spec.d, ctx.maxBindingBytes).workspaceBytes + pad(spec.d * 4)
-        : 0;
-      bytes += corrections.workspaceBytes(eRows, spec.d, cs);
-      return bytes;
+    workspaceBytes(layout = {}) {
+      return fusedBackwardWorkspaceBytes({
+        spec,
+        opts,
+        filter: eps !== null,
+        sort: o.sort,
+        tile,
+        dESplits: splits,
+        layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
+      });
     },
     release() {
       counter?.destroy();
@@ -759,24 +934,33 @@ export async function prepareFusedBackward(
       const tTotal = tok.reduce((s, g) => s + g.tiles, 0);
       const vTotal = voc.reduce((s, g) => s + g.tiles, 0);
       lastTotal = tTotal * vTotal;
+      const maskSize = eps !== null ? maskBytes(tTotal, vTotal) : 0;
+      if (maskSize > ctx.maxBindingBytes) {
+        throw new GpuError(
+          "limits",
+          `fused backward: the tile mask (${maskSize} bytes) exceeds one binding`,
+        );
+      }
       const release: (TrackedBuffer | undefined)[] = [];
+      const partials = ePartials
+        ? ctx.createBuffer({
+          size: columnPartialsBytes(e.shards.map((s) => s.rows), d),
+          role: "workspace",
+          label: "E column partials",
+        })
+        : undefined;
+      release.push(partials);
       let perm: TrackedBuffer | undefined;
       if (sorter) {
         perm = ctx.createBuffer({ size: v * 4, role: "workspace", label: "vocab order" });
-        sorter.record(rec, { e, c, targets, count, perm, segments: voc });
+        sorter.record(rec, { e, c, targets, count, perm, segments: voc, partials });
         release.push(perm);
       }
-      corrections.record(rec, { e, c, targets, w, dE, dC });
+      corrections.record(rec, { e, c, targets, w, dE, dC, ePartials: partials });
       let mask: TrackedBuffer | undefined;
       if (eps !== null) {
-        const bytes = tTotal * vTotal * 4;
-        if (bytes > ctx.maxBindingBytes) {
-          throw new GpuError(
-            "limits",
-            `fused backward: the tile mask (${bytes} bytes) exceeds one binding`,
-          );
-        }
-        mask = ctx.createBuffer({ size: bytes, role: "workspace", label: "tile mask" });
+        mask = ctx.createBuffer({ size: maskSize, role: "workspace", label: "tile mask" });
+        rec.clear(mask);
         rec.clear(counter!.shards[0].buffer);
         release.push(mask);
       }
@@ -888,6 +1072,7 @@ export async function prepareFusedBackward(
       rec.pass("fused backward dE", (p) => {
         for (const ts of tok) {
           const es = e.shardOf(ts.start);
+          const owned = Math.ceil((ts.end - ts.start) / sliceRows);
           for (let s = 0; s < splits; s++) {
             const os = (s === 0 ? dE : parts[s - 1]).shardOf(ts.start);
             for (const vs of voc) {
@@ -895,9 +1080,9 @@ export async function prepareFusedBackward(
               const hi = Math.floor(((s + 1) * vs.tiles) / splits);
               if (lo >= hi) continue;
               const cs = c.shardOf(vs.start);
-              const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, ts.tiles, lo, hi);
+              const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, owned, lo, hi);
               const bufs = [u, es.buffer, cs.buffer, os.buffer, ...tail()];
-              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(ts.tiles, 65535));
+              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
             }
           }
         }

@@ -19,8 +19,11 @@ import {
   BACKWARD_TILE_WIDE,
   backwardSharedBytes,
   type BackwardTile,
+  defaultDERowSlices,
   defaultDESplits,
   defaultFilterEps,
+  dESliceTile,
+  fusedBackwardWorkspaceBytes,
   prepareFusedBackward,
 } from "./fused_backward.ts";
 
@@ -28,6 +31,7 @@ interface BackwardCase {
   tile?: BackwardTile;
   filterTile?: GemmTile;
   dESplits?: number;
+  dERowSlices?: number;
   filterEps: number | null;
   sort: boolean;
   /** Rows per shard of E and C (default one binding). */
@@ -124,14 +128,16 @@ Deno.test({
       vocabPerThread: 4,
     };
     const cases: { dtype: Dtype; beta: number; softcap?: number; b: BackwardCase }[] = [
-      { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1 } },
+      { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1, dERowSlices: 1 } },
       {
+        // 3 splits × 4 row slices of 8 tokens
         dtype: "bf16",
         beta: 0.1,
         softcap: 4,
         b: { filterEps: null, sort: true, tile: narrow, dESplits: 3 },
       },
       {
+        // row slices (default 4: 16 tokens) inside E shards of 40 rows
         dtype: "f32",
         beta: 1,
         b: { filterEps: 2 ** -28, sort: true, tile: tall, shardRows: 40, filterTile: wideFilter },
@@ -141,6 +147,19 @@ Deno.test({
         beta: 0,
         softcap: 3,
         b: { filterEps: 2 ** -12, sort: false, shardRows: 30 },
+      },
+      {
+        // the filter with partials: 2 splits × 2 row slices
+        dtype: "f32",
+        beta: 0.1,
+        b: { filterEps: 2 ** -28, sort: true, tile: tall, dESplits: 2, dERowSlices: 2 },
+      },
+      {
+        // one workgroup per token tile
+        dtype: "bf16",
+        beta: 0.1,
+        softcap: 5,
+        b: { filterEps: 2 ** -12, sort: true, dERowSlices: 1, shardRows: 50 },
       },
     ];
     for (const [i, cs] of cases.entries()) {
@@ -209,26 +228,94 @@ Deno.test({
   },
 });
 
+Deno.test("fused backward: default splits and row slices", () => {
+  const paper = { n: 8192, v: 256000, d: 2304 };
+  assert.equal(defaultDESplits(paper, BACKWARD_TILE_WIDE), 4); // without the filter: 3 partials
+  assert.equal(defaultDESplits({ n: 70, v: 257, d: 33 }, BACKWARD_TILE_SMALL), 4);
+  // with the filter (S = 1): 64 token tiles × 4 slices of 32 rows = 256 workgroups
+  assert.equal(defaultDERowSlices(paper, BACKWARD_TILE_WIDE, 1), 4);
+  assert.equal(defaultDERowSlices(paper, BACKWARD_TILE_WIDE, 4), 1);
+  assert.equal(defaultDERowSlices({ n: 70, v: 257, d: 33 }, BACKWARD_TILE_SMALL, 1), 4);
+  assert.deepEqual(dESliceTile(BACKWARD_TILE_WIDE, 4), {
+    ...BACKWARD_TILE_WIDE,
+    tokens: 32,
+    tokensPerThread: 4,
+  });
+  assert.throws(() => dESliceTile(BACKWARD_TILE_SMALL, 32), RangeError);
+  // a 4-token slice cannot be cut further: the default falls back to what the tile allows
+  const thin: BackwardTile = { ...BACKWARD_TILE_SMALL, tokens: 8, tokensPerThread: 4 };
+  assert.equal(defaultDERowSlices({ n: 70, v: 257, d: 33 }, thin, 1), 2);
+});
+
+Deno.test("fused backward: workspace ≤ 2 MiB at the paper's shape with the filter", () => {
+  const spec = { n: 8192, v: 256000, d: 2304, dtype: "bf16" } as const;
+  // a hardware adapter's bindings: E, C and dE in one binding each, dC in two (233,016 rows)
+  const layout = { maxBindingBytes: 2 ** 31 - 4 };
+  const ws = (beta: number, filter: boolean, sort: boolean, dESplits = 1) =>
+    fusedBackwardWorkspaceBytes({
+      spec,
+      opts: resolveOptions({ beta }),
+      filter,
+      sort,
+      tile: BACKWARD_TILE_WIDE,
+      dESplits,
+      layout,
+    });
+  const MiB = 2 ** 20, rowWeights = 8192 * 4; // the method's backward also makes w (n f32)
+  const eParts = 32 * 2304 * 4, cParts = 32 * 2304 * 4, vec = 2304 * 4;
+  const mask = Math.ceil((64 * (3641 + 360)) / 32) * 4 + 8; // 256,064 bits, 16-byte padded
+  const target = 8192 * 4 + 8192 * 8; // coefficients, (target, token) pairs
+  // sort: order (|V| u32), Ē, key range; smoothing: ΣC, Σw·E, C's column-sum partials
+  const fused = 256000 * 4 + eParts + vec + 16 + mask + target + 2 * vec + cParts;
+  assert.equal(ws(0.1, true, true), fused);
+  assert.equal(fused, 1_771_808);
+  assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + mask + target);
+  assert.equal(ws(0.1, true, false), eParts + mask + target + 2 * vec + cParts);
+  assert.equal(ws(0, true, false), mask + target);
+  for (const beta of [0.1, 0]) {
+    for (const sort of [true, false]) {
+      const b = ws(beta, true, sort);
+      assert.ok(b + rowWeights <= 2 * MiB, `β ${beta}, sort ${sort}: ${b} bytes`);
+    }
+  }
+  // without the filter: the default 4 splits keep 3 dE partials (3·n·d·4 = 216 MiB); one split
+  // (row slices only) keeps it within 2 MiB as well
+  assert.equal(ws(0.1, false, true, 4), 3 * 8192 * 2304 * 4 + fused - mask);
+  assert.ok(ws(0.1, false, true, 1) + rowWeights <= 2 * MiB);
+});
+
 Deno.test({
-  name: "fused backward: default tile, splits and workspace at the paper's shape",
+  name: "fused backward: workspaceBytes of a prepared backward, default and given layouts",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
     assert.ok(backwardSharedBytes(BACKWARD_TILE_SMALL) <= 32768);
-    const paper = { n: 8192, v: 256000, d: 2304 };
-    assert.equal(defaultDESplits(paper, BACKWARD_TILE_WIDE), 4); // 3 partials of 75.5 MB
-    assert.equal(defaultDESplits({ n: 70, v: 257, d: 33 }, BACKWARD_TILE_SMALL), 4);
+    const paper = { n: 8192, v: 256000, d: 2304, dtype: "bf16" } as const;
+    const opts = resolveOptions({ beta: 0.1 });
     const bwd = await prepareFusedBackward(ctx, {
-      spec: { ...paper, dtype: "bf16" },
-      opts: resolveOptions({ beta: 0.1 }),
+      spec: paper,
+      opts,
       filterEps: defaultFilterEps("bf16"),
       sort: true,
       tile: BACKWARD_TILE_SMALL,
       dESplits: 2,
     });
-    const ws = bwd.workspaceBytes({ e: [paper.n], c: [paper.v] });
-    // one dE partial (75.5 MB) + mask (128·4000 words) + sort (keys, pairs, order: 4.3 MB) and
-    // correction buffers (1 MB)
-    assert.ok(ws > 75.5e6 && ws < 85e6, `workspace ${ws}`);
+    assert.equal(bwd.dERowSlices, 1); // 128 token tiles × 2 splits
+    const layout = { maxBindingBytes: 2 ** 31 - 4 };
+    const base = { spec: paper, opts, filter: true, sort: true, tile: BACKWARD_TILE_SMALL };
+    assert.equal(
+      bwd.workspaceBytes(layout),
+      fusedBackwardWorkspaceBytes({ ...base, dESplits: 2, layout }),
+    );
+    // one dE partial (75.5 MB) + 128 × 4001 mask bits + the rest as above
+    assert.equal(
+      bwd.workspaceBytes(layout) - fusedBackwardWorkspaceBytes({ ...base, dESplits: 1, layout }),
+      8192 * 2304 * 4,
+    );
+    const here = { maxBindingBytes: ctx.maxBindingBytes };
+    assert.equal(
+      bwd.workspaceBytes(),
+      fusedBackwardWorkspaceBytes({ ...base, dESplits: 2, layout: here }),
+    );
   },
 });

@@ -20,14 +20,19 @@
  * of that E shard, shards in order. Everything here is bitwise reproducible.
  * @module
  */
-import type { GpuContext } from "../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Dtype, LceOptions } from "../core/options.ts";
 import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
 import { f32Lit, lossConstants } from "./wgsl_common.ts";
 import { prepareColumnSum } from "./column_sum.ts";
-import { paddedSortLength, preparePairSort, prepareWeightedColumnSum } from "./vocab_sort.ts";
+import {
+  columnPartialsBytes,
+  paddedSortLength,
+  preparePairSort,
+  prepareWeightedColumnSum,
+} from "./vocab_sort.ts";
 
 const DOT_WG = 64;
 const SCATTER_WG = 128;
@@ -243,14 +248,50 @@ export interface GradCorrectionArgs {
   /** Outputs (f32, n×d and v×d, any row sharding): overwritten with the exact terms. */
   dE: DeviceTensor;
   dC: DeviceTensor;
+  /**
+   * Buffer for the column partials of Σ_n w_n·E_n (≥ columnPartialsBytes of E's shards, see
+   * kernels/vocab_sort.ts), e.g. shared with the vocab sort; default: allocated by the call.
+   */
+  ePartials?: TrackedBuffer;
 }
 
 /** Compiled correction kernels. */
 export interface PreparedGradCorrections {
   /** Records the passes that write the exact terms into dE and dC (see module doc). */
   record(rec: Recorder, a: GradCorrectionArgs): void;
-  /** Workspace bytes of one record call for n tokens and hidden size d (plus C's column sum). */
-  workspaceBytes(eShardRows: number[], d: number, cColumnSumBytes: number): number;
+  /** {@link gradCorrectionsWorkspaceBytes} for this problem's options. */
+  workspaceBytes(
+    eShardRows: number[],
+    d: number,
+    cColumnSumBytes: number,
+    ownPartials?: boolean,
+  ): number;
+  /** Whether the record uses E's column partials (β > 0). */
+  readonly usesEPartials: boolean;
+}
+
+/**
+ * Workspace bytes of one corrections record for E's shard rows and hidden size d, given the bytes
+ * of C's column-sum partials (kernels/column_sum.ts): the target coefficients and pairs (β < 1);
+ * Σ_v C_v, Σ_n w_n·E_n, both partials (β > 0; E's only with `ownPartials`, see
+ * {@link GradCorrectionArgs.ePartials}).
+ */
+export function gradCorrectionsWorkspaceBytes(
+  opts: LceOptions,
+  eShardRows: number[],
+  d: number,
+  cColumnSumBytes: number,
+  ownPartials = true,
+): number {
+  const { target, smooth } = _terms(opts);
+  const n = eShardRows.reduce((s, r) => s + r, 0);
+  const vec = (k: number) => Math.ceil((k * 4) / 16) * 16;
+  let b = 0;
+  if (target) b += vec(n) + paddedSortLength(n) * 8;
+  if (smooth) {
+    b += 2 * vec(d) + cColumnSumBytes + (ownPartials ? columnPartialsBytes(eShardRows, d) : 0);
+  }
+  return b;
 }
 
 const grid = (elems: number, per: number) => Math.min(Math.max(1, Math.ceil(elems / per)), 65535);
@@ -285,14 +326,8 @@ export async function prepareGradCorrections(
     })
     : undefined;
   return {
-    workspaceBytes(eRows, d, cColumnSumBytes) {
-      const n = eRows.reduce((s, r) => s + r, 0);
-      const vec = (k: number) => Math.ceil((k * 4) / 16) * 16;
-      let b = 0;
-      if (target) b += vec(n) + paddedSortLength(n) * 8;
-      if (smooth) b += 2 * vec(d) + cColumnSumBytes + (wsum?.workspaceBytes(eRows, d) ?? 0);
-      return b;
-    },
+    usesEPartials: smooth,
+    workspaceBytes: (eRows, d, cs, own) => gradCorrectionsWorkspaceBytes(opts, eRows, d, cs, own),
     record(rec, x) {
       const { e, c, targets, w, dE, dC } = x;
       const n = e.rows, d = e.cols;
@@ -330,7 +365,13 @@ export async function prepareGradCorrections(
       }
       if (csum && rvec && colsum && wsum) {
         colsum.record(rec, { c, out: csum });
-        wsum.record(rec, { x: e, weights: w, out: rvec, scale: -opts.beta / o.v });
+        wsum.record(rec, {
+          x: e,
+          weights: w,
+          out: rvec,
+          scale: -opts.beta / o.v,
+          partials: x.ePartials,
+        });
       }
       const dummy = w.shards[0].buffer;
       rec.pass("dE exact terms", (p) => {

@@ -2,21 +2,37 @@
  * Vocabulary sorting for the gradient filter: the classifier rows are ordered by their mean logit
  * Ē·C_v (Ē = mean of E over the non-ignored tokens), largest first, so that the few vocabulary
  * entries with large probabilities share vocab tiles and the filter can skip the others. All on
- * the GPU, deterministic:
+ * the GPU, deterministic, and in place in the permutation buffer (v u32, the output): besides it
+ * the sort needs only Ē, its column partials and two words.
  *
  * - Ē: a weighted column sum (also used for Σ_n w_n·E_n by kernels/grad_corrections.ts), blocked
  *   into row chunks summed in a fixed order, then chunk partials added in order;
- * - keys: one 64-thread workgroup per classifier row, a tree-reduced dot product;
- * - sort: a bitonic sort of (key, index) u32 pairs, padded to a power of two ≥ {@link SORT_BLOCK}
- *   with sentinels. Stages whose compare distance is < SORT_BLOCK/2 run in workgroup memory (one
- *   dispatch per merge size, plus one for the first log2(SORT_BLOCK) merge sizes); longer
- *   distances run as one global dispatch each: for 2¹⁸ pairs, 55 dispatches. The f32 key is mapped
- *   to a u32 whose ascending order is the descending order of the float, and ties are broken by
- *   the index, so the result is unique and independent of scheduling.
+ * - keys: one 64-thread workgroup per classifier row, a tree-reduced dot product, written as f32
+ *   bits into the permutation buffer; the largest and smallest key are kept with integer atomics
+ *   (max of an order-preserving u32 image: order-independent, so deterministic);
+ * - packing: each key is quantised linearly between the smallest and the largest key to the
+ *   32 − b high bits of a u32 (largest key → 0) whose b low bits hold the row's index in its
+ *   segment (b = ⌈log₂ of the longest segment⌉: 18 bits of index and 14 of key, 16,384 levels, at
+ *   |V| = 256,000); ties, that is keys within one level, keep index order;
+ * - sort: an in-place bitonic sort of those u32 words (ascending), any length: the network of
+ *   the next power of two with every comparator pointing up (the first stage of each merge
+ *   compares mirrored positions), so that the missing elements act as +∞ and never move. Stages
+ *   whose compare distance is < SORT_BLOCK/2 run in workgroup memory (one dispatch per merge
+ *   size, plus one for the first log2(SORT_BLOCK) merge sizes); longer distances run as one
+ *   global dispatch each: for 2¹⁸ words, 55 dispatches;
+ * - unpacking: perm[i] = segment start + the index bits.
+ *
+ * The packed words are distinct (their index bits are), so the order is unique and independent of
+ * scheduling, and the result is a permutation whatever the keys (NaN included). Quantising the
+ * key only changes the order among rows whose mean logits lie within (max − min)/2^(32−b) of each
+ * other, which does not matter to the filter: it asks which rows share a 64-row tile.
  *
  * Sorting is done within vocabulary *segments* (row ranges that lie in one binding of C and one
  * of dC, see kernels/fused_backward.ts): a vocab tile must not straddle two bindings. With C and
  * dC in one binding each the sort is global.
+ *
+ * The pair sort (64-bit (key, value) pairs in a power-of-two buffer) is kept for the target sort
+ * of kernels/grad_corrections.ts (n pairs).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
@@ -150,6 +166,131 @@ export async function preparePairSort(ctx: GpuContext): Promise<PreparedPairSort
 }
 
 // ---------------------------------------------------------------------------------------------
+// In-place sort of u32 words, any length.
+
+/**
+ * WGSL of the local stages of the in-place u32 sort: a workgroup loads SORT_BLOCK words of the
+ * range (+∞ past its end), runs stages and writes back the words inside the range. Params: off,
+ * len (the range), j (0: merge sizes 2..SORT_BLOCK, each from its mirrored first stage; else the
+ * plain stages j, j/2, …, 1). Bindings: params, data.
+ */
+export function u32SortLocalWgsl(): string {
+  return `struct Params { off: u32, len: u32, j: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read_write> data: array<u32>;
+var<workgroup> s: array<u32, ${SORT_BLOCK}>;
+// comparator i of a stage at distance j; mirrored (first stage of merge size k = 2j) or plain
+fn stage(i: u32, j: u32, mirrored: bool) {
+  let l = 2u * j * (i / j) + (i % j);
+  let r = select(l + j, l + 2u * j - 1u - 2u * (i % j), mirrored);
+  let a = s[l];
+  let b = s[r];
+  if (b < a) {
+    s[l] = b;
+    s[r] = a;
+  }
+}
+@compute @workgroup_size(${SORT_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  let base = wg.x * ${SORT_BLOCK}u;
+  for (var h = 0u; h < 2u; h++) {
+    let i = lid + h * ${SORT_WG}u;
+    var x = 0xffffffffu;
+    if (base + i < P.len) { x = data[P.off + base + i]; }
+    s[i] = x;
+  }
+  workgroupBarrier();
+  if (P.j == 0u) {
+    for (var k = 2u; k <= ${SORT_BLOCK}u; k <<= 1u) {
+      stage(lid, k >> 1u, true);
+      workgroupBarrier();
+      for (var j = k >> 2u; j > 0u; j >>= 1u) {
+        stage(lid, j, false);
+        workgroupBarrier();
+      }
+    }
+  } else {
+    for (var j = P.j; j > 0u; j >>= 1u) {
+      stage(lid, j, false);
+      workgroupBarrier();
+    }
+  }
+  for (var h = 0u; h < 2u; h++) {
+    let i = lid + h * ${SORT_WG}u;
+    if (base + i < P.len) { data[P.off + base + i] = s[i]; }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of one global stage of the in-place u32 sort: distance j, mirrored (the first stage of
+ * merge size 2j) or plain; comparators whose upper word lies past the range are skipped (it is
+ * +∞). Params: off, len, j, mirrored, half (comparators: the padded length / 2).
+ * Bindings: params, data.
+ */
+export function u32SortGlobalWgsl(): string {
+  return `struct Params { off: u32, len: u32, j: u32, mirrored: u32, half: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read_write> data: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = gid.x; i < P.half; i += nwg.x * 256u) {
+    let l = 2u * P.j * (i / P.j) + (i % P.j);
+    let r = select(l + P.j, l + 2u * P.j - 1u - 2u * (i % P.j), P.mirrored != 0u);
+    if (r < P.len) {
+      let a = data[P.off + l];
+      let b = data[P.off + r];
+      if (b < a) {
+        data[P.off + l] = b;
+        data[P.off + r] = a;
+      }
+    }
+  }
+}
+`;
+}
+
+/** A compiled in-place ascending sort of a range of u32 words (no workspace). */
+export interface PreparedU32Sort {
+  /** Records the sort of words [off, off + len) of `data` as one pass. */
+  record(rec: Recorder, data: TrackedBuffer, off: number, len: number, label?: string): void;
+}
+
+/** Compiles the u32 sort. */
+export async function prepareU32Sort(ctx: GpuContext): Promise<PreparedU32Sort> {
+  const local = await ctx.pipeline(u32SortLocalWgsl(), "u32_sort_local");
+  const global = await ctx.pipeline(u32SortGlobalWgsl(), "u32_sort_global");
+  return {
+    record(rec, data, off, len, label = "u32 sort") {
+      if (len <= 1) return;
+      const count = paddedSortLength(len);
+      const blocks = Math.ceil(len / SORT_BLOCK);
+      if (blocks > 65535) throw new RangeError(`u32 sort: ${len} words`);
+      rec.pass(label, (p) => {
+        const u0 = rec.uniform(new Uint32Array([off, len, 0, 0]), "sort params");
+        p.dispatch(local, rec.bindGroup(local, [u0, data]), blocks);
+        for (let k = 2 * SORT_BLOCK; k <= count; k *= 2) {
+          for (let j = k / 2; j >= SORT_BLOCK; j /= 2) {
+            const u = rec.uniform(
+              new Uint32Array([off, len, j, j === k / 2 ? 1 : 0, count / 2, 0, 0, 0]),
+              "sort params",
+            );
+            p.dispatch(
+              global,
+              rec.bindGroup(global, [u, data]),
+              Math.min(Math.ceil(count / 2 / 256), 65535),
+            );
+          }
+          const u = rec.uniform(new Uint32Array([off, len, SORT_BLOCK / 2, 0]), "sort params");
+          p.dispatch(local, rec.bindGroup(local, [u, data]), blocks);
+        }
+      });
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
 // Weighted column sums.
 
 /** Rows summed by one pass-1 workgroup of the weighted column sum. */
@@ -232,12 +373,25 @@ export interface WeightedColumnSumArgs {
   out: DeviceTensor;
   /** Factor applied to the sum (default 1). */
   scale?: number;
+  /**
+   * Buffer for the chunk partials (at least {@link columnPartialsBytes} of x's shards), e.g. one
+   * shared by several sums recorded in turn; default: allocated and released by the call.
+   */
+  partials?: TrackedBuffer;
+}
+
+/** Bytes of the chunk partials of a weighted column sum of a matrix with these shard row counts. */
+export function columnPartialsBytes(shardRows: number[], d: number): number {
+  return shardRows.reduce((s, r) => s + Math.max(1, Math.ceil(r / COLSUM_CHUNK_ROWS)), 0) * d * 4;
 }
 
 /** A compiled weighted column sum out = scale·Σ_r ω_r·X_r (deterministic, see module doc). */
 export interface PreparedWeightedColumnSum {
   record(rec: Recorder, a: WeightedColumnSumArgs): void;
-  /** Bytes of the partials workspace for a matrix with these shard row counts and d columns. */
+  /**
+   * Bytes of the partials workspace for a matrix with these shard row counts and d columns
+   * ({@link columnPartialsBytes}; 0 when the caller supplies the partials).
+   */
   workspaceBytes(shardRows: number[], d: number): number;
 }
 
@@ -251,14 +405,19 @@ export async function prepareWeightedColumnSum(
   const chunksOf = (rows: number[]) =>
     rows.reduce((s, r) => s + Math.max(1, Math.ceil(r / COLSUM_CHUNK_ROWS)), 0);
   return {
-    workspaceBytes: (rows, d) => chunksOf(rows) * d * 4,
+    workspaceBytes: columnPartialsBytes,
     record(rec, a) {
       const d = a.x.cols;
       if (a.x.dtype !== o.dtype || a.out.rows * a.out.cols !== d || a.out.shards.length !== 1) {
         throw new RangeError(`weighted column sum: X ${a.x.dtype} ${a.x.rows}×${d}`);
       }
       const chunks = chunksOf(a.x.shards.map((s) => s.rows));
-      const partials = ctx.createBuffer({
+      if (a.partials && a.partials.size < chunks * d * 4) {
+        throw new RangeError(
+          `weighted column sum: partials of ${a.partials.size} bytes, need ${chunks * d * 4}`,
+        );
+      }
+      const partials = a.partials ?? ctx.createBuffer({
         size: chunks * d * 4,
         role: "workspace",
         label: "weighted column sum partials",
@@ -293,7 +452,7 @@ export async function prepareWeightedColumnSum(
           Math.ceil(d / 64),
         );
       });
-      rec.release(partials);
+      if (!a.partials) rec.release(partials);
     },
   };
 }
@@ -302,10 +461,18 @@ export async function prepareWeightedColumnSum(
 // Keys and the vocabulary sort.
 
 const KEY_WG = 64;
+/** Workgroups of the keys pass (each walks rows; one pair of atomics per workgroup). */
+const KEY_GRID = 8192;
+
+/** The order-preserving u32 image of an f32 (ascending float ↔ ascending u32), in WGSL. */
+const ASC = `fn asc(b: u32) -> u32 { return select(b ^ 0x80000000u, ~b, (b & 0x80000000u) != 0u); }
+fn unasc(a: u32) -> f32 { return bitcast<f32>(select(~a, a ^ 0x80000000u, (a & 0x80000000u) != 0u)); }
+`;
 
 /**
- * WGSL of the sort keys: keys[rowStart + r] = Ē·C_r as an order-reversing u32 (ascending u32 =
- * descending float). Params: rows, rowStart, d. Bindings: params, C shard, Ē, keys.
+ * WGSL of the sort keys: perm[rowStart + r] = the f32 bits of Ē·C_r, and
+ * range = (max asc(key), max ~asc(key)) by atomics (one pair per workgroup). Params: rows,
+ * rowStart, d. Bindings: params, C shard, Ē, perm, range.
  */
 export function sortKeysWgsl(dtype: TensorDtype): string {
   return `${enableDirectives([dtype])}
@@ -313,12 +480,16 @@ struct Params { rows: u32, rowStart: u32, d: u32, _a: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(dtype)}>;
 @group(0) @binding(2) var<storage, read> ebar: array<f32>;
-@group(0) @binding(3) var<storage, read_write> keys: array<u32>;
+@group(0) @binding(3) var<storage, read_write> perm: array<u32>;
+@group(0) @binding(4) var<storage, read_write> range: array<atomic<u32>, 2>;
 ${dtypeHelpers([{ name: "c", dtype }])}
+${ASC}
 var<workgroup> red: array<f32, ${KEY_WG}>;
 @compute @workgroup_size(${KEY_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
+  var hi = 0u;
+  var lo = 0u;
   for (var r = wg.x; r < P.rows; r += nwg.x) {
     var acc = 0.0;
     for (var k = lid; k < P.d; k += ${KEY_WG}u) {
@@ -332,47 +503,65 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     if (lid == 0u) {
       let b = bitcast<u32>(red[0] + 0.0);
-      // ascending order of the float ↔ ascending u32 of b ^ (sign ? ~0 : 0x80000000); reversed.
-      let asc = select(b ^ 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-      keys[P.rowStart + r] = ~asc;
+      perm[P.rowStart + r] = b;
+      hi = max(hi, asc(b));
+      lo = max(lo, ~asc(b));
     }
     workgroupBarrier();
+  }
+  if (lid == 0u && wg.x < P.rows) {
+    atomicMax(&range[0], hi);
+    atomicMax(&range[1], lo);
   }
 }
 `;
 }
 
 /**
- * WGSL filling the pair buffer of one segment: pairs[i] = (keys[start + i], start + i) for
- * i < len, sentinels after. Params: start, len, count. Bindings: params, keys, pairs.
+ * WGSL packing a segment's keys in place: perm[start + i] = (q << shift) | i with q the key's
+ * level between the largest (q = 0) and the smallest key (q = qmax). Params: start, len, shift,
+ * qmax. Bindings: params, perm, range.
  */
-export function fillPairsWgsl(): string {
-  return `struct Params { start: u32, len: u32, count: u32, _a: u32 };
+export function packKeysWgsl(): string {
+  return `struct Params { start: u32, len: u32, shift: u32, qmax: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> keys: array<u32>;
-@group(0) @binding(2) var<storage, read_write> pairs: array<vec2<u32>>;
+@group(0) @binding(1) var<storage, read_write> perm: array<u32>;
+@group(0) @binding(2) var<storage, read> range: array<u32, 2>;
+${ASC}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
-    var v = vec2<u32>(0xffffffffu, 0xffffffffu);
-    if (i < P.len) { v = vec2<u32>(keys[P.start + i], P.start + i); }
-    pairs[i] = v;
+  let hi = unasc(range[0]);
+  let lo = unasc(~range[1]);
+  for (var i = gid.x; i < P.len; i += nwg.x * 256u) {
+    let key = bitcast<f32>(perm[P.start + i]);
+    var t = 0.0;
+    if (hi > lo) { t = clamp((hi - key) / (hi - lo), 0.0, 1.0); }
+    let q = min(u32(t * f32(P.qmax)), P.qmax);
+    perm[P.start + i] = (q << P.shift) | i;
   }
 }
 `;
 }
 
-/** WGSL writing perm[start + i] = pairs[i].y for i < len. Bindings: params, pairs, perm. */
-export function writePermWgsl(): string {
-  return `struct Params { start: u32, len: u32, _a: u32, _b: u32 };
+/** WGSL unpacking a sorted segment: perm[start + i] = start + (perm[start + i] & mask). */
+export function unpackPermWgsl(): string {
+  return `struct Params { start: u32, len: u32, mask: u32, _a: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read_write> perm: array<u32>;
+@group(0) @binding(1) var<storage, read_write> perm: array<u32>;
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = gid.x; i < P.len; i += nwg.x * 256u) { perm[P.start + i] = pairs[i].y; }
+  for (var i = gid.x; i < P.len; i += nwg.x * 256u) {
+    perm[P.start + i] = P.start + (perm[P.start + i] & P.mask);
+  }
 }
 `;
+}
+
+/** Index bits b of the packed sort words for segments of at most `len` rows (2^b ≥ len). */
+export function sortIndexBits(len: number): number {
+  let b = 0;
+  while (2 ** b < len) b++;
+  return b;
 }
 
 /** A range of vocabulary rows sorted among themselves: [start, end). */
@@ -388,18 +577,39 @@ export interface VocabSortArgs {
   targets: DeviceTensor;
   /** Count of non-ignored tokens (1×1 f32, from the forward). */
   count: DeviceTensor;
-  /** Output: v u32, one binding; perm[position] = vocabulary row. */
+  /** Output: v u32, one binding; perm[position] = vocabulary row. Also the sort's work area. */
   perm: TrackedBuffer;
   /** Segments covering [0, v) in order (default: one). */
   segments?: VocabSegment[];
+  /**
+   * Buffer for the column partials of Ē (≥ {@link columnPartialsBytes} of E's shards), e.g. shared
+   * with other column sums; default: allocated by the call.
+   */
+  partials?: TrackedBuffer;
 }
 
 /** A compiled vocabulary sort. */
 export interface PreparedVocabSort {
   /** Records Ē, the keys and the per-segment sorts; workspaces are released after submission. */
   record(rec: Recorder, a: VocabSortArgs): void;
-  /** Workspace bytes of one record call (Ē, its partials, keys, pairs). */
-  workspaceBytes(eShardRows: number[], v: number, d: number, segments?: VocabSegment[]): number;
+  /** {@link vocabSortWorkspaceBytes}. */
+  workspaceBytes(eShardRows: number[], d: number, ownPartials?: boolean): number;
+}
+
+/** Bytes of the key range buffer (two u32, padded). */
+const RANGE_BYTES = 16;
+
+/**
+ * Workspace bytes of one vocab sort besides `perm`: Ē (d f32), its column partials (unless the
+ * caller supplies them: `ownPartials` false) and the key range.
+ */
+export function vocabSortWorkspaceBytes(
+  eShardRows: number[],
+  d: number,
+  ownPartials = true,
+): number {
+  return (ownPartials ? columnPartialsBytes(eShardRows, d) : 0) + Math.ceil(d * 4 / 16) * 16 +
+    RANGE_BYTES;
 }
 
 /** Compiles the vocabulary sort for the problem's dtype. */
@@ -413,20 +623,18 @@ export async function prepareVocabSort(
     ignoreIndex: o.opts.ignoreIndex,
   });
   const keysP = await ctx.pipeline(sortKeysWgsl(o.dtype), "vocab_sort_keys");
-  const fill = await ctx.pipeline(fillPairsWgsl(), "vocab_sort_fill");
-  const write = await ctx.pipeline(writePermWgsl(), "vocab_sort_write");
-  const sort = await preparePairSort(ctx);
-  const maxSeg = (v: number, segs?: VocabSegment[]) =>
-    Math.max(...(segs ?? [{ start: 0, end: v }]).map((s) => s.end - s.start));
+  const pack = await ctx.pipeline(packKeysWgsl(), "vocab_sort_pack");
+  const unpack = await ctx.pipeline(unpackPermWgsl(), "vocab_sort_unpack");
+  const sort = await prepareU32Sort(ctx);
   return {
-    workspaceBytes(eRows, v, d, segs) {
-      return mean.workspaceBytes(eRows, d) + Math.ceil(d * 4 / 16) * 16 + v * 4 +
-        paddedSortLength(maxSeg(v, segs)) * 8;
-    },
+    workspaceBytes: vocabSortWorkspaceBytes,
     record(rec, a) {
       const { c } = a;
       const v = c.rows, d = c.cols;
       const segs = a.segments ?? [{ start: 0, end: v }];
+      if (a.perm.size < v * 4) {
+        throw new RangeError(`vocab sort: perm of ${a.perm.size} bytes for ${v} rows`);
+      }
       const ebar = createTensor(ctx, {
         dtype: "f32",
         rows: d,
@@ -434,38 +642,46 @@ export async function prepareVocabSort(
         role: "workspace",
         label: "mean embedding",
       });
-      mean.record(rec, { x: a.e, targets: a.targets, count: a.count, out: ebar });
-      const keys = ctx.createBuffer({ size: v * 4, role: "workspace", label: "sort keys" });
+      mean.record(rec, {
+        x: a.e,
+        targets: a.targets,
+        count: a.count,
+        out: ebar,
+        partials: a.partials,
+      });
+      const range = ctx.createBuffer({ size: RANGE_BYTES, role: "workspace", label: "key range" });
+      rec.clear(range);
       rec.pass("vocab sort keys", (p) => {
         for (const s of c.shards) {
           const u = rec.uniform(new Uint32Array([s.rows, s.rowStart, d, 0]), "keys params");
           p.dispatch(
             keysP,
-            rec.bindGroup(keysP, [u, s.buffer, ebar.shards[0].buffer, keys]),
-            Math.min(s.rows, 65535),
+            rec.bindGroup(keysP, [u, s.buffer, ebar.shards[0].buffer, a.perm, range]),
+            Math.min(s.rows, KEY_GRID),
           );
         }
       });
-      const count = paddedSortLength(maxSeg(v, segs));
-      const pairs = ctx.createBuffer({ size: count * 8, role: "workspace", label: "sort pairs" });
+      const bits = sortIndexBits(Math.max(...segs.map((g) => g.end - g.start)));
+      const grid = (len: number) => Math.max(1, Math.min(Math.ceil(len / 256), 65535));
       for (const seg of segs) {
         const len = seg.end - seg.start;
-        const n = paddedSortLength(len);
-        rec.pass("vocab sort fill", (p) => {
-          const u = rec.uniform(new Uint32Array([seg.start, len, n, 0]), "fill params");
-          p.dispatch(fill, rec.bindGroup(fill, [u, keys, pairs]), Math.min(n / 256, 65535));
-        });
-        sort.record(rec, pairs, n, "vocab sort");
-        rec.pass("vocab sort write", (p) => {
-          const u = rec.uniform(new Uint32Array([seg.start, len, 0, 0]), "write params");
-          p.dispatch(
-            write,
-            rec.bindGroup(write, [u, pairs, a.perm]),
-            Math.min(Math.ceil(len / 256), 65535),
+        rec.pass("vocab sort pack", (p) => {
+          const u = rec.uniform(
+            new Uint32Array([seg.start, len, bits, 2 ** (32 - bits) - 1]),
+            "pack params",
           );
+          p.dispatch(pack, rec.bindGroup(pack, [u, a.perm, range]), grid(len));
+        });
+        sort.record(rec, a.perm, seg.start, len, "vocab sort");
+        rec.pass("vocab sort unpack", (p) => {
+          const u = rec.uniform(
+            new Uint32Array([seg.start, len, 2 ** bits - 1, 0]),
+            "unpack params",
+          );
+          p.dispatch(unpack, rec.bindGroup(unpack, [u, a.perm]), grid(len));
         });
       }
-      rec.release(ebar.shards[0].buffer, keys, pairs);
+      rec.release(ebar.shards[0].buffer, range);
     },
   };
 }

@@ -1,15 +1,20 @@
 import assert from "node:assert/strict";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 import { Recorder } from "../gpu/recorder.ts";
+import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, download, fromHost } from "../gpu/tensor.ts";
 import { roundArray } from "../core/dtype.ts";
 import { IGNORE_INDEX, resolveOptions } from "../core/options.ts";
 import {
+  columnPartialsBytes,
   paddedSortLength,
   preparePairSort,
+  prepareU32Sort,
   prepareVocabSort,
   prepareWeightedColumnSum,
   SORT_BLOCK,
+  sortIndexBits,
+  vocabSortWorkspaceBytes,
 } from "./vocab_sort.ts";
 
 Deno.test({
@@ -41,6 +46,55 @@ Deno.test({
       for (let i = 0; i < len; i++) {
         assert.deepEqual([got[2 * i], got[2 * i + 1]], want[i], `len ${len}, position ${i}`);
       }
+      t.destroy();
+    }
+  },
+});
+
+/** The words of a buffer, exactly (download converts to f32). */
+async function words(ctx: GpuContext, b: GPUBuffer, count: number): Promise<Uint32Array> {
+  const staging = ctx.device.createBuffer({
+    size: count * 4,
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  const enc = ctx.device.createCommandEncoder();
+  enc.copyBufferToBuffer(b, 0, staging, 0, count * 4);
+  ctx.device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Uint32Array(staging.getMappedRange().slice(0));
+  staging.unmap();
+  staging.destroy();
+  return out;
+}
+
+Deno.test({
+  name: "u32 sort: in place, any length, inside a larger buffer, with duplicates",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const sort = await prepareU32Sort(ctx);
+    const off = 37, lens = [0, 1, 2, 300, SORT_BLOCK, SORT_BLOCK + 1, 1500, 4097, 70001];
+    for (const len of lens) {
+      const total = off + len + 11;
+      const r = randomArray(total, 100 + len);
+      // many duplicates, the extremes included
+      const host = Uint32Array.from(
+        r,
+        (x, i) =>
+          i % 97 === 0 ? 0xffffffff : i % 89 === 0 ? 0 : Math.floor((x + 1) * 2 ** 30) & ~0xff,
+      );
+      const t = fromHost(
+        ctx,
+        { dtype: "u32", rows: total, cols: 1, role: "workspace", label: "words" },
+        host,
+      );
+      const rec = new Recorder(ctx);
+      sort.record(rec, t.shards[0].buffer, off, len);
+      await rec.finish();
+      const got = await words(ctx, t.shards[0].buffer.buffer, total);
+      const want = Uint32Array.from(host);
+      want.subarray(off, off + len).sort();
+      assert.deepEqual(got, want, `len ${len}`);
       t.destroy();
     }
   },
@@ -175,6 +229,12 @@ Deno.test({
       for (let k = 0; k < d; k++) s += ebar[k] * c[j * d + k];
       return s;
     };
+    // keys are quantised to 32 − 9 bits (segments of ≤ 400 rows) between the extreme keys: order
+    // by key down to one level, then by row
+    let lo = Infinity, hi = -Infinity;
+    for (let j = 0; j < v; j++) [lo, hi] = [Math.min(lo, key(j)), Math.max(hi, key(j))];
+    assert.equal(sortIndexBits(400), 9);
+    const level = (hi - lo) / (2 ** 23 - 1);
     for (const seg of segments) {
       const slice = Array.from(perm.subarray(seg.start, seg.end));
       assert.deepEqual(
@@ -182,9 +242,72 @@ Deno.test({
         Array.from({ length: seg.end - seg.start }, (_, i) => seg.start + i),
       );
       for (let i = 1; i < slice.length; i++) {
-        assert(key(slice[i - 1]) >= key(slice[i]) - 1e-5, `segment ${seg.start}: order at ${i}`);
+        assert(
+          key(slice[i - 1]) >= key(slice[i]) - level - 1e-5,
+          `segment ${seg.start}: order at ${i}`,
+        );
       }
     }
     assert.deepEqual(await runOnce(), perm);
+  },
+});
+
+Deno.test({
+  name: "vocab sort: equal keys keep row order, largest first; the workspace is exact",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    // 3000 rows in one segment (12 index bits, 20 key bits); every C row is a copy of one of 5
+    // rows, so the keys tie exactly in 5 groups of 600.
+    const n = 20, v = 3000, d = 8;
+    const opts = resolveOptions({});
+    const e = randomArray(n * d, 21);
+    const proto = randomArray(5 * d, 22);
+    const c = new Float32Array(v * d);
+    for (let j = 0; j < v; j++) {
+      for (let k = 0; k < d; k++) c[j * d + k] = proto[(j % 5) * d + k];
+    }
+    const targets = new Int32Array(n).fill(1);
+    const et = fromHost(ctx, { dtype: "f32", rows: n, cols: d, role: "input", label: "E" }, e);
+    const cs = fromHost(ctx, { dtype: "f32", rows: v, cols: d, role: "input", label: "C" }, c);
+    const tt = fromHost(
+      ctx,
+      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
+      targets,
+    );
+    const ct = fromHost(
+      ctx,
+      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "count" },
+      Float32Array.of(n),
+    );
+    const sorter = await prepareVocabSort(ctx, { dtype: "f32", opts });
+    const perm = createTensor(ctx, { dtype: "u32", rows: v, cols: 1, role: "output", label: "p" });
+    const before = ctx.memory();
+    ctx.resetPeak();
+    const rec = new Recorder(ctx);
+    sorter.record(rec, { e: et, c: cs, targets: tt, count: ct, perm: perm.shards[0].buffer });
+    await rec.finish();
+    const m = ctx.memory();
+    const peak = m.peakBytes - before.liveBytes - (m.peakByRole.params - before.liveByRole.params);
+    assert.equal(peak, vocabSortWorkspaceBytes([n], d));
+    assert.equal(vocabSortWorkspaceBytes([n], d), columnPartialsBytes([n], d) + 32 + 16);
+    assert.equal(sortIndexBits(3000), 12);
+    assert.equal(sortIndexBits(256000), 18);
+    assert.equal(sortIndexBits(1), 0);
+    const got = await download(ctx, perm);
+    // five runs of equal keys, largest first, each run in row order
+    const keys = Array.from({ length: 5 }, (_, g) => {
+      let s = 0;
+      for (let k = 0; k < d; k++) {
+        let eb = 0;
+        for (let i = 0; i < n; i++) eb += e[i * d + k] / n;
+        s += eb * proto[g * d + k];
+      }
+      return s;
+    });
+    const groups = [0, 1, 2, 3, 4].sort((a, b) => keys[b] - keys[a]);
+    const want = groups.flatMap((g) => Array.from({ length: v / 5 }, (_, i) => 5 * i + g));
+    assert.deepEqual(Array.from(got), want);
+    for (const t of [et, cs, tt, ct, perm]) t.destroy();
   },
 });

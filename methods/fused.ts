@@ -44,8 +44,10 @@ export interface FusedVariant {
   fusedForwardBackward: boolean;
   /** Backward tile override (tests). */
   tile?: BackwardTile;
-  /** dE split override (tests). */
+  /** dE split override (tests, tuning). */
   dESplits?: number;
+  /** dE row-slice override (tests, tuning). */
+  dERowSlices?: number;
 }
 
 /** Builds an {@link LceMethod} for a fused variant. */
@@ -80,6 +82,7 @@ async function _prepare(
     sort: f.sort,
     tile: f.tile,
     dESplits: f.dESplits,
+    dERowSlices: f.dERowSlices,
   });
   const stats = async (): Promise<MethodStats> => ({ ...(await bwd.stats()) });
   if (!f.fusedForwardBackward) {

@@ -18,7 +18,13 @@ import {
   resolveOptions,
 } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
-import { defaultBackwardTile, defaultFilterEps } from "../kernels/fused_backward.ts";
+import {
+  defaultBackwardTile,
+  defaultFilterEps,
+  prepareFusedBackward,
+} from "../kernels/fused_backward.ts";
+import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
+import { rowsPerBinding } from "../gpu/tensor.ts";
 
 const ALL: LceMethod[] = [fused, fusedNoSort, fusedNoFilter, fusedFb, fusedFbNoFilter];
 const FILTERED: LceMethod[] = [fused, fusedNoSort, fusedFb];
@@ -277,6 +283,47 @@ Deno.test({
       for (const k of ["loss", "dE", "dC"] as const) {
         assert.deepEqual(b[k], a[k], `${m.name} ${k}`);
       }
+    }
+  },
+});
+
+Deno.test({
+  name: "fused methods: backward peak = dE + dC + row weights + the kernel's workspaceBytes",
+  ...GPU_TEST,
+  async fn() {
+    const n = 70, v = 257, d = 33;
+    // f32 bytes of an n×d tensor as createTensor shards it on `ctx`
+    const f32Bytes = (ctx: GpuContext, rows: number) => {
+      const per = rowsPerBinding(ctx, "f32", d);
+      let b = 0;
+      for (let r = 0; r < rows; r += per) b += bufferBytes(Math.min(per, rows - r) * d, 4);
+      return b;
+    };
+    const check = async (ctx: GpuContext, m: LceMethod, beta: number, dtype: Dtype) => {
+      const opts = resolveOptions({ beta });
+      const got = await methodPeaks(ctx, m, { n, v, d, dtype, beta, seed: 5 }, opts);
+      const filter = m !== fusedNoFilter;
+      const bwd = await prepareFusedBackward(ctx, {
+        spec: { n, v, d, dtype },
+        opts,
+        filterEps: filter ? defaultFilterEps(dtype) : null,
+        sort: m !== fusedNoSort,
+      });
+      const want = bufferBytes(n, 4) + f32Bytes(ctx, n) + f32Bytes(ctx, v) + bwd.workspaceBytes();
+      bwd.release();
+      assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}`);
+      return bwd;
+    };
+    const ctx = await testContext();
+    for (const m of [fused, fusedNoSort, fusedNoFilter]) {
+      for (const beta of [0.1, 0]) await check(ctx, m, beta, "f32");
+    }
+    // E, C, dE and dC in several bindings: several vocab segments, dE partials per shard
+    const small = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      for (const m of [fused, fusedNoFilter]) await check(small, m, 0.1, "bf16");
+    } finally {
+      small.destroy();
     }
   },
 });

@@ -6,7 +6,9 @@ import { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import { GpuError, InputError } from "../core/errors.ts";
 import { resolveOptions } from "../core/options.ts";
 import { assertParity, caseInputs, type ParityCase } from "../testing/parity.ts";
-import { methodTolerance } from "../testing/fuzz.ts";
+import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
+import { caseGradOutput, caseOptions } from "../testing/rounded_logits_tol.ts";
+import { defaultFilterEps } from "../kernels/fused_backward.ts";
 import { GPU_TEST } from "../testing/gpu.ts";
 import { rowsPerBinding, type TensorDtype } from "../gpu/tensor.ts";
 
@@ -127,6 +129,23 @@ const SHARDED: [number, ParityCase][] = [
   [512, { n: 9, v: 19, d: 100, dtype: "bf16", beta: 0.1, ignoreFraction: 0.2, seed: 7 }],
 ];
 
+/**
+ * Parity of a sharded run. Tiles never straddle bindings, so with bindings of one or two rows the
+ * gradient filter's tiles shrink to single elements and it may skip some of a small random case's
+ * elements (g < ε): a filtered result is held to the bound the fuzz harness and
+ * methods/fused_test.ts use, the plain tolerance plus what the filter may drop.
+ */
+async function _assertSharded(ctx: GpuContext, m: LceMethod, c: ParityCase): Promise<void> {
+  const x = caseInputs(c), opts = caseOptions(c), g = caseGradOutput(c);
+  const got = await runMethod(ctx, m, x, opts, { dtype: c.dtype, gradOutput: g });
+  const eps = (got.stats?.tilesSkipped ?? 0) > 0 ? defaultFilterEps(c.dtype) : 0;
+  try {
+    assertMatchesReference(got, x, opts, g, methodTolerance(m, c), eps);
+  } catch (e) {
+    throw new Error(`${m.name} ${JSON.stringify(c)}: ${(e as Error).message}`);
+  }
+}
+
 Deno.test({
   name: "limits: every method splits E, C, logits and gradients into many shards, parity holds",
   ...GPU_TEST,
@@ -161,7 +180,7 @@ Deno.test({
           }
           watch.reset();
           try {
-            await assertParity(ctx, m, { ...c, tol: methodTolerance(m, c) });
+            await _assertSharded(ctx, m, c);
           } catch (e) {
             // Below a few KiB, a method may refuse with a limits error naming what did not fit.
             if (!(bytes < 4096 && e instanceof GpuError && e.kind === "limits")) throw e;
