@@ -51,6 +51,12 @@ export interface GemmTile {
 
 /** 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 (the layout that ran 37 TFLOP/s). */
 export const TILE_LARGE: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 };
+/**
+ * {@link TILE_LARGE} with 16-byte vector loads (for operands held untransposed) and [k][row]
+ * staging: the generator's fastest plain product on an H200 (8192×256000×2304 bf16 → f32 logits
+ * in 227.1 ms, 42.6 TFLOP/s; flat staging 243.6 ms; scalar loads 297.1 ms).
+ */
+export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 
