@@ -100,9 +100,10 @@ import {
   gemmShared,
   gemmThreadCoords,
   type GemmTile,
-  TILE_LARGE,
+  TILE_HW,
   tileThreads,
   validateTile,
+  vecLoadsFit,
   wgslStorageType,
 } from "./gemm_codegen.ts";
 import { f32Lit, lossConstants } from "./wgsl_common.ts";
@@ -464,7 +465,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
 /** Options of {@link filterPassWgsl}. */
 export interface FilterPassKernelOptions {
-  /** The backward tile: the mask has one word per (TT tokens, VT vocab) tile. */
+  /** The backward tile: the mask has one bit per (TT tokens, VT vocab) tile. */
   tile: BackwardTile;
   /** GEMM tile of the filter pass; its bm and bn are multiples of TT and VT (≤ 32 tiles each). */
   filterTile: GemmTile;
@@ -473,6 +474,11 @@ export interface FilterPassKernelOptions {
   v: number;
   eps: number;
   sort: boolean;
+  /**
+   * E and C bound as 16-byte vectors and read 16 bytes at a time along k (only where
+   * vecLoadsFit(filterTile, dtype, d) holds: the caller's promise).
+   */
+  vecLoads?: boolean;
 }
 
 /**
@@ -493,13 +499,14 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   if (!Number.isInteger(subT) || !Number.isInteger(subV) || subT * subV > 32) {
     throw new RangeError(`filter tile ${JSON.stringify(t)} does not cover whole backward tiles`);
   }
-  const st = wgslStorageType(o.dtype);
   const bindings: string[] = [];
   const bind = (decl: string) =>
     bindings.push(`@group(0) @binding(${bindings.length}) var<${decl};`);
+  const vec = o.vecLoads === true;
+  const vst = wgslStorageType(o.dtype, vec);
   bind("uniform> P: Params");
-  bind(`storage, read> e: array<${st}>`);
-  bind(`storage, read> c: array<${st}>`);
+  bind(`storage, read> e: array<${vst}>`);
+  bind(`storage, read> c: array<${vst}>`);
   bind("storage, read> lse: array<f32>");
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
@@ -533,7 +540,7 @@ const EPS: f32 = ${f32Lit(o.eps)};
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
   vBase: u32, vTotal: u32, _a: u32, _b: u32 };
 ${bindings.join("\n")}
-${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
 @compute @workgroup_size(${tileThreads(t)})
@@ -545,8 +552,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${
     gemmMainloop({
       tile: t,
-      a: { dtype: o.dtype, contig: "k" },
-      b: { dtype: o.dtype, contig: "k" },
+      a: { dtype: o.dtype, contig: "k", vec },
+      b: { dtype: o.dtype, contig: "k", vec },
       aBuf: "e",
       bBuf: "c",
       M: "P.tE",
@@ -591,12 +598,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /**
- * The filter pass's GEMM tile: the 128×128 tile of the forward on hardware adapters when TT and VT
- * divide 128, else the dE pass's own tile.
+ * The filter pass's GEMM tile: the plain product's fastest tile on hardware adapters
+ * ({@link TILE_HW}: 128×128, 16-byte loads where d allows, [k][row] staging) when TT and VT divide
+ * 128, else the dE pass's own tile.
  */
 export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   if (!ctx.report.isFallbackAdapter && 128 % bt.tokens === 0 && 128 % bt.vocab === 0) {
-    return TILE_LARGE;
+    return TILE_HW;
   }
   return backwardGemmTiles(bt).dE;
 }
@@ -853,7 +861,12 @@ export async function prepareFusedBackward(
   const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
   const filterPass = eps !== null && filterTile
     ? await ctx.pipeline(
-      filterPassWgsl({ ...base, eps, filterTile }),
+      filterPassWgsl({
+        ...base,
+        eps,
+        filterTile,
+        vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
+      }),
       "fused_backward_filter",
     )
     : undefined;

@@ -13,7 +13,7 @@ import {
 } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
-import { type GemmTile, TILE_LARGE } from "./gemm_codegen.ts";
+import { type GemmTile, TILE_HW } from "./gemm_codegen.ts";
 import {
   BACKWARD_TILE_SMALL,
   BACKWARD_TILE_WIDE,
@@ -127,7 +127,7 @@ Deno.test({
       tokensPerThread: 4,
       vocabPerThread: 4,
     };
-    const cases: { dtype: Dtype; beta: number; softcap?: number; b: BackwardCase }[] = [
+    const cases: { dtype: Dtype; beta: number; softcap?: number; d?: number; b: BackwardCase }[] = [
       { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1, dERowSlices: 1 } },
       {
         // 3 splits × 4 row slices of 8 tokens
@@ -161,13 +161,26 @@ Deno.test({
         softcap: 5,
         b: { filterEps: 2 ** -12, sort: true, dERowSlices: 1, shardRows: 50 },
       },
+      {
+        // the hardware filter tile: 16-byte loads of bf16 (d = 40), [k][row] staging
+        dtype: "bf16",
+        beta: 0.1,
+        d: 40,
+        b: { filterEps: 2 ** -12, sort: true, filterTile: TILE_HW, shardRows: 60 },
+      },
+      {
+        // the same tile where d does not allow vector loads (scalar loads, [k][row] staging)
+        dtype: "f32",
+        beta: 0,
+        b: { filterEps: 2 ** -28, sort: false, filterTile: TILE_HW },
+      },
     ];
     for (const [i, cs] of cases.entries()) {
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "sum" });
       const x = caseInputs({
         n: 70,
         v: 257,
-        d: 33,
+        d: cs.d ?? 33,
         dtype: cs.dtype,
         beta: cs.beta,
         ignoreFraction: 0.2,
@@ -214,8 +227,8 @@ Deno.test({
         sort,
         dESplits: 2,
         tile: BACKWARD_TILE_SMALL,
-        // sorted: a 128×128 filter tile covering 2 × 2 backward tiles
-        filterTile: sort ? TILE_LARGE : undefined,
+        // sorted: a 128×128 filter tile covering 2 × 2 backward tiles (16-byte loads of f32)
+        filterTile: sort ? TILE_HW : undefined,
       });
       assertGrads(`sort ${sort}`, r.got, r.ref, d);
       assert.deepEqual(r.again.dC, r.got.dC);
