@@ -54,6 +54,16 @@ export function wgslTo16(dtype: Dtype16): string {
 `;
 }
 
+/**
+ * WGSL `fn from16(h: u32) -> f32`: the value of the 16-bit pattern in the low half of h (exact:
+ * every bf16 and f16 value is an f32).
+ */
+export function wgslFrom16(dtype: Dtype16): string {
+  return dtype === "bf16"
+    ? "fn from16(h: u32) -> f32 { return bitcast<f32>((h & 0xffffu) << 16u); }\n"
+    : "fn from16(h: u32) -> f32 { return unpack2x16float(h & 0xffffu).x; }\n";
+}
+
 const WG = 256;
 
 /** Workgroups of a grid-stride loop over `items`, within the 65535 limit of one dimension. */

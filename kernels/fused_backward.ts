@@ -120,7 +120,7 @@ import {
   prepareGradCorrections,
 } from "./grad_corrections.ts";
 import { columnSumPlan } from "./column_sum.ts";
-import { gradientOutputs } from "./gradient_outputs.ts";
+import { type Dtype16, prepareCast16, wgslFrom16, wgslTo16 } from "./cast16.ts";
 
 /** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */
 export interface BackwardTile {
@@ -276,6 +276,12 @@ export interface TilePassKernelOptions {
   eps: number | null;
   /** Address classifier rows through the permutation `perm`. */
   sort: boolean;
+  /**
+   * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
+   * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
+   * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
+   */
+  out16?: Dtype16;
 }
 
 /**
@@ -303,7 +309,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   bind("uniform> P: Params");
   bind(`storage, read> e: array<${st}>`);
   bind(`storage, read> c: array<${st}>`);
-  bind("storage, read_write> outp: array<f32>");
+  const out16 = !dE ? o.out16 : undefined;
+  bind(`storage, read_write> outp: array<${out16 ? "u32" : "f32"}>`);
   bind("storage, read> lse: array<f32>");
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
@@ -346,11 +353,21 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
         vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
       } - P.oR0) * P.d, ov_${l.key});`
   ).join("\n    ");
-  const rmw = accSlots(gt).map((s) =>
-    `{ let col = dc + ${s.col}; if (ov_${rowKey(s)} && col < P.d) { let i = ob_${
-      rowKey(s)
-    } + col; outp[i] = outp[i] + ${s.expr}; } }`
-  ).join("\n        ");
+  const gSlots = accSlots(gt);
+  const rmw = out16
+    // pairs (c, c + 1), c even: the word (ob + col)/2 holds both (ob and col are even, so col < d
+    // implies col + 1 < d)
+    ? gSlots.filter((s) => s.comp % 2 === 0).map((s) => {
+      const hi = gSlots.find((x) => x.vec === s.vec && x.comp === s.comp + 1)!;
+      return `{ let col = dc + ${s.col}; if (ov_${rowKey(s)} && col < P.d) { let wi = (ob_${
+        rowKey(s)
+      } + col) >> 1u; let old = outp[wi]; outp[wi] = to16(from16(old & 0xffffu) + ${s.expr}) | (to16(from16(old >> 16u) + ${hi.expr}) << 16u); } }`;
+    }).join("\n        ")
+    : gSlots.map((s) =>
+      `{ let col = dc + ${s.col}; if (ov_${rowKey(s)} && col < P.d) { let i = ob_${
+        rowKey(s)
+      } + col; outp[i] = outp[i] + ${s.expr}; } }`
+    ).join("\n        ");
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
@@ -418,6 +435,7 @@ struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32
   tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, _a: u32, _b: u32 };
 ${bindings.join("\n")}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
 var<workgroup> Ps: array<f32, ${t.bm * t.bn}>;
@@ -691,6 +709,36 @@ export interface FusedBackwardOptions {
   dERowSlices?: number;
   /** GEMM tile of the filter pass (default {@link defaultFilterTile}). */
   filterTile?: GemmTile;
+  /**
+   * Dtype of the returned gradients (default "f32"): "input" returns them in the input dtype
+   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in an f32
+   * scratch cast at the end; see the module doc), f32 otherwise.
+   */
+  gradDtype?: GradDtype;
+}
+
+/** Dtype option of the fused backward's gradients. */
+export type GradDtype = "f32" | "input";
+
+/** The 16-bit dtype the gradients are returned in, or undefined for f32. */
+export function gradOut16(dtype: Dtype, gradDtype: GradDtype | undefined): Dtype16 | undefined {
+  return gradDtype === "input" && dtype !== "f32" ? dtype : undefined;
+}
+
+/**
+ * Rows per binding of the gradients and their f32 scratch: as createTensor makes f32 rows, made
+ * even with a 16-bit output of odd width (its shards start at even elements), so that the f32
+ * scratch and the 16-bit output are sharded alike (the cast works shard by shard).
+ */
+export function gradRowsPerBinding(limit: number, d: number, out16: boolean): number {
+  let per = _rowsPer(limit, "f32", d);
+  if (out16 && d % 2 === 1) {
+    per -= per % 2;
+    if (per < 2) {
+      throw new GpuError("limits", `fused backward: two f32 rows of ${d} exceed one binding`);
+    }
+  }
+  return per;
 }
 
 /** Tensors of {@link PreparedFusedBackward.record}. */
@@ -734,7 +782,18 @@ export interface PreparedFusedBackward {
   readonly dESplits: number;
   readonly dERowSlices: number;
   readonly filterEps: number | null;
-  /** Records the backward; returns new f32 dE (n×d) and dC (v×d), valid after submission. */
+  /** Dtype of the returned gradients. */
+  readonly gradDtype: "f32" | Dtype16;
+  /**
+   * Upper bound on the roundings of one element to the 16-bit output in the last record (0 with
+   * f32 output): dE 1 (the final cast); dC 1 + the walked token tiles when accumulated in place
+   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
+   */
+  readonly roundings: { dE: number; dC: number };
+  /**
+   * Records the backward; returns new dE (n×d) and dC (v×d), valid after submission: f32, or in
+   * the input dtype with gradDtype "input" ({@link PreparedFusedBackward.gradDtype}).
+   */
   record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
   /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
   stats(): Promise<FusedBackwardStats>;
@@ -797,6 +856,8 @@ export function maskBytes(tokenTiles: number, vocabTiles: number): number {
  * exactly, for the shards of `layout`:
  *
  * - the dE partials ((S − 1)·n·d·4, sharded like dE; none with the filter's default S = 1);
+ * - with a 16-bit output (gradDtype "input"), the f32 dE scratch (n·d·4), and dC's (v·d·4) when
+ *   d is odd;
  * - the filter mask (one bit per backward tile, {@link maskBytes});
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
@@ -811,21 +872,25 @@ export function fusedBackwardWorkspaceBytes(o: {
   sort: boolean;
   tile: BackwardTile;
   dESplits: number;
+  /** Default "f32". */
+  gradDtype?: GradDtype;
   layout: WorkspaceLayout & { maxBindingBytes: number };
 }): number {
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
-  const perIn = _rowsPer(limit, spec.dtype, spec.d), perF32 = _rowsPer(limit, "f32", spec.d);
+  const perIn = _rowsPer(limit, spec.dtype, spec.d);
   const eRows = layout.e ?? _shardRows(spec.n, perIn);
   const cRows = layout.c ?? _shardRows(spec.v, perIn);
-  const dERows = _shardRows(spec.n, perF32);
+  const out16 = gradOut16(spec.dtype, o.gradDtype) !== undefined;
+  const perF32 = gradRowsPerBinding(limit, spec.d, out16);
+  const dERows = _shardRows(spec.n, perF32), dCRows = _shardRows(spec.v, perF32);
   const tok = _segments(spec.n, tile.tokens, [_starts(eRows), _starts(dERows)]);
-  const voc = _segments(spec.v, tile.vocab, [
-    _starts(cRows),
-    _starts(_shardRows(spec.v, perF32)),
-  ]);
+  const voc = _segments(spec.v, tile.vocab, [_starts(cRows), _starts(dCRows)]);
   const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
-  let bytes = (o.dESplits - 1) * dERows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
+  const f32Bytes = (rows: number[]) => rows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
+  let bytes = (o.dESplits - 1) * f32Bytes(dERows);
+  // 16-bit output: the f32 dE scratch, and dC's when d is odd
+  if (out16) bytes += f32Bytes(dERows) + (spec.d % 2 === 1 ? f32Bytes(dCRows) : 0);
   if (o.filter) bytes += maskBytes(tT, vT);
   if (o.sort || opts.beta > 0) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
@@ -870,7 +935,14 @@ export async function prepareFusedBackward(
       "fused_backward_filter",
     )
     : undefined;
-  const dCPass = await ctx.pipeline(tilePassWgsl({ ...base, kind: "dC" }), "fused_backward_dC");
+  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  // dC in place in 16 bits needs whole words per row (d even); else an f32 scratch and a cast
+  const dCInPlace = out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined;
+  const dCPass = await ctx.pipeline(
+    tilePassWgsl({ ...base, kind: "dC", out16: dCInPlace }),
+    "fused_backward_dC",
+  );
+  const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
   const dEPass = await ctx.pipeline(
     tilePassWgsl({ ...base, kind: "dE", rowSlices: slices }),
     "fused_backward_dE",
@@ -885,6 +957,7 @@ export async function prepareFusedBackward(
     dtype: spec.dtype,
     opts,
     v: spec.v,
+    dC16: dCInPlace,
   });
   // One buffer of E's column partials serves the sort's Ē and the corrections' Σ_n w_n·E_n.
   const ePartials = sorter !== undefined || corrections.usesEPartials;
@@ -892,12 +965,15 @@ export async function prepareFusedBackward(
     ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
+  const roundings = { dE: out16 ? 1 : 0, dC: out16 ? 1 : 0 };
   return {
     tile,
     filterTile,
     dESplits: splits,
     dERowSlices: slices,
     filterEps: eps,
+    gradDtype: out16 ?? "f32",
+    roundings,
     workspaceBytes(layout = {}) {
       return fusedBackwardWorkspaceBytes({
         spec,
@@ -906,6 +982,7 @@ export async function prepareFusedBackward(
         sort: o.sort,
         tile,
         dESplits: splits,
+        gradDtype: o.gradDtype,
         layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
       });
     },
@@ -935,7 +1012,19 @@ export async function prepareFusedBackward(
           throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
         }
       }
-      const { dE, dC } = gradientOutputs(ctx, spec);
+      // Gradient tensors: the outputs (f32 or 16-bit) and, with a 16-bit output, the f32 scratch
+      // the passes accumulate dE (and dC when d is odd) in, all sharded alike.
+      const per = gradRowsPerBinding(ctx.maxBindingBytes, d, out16 !== undefined);
+      const grad = (
+        rows: number,
+        dtype: TensorDtype,
+        label: string,
+        role: "output" | "workspace",
+      ) => createTensor(ctx, { dtype, rows, cols: d, role, label, maxRowsPerShard: per });
+      const dEOut = grad(n, out16 ?? "f32", "dE", "output");
+      const dCOut = grad(v, out16 ?? "f32", "dC", "output");
+      const dE = out16 ? grad(n, "f32", "dE f32 scratch", "workspace") : dEOut;
+      const dC = out16 && !dCInPlace ? grad(v, "f32", "dC f32 scratch", "workspace") : dCOut;
       const tok = _segments(n, tile.tokens, [
         e.shards.map((s) => s.rowStart),
         dE.shards.map((s) => s.rowStart),
@@ -947,6 +1036,7 @@ export async function prepareFusedBackward(
       const tTotal = tok.reduce((s, g) => s + g.tiles, 0);
       const vTotal = voc.reduce((s, g) => s + g.tiles, 0);
       lastTotal = tTotal * vTotal;
+      roundings.dC = dCInPlace ? 1 + tTotal : out16 ? 1 : 0;
       const maskSize = eps !== null ? maskBytes(tTotal, vTotal) : 0;
       if (maskSize > ctx.maxBindingBytes) {
         throw new GpuError(
@@ -955,6 +1045,9 @@ export async function prepareFusedBackward(
         );
       }
       const release: (TrackedBuffer | undefined)[] = [];
+      for (const t of new Set([dE, dC])) {
+        if (t !== dEOut && t !== dCOut) release.push(...t.shards.map((sh) => sh.buffer));
+      }
       const partials = ePartials
         ? ctx.createBuffer({
           size: columnPartialsBytes(e.shards.map((s) => s.rows), d),
@@ -1071,13 +1164,7 @@ export async function prepareFusedBackward(
       });
       const parts: DeviceTensor[] = [];
       for (let s = 1; s < splits; s++) {
-        const t = createTensor(ctx, {
-          dtype: "f32",
-          rows: n,
-          cols: d,
-          role: "workspace",
-          label: `dE split ${s}`,
-        });
+        const t = grad(n, "f32", `dE split ${s}`, "workspace");
         for (const sh of t.shards) rec.clear(sh.buffer);
         parts.push(t);
         release.push(...t.shards.map((sh) => sh.buffer));
@@ -1114,8 +1201,12 @@ export async function prepareFusedBackward(
           });
         });
       }
+      if (cast) {
+        if (dE !== dEOut) cast.record(rec, { src: dE, dst: dEOut });
+        if (dC !== dCOut) cast.record(rec, { src: dC, dst: dCOut });
+      }
       rec.release(...release);
-      return { dE, dC };
+      return { dE: dEOut, dC: dCOut };
     },
   };
 }

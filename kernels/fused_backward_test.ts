@@ -36,6 +36,7 @@ interface BackwardCase {
   sort: boolean;
   /** Rows per shard of E and C (default one binding). */
   shardRows?: number;
+  gradDtype?: "f32" | "input";
 }
 
 /**
@@ -330,5 +331,93 @@ Deno.test({
       bwd.workspaceBytes(),
       fusedBackwardWorkspaceBytes({ ...base, dESplits: 2, layout: here }),
     );
+  },
+});
+
+/** Unit roundoff (half the spacing of [1, 2)) of a 16-bit output dtype. */
+const UNIT_ROUNDOFF = { bf16: 2 ** -8, f16: 2 ** -11 } as const;
+
+/** Max |got − ref| / max |ref| of an array. */
+function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {
+  let e = 0, s = 0;
+  for (let i = 0; i < ref.length; i++) {
+    e = Math.max(e, Math.abs(got[i] - ref[i]));
+    s = Math.max(s, Math.abs(ref[i]));
+  }
+  return e / (s || 1);
+}
+
+Deno.test({
+  name: "fused backward: 16-bit gradients (gradDtype input) against float64 and the f32 mode",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const f16: Dtype = ctx.hasF16 ? "f16" : "bf16";
+    const cases: {
+      dtype: "bf16" | "f16";
+      beta: number;
+      softcap?: number;
+      d: number;
+      n?: number;
+      filter: boolean;
+      sort?: boolean;
+    }[] = [
+      { dtype: "bf16", beta: 0.1, d: 34, filter: true },
+      { dtype: "bf16", beta: 0, softcap: 4, d: 33, filter: true },
+      { dtype: f16 as "bf16" | "f16", beta: 1, d: 34, filter: true, sort: false },
+      { dtype: f16 as "bf16" | "f16", beta: 0.1, softcap: 5, d: 33, filter: true },
+      { dtype: "bf16", beta: 1, softcap: 3, d: 34, filter: false },
+      { dtype: "bf16", beta: 0.1, d: 34, n: 640, filter: false },
+      { dtype: f16 as "bf16" | "f16", beta: 0.1, d: 34, n: 640, filter: false },
+      { dtype: "bf16", beta: 0.1, d: 33, n: 640, filter: false },
+    ];
+    const report: string[] = [];
+    for (const [i, cs] of cases.entries()) {
+      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "sum" });
+      const x = caseInputs({
+        n: cs.n ?? 70,
+        v: 257,
+        d: cs.d,
+        dtype: cs.dtype,
+        beta: cs.beta,
+        ignoreFraction: 0.2,
+        seed: 40 + i,
+      });
+      const b: BackwardCase = {
+        filterEps: cs.filter ? defaultFilterEps(cs.dtype) : null,
+        sort: cs.sort ?? true,
+      };
+      const r16 = await runBackward(ctx, x, o, cs.dtype, { ...b, gradDtype: "input" });
+      const r32 = await runBackward(ctx, x, o, cs.dtype, b);
+      const tag = JSON.stringify(cs);
+      assert.equal(r16.bwd.gradDtype, cs.dtype);
+      assert.equal(r32.bwd.gradDtype, "f32");
+      // the f32 mode keeps its accuracy
+      assertGrads(`${tag} f32`, r32.got, r32.ref, x.d);
+      assert.deepEqual(r16.again.dE, r16.got.dE, `${tag}: dE bitwise reproducible`);
+      assert.deepEqual(r16.again.dC, r16.got.dC, `${tag}: dC bitwise reproducible`);
+      const u = UNIT_ROUNDOFF[cs.dtype];
+      const tokTiles = Math.ceil(x.n / r16.bwd.tile.tokens);
+      assert.deepEqual(r16.bwd.roundings, { dE: 1, dC: cs.d % 2 === 0 ? 1 + tokTiles : 1 });
+      const errs: string[] = [];
+      for (const k of ["dE", "dC"] as const) {
+        const R = r16.bwd.roundings[k];
+        let s = 0;
+        for (const y of r16.ref[k]) s = Math.max(s, Math.abs(y));
+        // every stored value is a 16-bit number: rounding a value ≤ s costs ≤ u·s, R times
+        assertClose(r16.got[k], r16.ref[k], {
+          atol: (2e-5 + R * u) * s,
+          rtol: 2e-4,
+          name: `${tag} 16-bit ${k}`,
+          cols: x.d,
+        });
+        const e16 = relErr(r16.got[k], r16.ref[k]), e32 = relErr(r32.got[k], r32.ref[k]);
+        // one rounding at least shows: the 16-bit output is not the f32 one
+        assert.ok(e16 > e32, `${tag} ${k}: 16-bit ${e16} vs f32 ${e32}`);
+        errs.push(`${k} ${e16.toExponential(2)} (f32 ${e32.toExponential(2)}, R ${R})`);
+      }
+      report.push(`${tag}: ${errs.join(", ")}`);
+    }
+    console.log(report.join("\n"));
   },
 });

@@ -27,6 +27,7 @@ import type { Dtype, LceOptions } from "../core/options.ts";
 import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
 import { f32Lit, lossConstants } from "./wgsl_common.ts";
 import { prepareColumnSum } from "./column_sum.ts";
+import { type Dtype16, wgslFrom16, wgslTo16 } from "./cast16.ts";
 import {
   columnPartialsBytes,
   paddedSortLength,
@@ -173,6 +174,32 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 /**
+ * WGSL initialising a packed 16-bit dC (d even: a word never straddles rows): every row = r
+ * rounded to nearest even (or 0 when β = 0); one thread per word. Params: rows, d. Bindings:
+ * params, r, dC.
+ */
+export function dCInit16Wgsl(o: LceOptions, dtype: Dtype16): string {
+  const smooth = _terms(o).smooth;
+  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> rvec: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dc: array<u32>;
+${wgslTo16(dtype)}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let words = P.rows * P.d / 2u;
+  for (var i = gid.x; i < words; i += nwg.x * 256u) {
+    ${
+    smooth
+      ? "let k = (2u * i) % P.d; dc[i] = to16(rvec[k]) | (to16(rvec[k + 1u]) << 16u);"
+      : "dc[i] = 0u;"
+  }
+  }
+}
+`;
+}
+
+/**
  * WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index).
  * Params: n, count. Bindings: params, targets, pairs.
  */
@@ -237,6 +264,60 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
+/**
+ * WGSL of the target scatter into a packed 16-bit dC (d even): as {@link targetScatterWgsl}, one
+ * thread per word (columns k, k + 1). The first E shard's dispatch (first ≠ 0) adds the run's sum to
+ * the f32 smoothing row r instead of the stored value, so a target row is rounded once (with E in
+ * one binding). Params: eRows, eR0, dRows, dR0, d, n, first. Bindings: params, pairs, a, e, r, dC.
+ */
+export function targetScatter16Wgsl(dtype: Dtype, out: Dtype16, smooth: boolean): string {
+  return `${enableDirectives([dtype])}
+struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, first: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+@group(0) @binding(4) var<storage, read> rvec: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dc: array<u32>;
+${dtypeHelpers([{ name: "e", dtype }])}
+${wgslTo16(out)}${wgslFrom16(out)}
+@compute @workgroup_size(${SCATTER_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = wg.x; i < P.n; i += nwg.x) {
+    let key = pairs[i].x;
+    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+    for (var k = 2u * lid; k < P.d; k += ${2 * SCATTER_WG}u) {
+      var acc0 = 0.0;
+      var acc1 = 0.0;
+      var hit = false;
+      for (var j = i; j < P.n; j++) {
+        let p = pairs[j];
+        if (p.x != key) { break; }
+        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
+          let eo = (p.y - P.eR0) * P.d + k;
+          acc0 = fma(a[p.y], ${loadF32("e", dtype, "eo")}, acc0);
+          acc1 = fma(a[p.y], ${loadF32("e", dtype, "eo + 1u")}, acc1);
+          hit = true;
+        }
+      }
+      if (hit) {
+        let o = ((key - P.dR0) * P.d + k) >> 1u;
+        let old = dc[o];
+        var b0 = from16(old & 0xffffu);
+        var b1 = from16(old >> 16u);
+        if (P.first != 0u) { b0 = ${smooth ? "rvec[k]" : "0.0"}; b1 = ${
+    smooth ? "rvec[k + 1u]" : "0.0"
+  }; }
+        dc[o] = to16(b0 + acc0) | (to16(b1 + acc1) << 16u);
+      }
+    }
+  }
+}
+`;
+}
+
 /** Arguments of {@link PreparedGradCorrections.record}. */
 export interface GradCorrectionArgs {
   e: DeviceTensor;
@@ -245,7 +326,10 @@ export interface GradCorrectionArgs {
   targets: DeviceTensor;
   /** Per-token weights w_n (n×1 f32, one shard; 0 for ignored tokens). */
   w: DeviceTensor;
-  /** Outputs (f32, n×d and v×d, any row sharding): overwritten with the exact terms. */
+  /**
+   * Outputs (n×d and v×d, any row sharding): overwritten with the exact terms. dE is f32; dC is
+   * f32, or the prepared 16-bit dtype (see `dC16` of {@link prepareGradCorrections}).
+   */
   dE: DeviceTensor;
   dC: DeviceTensor;
   /**
@@ -299,7 +383,17 @@ const grid = (elems: number, per: number) => Math.min(Math.max(1, Math.ceil(elem
 /** Compiles the corrections for a problem. */
 export async function prepareGradCorrections(
   ctx: GpuContext,
-  o: { dtype: Dtype; opts: LceOptions; v: number },
+  o: {
+    dtype: Dtype;
+    opts: LceOptions;
+    v: number;
+    /**
+     * dC is packed 16-bit of this dtype (d even): the smoothing row and the target scatter are
+     * added in f32 and rounded once per element (twice for a target row when E spans several
+     * bindings).
+     */
+    dC16?: Dtype16;
+  },
 ): Promise<PreparedGradCorrections> {
   const { opts } = o;
   const { target, smooth } = _terms(opts);
@@ -311,10 +405,17 @@ export async function prepareGradCorrections(
     )
     : undefined;
   const deInit = await ctx.pipeline(dEInitWgsl(o), "dE_init");
-  const dcInit = await ctx.pipeline(dCInitWgsl(opts), "dC_init");
+  const dc16 = o.dC16;
+  const dcInit = await ctx.pipeline(
+    dc16 ? dCInit16Wgsl(opts, dc16) : dCInitWgsl(opts),
+    dc16 ? `dC_init→${dc16}` : "dC_init",
+  );
   const fill = target ? await ctx.pipeline(targetPairsWgsl(opts), "target_pairs") : undefined;
   const scatter = target
-    ? await ctx.pipeline(targetScatterWgsl(o.dtype), "target_scatter")
+    ? await ctx.pipeline(
+      dc16 ? targetScatter16Wgsl(o.dtype, dc16, smooth) : targetScatterWgsl(o.dtype),
+      dc16 ? `target_scatter→${dc16}` : "target_scatter",
+    )
     : undefined;
   const sort = target ? await preparePairSort(ctx) : undefined;
   const colsum = smooth ? await prepareColumnSum(ctx, { dtype: o.dtype }) : undefined;
@@ -331,6 +432,13 @@ export async function prepareGradCorrections(
     record(rec, x) {
       const { e, c, targets, w, dE, dC } = x;
       const n = e.rows, d = e.cols;
+      if (dE.dtype !== "f32" || dC.dtype !== (dc16 ?? "f32") || (dc16 && d % 2 !== 0)) {
+        throw new RangeError(
+          `grad corrections: dE ${dE.dtype}, dC ${dC.dtype}, d ${d}; prepared for dC ${
+            dc16 ?? "f32"
+          }`,
+        );
+      }
       const tg = targets.shards[0].buffer, wb = w.shards[0].buffer;
       const vec = (rows: number, label: string) =>
         createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
@@ -415,19 +523,34 @@ export async function prepareGradCorrections(
         });
         sort.record(rec, pairs, count, "target sort");
         rec.pass("dC target scatter", (p) => {
-          for (const es of e.shards) {
+          e.shards.forEach((es, ei) => {
             for (const ds of dC.shards) {
               const u = rec.uniform(
-                new Uint32Array([es.rows, es.rowStart, ds.rows, ds.rowStart, d, n, 0, 0]),
+                new Uint32Array([
+                  es.rows,
+                  es.rowStart,
+                  ds.rows,
+                  ds.rowStart,
+                  d,
+                  n,
+                  ei === 0 ? 1 : 0,
+                  0,
+                ]),
                 "scatter params",
               );
-              p.dispatch(
-                scatter,
-                rec.bindGroup(scatter, [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer]),
-                Math.min(n, 65535),
-              );
+              const bufs = dc16
+                ? [
+                  u,
+                  pairs,
+                  a.shards[0].buffer,
+                  es.buffer,
+                  rvec?.shards[0].buffer ?? dummy,
+                  ds.buffer,
+                ]
+                : [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer];
+              p.dispatch(scatter, rec.bindGroup(scatter, bufs), Math.min(n, 65535));
             }
-          }
+          });
         });
         rec.release(pairs);
       }
