@@ -83,6 +83,7 @@ export const METHOD_ORDER: readonly string[] = [
   "fused-nofilter",
   "fused-fb",
   "fused-fb-nofilter",
+  "fused-f32grad",
   "liger",
   "chunked",
   "compiled",
@@ -317,7 +318,17 @@ export function formatMarkdown(r: Table3Report): string {
       "| --- | --- | --- | --- |",
     );
     for (const x of withPasses) {
-      const parts = Object.entries(x.passMs!).map(([k, ms]) => `${k} ${_detail(ms)}`);
+      // per-chunk passes ("logits[3]", "dE[chunk 3]": chunked, liger) summed under one label
+      // "… [chunk ×8]"
+      const sums = new Map<string, { ms: number; count: number }>();
+      for (const [k, ms] of Object.entries(x.passMs!)) {
+        const key = k.replace(/\[(?:chunk )?\d+\]/g, "[chunk]");
+        const e = sums.get(key) ?? { ms: 0, count: 0 };
+        sums.set(key, { ms: e.ms + ms, count: e.count + 1 });
+      }
+      const parts = [...sums].map(([k, e]) =>
+        `${e.count > 1 ? k.replace("[chunk]", `[chunk ×${e.count}]`) : k} ${_detail(e.ms)}`
+      );
       lines.push(`| ${x.method} | ${x.beta} | ${x.mode} | ${_md(parts.join("; "))} |`);
     }
   }
