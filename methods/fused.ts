@@ -25,6 +25,7 @@ import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
 import {
   type BackwardTile,
   defaultFilterEps,
+  type GradDtype,
   type PreparedFusedBackward,
   prepareFusedBackward,
 } from "../kernels/fused_backward.ts";
@@ -48,6 +49,11 @@ export interface FusedVariant {
   dESplits?: number;
   /** dE row-slice override (tests, tuning). */
   dERowSlices?: number;
+  /**
+   * Dtype of the gradients (kernels/fused_backward.ts): "input" (bf16/f16 gradients for 16-bit
+   * inputs, f32 for f32 inputs) or "f32" (f32 accumulation and output whatever the input).
+   */
+  gradDtype: GradDtype;
 }
 
 /** Builds an {@link LceMethod} for a fused variant. */
@@ -83,8 +89,17 @@ async function _prepare(
     tile: f.tile,
     dESplits: f.dESplits,
     dERowSlices: f.dERowSlices,
+    gradDtype: f.gradDtype,
   });
-  const stats = async (): Promise<MethodStats> => ({ ...(await bwd.stats()) });
+  // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
+  // fused forward-backward's scaling by the upstream gradient.
+  const extra = f.fusedForwardBackward && bwd.gradDtype !== "f32" ? 1 : 0;
+  const stats = async (): Promise<MethodStats> => ({
+    ...(await bwd.stats()),
+    gradDtype: bwd.gradDtype,
+    dERoundings: bwd.roundings.dE + extra,
+    dCRoundings: bwd.roundings.dC + extra,
+  });
   if (!f.fusedForwardBackward) {
     const weights = await prepareRowWeights(ctx, opts);
     return {
@@ -113,7 +128,10 @@ async function _prepare(
     };
   }
   const unit = await prepareUnitRowWeights(ctx, opts);
-  const scale = await prepareScaleByScalar(ctx);
+  const scale = await prepareScaleByScalar(
+    ctx,
+    bwd.gradDtype === "f32" ? [] : [bwd.gradDtype],
+  );
   return {
     forward(rec, x) {
       const lse = vector(ctx, spec.n, "workspace", "lse");
@@ -162,6 +180,7 @@ export const fused: LceMethod = fusedMethod({
   filter: true,
   sort: true,
   fusedForwardBackward: false,
+  gradDtype: "input",
 });
 
 /** "+ (No Vocab Sorting)". */
@@ -172,6 +191,7 @@ export const fusedNoSort: LceMethod = fusedMethod({
   filter: true,
   sort: false,
   fusedForwardBackward: false,
+  gradDtype: "input",
 });
 
 /** "+ (No Grad. Filter)". */
@@ -182,6 +202,7 @@ export const fusedNoFilter: LceMethod = fusedMethod({
   filter: false,
   sort: true,
   fusedForwardBackward: false,
+  gradDtype: "f32",
 });
 
 /** "Fused Version": loss and both gradients in the forward; the backward scales them. */
@@ -193,6 +214,7 @@ export const fusedFb: LceMethod = fusedMethod({
   filter: true,
   sort: true,
   fusedForwardBackward: true,
+  gradDtype: "input",
 });
 
 /** "Fused Version" without the gradient filter. */
@@ -203,4 +225,16 @@ export const fusedFbNoFilter: LceMethod = fusedMethod({
   filter: false,
   sort: true,
   fusedForwardBackward: true,
+  gradDtype: "f32",
+});
+
+/** "Ours" with f32 gradients whatever the input dtype (f32 accumulation and output). */
+export const fusedF32Grad: LceMethod = fusedMethod({
+  name: "fused-f32grad",
+  label: "Ours (f32 gradients)",
+  description: "Ours with dE and dC accumulated and returned in f32 for 16-bit inputs",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: false,
+  gradDtype: "f32",
 });

@@ -1,9 +1,16 @@
 import assert from "node:assert/strict";
-import { fused, fusedFb, fusedFbNoFilter, fusedNoFilter, fusedNoSort } from "./fused.ts";
+import {
+  fused,
+  fusedF32Grad,
+  fusedFb,
+  fusedFbNoFilter,
+  fusedNoFilter,
+  fusedNoSort,
+} from "./fused.ts";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
 import type { LceMethod } from "./types.ts";
-import { assertParity, PARITY_TOL } from "../testing/parity.ts";
+import { assertParity, gradRoundingTol, PARITY_TOL } from "../testing/parity.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
@@ -21,10 +28,10 @@ import { lceReference } from "../reference/lce_reference.ts";
 import {
   defaultBackwardTile,
   defaultFilterEps,
+  gradRowsPerBinding,
   prepareFusedBackward,
 } from "../kernels/fused_backward.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
-import { rowsPerBinding } from "../gpu/tensor.ts";
 
 const ALL: LceMethod[] = [fused, fusedNoSort, fusedNoFilter, fusedFb, fusedFbNoFilter];
 const FILTERED: LceMethod[] = [fused, fusedNoSort, fusedFb];
@@ -47,6 +54,7 @@ Deno.test({
     const ctx = await testContext();
     const f16: Dtype = ctx.hasF16 ? "f16" : "bf16";
     const small = { n: 37, v: 131, d: 29 }, odd = { n: 70, v: 257, d: 33 };
+    const even = { n: 70, v: 257, d: 34 };
     // Every dtype, β, reduction and softcap on/off appears; fused and fused-fb (same kernels) run
     // every case, the ablations (other kernels: each case compiles its own) a share of them.
     const cases: {
@@ -63,6 +71,9 @@ Deno.test({
       { shape: odd, dtype: "f32", beta: 0.1, reduction: "none", softcap: 5, more: [fusedNoSort] },
       { shape: small, dtype: "bf16", beta: 1, reduction: "mean", softcap: 4, more: [] },
       { shape: odd, dtype: f16, beta: 0, reduction: "sum", softcap: 6, more: [fusedFbNoFilter] },
+      // d even: 16-bit dC accumulated in place (fused, fused-fb) next to the f32-gradient row
+      { shape: even, dtype: "bf16", beta: 0.1, reduction: "mean", more: [fusedF32Grad] },
+      { shape: even, dtype: f16, beta: 1, reduction: "sum", softcap: 4, more: [fusedNoSort] },
     ];
     for (const [i, cs] of cases.entries()) {
       for (const m of [fused, fusedFb, ...cs.more]) {
@@ -81,7 +92,10 @@ Deno.test({
           assert.match(why ?? "", /reduction none/);
           continue;
         }
-        await assertParity(ctx, m, c);
+        const r = await assertParity(ctx, m, c);
+        const want16 = cs.dtype !== "f32" && m !== fusedNoFilter && m !== fusedFbNoFilter &&
+          m !== fusedF32Grad;
+        assert.equal(r.stats?.gradDtype, want16 ? cs.dtype : "f32", `${m.name} ${cs.dtype}`);
       }
     }
     for (const m of ALL) {
@@ -209,7 +223,8 @@ async function _assertFilterBound(
     for (const y of r) s = Math.max(s, Math.abs(y));
     maxAllow[name] = 0;
     for (let i = 0; i < r.length; i++) {
-      const allow = tol.atol * s + tol.rtol * Math.abs(r[i]) + extra(i);
+      const allow = (tol.atol + gradRoundingTol(got.stats, name)) * s + tol.rtol * Math.abs(r[i]) +
+        extra(i);
       maxAllow[name] = Math.max(maxAllow[name], allow);
       assert.ok(
         Math.abs(g[i] - r[i]) <= allow,
@@ -235,14 +250,15 @@ Deno.test({
     const colSum = new Float64Array(x.d);
     for (let j = 0; j < x.v; j++) for (let k = 0; k < x.d; k++) colSum[k] += x.c[j * x.d + k];
     const skipped: Record<string, number> = {};
-    for (const m of FILTERED) {
+    for (const m of [...FILTERED, fusedF32Grad]) {
       const r = await _assertFilterBound(ctx, m, x, o, "bf16", 1.7);
       skipped[m.name] = r.stats.tilesSkipped!;
       assert.ok(r.ghat < 1e-9, `ĝ ${r.ghat}: the dropped softmax mass is negligible here`);
       const wmax = Math.max(...r.w);
       const bias = (0.1 / x.v) * wmax * (x.v - 64) * Math.max(...colSum.map(Math.abs)) / x.v;
+      // f32 gradients: a 20× margin; bf16 ones (one rounding of dE, ≤ 2^-8 of its scale): 5×
       assert.ok(
-        bias > 20 * r.maxAllow.dE,
+        bias > (m === fusedF32Grad ? 20 : 5) * r.maxAllow.dE,
         `a dropped β/|V| term (${bias}) would show against ${r.maxAllow.dE}`,
       );
     }
@@ -252,6 +268,7 @@ Deno.test({
     const tokTiles = Math.ceil(x.n / tile.tokens), vocTiles = Math.ceil(x.v / tile.vocab);
     const hotTiles = new Set(HOT.map((j) => Math.floor(j / tile.vocab))).size;
     assert.equal(skipped.fused, tokTiles * (vocTiles - 1));
+    assert.equal(skipped["fused-f32grad"], tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-fb"], tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-nosort"], tokTiles * (vocTiles - hotTiles));
   },
@@ -291,15 +308,17 @@ Deno.test({
   name: "fused methods: backward peak = dE + dC + row weights + the kernel's workspaceBytes",
   ...GPU_TEST,
   async fn() {
-    const n = 70, v = 257, d = 33;
-    // f32 bytes of an n×d tensor as createTensor shards it on `ctx`
-    const f32Bytes = (ctx: GpuContext, rows: number) => {
-      const per = rowsPerBinding(ctx, "f32", d);
+    const n = 70, v = 257;
+    // bytes of a gradient (rows×d) as the backward shards it on `ctx`, f32 or 16-bit
+    const gradBytes = (ctx: GpuContext, rows: number, d: number, out16: boolean) => {
+      const per = gradRowsPerBinding(ctx.maxBindingBytes, d, out16);
       let b = 0;
-      for (let r = 0; r < rows; r += per) b += bufferBytes(Math.min(per, rows - r) * d, 4);
+      for (let r = 0; r < rows; r += per) {
+        b += bufferBytes(Math.min(per, rows - r) * d, out16 ? 2 : 4);
+      }
       return b;
     };
-    const check = async (ctx: GpuContext, m: LceMethod, beta: number, dtype: Dtype) => {
+    const check = async (ctx: GpuContext, m: LceMethod, beta: number, dtype: Dtype, d = 33) => {
       const opts = resolveOptions({ beta });
       const got = await methodPeaks(ctx, m, { n, v, d, dtype, beta, seed: 5 }, opts);
       const filter = m !== fusedNoFilter;
@@ -308,20 +327,29 @@ Deno.test({
         opts,
         filterEps: filter ? defaultFilterEps(dtype) : null,
         sort: m !== fusedNoSort,
+        gradDtype: m === fusedNoFilter || m === fusedF32Grad ? "f32" : "input",
       });
-      const want = bufferBytes(n, 4) + f32Bytes(ctx, n) + f32Bytes(ctx, v) + bwd.workspaceBytes();
+      const out16 = bwd.gradDtype !== "f32";
+      assert.equal(out16, dtype !== "f32" && m !== fusedNoFilter && m !== fusedF32Grad);
+      const want = bufferBytes(n, 4) + gradBytes(ctx, n, d, out16) + gradBytes(ctx, v, d, out16) +
+        bwd.workspaceBytes();
       bwd.release();
-      assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}`);
+      assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}, d ${d}`);
       return bwd;
     };
     const ctx = await testContext();
     for (const m of [fused, fusedNoSort, fusedNoFilter]) {
       for (const beta of [0.1, 0]) await check(ctx, m, beta, "f32");
     }
+    // 16-bit gradients: d even (dC in place) and odd (dC scratch), and the f32-gradient row
+    for (const d of [34, 33]) {
+      for (const m of [fused, fusedF32Grad]) await check(ctx, m, 0.1, "bf16", d);
+    }
     // E, C, dE and dC in several bindings: several vocab segments, dE partials per shard
     const small = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
     try {
       for (const m of [fused, fusedNoFilter]) await check(small, m, 0.1, "bf16");
+      await check(small, fused, 0.1, "bf16", 34);
     } finally {
       small.destroy();
     }

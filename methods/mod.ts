@@ -8,7 +8,14 @@ import { baseline } from "./baseline.ts";
 import { chunked } from "./chunked.ts";
 import { liger } from "./liger.ts";
 import { compiled } from "./compiled.ts";
-import { fused, fusedFb, fusedFbNoFilter, fusedNoFilter, fusedNoSort } from "./fused.ts";
+import {
+  fused,
+  fusedF32Grad,
+  fusedFb,
+  fusedFbNoFilter,
+  fusedNoFilter,
+  fusedNoSort,
+} from "./fused.ts";
 
 export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 
@@ -23,6 +30,7 @@ export const METHODS: readonly LceMethod[] = [
   fusedNoFilter,
   fusedFb,
   fusedFbNoFilter,
+  fusedF32Grad,
 ];
 
 /** The method called `name`; InputError naming the known ones otherwise. */

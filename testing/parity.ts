@@ -16,7 +16,7 @@ import {
 } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
-import type { LceMethod } from "../methods/types.ts";
+import type { LceMethod, MethodStats } from "../methods/types.ts";
 import { runMethod, type RunResult } from "../methods/run.ts";
 import { randomArray } from "./gpu.ts";
 
@@ -25,13 +25,30 @@ import { randomArray } from "./gpu.ts";
  * to the dtype before the reference sees them, so the only differences left are f32 arithmetic on
  * the GPU (accumulation order, exp/log) — the same for every storage dtype: about 1e-5 of the
  * array's scale for products of depth d ≤ a few hundred. 16-bit rows get the same bound; methods
- * that round intermediates (16-bit logits) pass their own.
+ * that round intermediates (16-bit logits) pass their own; 16-bit gradient outputs get their
+ * roundings on top ({@link gradRoundingTol}).
  */
 export const PARITY_TOL: Record<Dtype, { atol: number; rtol: number }> = {
   f32: { atol: 2e-5, rtol: 2e-4 },
   bf16: { atol: 2e-5, rtol: 2e-4 },
   f16: { atol: 2e-5, rtol: 2e-4 },
 };
+
+/** Unit roundoff of the 16-bit gradient outputs (half the spacing of [1, 2)). */
+export const UNIT_ROUNDOFF = { bf16: 2 ** -8, f16: 2 ** -11 } as const;
+
+/**
+ * What a 16-bit gradient output adds to the tolerance of `name`, relative to the array's scale:
+ * R·u, with u the dtype's unit roundoff and R the roundings of one element the method reports
+ * (`gradDtype` and `dERoundings`/`dCRoundings` in its stats: the fused methods); 0 for f32
+ * gradients. Each rounding of a partial sum bounded by the scale costs at most u·scale.
+ */
+export function gradRoundingTol(stats: MethodStats | undefined, name: string): number {
+  const dt = stats?.gradDtype;
+  if ((dt !== "bf16" && dt !== "f16") || (name !== "dE" && name !== "dC")) return 0;
+  const r = Number(stats?.[`${name}Roundings`] ?? 1);
+  return r * UNIT_ROUNDOFF[dt];
+}
 
 /** One parity case. */
 export interface ParityCase {
@@ -108,7 +125,8 @@ export async function assertParity(
   ) {
     const s = maxAbs(w) || 1;
     try {
-      assertClose(g, w, { atol: tol.atol * s, rtol: tol.rtol, name, cols: cols || undefined });
+      const atol = (tol.atol + gradRoundingTol(got.stats, name)) * s;
+      assertClose(g, w, { atol, rtol: tol.rtol, name, cols: cols || undefined });
     } catch (e) {
       throw new Error(`${tag}: ${(e as Error).message}`);
     }
