@@ -68,6 +68,33 @@
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
  * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all).
  *
+ * Gradient dtype ({@link FusedBackwardOptions.gradDtype}). "f32" (the kernel's default):
+ * dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16 inputs returns both in the
+ * input dtype (half the output memory):
+ * - dC, d even: packed 16-bit, accumulated in place. The exact terms are added in f32 and
+ *   rounded once (kernels/grad_corrections.ts); each kept tile's f32 contribution Pᵀ·E is added by
+ *   a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
+ *   every word it writes (its columns come in aligned groups of 4, rows start at even elements),
+ *   so ownership and bitwise reproducibility are kept. An element sees 1 + (kept token tiles of
+ *   its vocab tile) roundings: ~3 at the paper's shape with the filter and sorting.
+ * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
+ *   workspace) and cast once at the end.
+ * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
+ *   accumulation would round ~125 times; dE is accumulated in an f32 scratch (n·d·4: 72 MiB at
+ *   the paper's shape, freed at the end of the record) and cast once.
+ * The f32 scratch and the 16-bit outputs are sharded alike ({@link gradRowsPerBinding}).
+ * Measured against float64 (kernels/fused_backward_test.ts, max |error| / max |value|, 70×257,
+ * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
+ * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
+ * token tile is added: at n = 640 (10 token tiles, 11 roundings) bf16 dC reaches 8.9e-3 (2.0e-3
+ * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
+ * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
+ * keep f32 gradients; "input" stays available to them with that error.
+ * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings;
+ * gradients + workspace + row weights): fused 1,161 + 73.7 = 1,234.7 MiB (f32: 2,323.7),
+ * fused-nosort 1,233.7 (f32: 2,322.7), fused-nofilter with "input" 1,450.7 (3 dE partials +
+ * scratch; f32: 2,539.7).
+ *
  * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
  * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
  *

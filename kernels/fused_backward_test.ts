@@ -421,3 +421,27 @@ Deno.test({
     console.log(report.join("\n"));
   },
 });
+
+Deno.test("fused backward: 16-bit gradients at the paper's shape: f32 dE scratch only", () => {
+  const spec = { n: 8192, v: 256000, d: 2304, dtype: "bf16" } as const;
+  const layout = { maxBindingBytes: 2 ** 31 - 4 };
+  const ws = (gradDtype: "f32" | "input", d = 2304) =>
+    fusedBackwardWorkspaceBytes({
+      spec: { ...spec, d },
+      opts: resolveOptions({ beta: 0.1 }),
+      filter: true,
+      sort: true,
+      tile: BACKWARD_TILE_WIDE,
+      dESplits: 1,
+      gradDtype,
+      layout,
+    });
+  assert.equal(ws("input") - ws("f32"), 8192 * 2304 * 4); // the f32 dE scratch
+  const MiB = 2 ** 20;
+  const peak = 8192 * 2304 * 2 + 256000 * 2304 * 2 + ws("input") + 8192 * 4;
+  assert.ok(peak <= 1235 * MiB, `${peak / MiB} MiB`);
+  // d odd: dC's f32 scratch as well (v·d·4), dE and dC scratch rows made even
+  const dOdd = 2303;
+  const extra = ws("input", dOdd) - ws("f32", dOdd);
+  assert.ok(extra >= (8192 + 256000) * dOdd * 4 && extra < (8192 + 256000) * dOdd * 4 + MiB);
+});

@@ -12,6 +12,13 @@
  *   the measurement layer runs a fresh forward per backward in that case). Reduction `none` is
  *   unsupported there: a per-token upstream gradient cannot be applied to dC after the fact.
  *
+ * Gradient dtype: with bf16/f16 inputs, fused, fused-nosort and fused-fb return dE and dC in the
+ * input dtype (gradDtype "input", kernels/fused_backward.ts: dC accumulated in place in 16 bits,
+ * dE in an f32 scratch cast at the end; the paper-comparable memory); `fused-f32grad` is "Ours"
+ * with f32 gradients. The no-filter rows keep f32 gradients: every token tile would add one more
+ * rounding to dC (64 at the paper's shape). Their stats report gradDtype and the roundings per
+ * element (dERoundings, dCRoundings; fused-fb adds one for the scaling by the upstream gradient).
+ *
  * The sort's time counts in the backward (it is computed there, per the paper).
  * @module
  */
