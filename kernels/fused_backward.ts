@@ -398,44 +398,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const ePart = { dtype: o.dtype, contig: "k" as const };
-  const logits = dE
-    ? gemmMainloop({
-      tile: t,
-      a: ePart,
-      b: ePart,
-      aBuf: "e",
-      bBuf: "c",
-      M: "P.tE",
-      N: "P.vE",
-      K: "P.d",
-      m0: "t0",
-      n0: "v0",
-      aOff: "(m - P.eR0) * P.d",
-      sAm: "0u",
-      sAk: "1u",
-      bOff: `${crow("n")} * P.d`,
-      sBn: "0u",
-      sBk: "1u",
-    }, false)
-    : gemmMainloop({
-      tile: t,
-      a: ePart,
-      b: ePart,
-      aBuf: "c",
-      bBuf: "e",
-      M: "P.vE",
-      N: "P.tE",
-      K: "P.d",
-      m0: "v0",
-      n0: "t0",
-      aOff: `${crow("m")} * P.d`,
-      sAm: "0u",
-      sAk: "1u",
-      bOff: "(n - P.eR0) * P.d",
-      sBn: "0u",
-      sBk: "1u",
-    }, false);
+  const logits = _logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: dE }, false);
   const grad = gemmMainloop({
     tile: gt,
     a: { dtype: "f32", contig: "k" },
@@ -527,6 +490,45 @@ export interface FilterPassKernelOptions {
 }
 
 /**
+ * The logits product of a tile (E rows from P.eR0, C rows addressed through `crow`, both with d
+ * contiguous): tokens as rows (`tokenRows`, t0/v0 the tile's corners) or vocabulary entries as
+ * rows (the transposed tile, for the dC pass).
+ */
+function _logitsMainloop(
+  o: {
+    tile: GemmTile;
+    dtype: Dtype;
+    crow: (x: string) => string;
+    tokenRows: boolean;
+    vec?: boolean;
+  },
+  declare = true,
+): string {
+  const part = { dtype: o.dtype, contig: "k" as const, vec: o.vec };
+  const e = { buf: "e", extent: "P.tE", first: "t0", off: (r: string) => `(${r} - P.eR0) * P.d` };
+  const c = { buf: "c", extent: "P.vE", first: "v0", off: (r: string) => `${o.crow(r)} * P.d` };
+  const [a, b] = o.tokenRows ? [e, c] : [c, e];
+  return gemmMainloop({
+    tile: o.tile,
+    a: part,
+    b: part,
+    aBuf: a.buf,
+    bBuf: b.buf,
+    M: a.extent,
+    N: b.extent,
+    K: "P.d",
+    m0: a.first,
+    n0: b.first,
+    aOff: a.off("m"),
+    sAm: "0u",
+    sAk: "1u",
+    bOff: b.off("n"),
+    sBn: "0u",
+    sBk: "1u",
+  }, declare);
+}
+
+/**
  * WGSL of the filter pass: one workgroup per filter tile (bm tokens × bn vocab, the GEMM's fast
  * tile) computes the logits, tests g = p·f' + (β/|V|)(z/s)² ≥ ε per element (only for tokens with
  * w_n ≠ 0), ORs the verdicts of the (bm/TT)·(bn/VT) backward tiles it covers into a workgroup
@@ -594,26 +596,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
-  ${
-    gemmMainloop({
-      tile: t,
-      a: { dtype: o.dtype, contig: "k", vec },
-      b: { dtype: o.dtype, contig: "k", vec },
-      aBuf: "e",
-      bBuf: "c",
-      M: "P.tE",
-      N: "P.vE",
-      K: "P.d",
-      m0: "t0",
-      n0: "v0",
-      aOff: "(m - P.eR0) * P.d",
-      sAm: "0u",
-      sAk: "1u",
-      bOff: `${crow("n")} * P.d`,
-      sBn: "0u",
-      sBk: "1u",
-    })
-  }
+  ${_logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${laneCode}
   var bits = 0u;
   ${test}
