@@ -90,6 +90,10 @@ export interface MeasureRow {
    * label within one repetition summed); absent without timestamp-query or when the row failed.
    */
   passMs?: Record<string, number>;
+  /** Every measured repetition's time in ms ({@link TimeSource}), in run order; absent on failure. */
+  timeMsSamples?: number[];
+  /** Every measured repetition's peak bytes (same definition as peakBytes); absent on failure. */
+  peakBytesSamples?: number[];
   /** Why the row failed: `OOM: needs N MiB …`, `unsupported: …`, `leak: …`, or the message. */
   error?: string;
 }
@@ -222,6 +226,7 @@ interface _Measured {
   peakByRole?: RoleBytes;
   times?: number[];
   walls?: number[];
+  peaks?: number[];
   stats?: MethodStats | null;
   passes?: Map<string, number[]>;
   error?: string;
@@ -257,6 +262,10 @@ function _row(
     row.passMs = {};
     for (const [label, xs] of m.passes) row.passMs[label] = quantiles(xs).median;
   }
+  if (!m.error && times.length > 0) {
+    row.timeMsSamples = [...times];
+    if (m.peaks && m.peaks.length > 0) row.peakBytesSamples = [...m.peaks];
+  }
   if (m.error) row.error = m.error;
   return row;
 }
@@ -277,6 +286,19 @@ export function quantiles(xs: readonly number[]): {
     return s[lo] + (s[hi] - s[lo]) * (x - lo);
   };
   return { min: s[0], q1: at(0.25), median: at(0.5), q3: at(0.75), max: s[s.length - 1] };
+}
+
+/**
+ * The p-quantile (0 ≤ p ≤ 1) of a non-empty list, interpolated linearly between order statistics
+ * as {@link quantiles} does: `percentile(xs, 0.2)` is p20.
+ */
+export function percentile(xs: readonly number[], p: number): number {
+  if (xs.length === 0) throw new RangeError("percentile of an empty list");
+  if (!(p >= 0 && p <= 1)) throw new RangeError(`percentile needs 0 ≤ p ≤ 1, got ${p}`);
+  const s = [...xs].sort((a, b) => a - b);
+  const x = p * (s.length - 1);
+  const lo = Math.floor(x), hi = Math.ceil(x);
+  return s[lo] + (s[hi] - s[lo]) * (x - lo);
 }
 
 function _estimateFor(e: MemoryEstimate | undefined, mode: Mode): number | undefined {
@@ -361,7 +383,7 @@ async function _measureMode(
   o: MeasureOptions,
   mode: Mode,
 ): Promise<_Measured> {
-  const times: number[] = [], walls: number[] = [];
+  const times: number[] = [], walls: number[] = [], peaks: number[] = [];
   const passes = new Map<string, number[]>();
   let peakBytes = -1;
   let peakByRole: RoleBytes | undefined;
@@ -389,6 +411,7 @@ async function _measureMode(
         if (!measured) return;
         const p = _peakAbove(ctx, before.liveBytes, before.liveByRole);
         const peak = p.peak + handedOver;
+        peaks.push(peak);
         if (peak > peakBytes) {
           peakBytes = peak;
           peakByRole = p.byRole;
@@ -449,5 +472,5 @@ async function _measureMode(
   if (mode === "bwd") {
     _checkLeak(ctx, start.liveBytes, start.liveByRole, "the forward's saved state was disposed");
   }
-  return { peakBytes, peakByRole, times, walls, stats, passes };
+  return { peakBytes, peakByRole, times, walls, peaks, stats, passes };
 }

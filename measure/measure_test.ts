@@ -7,7 +7,13 @@ import { GpuError } from "../core/errors.ts";
 import { resolveOptions } from "../core/options.ts";
 import type { PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
-import { type EstimatingMethod, measureMethod, type MeasureOptions, quantiles } from "./measure.ts";
+import {
+  type EstimatingMethod,
+  measureMethod,
+  type MeasureOptions,
+  percentile,
+  quantiles,
+} from "./measure.ts";
 
 const SPEC: ProblemSpec = { n: 8, v: 16, d: 8, dtype: "f32" };
 const OPTS = resolveOptions({ beta: 0.1 });
@@ -122,6 +128,11 @@ Deno.test({
       assert.deepEqual(r.timeSource, ctx.hasTimestamps ? "gpu" : "wall");
       assert(r.timeMs !== null && r.timeMs >= 0 && r.wallMsMedian !== null);
       assert(r.timeMsMin! <= r.timeMs! && r.timeMs! <= r.timeMsMax!);
+      // raw samples: one per measured repetition, consistent with the summary figures
+      assert.equal(r.timeMsSamples?.length, 3);
+      assert.equal(Math.min(...r.timeMsSamples!), r.timeMsMin);
+      assert.equal(Math.max(...r.timeMsSamples!), r.timeMsMax);
+      assert.deepEqual(r.peakBytesSamples, [r.peakBytes, r.peakBytes, r.peakBytes]);
     }
     assert.deepEqual(ctx.memory().liveBytes, live, "live bytes back to the inputs");
   },
@@ -213,4 +224,16 @@ Deno.test("quantiles: median and quartiles by linear interpolation", () => {
   assert.deepEqual(q, { min: 1, q1: 2, median: 3, q3: 4, max: 5 });
   assert.equal(quantiles([1, 2]).median, 1.5);
   assert.deepEqual(quantiles([7]).q3, 7);
+});
+
+Deno.test("percentile: linear between order statistics, p20/p50/p80 of five samples", () => {
+  const xs = [5, 1, 4, 2, 3];
+  assert.equal(percentile(xs, 0), 1);
+  assert.equal(percentile(xs, 0.5), 3);
+  assert.equal(percentile(xs, 1), 5);
+  assert.ok(Math.abs(percentile(xs, 0.2) - 1.8) < 1e-12);
+  assert.ok(Math.abs(percentile(xs, 0.8) - 4.2) < 1e-12);
+  assert.equal(percentile([7], 0.2), 7);
+  assert.throws(() => percentile([], 0.5), RangeError);
+  assert.throws(() => percentile([1], 1.5), RangeError);
 });
