@@ -10,6 +10,7 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
 import type { ExternalRows } from "./external.ts";
+import { type GitInfo, gitInfo } from "./provenance.ts";
 import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
 import { type MeasureRow, type Mode, MODES, type TimeSource } from "../measure/measure.ts";
 import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
@@ -27,6 +28,8 @@ export interface Table3Env {
   date: string;
   /** The NVIDIA driver and GPU name from nvidia-smi, or null where nvidia-smi is absent. */
   driver: { version: string; name: string } | null;
+  /** The git commit of the tree and whether it had uncommitted changes (absent in old reports). */
+  git?: GitInfo;
 }
 
 /** The problem of a table. */
@@ -90,7 +93,10 @@ export const METHOD_ORDER: readonly string[] = [
   "baseline",
 ];
 
-/** The environment of a context: adapter, Deno, OS, date, and the NVIDIA driver when present. */
+/**
+ * The environment of a context: adapter, Deno, OS, date, the NVIDIA driver when present, and the
+ * git commit (with the dirty flag) of this checkout.
+ */
 export async function collectEnv(ctx: GpuContext): Promise<Table3Env> {
   let os = `${Deno.build.os} ${Deno.build.arch}`;
   try {
@@ -104,6 +110,7 @@ export async function collectEnv(ctx: GpuContext): Promise<Table3Env> {
     os,
     date: new Date().toISOString(),
     driver: await nvidiaDriver(),
+    git: await gitInfo(),
   };
 }
 
@@ -161,16 +168,19 @@ export function formatCell(row: MeasureRow | undefined): string {
   return `${formatMB(row.peakBytes ?? NaN)}, ${formatMs(row.timeMs ?? NaN)}`;
 }
 
-/** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
-export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
-  const a = r.env.adapter;
+/** A file-name slug of an adapter: its description (or vendor, architecture, device) lowercased. */
+export function reportSlug(a: AdapterReport): string {
   const name = a.description && a.description !== "(no description)"
     ? a.description
     : [a.vendor, a.architecture, a.device].filter((s) => s).join(" ");
-  const slug = name.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48)
+  return name.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48)
     .replace(/-+$/, "") || "adapter";
+}
+
+/** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
+export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
   const { n, v, d, dtype } = r.shape;
-  return `table3_${slug}_${n}x${v}x${d}_${dtype}`;
+  return `table3_${reportSlug(r.env.adapter)}_${n}x${v}x${d}_${dtype}`;
 }
 
 /** Rows of `beta`, methods in the paper's order. */

@@ -1,0 +1,31 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { tmpdir } from "node:os";
+import { gitInfo } from "./provenance.ts";
+
+async function _git(cwd: string, ...args: string[]) {
+  const out = await new Deno.Command("git", { args, cwd, stdout: "null", stderr: "piped" })
+    .output();
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+}
+
+Deno.test("gitInfo: commit and dirty state of a repository, nulls outside one", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "provenance-"));
+  try {
+    assert.deepEqual(await gitInfo(dir), { commit: null, dirty: null });
+    await _git(dir, "init", "-q");
+    writeFileSync(join(dir, "a.txt"), "1");
+    await _git(dir, "add", "a.txt");
+    await _git(dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one");
+    const clean = await gitInfo(dir);
+    assert.match(clean.commit!, /^[0-9a-f]{40}$/);
+    assert.equal(clean.dirty, false);
+    writeFileSync(join(dir, "untracked.txt"), "x");
+    assert.equal((await gitInfo(dir)).dirty, false, "untracked files do not count");
+    writeFileSync(join(dir, "a.txt"), "2");
+    assert.deepEqual(await gitInfo(dir), { commit: clean.commit, dirty: true });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

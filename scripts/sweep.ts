@@ -1,0 +1,310 @@
+/**
+ * `deno task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] [--dtype bf16|f16|f32]
+ * [--beta B | --betas a,b] [--methods a,b] [--modes fwd,bwd,fwd+bwd] [--fixture cce] [--seed S]
+ * [--reduction mean|sum|none] [--reps R] [--warmup W] [--external F.json,…] [--out DIR]
+ * [--adapter auto|software|hardware]`: measures the methods at each value of one size with the
+ * others fixed, and writes `sweep_<adapter>_<over>.{csv,json}` and `…_time.svg`, `…_memory.svg`
+ * under DIR (default `reports/`).
+ *
+ * The fixed sizes default to the paper's shape on a hardware adapter and to table3's reduced
+ * shape on a software one; the values default to 4 doublings ending at that size. β defaults to
+ * 0.1 only (one section; `--betas 0.1,0` for both, at twice the time). The JSON and CSV are
+ * rewritten after every cell, so a killed run keeps what it measured; the charts are drawn at
+ * the end. A method that fails at a size leaves a gap (its reason in the JSON) and the sweep goes
+ * on. `--external` takes JSON files of scripts/torch_reference.py (one per size); those whose
+ * fixed sizes match are drawn as dashed lines and added to the CSV. Bad flags print one line
+ * `error: …` and exit 2 before anything is measured or written.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { check } from "../core/errors.ts";
+import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
+import { formatDuration, paint, Progress } from "../core/progress.ts";
+import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
+import { methodByName, METHODS } from "../methods/mod.ts";
+import type { LceMethod } from "../methods/types.ts";
+import { parseFixtureName } from "../fixtures/mod.ts";
+import { defaultMemoryBudget, type Mode, MODES } from "../measure/measure.ts";
+import {
+  cellWeight,
+  nvidiaMemoryBytes,
+  planWeight,
+  runSweep,
+  SWEEP_AXES,
+  type SweepAxis,
+  type SweepPlan,
+} from "../measure/sweep.ts";
+import { type ExternalRows, readExternalRows } from "../report/external.ts";
+import { collectEnv, formatCell, PAPER_SHAPE } from "../report/table3.ts";
+import {
+  externalMatches,
+  type SweepReport,
+  writeSweepData,
+  writeSweepReport,
+} from "../report/sweep.ts";
+import {
+  HARDWARE_REPS,
+  HARDWARE_WARMUP,
+  SOFTWARE_REPS,
+  SOFTWARE_SHAPE,
+  SOFTWARE_WARMUP,
+} from "./table3.ts";
+
+const USAGE = "usage: deno task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] " +
+  "[--dtype bf16|f16|f32] [--beta B | --betas a,b] [--methods a,b,...] [--modes fwd,bwd,fwd+bwd] " +
+  "[--fixture cce|llm|uniform|nonzero-mean] [--seed S] [--reduction mean|sum|none] [--reps R] " +
+  "[--warmup W] [--external F.json,...] [--out DIR] [--adapter auto|software|hardware]\n" +
+  "  defaults: sizes of the paper (hardware) or table3's reduced shape (software adapter), " +
+  "values 4 doublings ending there, β = 0.1 only, every method and mode, reps/warm-up as table3";
+
+/** The validated command line. */
+interface _Flags {
+  over: SweepAxis;
+  values?: number[];
+  fixed: Partial<Record<SweepAxis, number>>;
+  dtype: Dtype;
+  betas: number[];
+  external: ExternalRows[];
+  methods: LceMethod[];
+  modes: Mode[];
+  fixture: string;
+  seed: number;
+  reduction: Reduction;
+  reps?: number;
+  warmup?: number;
+  out: string;
+  adapter: AdapterChoice;
+}
+
+function _list(name: string, value: string): string[] {
+  const items = value.split(",").map((s) => s.trim());
+  check(items.every((s) => s !== ""), `--${name} has an empty entry in '${value}'`);
+  check(new Set(items).size === items.length, `--${name} lists an entry twice in '${value}'`);
+  return items;
+}
+
+/**
+ * Parses and validates the flags (InputError for anything wrong; nothing is opened). One
+ * parseArgs block, kept apart so it can move to a shared flag spec.
+ */
+function _parseFlags(args: string[]): _Flags | undefined {
+  const { values } = parseArgs({
+    args,
+    options: {
+      over: { type: "string" },
+      values: { type: "string" },
+      n: { type: "string" },
+      v: { type: "string" },
+      d: { type: "string" },
+      dtype: { type: "string", default: "bf16" },
+      beta: { type: "string" },
+      betas: { type: "string" },
+      external: { type: "string", multiple: true },
+      methods: { type: "string" },
+      modes: { type: "string" },
+      fixture: { type: "string", default: "cce" },
+      seed: { type: "string", default: "0" },
+      reduction: { type: "string", default: "mean" },
+      reps: { type: "string" },
+      warmup: { type: "string" },
+      out: { type: "string", default: "reports" },
+      adapter: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) {
+    console.log(USAGE);
+    return undefined;
+  }
+  check(values.over !== undefined, `missing --over (n, v or d); ${USAGE.split("\n")[0]}`);
+  const over = values.over as SweepAxis;
+  check(SWEEP_AXES.includes(over), `--over must be n, v or d, got '${values.over}'`);
+  check(
+    values[over] === undefined,
+    `--${over} is the swept size (--over ${over}): give its values with --values`,
+  );
+  const fixed: Partial<Record<SweepAxis, number>> = {};
+  for (const k of SWEEP_AXES) if (values[k] !== undefined) fixed[k] = intFlag(k, values[k], 1);
+  const sizes = values.values === undefined
+    ? undefined
+    : _list("values", values.values).map((s) => intFlag("values", s, 1));
+  check(
+    values.beta === undefined || values.betas === undefined,
+    "give --beta or --betas, not both",
+  );
+  const betas = _list("betas", values.betas ?? values.beta ?? "0.1").map((b) => {
+    const x = numberFlag(values.betas !== undefined ? "betas" : "beta", b, 0);
+    check(x >= 0 && x <= 1, `β must be in [0, 1], got '${b}'`);
+    return x;
+  });
+  const reduction = values.reduction as Reduction;
+  resolveOptions({ beta: betas[0], reduction });
+  const external = (values.external ?? []).flatMap((f) => _list("external", f))
+    .map(readExternalRows);
+  const methods = values.methods === undefined
+    ? [...METHODS]
+    : _list("methods", values.methods).map(methodByName);
+  const modes = values.modes === undefined ? [...MODES] : _list("modes", values.modes).map((m) => {
+    check(
+      (MODES as readonly string[]).includes(m),
+      `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`,
+    );
+    return m as Mode;
+  });
+  const seed = numberFlag("seed", values.seed, 0);
+  check(Number.isSafeInteger(seed), `--seed must be an integer, got '${values.seed}'`);
+  const warmup = values.warmup === undefined ? undefined : numberFlag("warmup", values.warmup, 0);
+  check(
+    warmup === undefined || (Number.isInteger(warmup) && warmup >= 0),
+    `--warmup must be a non-negative integer, got '${values.warmup}'`,
+  );
+  const adapter = values.adapter ?? adapterFromEnv();
+  check(
+    ["auto", "software", "hardware"].includes(adapter),
+    `--adapter must be auto, software or hardware, got '${adapter}'`,
+  );
+  check(values.out !== "", "--out must name a directory");
+  return {
+    over,
+    values: sizes,
+    fixed,
+    dtype: parseDtype(values.dtype!),
+    betas,
+    external,
+    methods,
+    modes,
+    fixture: parseFixtureName(values.fixture!),
+    seed,
+    reduction,
+    reps: values.reps === undefined ? undefined : intFlag("reps", values.reps, 1),
+    warmup,
+    out: values.out!,
+    adapter: adapter as AdapterChoice,
+  };
+}
+
+/** Four doublings ending at `top` (rounded to integers): 32000, 64000, 128000, 256000. */
+export function defaultValues(top: number): number[] {
+  return [8, 4, 2, 1].map((k) => Math.max(1, Math.round(top / k)));
+}
+
+/** Runs the command with `args`. */
+export async function sweepMain(args: string[]): Promise<void> {
+  const flags = _parseFlags(args);
+  if (!flags) return;
+  const started = performance.now();
+  let ctx = await GpuContext.create({ adapter: flags.adapter });
+  const software = ctx.report.isFallbackAdapter;
+  const def = software ? SOFTWARE_SHAPE : PAPER_SHAPE;
+  const base = {
+    n: flags.fixed.n ?? def.n,
+    v: flags.fixed.v ?? def.v,
+    d: flags.fixed.d ?? def.d,
+    dtype: flags.dtype,
+  };
+  const values = flags.values ?? defaultValues(def[flags.over]);
+  base[flags.over] = values[0];
+  const reduced = software &&
+    SWEEP_AXES.some((k) => k !== flags.over && flags.fixed[k] === undefined);
+  const reducedShape = reduced
+    ? `The paper's shape would take hours on the software adapter ${ctx.report.description}, ` +
+      `so the fixed sizes default to table3's reduced shape ` +
+      `${SOFTWARE_SHAPE.n} × ${SOFTWARE_SHAPE.v} × ${SOFTWARE_SHAPE.d}.`
+    : undefined;
+  const reps = flags.reps ?? (software ? SOFTWARE_REPS : HARDWARE_REPS);
+  const warmup = flags.warmup ?? (software ? SOFTWARE_WARMUP : HARDWARE_WARMUP);
+  const plan: SweepPlan = {
+    over: flags.over,
+    values,
+    base,
+    betas: flags.betas,
+    methods: flags.methods,
+    modes: flags.modes,
+    fixture: flags.fixture,
+    seed: flags.seed,
+    reduction: flags.reduction,
+    reps,
+    warmup,
+  };
+  const progress = new Progress({ label: "sweep", total: planWeight(plan) });
+  const fixedText = SWEEP_AXES.filter((k) => k !== flags.over).map((k) => `${k}=${base[k]}`)
+    .join(" ");
+  progress.log(
+    `${ctx.report.description}${software ? " (software)" : ""}: ${flags.over} ∈ {${
+      values.join(", ")
+    }} at ${fixedText} ${base.dtype}, fixture ${flags.fixture}, β ∈ {${flags.betas.join(", ")}}, ` +
+      `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
+        flags.modes.join(",")
+      }, ${reps} reps after ${warmup} warm-up${reduced ? " (reduced shape)" : ""}`,
+  );
+  const external = flags.external.filter((x) => {
+    const ok = externalMatches(x, plan);
+    if (!ok) {
+      progress.log(
+        `ignoring ${x.source}: shape ${x.shape.n}×${x.shape.v}×${x.shape.d} does not match the ` +
+          `fixed sizes`,
+      );
+    }
+    return ok;
+  });
+  const gpuBytes = software ? undefined : await nvidiaMemoryBytes();
+  const report: SweepReport = {
+    env: await collectEnv(ctx),
+    over: flags.over,
+    values,
+    base,
+    fixture: flags.fixture,
+    seed: flags.seed,
+    betas: flags.betas,
+    modes: flags.modes,
+    methods: flags.methods.map((m) => ({ name: m.name, label: m.label })),
+    reduction: flags.reduction,
+    warmup,
+    reps,
+    timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    reducedShape,
+    complete: false,
+    cells: [],
+    external: external.length > 0 ? external : undefined,
+  };
+  writeSweepData(report, flags.out);
+  let count = 0;
+  const total = values.length * flags.betas.length * flags.methods.length * flags.modes.length;
+  const result = await runSweep(ctx, plan, {
+    onCell(cell, ms) {
+      report.cells.push(cell);
+      report.durationS = (performance.now() - started) / 1000;
+      writeSweepData(report, flags.out);
+      const r = cell.row;
+      const text = formatCell(r);
+      progress.step(
+        `[${++count}/${total}] ${flags.over}=${cell.x} ${r.method} β=${r.beta} ${r.mode}: ` +
+          `${r.error ? paint("red", text) : text} (${(ms / 1000).toFixed(1)} s)`,
+        cellWeight(cell.shape, r.mode),
+      );
+    },
+    onNote: (text) => progress.log(text),
+    reopen: () => GpuContext.create({ adapter: flags.adapter }),
+    budgetBytes: (c, inputBytes) =>
+      gpuBytes !== undefined ? gpuBytes - inputBytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
+  });
+  ctx = result.ctx;
+  report.complete = true;
+  report.durationS = (performance.now() - started) / 1000;
+  const paths = await writeSweepReport(report, flags.out);
+  progress.finish();
+  const failed = report.cells.filter((c) => c.row.error !== undefined).length;
+  progress.log(
+    `${failed === 0 ? "every cell measured" : `${failed} of ${report.cells.length} cells failed`}` +
+      `; ${formatDuration(report.durationS)}; wrote ${paths.csv}, ${paths.json}, ` +
+      `${paths.timeSvg}, ${paths.memorySvg}`,
+  );
+  ctx.destroy();
+}
+
+if (import.meta.main) {
+  await runCli(() => sweepMain(Deno.args));
+}
