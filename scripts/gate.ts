@@ -18,7 +18,8 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { parseArgs, styleText } from "node:util";
+import { parseArgs } from "node:util";
+import { paint } from "../core/progress.ts";
 import { intFlag, runCli } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
@@ -183,7 +184,7 @@ function _findBaseline(slug: string, fallback: boolean): string | undefined {
 }
 
 function _progress(s: string): void {
-  console.error(styleText("dim", "gate: ") + s);
+  console.error(paint("dim", "gate: ") + s);
 }
 
 /** Runs the command with `args`; returns the exit code (0 passed, 1 regressed). */

@@ -11,7 +11,8 @@
  * is measured or written; a method that fails gets its row marked and the run goes on (exit 0).
  * @module
  */
-import { parseArgs, styleText } from "node:util";
+import { parseArgs } from "node:util";
+import { paint, Progress } from "../core/progress.ts";
 import { type ExternalRows, readExternalRows } from "../report/external.ts";
 import { intFlag, numberFlag, runCli } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
@@ -190,15 +191,16 @@ async function _nvidiaMemoryBytes(): Promise<number | undefined> {
   }
 }
 
-function _progress(s: string): void {
-  console.error(styleText("dim", "table3: ") + s);
-}
-
 /** Runs the command with `args`. */
 export async function table3Main(args: string[]): Promise<void> {
   const flags = _parseFlags(args);
   if (!flags) return;
   const started = performance.now();
+  const progress = new Progress({
+    label: "table3",
+    total: flags.betas.length * flags.methods.length * flags.modes.length,
+  });
+  const _progress = (s: string) => progress.log(s);
   let ctx = await GpuContext.create({ adapter: flags.adapter });
   const software = ctx.report.isFallbackAdapter;
   const def = software ? { ...SOFTWARE_SHAPE, dtype: flags.dtype } : PAPER_SHAPE;
@@ -266,9 +268,9 @@ export async function table3Main(args: string[]): Promise<void> {
         onRow(row, ms) {
           rows.push(row);
           const cell = formatCell(row);
-          _progress(
+          progress.step(
             `[${rows.length}/${total}] ${row.method} β=${row.beta} ${row.mode}: ` +
-              `${row.error ? styleText("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
+              `${row.error ? paint("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
           );
         },
       });
@@ -294,6 +296,7 @@ export async function table3Main(args: string[]): Promise<void> {
     external: flags.external,
   };
   const paths = await writeReport(report, flags.out);
+  progress.finish();
   const md = formatMarkdown(report);
   console.log(md.slice(0, md.indexOf("\n## Details")).trimEnd());
   const failed = rows.filter((r) => r.error !== undefined).length;

@@ -1,0 +1,129 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { tmpdir } from "node:os";
+import { assertWellFormedXml } from "../report/svg_xml.ts";
+import { defaultValues } from "./sweep.ts";
+
+const SWEEP = new URL("./sweep.ts", import.meta.url).pathname;
+const TABLE3 = new URL("./table3.ts", import.meta.url).pathname;
+
+/** Runs a script with piped (non-terminal) output; `env` adds to (or, as "", unsets in) ours. */
+async function _run(
+  script: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const base = { ...Deno.env.toObject(), ...env };
+  for (const [k, v] of Object.entries(env)) if (v === "") delete base[k];
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", script, ...args],
+    stdout: "piped",
+    stderr: "piped",
+    env: base,
+    clearEnv: true,
+  }).output();
+  const dec = new TextDecoder();
+  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
+}
+
+const TINY = [
+  "--n",
+  "16",
+  "--d",
+  "8",
+  "--reps",
+  "2",
+  "--warmup",
+  "0",
+  "--methods",
+  "fused,baseline",
+];
+
+Deno.test("sweep: a tiny sweep writes CSV, JSON and two SVG charts; no escape codes in a pipe", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-script-"));
+  try {
+    // NO_COLOR unset and FORCE_COLOR set: the pipe alone must keep colour codes out
+    const r = await _run(
+      SWEEP,
+      ["--over", "v", "--values", "24,40", ...TINY, "--modes", "fwd,bwd", "--out", dir],
+      { NO_COLOR: "", FORCE_COLOR: "1" },
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(!r.stderr.includes("\x1b") && !r.stdout.includes("\x1b"), JSON.stringify(r.stderr));
+    assert.ok(!r.stderr.includes("\r"), "no carriage returns in a log");
+    assert.match(r.stderr, /\[8\/8\] v=40 baseline β=0\.1 bwd: /);
+    const files = readdirSync(dir).sort();
+    const slug = files[0].replace(/^sweep_(.*)_v\.csv$/, "$1");
+    assert.deepEqual(files, [
+      `sweep_${slug}_v.csv`,
+      `sweep_${slug}_v.json`,
+      `sweep_${slug}_v_memory.svg`,
+      `sweep_${slug}_v_time.svg`,
+    ]);
+    const csv = readFileSync(join(dir, files[0]), "utf8").trimEnd().split("\r\n");
+    assert.equal(csv.length, 1 + 2 * 1 * 2 * 2 * 2, "methods × β × modes × metrics × values");
+    const json = JSON.parse(readFileSync(join(dir, files[1]), "utf8"));
+    assert.equal(json.complete, true);
+    assert.deepEqual(json.values, [24, 40]);
+    assert.deepEqual(json.betas, [0.1]);
+    assert.equal(json.cells.length, 8);
+    assert.deepEqual(json.failures, []);
+    assert.match(json.env.git.commit ?? "none", /^([0-9a-f]{40}|none)$/);
+    assert.equal(typeof json.env.deno.deno, "string");
+    for (const f of files.slice(2)) assertWellFormedXml(readFileSync(join(dir, f), "utf8"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("table3 and sweep: NO_COLOR and piped output carry no escape codes, even on errors", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-script-"));
+  try {
+    const args = "--n 16 --v 40 --d 8 --reps 1 --warmup 0 --methods baseline --modes fwd";
+    const envs: Record<string, string>[] = [{ NO_COLOR: "1" }, { NO_COLOR: "", FORCE_COLOR: "1" }];
+    for (const env of envs) {
+      const t = await _run(TABLE3, [...args.split(" "), "--out", dir], env);
+      assert.equal(t.code, 0, t.stderr);
+      assert.ok(!(t.stdout + t.stderr).includes("\x1b"), `${JSON.stringify(env)}: ${t.stderr}`);
+    }
+    const bad = await _run(SWEEP, ["--over", "q", "--out", join(dir, "no")], { NO_COLOR: "1" });
+    assert.equal(bad.code, 2);
+    assert.ok(!(bad.stdout + bad.stderr).includes("\x1b"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("sweep: bad flags exit 2 with one line and write nothing", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-script-"));
+  try {
+    const ext = join(dir, "ext.json");
+    writeFileSync(ext, "{not json");
+    const cases: [string[], RegExp][] = [
+      [[], /^error: missing --over/],
+      [["--over", "x"], /^error: --over must be n, v or d/],
+      [["--over", "v", "--v", "100"], /^error: --v is the swept size/],
+      [["--over", "v", "--values", "10,0"], /^error: --values must be a positive integer/],
+      [["--over", "v", "--values", "10,10"], /^error: --values lists an entry twice/],
+      [["--over", "n", "--methods", "nope"], /^error: unknown method 'nope'/],
+      [["--over", "n", "--beta", "0.1", "--betas", "0"], /^error: give --beta or --betas/],
+      [["--over", "d", "--external", ext], /^error: .*ext\.json: cannot read external rows/],
+    ];
+    for (const [args, want] of cases) {
+      const r = await _run(SWEEP, [...args, "--out", join(dir, "out")], { NO_COLOR: "1" });
+      assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+      const lines = r.stderr.trimEnd().split("\n");
+      assert.equal(lines.length, 1, r.stderr);
+      assert.match(lines[0], want);
+    }
+    assert.deepEqual(readdirSync(dir), ["ext.json"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("sweep: default values are four doublings ending at the size", () => {
+  assert.deepEqual(defaultValues(256000), [32000, 64000, 128000, 256000]);
+  assert.deepEqual(defaultValues(4096), [512, 1024, 2048, 4096]);
+});
