@@ -228,6 +228,20 @@ export interface Bar {
   value: number | null;
   /** Text printed at the base of a missing bar. */
   note?: string;
+  /** Lower end of an error bar drawn over the bar (e.g. the fastest repetition). */
+  lo?: number;
+  /** Upper end of the error bar (e.g. the slowest repetition). */
+  hi?: number;
+}
+
+/** A horizontal reference line of a {@link groupedBarChart} (e.g. a lower bound). */
+export interface BarRule {
+  /** Panel it is drawn in; omit for every panel. */
+  facet?: string;
+  /** Height of the line. */
+  value: number;
+  /** Text printed above its left end. */
+  label?: string;
 }
 
 /** Options of {@link groupedBarChart}. */
@@ -252,6 +266,8 @@ export interface GroupedBarChartOptions {
   yTicks?: readonly number[];
   /** Print each value above its bar, with this d3 format (e.g. ".3~g"); default no labels. */
   valueFormat?: string;
+  /** Horizontal reference lines, dashed black (e.g. the lower bound of each panel). */
+  rules?: readonly BarRule[];
   /** Facet order. */
   facetOrder?: readonly string[];
   /** Group order. */
@@ -280,19 +296,43 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
   const series = o.seriesOrder ?? _unique(o.bars.map((b) => b.series));
   const faceted = o.bars.some((b) => b.facet !== undefined);
   const values: number[] = [];
-  const rows = o.bars.map((b, i) => {
+  const rows: Record<string, unknown>[] = o.bars.map((b, i) => {
     const v = b.value;
     check(v === null || Number.isFinite(v), `bar ${i} (${b.series}, ${b.group}): value ${v}`);
     check(!o.logY || v === null || v > 0, `bar ${i} (${b.series}, ${b.group}): ${v} on a log axis`);
     if (v !== null) values.push(v);
+    const bar = v !== null && b.lo !== undefined && b.hi !== undefined &&
+      Number.isFinite(b.lo) && Number.isFinite(b.hi) && (!o.logY || b.lo > 0);
+    if (bar) values.push(b.lo!, b.hi!);
     return {
       facet: b.facet ?? "",
       group: b.group,
       series: b.series,
       value: v,
       note: v === null ? (b.note ?? "n/a") : null,
+      lo: bar ? b.lo : null,
+      hi: bar ? b.hi : null,
+      rule: null,
     };
   });
+  const facetNames = _unique(o.bars.map((b) => b.facet ?? ""));
+  for (const r of o.rules ?? []) {
+    check(Number.isFinite(r.value) && (!o.logY || r.value > 0), `rule value ${r.value}`);
+    values.push(r.value);
+    for (const f of r.facet === undefined ? facetNames : [r.facet]) {
+      rows.push({
+        facet: f,
+        group: null,
+        series: null,
+        value: null,
+        note: null,
+        lo: null,
+        hi: null,
+        rule: r.value,
+        ruleLabel: r.label ?? "",
+      });
+    }
+  }
   check(!o.logY || values.length > 0, "a log-scale bar chart needs at least one value");
   const y = _axisEncoding("value", o.valueLabel, values, o.logY, o.yTicks, undefined, !o.logY);
   const base = o.logY ? (y.scale as { domain: number[] }).domain[0] : 0;
@@ -322,6 +362,32 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
       encoding: { x, xOffset, y: { datum: base, type: "quantitative" }, text: { field: "note" } },
     },
   ];
+  if (rows.some((r) => r.lo !== null)) {
+    layers.push({
+      transform: [{ filter: "datum.lo != null && datum.hi != null" }],
+      mark: { type: "rule", color: "#222222", strokeWidth: 1 },
+      encoding: {
+        x,
+        xOffset,
+        y: { ...y, field: "lo" },
+        y2: { field: "hi" },
+      },
+    });
+  }
+  if ((o.rules ?? []).length > 0) {
+    layers.push(
+      {
+        transform: [{ filter: "datum.rule != null" }],
+        mark: { type: "rule", color: "#000000", strokeDash: [5, 3], strokeWidth: 1.2 },
+        encoding: { y: { ...y, field: "rule" } },
+      },
+      {
+        transform: [{ filter: "datum.rule != null && datum.ruleLabel != ''" }],
+        mark: { type: "text", align: "left", baseline: "bottom", dy: -2, fontSize: 9, x: 2 },
+        encoding: { y: { ...y, field: "rule" }, text: { field: "ruleLabel" } },
+      },
+    );
+  }
   if (o.valueFormat !== undefined) {
     layers.push({
       transform: [{ filter: "datum.value != null" }],

@@ -168,6 +168,103 @@ export function formatCell(row: MeasureRow | undefined): string {
   return `${formatMB(row.peakBytes ?? NaN)}, ${formatMs(row.timeMs ?? NaN)}`;
 }
 
+/** The baseline row of `row`'s section (method `baseline`, same β and mode), if measured. */
+function _baselineOf(r: Table3Report, row: MeasureRow): MeasureRow | undefined {
+  const b = r.rows.find((x) =>
+    x.method === BASELINE_METHOD && x.beta === row.beta && x.mode === row.mode
+  );
+  return b && b.error === undefined ? b : undefined;
+}
+
+/** Name of the method every section's ratios are taken against. */
+export const BASELINE_METHOD = "baseline";
+
+/**
+ * Speed-up (baseline time / this time) and memory saving (1 − this peak / baseline peak) of a row
+ * against the baseline row of its section; nulls where either failed or the baseline is absent.
+ */
+export function vsBaseline(
+  r: Table3Report,
+  row: MeasureRow,
+): { speedup: number | null; memorySaving: number | null } {
+  const b = _baselineOf(r, row);
+  if (!b || row.error !== undefined || row.method === BASELINE_METHOD) {
+    return { speedup: null, memorySaving: null };
+  }
+  const speedup = b.timeMs !== null && row.timeMs !== null && row.timeMs > 0
+    ? b.timeMs / row.timeMs
+    : null;
+  const memorySaving = b.peakBytes !== null && row.peakBytes !== null && b.peakBytes > 0
+    ? 1 - row.peakBytes / b.peakBytes
+    : null;
+  return { speedup, memorySaving };
+}
+
+/** `1.7×`, `0.41×`, `12×`: a speed-up with two significant digits (none after the point ≥ 10). */
+export function formatSpeedup(x: number): string {
+  const text = x >= 10
+    ? x.toLocaleString("en-US", { maximumFractionDigits: 0 })
+    : x.toLocaleString("en-US", { minimumSignificantDigits: 2, maximumSignificantDigits: 2 });
+  return `${text}×`;
+}
+
+/**
+ * A memory saving as a signed percentage: `−96%` (less memory), `+35%` (more), and enough
+ * decimals near −100% that the remainder shows (`−99.996%`).
+ */
+export function formatSaving(saving: number): string {
+  const pct = 100 * saving;
+  const rest = 100 - Math.abs(pct);
+  const digits = rest >= 10 ? 0 : rest >= 1 ? 1 : Math.min(4, Math.ceil(-Math.log10(rest)) + 1);
+  const text = Math.abs(pct).toLocaleString("en-US", {
+    minimumFractionDigits: 0,
+    maximumFractionDigits: Number.isFinite(digits) ? digits : 4,
+  });
+  return `${pct > 0 ? "−" : pct < 0 ? "+" : "±"}${text}%`;
+}
+
+/** A cell with its ratios against the section's baseline: `1.1 MB, 24.3 ms (1.7× speed, −96% mem)`. */
+export function formatCellVsBaseline(r: Table3Report, row: MeasureRow | undefined): string {
+  const cell = formatCell(row);
+  if (!row) return cell;
+  const { speedup, memorySaving } = vsBaseline(r, row);
+  const parts: string[] = [];
+  if (speedup !== null) parts.push(`${formatSpeedup(speedup)} speed`);
+  if (memorySaving !== null) parts.push(`${formatSaving(memorySaving)} mem`);
+  return parts.length > 0 ? `${cell} (${parts.join(", ")})` : cell;
+}
+
+/**
+ * Notes on the gradient filter, one per β: how many tiles the filtering rows (stats with
+ * `tilesTotal`, not a `nofilter` row) skipped in the backward, and when none skipped any tile,
+ * that the No Grad. Filter ablation shows nothing at this shape.
+ */
+export function filterNotes(r: Table3Report): string[] {
+  const notes: string[] = [];
+  for (const beta of _betaOrder(r)) {
+    const rows = r.rows.filter((x) =>
+      x.beta === beta && x.mode !== "fwd" && x.error === undefined && !/nofilter/.test(x.method) &&
+      typeof x.stats?.tilesTotal === "number" && x.stats.tilesTotal > 0 &&
+      typeof x.stats.tilesSkipped === "number"
+    );
+    if (rows.length === 0) continue;
+    const first = rows.find((x) => x.method === "fused") ?? rows[0];
+    const skipped = first.stats!.tilesSkipped as number, total = first.stats!.tilesTotal as number;
+    const what = `${first.method} skipped ${skipped.toLocaleString("en-US")} of ` +
+      `${total.toLocaleString("en-US")} tiles (${(100 * skipped / total).toFixed(1)}%)`;
+    if (rows.every((x) => x.stats!.tilesSkipped === 0)) {
+      notes.push(
+        `Gradient filter, β = ${beta}: no filtering row skipped any tile at this shape (${what}), ` +
+          "so the No Grad. Filter rows do the same work as the filtered ones here: the filter " +
+          "ablation shows nothing at this shape.",
+      );
+    } else {
+      notes.push(`Gradient filter, β = ${beta}: ${what} in the backward.`);
+    }
+  }
+  return notes;
+}
+
 /** A file-name slug of an adapter: its description (or vendor, architecture, device) lowercased. */
 export function reportSlug(a: AdapterReport): string {
   const name = a.description && a.description !== "(no description)"
@@ -262,6 +359,24 @@ export function formatMarkdown(r: Table3Report): string {
         "memory.",
     );
   }
+  const git = r.env.git;
+  if (git) {
+    lines.push(
+      `- Source: ${
+        git.commit === null ? "not a git checkout" : `git commit ${git.commit.slice(0, 12)}`
+      }${
+        git.dirty ? " with uncommitted changes (dirty tree)" : git.dirty === false ? ", clean" : ""
+      }.`,
+    );
+  }
+  if (r.rows.some((x) => x.method === BASELINE_METHOD)) {
+    lines.push(
+      "- In brackets: speed-up (the section's baseline time / this time) and memory saving " +
+        "(−: less peak memory than the section's baseline, +: more) against the Baseline row of " +
+        "the same section and mode.",
+    );
+  }
+  for (const note of filterNotes(r)) lines.push(`- ${note}`);
   if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
   lines.push("");
   lines.push(`| method | ${modes.join(" | ")} |`);
@@ -276,7 +391,9 @@ export function formatMarkdown(r: Table3Report): string {
     for (const m of _sectionMethods(r, beta)) {
       const rows = r.rows.filter((x) => x.beta === beta && x.method === m);
       const label = rows[0]?.label ?? m;
-      const cells = modes.map((mode) => _md(formatCell(rows.find((x) => x.mode === mode))));
+      const cells = modes.map((mode) =>
+        _md(formatCellVsBaseline(r, rows.find((x) => x.mode === mode)))
+      );
       lines.push(`| ${_md(label)} | ${cells.join(" | ")} |`);
     }
   }
@@ -382,6 +499,12 @@ export function formatJson(r: Table3Report): string {
 
 /** Columns of the CSV report. */
 export const CSV_COLUMNS = [
+  "adapter",
+  "n",
+  "v",
+  "d",
+  "dtype",
+  "fixture",
   "method",
   "label",
   "beta",
@@ -400,6 +523,8 @@ export const CSV_COLUMNS = [
   "peak_workspace_bytes",
   "peak_output_bytes",
   "peak_params_bytes",
+  "speedup_vs_baseline",
+  "memory_saving_vs_baseline",
   "stats",
   "error",
 ] as const;
@@ -415,8 +540,15 @@ export function formatCsv(r: Table3Report): string {
   const lines = [CSV_COLUMNS.join(",")];
   for (const x of r.rows) {
     const role = x.peakByRole;
+    const vs = vsBaseline(r, x);
     lines.push(
       [
+        r.env.adapter.description,
+        r.shape.n,
+        r.shape.v,
+        r.shape.d,
+        r.shape.dtype,
+        r.fixture,
         x.method,
         x.label,
         x.beta,
@@ -435,6 +567,8 @@ export function formatCsv(r: Table3Report): string {
         role?.workspace,
         role?.output,
         role?.params,
+        vs.speedup,
+        vs.memorySaving,
         x.stats && Object.keys(x.stats).length > 0 ? x.stats : null,
         x.error,
       ].map(_csvField).join(","),
@@ -459,14 +593,21 @@ export async function renderSvg(r: Table3Report): Promise<string> {
   }
   const labelOf = (m: string) => r.rows.find((x) => x.method === m)?.label ?? m;
   const series = methods.map(labelOf);
-  const bars = (value: (x: MeasureRow) => number | null, zeroNote?: string): Bar[] =>
+  const bars = (
+    value: (x: MeasureRow) => number | null,
+    zeroNote: string,
+    range?: (x: MeasureRow) => [number | null, number | null],
+  ): Bar[] =>
     r.rows.map((x) => {
       const v = x.error === undefined ? value(x) : null;
       const bar: Bar = { facet: x.mode, group: group(x.beta), series: x.label, value: v };
       if (x.error !== undefined) bar.note = _note(x.error);
       else if (v === null || v <= 0) {
         bar.value = null;
-        bar.note = zeroNote ?? "n/a";
+        bar.note = zeroNote;
+      } else if (range) {
+        const [lo, hi] = range(x);
+        if (lo !== null && hi !== null && lo > 0) [bar.lo, bar.hi] = [lo, hi];
       }
       return bar;
     });
@@ -476,18 +617,31 @@ export async function renderSvg(r: Table3Report): Promise<string> {
     seriesOrder: series,
   };
   const what = r.timeSource === "gpu" ? "GPU" : "wall";
+  /** Log axis where the values span more than 10× (bars of 0.2 ms beside seconds stay visible). */
+  const wantsLog = (f: (x: MeasureRow) => number | null) => {
+    const v = r.rows.filter((x) => x.error === undefined).map(f)
+      .filter((y): y is number => y !== null && y > 0);
+    return v.length > 0 && Math.max(...v) / Math.min(...v) > 10;
+  };
+  const timeLog = wantsLog((x) => x.timeMs);
+  const memoryLog = wantsLog((x) => x.peakBytes);
   const time = groupedBarChartSpec({
     ...common,
-    bars: bars((x) => x.timeMs, "0 ms"),
-    valueLabel: `median ${what} time (ms)`,
+    bars: bars((x) => x.timeMs, "0 ms", (x) => [x.timeMsMin, x.timeMsMax]),
+    valueLabel: `median ${what} time (ms${timeLog ? ", log" : ""}); bar: min–max`,
+    logY: timeLog,
     title: "Time",
   });
   const memory = groupedBarChartSpec({
     ...common,
     bars: bars((x) => (x.peakBytes === null ? null : x.peakBytes / 2 ** 20), "0 B"),
-    valueLabel: "peak memory (MiB, log)",
-    logY: true,
+    valueLabel: `peak memory (MiB${memoryLog ? ", log" : ""})`,
+    logY: memoryLog,
     title: "Memory",
+    rules: common.facetOrder.map((mode) => {
+      const b = lowerBoundBytes(r.shape, mode, r.reduction);
+      return { facet: mode, value: b / 2 ** 20, label: `lower bound ${formatMB(b)}` };
+    }),
   });
   const { n, v, d, dtype } = r.shape;
   const strip = (s: object) => {

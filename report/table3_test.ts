@@ -6,11 +6,14 @@ import { assertWellFormedXml, svgTexts } from "./svg_xml.ts";
 import type { MeasureRow, Mode } from "../measure/measure.ts";
 import {
   CSV_COLUMNS,
+  filterNotes,
   formatCell,
   formatCsv,
   formatMarkdown,
   formatMB,
   formatMs,
+  formatSaving,
+  formatSpeedup,
   lowerBoundBytes,
   PAPER_SHAPE,
   reportBaseName,
@@ -163,14 +166,25 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
   assert.match(reduced, /> \*\*Reduced shape\.\*\* software adapter/);
 });
 
-Deno.test("formatCsv: header and one quoted line per row", () => {
-  const csv = formatCsv(_report()).split("\r\n");
+Deno.test("formatCsv: header, shape columns and one quoted line per row with its ratios", () => {
+  const r = _report();
+  r.rows.find((x) => x.method === "fused" && x.beta === 0.1 && x.mode === "fwd")!.timeMs = 12.125;
+  const csv = formatCsv(r).split("\r\n");
   assert.equal(csv[0], CSV_COLUMNS.join(","));
   assert.equal(csv.length, 1 + 18 + 1);
-  const failed = csv.find((l) => l.startsWith("baseline,Baseline,0.1,fwd+bwd,"))!;
+  for (const c of ["adapter", "n", "v", "d", "dtype", "fixture"]) {
+    assert.ok(CSV_COLUMNS.includes(c as typeof CSV_COLUMNS[number]), c);
+  }
+  const failed = csv.find((l) => l.includes(",baseline,Baseline,0.1,fwd+bwd,"))!;
   assert.match(failed, /,"OOM: needs 28,000 MiB"$/);
   const ok = csv[1].split(",");
-  assert.deepEqual(ok.slice(0, 8), [
+  assert.deepEqual(ok.slice(0, 14), [
+    "NVIDIA H200 | test",
+    "8192",
+    "256000",
+    "2304",
+    "bf16",
+    "cce",
     "baseline",
     "Baseline",
     "0.1",
@@ -180,6 +194,57 @@ Deno.test("formatCsv: header and one quoted line per row", () => {
     "24.25",
     "gpu",
   ]);
+  const col = (k: string) => CSV_COLUMNS.indexOf(k as typeof CSV_COLUMNS[number]);
+  const fused = csv.find((l) => l.includes(",fused,Ours,0.1,fwd,"))!.split(",");
+  assert.equal(fused[col("speedup_vs_baseline")], "2");
+  assert.equal(fused[col("memory_saving_vs_baseline")], "0");
+  assert.equal(ok[col("speedup_vs_baseline")], "", "the baseline has no ratio to itself");
+});
+
+Deno.test("table3 markdown: each cell's speed-up and memory saving against its section's baseline", () => {
+  const r = _report();
+  const fused = r.rows.find((x) => x.method === "fused" && x.beta === 0 && x.mode === "bwd")!;
+  fused.timeMs = 24.25 / 4;
+  fused.peakBytes = 1.1 * 2 ** 20 * 0.04;
+  const md = formatMarkdown(r);
+  const line = (label: string, section: number) =>
+    md.split("\n").filter((l) => l.startsWith(`| ${label} |`))[section];
+  assert.equal(
+    line("Ours", 1),
+    "| Ours | 1.1 MB, 24.3 ms (1.0× speed, ±0% mem) | 0.044 MB, 6.1 ms (4.0× speed, −96% mem) | " +
+      "1.1 MB, 24.3 ms |",
+    "no ratio where the baseline failed (fwd+bwd)",
+  );
+  assert.equal(
+    line("Baseline", 0),
+    "| Baseline | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
+  );
+  assert.match(md, /In brackets: speed-up/);
+  assert.equal(formatSaving(-0.35), "+35%");
+  assert.equal(formatSaving(0.99996), "−99.996%");
+  assert.equal(formatSaving(0.5), "−50%");
+  assert.equal(formatSpeedup(893.4), "893×");
+  assert.equal(formatSpeedup(0.0561), "0.056×");
+});
+
+Deno.test("table3 markdown: git commit and dirty tree; the filter note when no tile was skipped", () => {
+  const r = _report();
+  r.env.git = { commit: "abcdef0123456789abcdef0123456789abcdef01", dirty: true };
+  const md = formatMarkdown(r);
+  assert.match(md, /Source: git commit abcdef012345 with uncommitted changes \(dirty tree\)/);
+  assert.match(
+    md,
+    /Gradient filter, β = 0\.1: fused skipped 3 of 4 tiles \(75\.0%\) in the backward/,
+  );
+  assert.doesNotMatch(md, /ablation shows nothing/);
+  for (const x of r.rows) if (x.stats) x.stats = { tilesSkipped: 0, tilesTotal: 4 };
+  assert.deepEqual(filterNotes(r).length, 2);
+  assert.match(
+    formatMarkdown(r),
+    /Gradient filter, β = 0: no filtering row skipped any tile at this shape \(fused skipped 0 of 4 tiles \(0\.0%\)\), so the No Grad\. Filter rows do the same work as the filtered ones here: the filter ablation shows nothing at this shape\./,
+  );
+  r.env.git = { commit: "abcdef0123456789abcdef0123456789abcdef01", dirty: false };
+  assert.match(formatMarkdown(r), /Source: git commit abcdef012345, clean\./);
 });
 
 Deno.test("writeReport: four files named after adapter and shape, SVG well formed", async () => {
@@ -197,9 +262,15 @@ Deno.test("writeReport: four files named after adapter and shape, SVG well forme
     const svg = readFileSync(paths.svg, "utf8");
     assertWellFormedXml(svg);
     const texts = svgTexts(svg);
-    for (const t of ["Time", "Memory", "Ours", "OOM", "fwd+bwd", "β = 0.1"]) {
+    for (
+      const t of ["Time", "Memory", "Ours", "OOM", "fwd+bwd", "β = 0.1", "lower bound 1,161 MB"]
+    ) {
       assert(texts.includes(t), `SVG has text ${t}`);
     }
+    // min–max error bars on the time bars (one per measured row), the lower bound in each panel
+    const rules = [...svg.matchAll(/<g class="mark-rule role-mark ([^"]*)"/g)].map((m) => m[1]);
+    assert.ok(rules.length >= 2, `error bars and lower-bound rules: ${rules.join(" ")}`);
+    assert.ok(svg.includes("stroke-dasharray"), "the lower bound is dashed");
     assert(!existsSync(`${paths.md}.tmp-${Deno.pid}`));
   } finally {
     rmSync(dir, { recursive: true, force: true });
