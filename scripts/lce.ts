@@ -21,7 +21,10 @@ import { runMethod } from "../methods/run.ts";
 const USAGE =
   "usage: deno task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] " +
   "[--beta B] [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32] " +
-  "[--grad-output G] [--adapter auto|software|hardware]";
+  "[--grad-output G] [--adapter auto|software|hardware]\n" +
+  "  defaults: --method fused, --beta 0 (plain cross-entropy; note: table3 and sweep default to " +
+  "β = 0.1), --reduction mean, --dtype f32 (table3 and sweep default to bf16), --ignore-index " +
+  "-100, --grad-output 1. The values used are printed with the result.";
 
 /** Runs the command with `args`. */
 export async function lceMain(args: string[]): Promise<void> {
@@ -113,7 +116,9 @@ export async function lceMain(args: string[]): Promise<void> {
   }
   const lossText = opts.reduction === "none" ? `${n} per-token losses` : `loss ${r.loss[0]}`;
   console.log(
-    `${method.name}: ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${values.out}`,
+    `${method.name} (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
+      opts.softcap !== undefined ? `, softcap ${opts.softcap}` : ""
+    }): ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${values.out}`,
   );
   ctx.destroy();
 }

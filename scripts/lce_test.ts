@@ -56,6 +56,7 @@ Deno.test("lce: writes loss, dE, dC that match the float64 reference", async () 
     "2",
   ]);
   assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^baseline \(β = 0\.1, reduction mean, dtype f32, softcap 4\): loss /);
   const ref = lceReference({ n, v, d, e, c, targets: t }, { beta: 0.1, softcap: 4 }, 2);
   const read = async (f: string) => parseNpy(await Deno.readFile(join(out, f)), f);
   const loss = await read("loss.npy"), dE = await read("dE.npy"), dC = await read("dC.npy");
@@ -64,6 +65,18 @@ Deno.test("lce: writes loss, dE, dC that match the float64 reference", async () 
   assert.ok(Math.abs(loss.data[0] as number - ref.loss[0]) < 1e-5);
   for (let i = 0; i < n * d; i++) assert.ok(Math.abs((dE.data[i] as number) - ref.dE[i]) < 1e-5);
   for (let i = 0; i < v * d; i++) assert.ok(Math.abs((dC.data[i] as number) - ref.dC[i]) < 1e-5);
+});
+
+Deno.test("lce: prints the β, reduction and dtype it used; --help says how its β default differs", async () => {
+  const r = await lce([...base(join(dir, "defaults"))]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^baseline \(β = 0, reduction mean, dtype f32\): loss /);
+  const h = await lce(["--help"]);
+  assert.equal(h.code, 0);
+  assert.match(
+    h.stdout,
+    /--beta 0 \(plain cross-entropy; note: table3 and sweep default to β = 0\.1\)/,
+  );
 });
 
 async function writeBad(name: string, data: Float32Array | Int32Array, shape: number[]) {
