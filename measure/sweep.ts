@@ -56,6 +56,12 @@ export interface SweepHooks {
   reopen?(): Promise<GpuContext>;
   /** The memory budget above the inputs at a value (default {@link defaultMemoryBudget}). */
   budgetBytes?(ctx: GpuContext, inputBytes: number): number;
+  /**
+   * A cell measured before (a resumed run), or undefined to measure it: a cell returned here is
+   * passed to onCell again and not measured; a value whose cells all come from here needs no
+   * inputs.
+   */
+  done?(x: number, beta: number, method: string, mode: Mode): SweepCell | undefined;
 }
 
 /** The problem at value `x` of the swept size. */
@@ -104,6 +110,18 @@ export async function runSweep(
         }
       }
     };
+    const known = (beta: number, method: LceMethod, mode: Mode) =>
+      hooks.done?.(x, beta, method.name, mode);
+    if (
+      plan.betas.every((b) =>
+        plan.methods.every((m) => plan.modes.every((mode) => known(b, m, mode)))
+      )
+    ) {
+      for (const b of plan.betas) {
+        for (const m of plan.methods) for (const mode of plan.modes) emit(known(b, m, mode)!, 0);
+      }
+      continue;
+    }
     if (ctx.lostReason && hooks.reopen) {
       hooks.onNote?.(`device lost (${ctx.lostReason}); opening a new one`);
       ctx = await hooks.reopen();
@@ -128,6 +146,12 @@ export async function runSweep(
       for (const beta of plan.betas) {
         const opts = resolveOptions({ beta, reduction: plan.reduction });
         for (const method of plan.methods) {
+          const todo = plan.modes.filter((mode) => {
+            const cell = known(beta, method, mode);
+            if (cell) emit(cell, 0);
+            return !cell;
+          });
+          if (todo.length === 0) continue;
           const gradOut = uploadGradOut(ctx, shape.n, opts);
           try {
             await measureMethod(ctx, method, {
@@ -135,7 +159,7 @@ export async function runSweep(
               opts,
               inputs: inputs.inputs,
               gradOut,
-              modes: plan.modes,
+              modes: todo,
               warmup: plan.warmup,
               reps: plan.reps,
               budgetBytes: budget,

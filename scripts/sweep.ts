@@ -18,7 +18,9 @@
  */
 import { parseArgs } from "node:util";
 import { intFlag, numberFlag, runCli } from "../core/cli.ts";
-import { check } from "../core/errors.ts";
+import { check, InputError } from "../core/errors.ts";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { formatDuration, paint, Progress } from "../core/progress.ts";
 import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
@@ -33,12 +35,14 @@ import {
   runSweep,
   SWEEP_AXES,
   type SweepAxis,
+  type SweepCell,
   type SweepPlan,
 } from "../measure/sweep.ts";
 import { type ExternalRows, readExternalRows } from "../report/external.ts";
 import { collectEnv, formatCell, PAPER_SHAPE } from "../report/table3.ts";
 import {
   externalMatches,
+  sweepBaseName,
   type SweepReport,
   writeSweepData,
   writeSweepReport,
@@ -54,7 +58,8 @@ import {
 const USAGE = "usage: deno task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] " +
   "[--dtype bf16|f16|f32] [--beta B | --betas a,b] [--methods a,b,...] [--modes fwd,bwd,fwd+bwd] " +
   "[--fixture cce|llm|uniform|nonzero-mean] [--seed S] [--reduction mean|sum|none] [--reps R] " +
-  "[--warmup W] [--external F.json,...] [--out DIR] [--adapter auto|software|hardware]\n" +
+  "[--warmup W] [--external F.json,...] [--out DIR] [--adapter auto|software|hardware] " +
+  "[--resume]\n" +
   "  defaults: sizes of the paper (hardware) or table3's reduced shape (software adapter), " +
   "values 4 doublings ending there, β = 0.1 only, every method and mode, reps/warm-up as table3";
 
@@ -75,6 +80,7 @@ interface _Flags {
   warmup?: number;
   out: string;
   adapter: AdapterChoice;
+  resume: boolean;
 }
 
 function _list(name: string, value: string): string[] {
@@ -101,6 +107,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
       beta: { type: "string" },
       betas: { type: "string" },
       external: { type: "string", multiple: true },
+      resume: { type: "boolean" },
       methods: { type: "string" },
       modes: { type: "string" },
       fixture: { type: "string", default: "cce" },
@@ -183,6 +190,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     warmup,
     out: values.out!,
     adapter: adapter as AdapterChoice,
+    resume: values.resume ?? false,
   };
 }
 
@@ -270,6 +278,8 @@ export async function sweepMain(args: string[]): Promise<void> {
     cells: [],
     external: external.length > 0 ? external : undefined,
   };
+  const previous = flags.resume ? _previousCells(report, flags.out) : new Map<string, SweepCell>();
+  if (flags.resume) progress.log(`resuming: ${previous.size} cells measured before are kept`);
   writeSweepData(report, flags.out);
   let count = 0;
   const total = values.length * flags.betas.length * flags.methods.length * flags.modes.length;
@@ -280,13 +290,17 @@ export async function sweepMain(args: string[]): Promise<void> {
       writeSweepData(report, flags.out);
       const r = cell.row;
       const text = formatCell(r);
+      const resumed = previous.get(_key(cell.x, r.beta, r.method, r.mode)) === cell;
       progress.step(
         `[${++count}/${total}] ${flags.over}=${cell.x} ${r.method} β=${r.beta} ${r.mode}: ` +
-          `${r.error ? paint("red", text) : text} (${(ms / 1000).toFixed(1)} s)`,
+          `${r.error ? paint("red", text) : text} (${
+            resumed ? "from the earlier run" : `${(ms / 1000).toFixed(1)} s`
+          })`,
         cellWeight(cell.shape, r.mode),
       );
     },
     onNote: (text) => progress.log(text),
+    done: (x, beta, method, mode) => previous.get(_key(x, beta, method, mode)),
     reopen: () => GpuContext.create({ adapter: flags.adapter }),
     budgetBytes: (c, inputBytes) =>
       gpuBytes !== undefined ? gpuBytes - inputBytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
@@ -303,6 +317,47 @@ export async function sweepMain(args: string[]): Promise<void> {
       `${paths.timeSvg}, ${paths.memorySvg}`,
   );
   ctx.destroy();
+}
+
+function _key(x: number, beta: number, method: string, mode: Mode): string {
+  return `${x}|${beta}|${method}|${mode}`;
+}
+
+/**
+ * The cells without error of an earlier run of the same sweep (same swept size, fixed sizes,
+ * dtype, fixture, seed, reduction, repetitions and warm-up) in `dir`; an empty map when there is
+ * none; InputError when the file there belongs to another sweep.
+ */
+function _previousCells(r: SweepReport, dir: string): Map<string, SweepCell> {
+  const path = join(dir, `${sweepBaseName(r)}.json`);
+  const out = new Map<string, SweepCell>();
+  if (!existsSync(path)) return out;
+  let old: SweepReport;
+  try {
+    old = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new InputError(`--resume: cannot read ${path}: ${(e as Error).message.split("\n")[0]}`);
+  }
+  const same = (k: string, a: unknown, b: unknown) =>
+    check(
+      JSON.stringify(a) === JSON.stringify(b),
+      `--resume: ${path} was measured with another ${k} (${JSON.stringify(a)}, now ${
+        JSON.stringify(b)
+      }); give another --out or drop --resume`,
+    );
+  same("swept size", old.over, r.over);
+  for (const k of SWEEP_AXES) if (k !== r.over) same(k, old.base?.[k], r.base[k]);
+  same("dtype", old.base?.dtype, r.base.dtype);
+  same("fixture", old.fixture, r.fixture);
+  same("seed", old.seed, r.seed);
+  same("reduction", old.reduction, r.reduction);
+  same("reps", old.reps, r.reps);
+  same("warmup", old.warmup, r.warmup);
+  for (const c of old.cells ?? []) {
+    if (c.row?.error !== undefined) continue;
+    out.set(_key(c.x, c.row.beta, c.row.method, c.row.mode), c);
+  }
+  return out;
 }
 
 if (import.meta.main) {

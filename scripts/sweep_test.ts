@@ -123,6 +123,43 @@ Deno.test("sweep: bad flags exit 2 with one line and write nothing", async () =>
   }
 });
 
+Deno.test("sweep --resume: keeps an earlier run's cells, measures the rest, refuses another sweep", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-resume-"));
+  try {
+    const args = [...TINY, "--modes", "fwd", "--out", dir];
+    const first = await _run(SWEEP, ["--over", "v", "--values", "24", ...args], { NO_COLOR: "1" });
+    assert.equal(first.code, 0, first.stderr);
+    const jsonPath = join(dir, readdirSync(dir).find((f) => f.endsWith("_v.json"))!);
+    const before = JSON.parse(readFileSync(jsonPath, "utf8"));
+    const second = await _run(
+      SWEEP,
+      ["--over", "v", "--values", "24,40", "--resume", ...args],
+      { NO_COLOR: "1" },
+    );
+    assert.equal(second.code, 0, second.stderr);
+    assert.match(second.stderr, /resuming: 2 cells measured before are kept/);
+    assert.equal((second.stderr.match(/from the earlier run/g) ?? []).length, 2);
+    const after = JSON.parse(readFileSync(jsonPath, "utf8"));
+    assert.equal(after.cells.length, 4);
+    for (const c of before.cells) {
+      const again = after.cells.find((d: typeof c) =>
+        d.x === c.x && d.row.method === c.row.method && d.row.mode === c.row.mode
+      );
+      assert.deepEqual(again, c, "the earlier cell is kept as it was");
+    }
+    const other = await _run(
+      SWEEP,
+      ["--over", "v", "--values", "24", "--resume", ...args, "--d", "16"],
+      { NO_COLOR: "1" },
+    );
+    assert.equal(other.code, 2, other.stderr);
+    assert.match(other.stderr, /^error: --resume: .* was measured with another d \(8, now 16\)/m);
+    assert.deepEqual(JSON.parse(readFileSync(jsonPath, "utf8")), after, "left as it was");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 Deno.test("sweep: default values are four doublings ending at the size", () => {
   assert.deepEqual(defaultValues(256000), [32000, 64000, 128000, 256000]);
   assert.deepEqual(defaultValues(4096), [512, 1024, 2048, 4096]);
