@@ -15,7 +15,7 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ExternalRow, ExternalRows } from "./external.ts";
-import { lowerBoundBytes, reportSlug, type Table3Env } from "./table3.ts";
+import { lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./table3.ts";
 import { logTicks, PALETTE, renderVegaLite, type TopLevelSpec } from "./svg.ts";
 import type { Reduction } from "../core/options.ts";
 import type { ProblemSpec } from "../methods/types.ts";
@@ -269,8 +269,16 @@ interface _Point {
 
 /** The series of a chart in legend order: methods, external rows, then the lower bound. */
 function _seriesOrder(points: readonly _Point[]): string[] {
-  const order = (k: string) => points.filter((p) => p.kind === k).map((p) => p.series);
-  return [...new Set([...order("measured"), ...order("external"), ...order("bound")])];
+  const order = (
+    k: string,
+  ) => [...new Set(points.filter((p) => p.kind === k).map((p) => p.series))];
+  const rank = (m: string) => {
+    const i = METHOD_ORDER.indexOf(m);
+    return i < 0 ? METHOD_ORDER.length : i;
+  };
+  const measured = order("measured").map((m, i) => ({ m, i }))
+    .sort((a, b) => rank(a.m) - rank(b.m) || a.i - b.i).map((x) => x.m);
+  return [...measured, ...order("external"), ...order("bound")];
 }
 
 function _points(r: SweepReport, metric: "timeMs" | "peakBytes"): _Point[] {
@@ -397,7 +405,7 @@ function _panel(
   const yAxis: Record<string, unknown> = { title: o.yTitle, grid: true };
   if (o.yTicks) {
     yAxis.values = o.yTicks;
-    yAxis.format = o.yTicks.every((t) => t >= 1) ? "~s" : "~g";
+    yAxis.format = ",~g";
   }
   const y = { field: "y", type: "quantitative", scale: yScale, axis: yAxis };
   const color = {
@@ -460,8 +468,13 @@ function _panel(
 export function sweepChartSpec(r: SweepReport, metric: "timeMs" | "peakBytes"): TopLevelSpec {
   const all = _points(r, metric);
   const series = _seriesOrder(all);
+  // the lower bound black; the baseline, the reference of every comparison, in dark grey
   const colors = series.map((s, i) =>
-    s === "lower bound" ? "#000000" : PALETTE[i % PALETTE.length]
+    s === "lower bound"
+      ? "#000000"
+      : s === "baseline"
+      ? "#595959"
+      : SERIES_COLORS[i % SERIES_COLORS.length]
   );
   const xs = [...new Set(all.map((p) => p.x))].sort((a, b) => a - b);
   const logX = xs.length >= 2 && xs[0] > 0 && xs.at(-1)! / xs[0] >= 4;
