@@ -1,9 +1,12 @@
 /**
  * Table 3 reports: the measured rows and the environment turned into Markdown in the paper's
  * layout (a lower-bound row, a β > 0 section, a β = 0 section, cells "X MB, Y ms" with MB = MiB
- * as in the paper), JSON (long format: one row per method × β × mode), CSV of the rows, and an
- * SVG chart of time and memory per method and mode; written atomically under one directory as
- * `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
+ * as in the paper, each with its speed-up and memory saving against the section's baseline row),
+ * JSON (long format: one row per method × β × mode, with the raw per-repetition samples, the git
+ * commit and whether the tree was dirty), CSV of the rows (with adapter, shape and fixture
+ * columns), and an SVG chart of time and memory per method and mode (min–max error bars, the
+ * lower bound of each mode, log axes where values span more than 10×); written atomically under
+ * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
  * @module
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
