@@ -29,7 +29,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmulView, rowView } from "../kernels/matmul_view.ts";
+import { prepareMatmul, rowView } from "../kernels/matmul.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -73,21 +73,21 @@ export const liger: LceMethod = {
     const dt = spec.dtype;
     const chunk = ligerChunkSize(spec.n, spec.v, spec.d);
     const deferred = opts.reduction === "none";
-    const logitsMm = await prepareMatmulView(ctx, {
+    const logitsMm = await prepareMatmul(ctx, {
       tile,
       aDtype: dt,
       bDtype: dt,
       aTrans: false,
       bTrans: false,
     });
-    const dEMm = await prepareMatmulView(ctx, {
+    const dEMm = await prepareMatmul(ctx, {
       tile,
       aDtype: "f32",
       bDtype: dt,
       aTrans: false,
       bTrans: true,
     });
-    const dCMm = await prepareMatmulView(ctx, {
+    const dCMm = await prepareMatmul(ctx, {
       tile,
       aDtype: "f32",
       bDtype: dt,
