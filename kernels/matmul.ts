@@ -9,10 +9,10 @@
  * - 16-byte vector loads along the contiguous index of each operand, whichever it is (k for an
  *   operand held as is, the rows for one held transposed), wherever the strides and offsets of the
  *   call allow; the launcher picks the variant per dispatch, scalar loads otherwise;
- * - split-K for outputs too small to fill the GPU: the K range is cut into S slices whose partial
- *   products go to an S×M×N f32 workspace, then one pass sums them in slice order (and adds the
- *   output when accumulating): the result depends on S only, never on scheduling. S is chosen from
- *   the shape ({@link autoSplitK}), so runs are bitwise reproducible.
+ * - split-K for outputs whose tiles do not fill the GPU's last wave: the K range is cut into S
+ *   slices; the first writes the output (f32) and the others their partial products to an f32
+ *   workspace, then one pass adds them in slice order: the result depends on S only, never on
+ *   scheduling. S is chosen from the shape ({@link autoSplitK}), so runs are bitwise reproducible.
  * The launcher dispatches once per combination of shards that overlap, with offsets in a uniform
  * block; products split along K by shard boundaries are accumulated in order (f32 outputs only).
  * @module
@@ -182,7 +182,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /**
- * WGSL of the split-K reduction: out[m, n] = alpha·Σ_{s<S} part[s][m][n] (+ out[m, n]), summed in
+ * WGSL of the split-K reduction: out[m, n] = (out[m, n] +) alpha·Σ_{s<S} part[s][m][n], summed in
  * slice order. The partials are dense S×M×N; the output region has offset cOff and row stride sCm.
  * One thread per output element (4 adjacent columns for a 16-bit output, written like the
  * product's 16-bit store). Params: M, N, S, cOff, sCm, accumulate, alpha.
@@ -274,30 +274,43 @@ export interface MatmulOptions {
 }
 
 /**
- * Workgroups a product should launch to fill a large GPU: two waves of two 256-thread workgroups
- * per multiprocessor on a 132-SM H200/H100 (a 128×128 tile takes about half an SM's registers).
- * Products with fewer output tiles split K until they reach it.
+ * Workgroups of the 128×128 tile an NVIDIA H100/H200 runs at once: 132 SMs × 2 (a 256-thread
+ * workgroup of that tile takes about half an SM's registers). Measured: the dE = G·C product of
+ * the paper's shape has 1,152 output tiles, 4.36 such waves, and ran at 0.87× the rate of the
+ * logits product until split in two.
  */
-export const SPLITK_TARGET_WORKGROUPS = 528;
+export const GPU_WORKGROUP_SLOTS = 264;
 /** Largest split-K workspace (bytes) {@link autoSplitK} will ask for. */
-export const SPLITK_MAX_BYTES = 64 << 20;
+export const SPLITK_MAX_BYTES = 128 << 20;
+/** Wave efficiency (workgroups / whole waves of {@link GPU_WORKGROUP_SLOTS}) split-K aims at. */
+export const SPLITK_WAVE_EFFICIENCY = 0.9;
 
 /**
- * The K slices of a product: 1 when the output tiles fill the GPU (or on a software adapter,
- * whose few threads any output fills), else enough slices to reach
- * {@link SPLITK_TARGET_WORKGROUPS}, each at least 16 K-steps deep and the workspace at most
- * {@link SPLITK_MAX_BYTES}. A function of the shape only.
+ * The K slices of a product, a function of the shape only: the fewest slices S whose workgroups
+ * (output tiles × S) fill their last wave of {@link GPU_WORKGROUP_SLOTS} to at least
+ * {@link SPLITK_WAVE_EFFICIENCY} on average, with slices at least 16 K-steps deep and the partials
+ * ((S − 1)·M·N·4 bytes for an f32 output, whose first slice goes straight to the output; S·M·N·4
+ * for a 16-bit one) within {@link SPLITK_MAX_BYTES}. 1 on a software adapter, whose few threads
+ * any output fills.
  */
 export function autoSplitK(
-  o: { m: number; n: number; k: number; tile: GemmTile; software: boolean },
+  o: { m: number; n: number; k: number; tile: GemmTile; software: boolean; out16?: boolean },
 ): number {
   if (o.software) return 1;
   const tiles = Math.ceil(o.m / o.tile.bm) * Math.ceil(o.n / o.tile.bn);
-  if (tiles >= SPLITK_TARGET_WORKGROUPS) return 1;
-  const want = Math.ceil(SPLITK_TARGET_WORKGROUPS / tiles);
   const byDepth = Math.floor(o.k / (16 * o.tile.bk));
-  const byBytes = Math.floor(SPLITK_MAX_BYTES / (o.m * o.n * 4));
-  return Math.max(1, Math.min(want, byDepth, byBytes));
+  const byBytes = Math.floor(SPLITK_MAX_BYTES / (o.m * o.n * 4)) + (o.out16 ? 0 : 1);
+  const most = Math.max(1, Math.min(byDepth, byBytes));
+  const eff = (s: number) => {
+    const w = tiles * s;
+    return w / (Math.ceil(w / GPU_WORKGROUP_SLOTS) * GPU_WORKGROUP_SLOTS);
+  };
+  let best = 1;
+  for (let s = 1; s <= most; s++) {
+    if (eff(s) >= SPLITK_WAVE_EFFICIENCY) return s;
+    if (eff(s) > eff(best)) best = s;
+  }
+  return best;
 }
 
 /** A compiled product: call {@link PreparedMatmul.record} to add it to a Recorder. */
@@ -406,7 +419,7 @@ export async function prepareMatmul(
       const outPieces = _pieces(out), aPieces = _pieces(aView), bPieces = _pieces(bView);
       const software = ctx.report.isFallbackAdapter;
       const S = o.splitK === undefined || o.splitK === "auto"
-        ? autoSplitK({ m: M, n: N, k: K, tile: t, software })
+        ? autoSplitK({ m: M, n: N, k: K, tile: t, software, out16: !wide })
         : Math.max(1, Math.floor(o.splitK));
       const alpha = o.alpha ?? 1;
       rec.pass(o.label ?? "matmul", (p) => {
@@ -499,24 +512,30 @@ export async function prepareMatmul(
                 continue;
               }
               const mm = mHi - mLo, nn = nHi - nLo;
+              // f32: the first slice goes to the output, the others to partials added after it
+              const first = wide ? 1 : 0;
               const part = ctx.createBuffer({
-                size: slices * mm * nn * 4,
+                size: (slices - first) * mm * nn * 4,
                 role: "workspace",
                 label: "split-K partials",
               });
               for (let s = 0; s < slices; s++) {
                 const sk = { ...g, kLo: kLo + s * per, kHi: Math.min(kHi, kLo + (s + 1) * per) };
-                product(ap, bp, sk, {
-                  buffer: part,
-                  cOff: s * mm * nn,
-                  sCm: nn,
-                  acc: 0,
-                  alpha: 1,
-                  partial: true,
-                });
+                if (s < first) {
+                  product(ap, bp, sk, { buffer: os.buffer, cOff, sCm: N, acc, alpha });
+                } else {
+                  product(ap, bp, sk, {
+                    buffer: part,
+                    cOff: (s - first) * mm * nn,
+                    sCm: nn,
+                    acc: 0,
+                    alpha: 1,
+                    partial: true,
+                  });
+                }
               }
               const w = new Uint32Array(8);
-              w.set([mm, nn, slices, cOff, N, acc]);
+              w.set([mm, nn, slices - first, cOff, N, first === 1 ? 1 : acc]);
               new Float32Array(w.buffer)[6] = alpha;
               const u = rec.uniform(w, "split-K params");
               const wgs = Math.ceil((mm * (wide ? nn : Math.ceil(nn / 4))) / 256);
