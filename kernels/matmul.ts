@@ -270,6 +270,12 @@ export interface MatmulOptions {
   tile?: GemmTile;
   /** K slices: a number, or "auto" (default: {@link autoSplitK}). */
   splitK?: number | "auto";
+  /**
+   * A buffer for the split-K partials, reused by the caller across products recorded one after
+   * the other (at least {@link PreparedMatmul.workspaceBytes} of the shape). Without it a product
+   * that splits K allocates its partials and releases them after the submission.
+   */
+  workspace?: TrackedBuffer;
   label?: string;
 }
 
@@ -318,6 +324,11 @@ export interface PreparedMatmul {
   record(rec: Recorder, o: MatmulOptions): void;
   /** What the last dispatch of the last record used: vector loads per operand, K slices. */
   readonly lastVariant: { vecA: boolean; vecB: boolean; splitK: number };
+  /**
+   * Bytes of split-K partials a product of this shape takes (0 when it does not split), with
+   * `splitK` as in {@link MatmulOptions.splitK}.
+   */
+  workspaceBytes(shape: { m: number; n: number; k: number; splitK?: number | "auto" }): number;
 }
 
 /**
@@ -386,7 +397,22 @@ export async function prepareMatmul(
   }
   const reduce = await ctx.pipeline(splitKReduceWgsl(outDtype), `${label} split-K sum`);
   let lastVariant = { vecA: false, vecB: false, splitK: 1 };
+  const slicesOf = (m: number, n: number, k: number, splitK: number | "auto" | undefined) =>
+    splitK === undefined || splitK === "auto"
+      ? autoSplitK({ m, n, k, tile: t, software: ctx.report.isFallbackAdapter, out16: !wide })
+      : Math.max(1, Math.floor(splitK));
+  /** K per slice and the number of slices of a K range cut into (at most) S. */
+  const cut = (depth: number, S: number) => {
+    // slices aligned to 16 elements (whole K-steps and vectors), at least one step each
+    const step = Math.max(16, t.bk);
+    const per = Math.ceil(Math.ceil(depth / S) / step) * step;
+    return { per, slices: Math.ceil(depth / per) };
+  };
   return {
+    workspaceBytes(sh) {
+      const { slices } = cut(sh.k, slicesOf(sh.m, sh.n, sh.k, sh.splitK));
+      return slices <= 1 ? 0 : (slices - (wide ? 1 : 0)) * sh.m * sh.n * 4;
+    },
     get lastVariant() {
       return lastVariant;
     },
@@ -417,10 +443,7 @@ export async function prepareMatmul(
       if (!wide && o.accumulate) throw new RangeError("matmul: cannot accumulate into 16 bits");
       const started = new Set<string>();
       const outPieces = _pieces(out), aPieces = _pieces(aView), bPieces = _pieces(bView);
-      const software = ctx.report.isFallbackAdapter;
-      const S = o.splitK === undefined || o.splitK === "auto"
-        ? autoSplitK({ m: M, n: N, k: K, tile: t, software, out16: !wide })
-        : Math.max(1, Math.floor(o.splitK));
+      const S = slicesOf(M, N, K, o.splitK);
       const alpha = o.alpha ?? 1;
       rec.pass(o.label ?? "matmul", (p) => {
         const product = (
@@ -503,10 +526,7 @@ export async function prepareMatmul(
               const cOff = (mLo - os.base) * N + nLo;
               const g = { mLo, mHi, nLo, nHi, kLo, kHi };
               const depth = kHi - kLo;
-              // K slices aligned to 16 elements (whole K-steps and vectors), at least one step each
-              const step = Math.max(16, t.bk);
-              const per = Math.ceil(Math.ceil(depth / S) / step) * step;
-              const slices = Math.ceil(depth / per);
+              const { per, slices } = cut(depth, S);
               if (slices <= 1) {
                 product(ap, bp, g, { buffer: os.buffer, cOff, sCm: N, acc, alpha });
                 continue;
@@ -514,11 +534,11 @@ export async function prepareMatmul(
               const mm = mHi - mLo, nn = nHi - nLo;
               // f32: the first slice goes to the output, the others to partials added after it
               const first = wide ? 1 : 0;
-              const part = ctx.createBuffer({
-                size: (slices - first) * mm * nn * 4,
-                role: "workspace",
-                label: "split-K partials",
-              });
+              const bytes = (slices - first) * mm * nn * 4;
+              const own = o.workspace === undefined || o.workspace.size < bytes;
+              const part = own
+                ? ctx.createBuffer({ size: bytes, role: "workspace", label: "split-K partials" })
+                : o.workspace!;
               for (let s = 0; s < slices; s++) {
                 const sk = { ...g, kLo: kLo + s * per, kHi: Math.min(kHi, kLo + (s + 1) * per) };
                 if (s < first) {
@@ -546,7 +566,7 @@ export async function prepareMatmul(
                 x,
                 Math.ceil(wgs / x),
               );
-              rec.release(part);
+              if (own) rec.release(part);
             }
           }
         }
