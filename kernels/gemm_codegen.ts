@@ -71,8 +71,11 @@ export interface OperandSpec {
   contig: Contig;
   /**
    * The binding is declared as 16-byte vectors ({@link wgslStorageType} with `vec`) and read 16
-   * bytes at a time along k. Only with `contig: "k"`, and only when K, the offset and the row
-   * stride are multiples of {@link vecWidth} (the caller's promise: the kernel does not check).
+   * bytes at a time along the contiguous index: along k (`contig: "k"`: K, the offset and the row
+   * stride multiples of {@link vecWidth}) or along the rows (`contig: "mn"`: the offset and the k
+   * stride multiples of the width; the tile's rows too). The caller's promise: the kernel does not
+   * check. Rows past the extent inside a vector are read (they stay inside the k-row) but only
+   * feed output rows that are never stored.
    */
   vec?: boolean;
 }
@@ -345,10 +348,12 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   ];
   const isVec = (sd: _Side) => sd.spec.vec === true;
   for (const sd of sides) {
-    if (isVec(sd) && (sd.spec.contig !== "k" || t.bk % vecWidth(sd.spec.dtype) !== 0)) {
+    const w = vecWidth(sd.spec.dtype);
+    if (isVec(sd) && (sd.spec.contig === "k" ? t.bk % w !== 0 : sd.rows % w !== 0)) {
       throw new RangeError(
-        `vector loads of ${sd.name} need k contiguous and a K-step that is a multiple of ` +
-          `${vecWidth(sd.spec.dtype)} (tile ${JSON.stringify(t)})`,
+        `vector loads of ${sd.name} along ${sd.spec.contig} need the tile's ` +
+          `${sd.spec.contig === "k" ? "K-step" : "rows"} to be a multiple of ${w} ` +
+          `(tile ${JSON.stringify(t)})`,
       );
     }
   }
@@ -386,48 +391,34 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
     }
   }
 
-  // Vector operands: a flat list of 16-byte loads of the vector operands, spread over threads.
-  const vecSides = sides.filter(isVec);
-  const counts = vecSides.map((sd) => (sd.rows * t.bk) / vecWidth(sd.spec.dtype));
-  const totalVec = counts.reduce((a, b) => a + b, 0);
-  const slots = Math.ceil(totalVec / threads);
-  for (let i = 0; i < slots; i++) {
-    const idx = `(lid + ${i * threads}u)`;
-    const lo = i * threads, hi = (i + 1) * threads;
-    // which sides this slot's threads touch (a side's range [start, start + count))
-    const parts: { sd: _Side; start: number; count: number }[] = [];
-    let start = 0;
-    vecSides.forEach((sd, j) => {
-      if (start < hi && start + counts[j] > lo) parts.push({ sd, start, count: counts[j] });
-      start += counts[j];
-    });
-    const reg = `${p}rv${i}`;
-    const types = new Set(parts.map((x) => wgslStorageType(x.sd.spec.dtype, true)));
-    if (types.size > 1) {
-      throw new RangeError("vector loads of an f32 and a 16-bit operand in one slot");
-    }
-    const ty = [...types][0];
-    regDecls.push(`var ${reg}: ${ty};`);
-    const guard = (x: { start: number; count: number }) => {
-      const c: string[] = [];
-      if (x.start > lo) c.push(`${idx} >= ${x.start}u`);
-      if (x.start + x.count < hi) c.push(`${idx} < ${x.start + x.count}u`);
-      return c.length ? c.join(" && ") : "true";
-    };
-    const f: string[] = [], s: string[] = [];
-    for (const x of parts) {
-      const w = vecWidth(x.sd.spec.dtype), vpr = t.bk / w;
-      const q = `(${idx} - ${x.start}u)`;
-      const pos = `let row = ${q} / ${vpr}u; let kv = (${q} % ${vpr}u) * ${w}u;`;
-      const m = x.sd.rv;
-      f.push(
-        `if (${guard(x)}) { ${pos} let ${m} = ${x.sd.first} + row; let k = KB + kv; ` +
-          `if (${m} < ${x.sd.extent} && k < ${o.K}) { ${reg} = ${x.sd.buf}[(${x.sd.off} + ${m} * ${x.sd.sRow} + k) / ${w}u]; } }`,
+  // Vector operands: 16-byte loads, ⌈loads / threads⌉ slots per thread and side. Along k
+  // (`contig: "k"`) a vector holds w consecutive k of one row; along the rows (`contig: "mn"`, the
+  // operand held transposed) it holds w consecutive rows of one k and lands in the staging as
+  // whole vec4s (the [k][row/4] layout keeps rows contiguous).
+  for (const sd of sides.filter(isVec)) {
+    const w = vecWidth(sd.spec.dtype), count = (sd.rows * t.bk) / w;
+    const ty = wgslStorageType(sd.spec.dtype, true);
+    const lc = sd.name.toLowerCase(), m = sd.rv;
+    for (let i = 0; i * threads < count; i++) {
+      const reg = `${p}rv${lc}${i}`;
+      const idx = `(lid + ${i * threads}u)`;
+      const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
+      const alongK = sd.spec.contig === "k";
+      const pos = alongK
+        ? `let row = ${idx} / ${t.bk / w}u; let kv = (${idx} % ${t.bk / w}u) * ${w}u;`
+        : `let row = (${idx} % ${sd.rows / w}u) * ${w}u; let kv = ${idx} / ${sd.rows / w}u;`;
+      const addr = alongK
+        ? `(${sd.off} + ${m} * ${sd.sRow} + k) / ${w}u`
+        : `(${sd.off} + ${m} + k * ${sd.sK}) / ${w}u`;
+      regDecls.push(`var ${reg}: ${ty};`);
+      fetchS.push(
+        `${reg} = ${ty}(0); if (${guard}) { ${pos} let ${m} = ${sd.first} + row; let k = KB + kv; ` +
+          `if (${m} < ${sd.extent} && k < ${o.K}) { ${reg} = ${sd.buf}[${addr}]; } }`,
       );
       const vals: string[] = [];
       for (let j = 0; j < w; j++) {
-        if (x.sd.spec.dtype === "f32") vals.push(`${reg}[${j}]`);
-        else if (x.sd.spec.dtype === "f16") {
+        if (sd.spec.dtype === "f32") vals.push(`${reg}[${j}]`);
+        else if (sd.spec.dtype === "f16") {
           vals.push(`unpack2x16float(${reg}[${j >> 1}]).${COMP[j & 1]}`);
         } else {
           vals.push(
@@ -437,14 +428,23 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
           );
         }
       }
-      s.push(
-        `if (${guard(x)}) { ${pos} let rq = row >> 2u; let rc = row & 3u;\n      ${
-          vals.map((v, j) => `${at(x.sd, `kv + ${j}u`, "rq")}[rc] = ${v};`).join(" ")
-        } }`,
-      );
+      let st: string;
+      if (alongK) {
+        st = `let rq = row >> 2u; let rc = row & 3u;\n      ${
+          vals.map((v, j) => `${at(sd, `kv + ${j}u`, "rq")}[rc] = ${v};`).join(" ")
+        }`;
+      } else {
+        const quads: string[] = [];
+        for (let q = 0; q < w / 4; q++) {
+          const v4 = sd.spec.dtype === "f32"
+            ? reg
+            : `vec4<f32>(${vals.slice(4 * q, 4 * q + 4).join(", ")})`;
+          quads.push(`${at(sd, "kv", `(row >> 2u) + ${q}u`)} = ${v4};`);
+        }
+        st = quads.join(" ");
+      }
+      stashS.push(`if (${guard}) { ${pos}\n      ${st} }`);
     }
-    fetchS.push(`${reg} = ${ty}(0);\n    ${f.join(" else ")}`);
-    stashS.push(s.join(" else "));
   }
 
   const compute: string[] = [];

@@ -2,6 +2,8 @@
  * The gradient of the loss with respect to materialised logits, G = w_n·(p − (1−β)[v = t_n] −
  * β/|V|)·∂z/∂x (∂z/∂x = 1 − (z/s)² with softcap), written as an n×v f32 tensor with the logits'
  * sharding. Input logits may be f32 or a 16-bit dtype; G may alias a f32 logits tensor (in place).
+ * The logits may be a slice of the vocabulary (columns `colStart`..`colStart + cols` of every row:
+ * the dense backward's vocab chunks); β/|V| and the target test use the whole vocabulary.
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
@@ -22,7 +24,7 @@ export function logitGradWgsl(
   const load = o.inPlace ? "g[i]" : loadF32("z", o.logitsDtype, "i");
   return `${enableDirectives([o.logitsDtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, v: u32, rowStart: u32, _a: u32 };
+struct Params { rows: u32, v: u32, rowStart: u32, colStart: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
 ${zDecl}
 @group(0) @binding(2) var<storage, read> targets: array<i32>;
@@ -38,7 +40,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i = r * P.v + j;
     let zc = softcap(${load});
     let p = exp(zc - lse[row]);
-    let on_target = select(0.0, 1.0 - BETA, i32(j) == targets[row]);
+    let on_target = select(0.0, 1.0 - BETA, i32(j + P.colStart) == targets[row]);
     g[i] = w[row] * (p - on_target - BETA / VOCAB) * softcap_grad(zc);
   }
 }
@@ -61,6 +63,8 @@ export async function prepareLogitGrad(
         lse: DeviceTensor;
         w: DeviceTensor;
         grad: DeviceTensor;
+        /** Vocabulary index of the logits' first column (default 0). */
+        colStart?: number;
       },
     ) {
       rec.pass("logit_grad", (p) => {
@@ -69,7 +73,10 @@ export async function prepareLogitGrad(
           if (gs.rowStart !== s.rowStart || gs.rows !== s.rows) {
             throw new RangeError("logit_grad: shard mismatch");
           }
-          const u = rec.uniform(new Uint32Array([s.rows, a.logits.cols, s.rowStart, 0]), "params");
+          const u = rec.uniform(
+            new Uint32Array([s.rows, a.logits.cols, s.rowStart, a.colStart ?? 0]),
+            "params",
+          );
           const common = [a.targets.shards[0].buffer, a.lse.shards[0].buffer, a.w.shards[0].buffer];
           const bg = o.inPlace
             ? rec.bindGroup(pipeline, [u, gs.buffer, ...common])

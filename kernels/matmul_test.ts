@@ -4,7 +4,7 @@ import { createTensor, download, fromHost, poison } from "../gpu/tensor.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { roundArray } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
-import { prepareMatmul } from "./matmul.ts";
+import { autoSplitK, prepareMatmul } from "./matmul.ts";
 import { TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
@@ -43,11 +43,17 @@ async function runCase(
     shardRows?: number;
     tile: typeof TILE_SMALL;
     accumulate?: boolean;
+    /** B's dtype when it differs from A's (default `dtype`). */
+    bDtype?: Dtype;
+    splitK?: number;
+    /** The variant the launcher must pick (vector loads per operand, K slices). */
+    expect?: { vecA: boolean; vecB: boolean; splitK: number };
   },
 ) {
   const { M, N, K } = o;
+  const bDtype = o.bDtype ?? o.dtype;
   const aHost = roundArray(randomArray(M * K, 1 + M), o.dtype);
-  const bHost = roundArray(randomArray(N * K, 2 + N), o.dtype);
+  const bHost = roundArray(randomArray(N * K, 2 + N), bDtype);
   const a = fromHost(ctx, {
     dtype: o.dtype,
     rows: o.aTrans ? K : M,
@@ -57,7 +63,7 @@ async function runCase(
     maxRowsPerShard: o.shardRows,
   }, aHost);
   const b = fromHost(ctx, {
-    dtype: o.dtype,
+    dtype: bDtype,
     rows: o.bTrans ? K : N,
     cols: o.bTrans ? N : K,
     role: "input",
@@ -80,7 +86,7 @@ async function runCase(
   const mm = await prepareMatmul(ctx, {
     tile: o.tile,
     aDtype: o.dtype,
-    bDtype: o.dtype,
+    bDtype,
     aTrans: o.aTrans,
     bTrans: o.bTrans,
   });
@@ -92,9 +98,11 @@ async function runCase(
       out,
       tile: o.tile,
       accumulate: o.accumulate,
+      splitK: o.splitK,
     });
     await rec.finish();
   });
+  if (o.expect) assert.deepEqual(mm.lastVariant, o.expect, JSON.stringify(o));
   const got = await download(ctx, out);
   const want = refMatmul(aHost, o.aTrans, bHost, o.bTrans, M, N, K);
   let worst = 0;
@@ -217,5 +225,177 @@ Deno.test({
       shardRows: 12,
       tile: tiles[3],
     });
+  },
+});
+
+Deno.test({
+  name: "matmul: vector loads along the rows of transposed operands, mixed dtypes, every layout",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
+    const tile = { ...TILE_SMALL, vec: true, stage2d: true };
+    for (const dtype of dtypes) {
+      for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false], [true, true]]) {
+        // M, N multiples of 8 (not of the tile): every operand takes vector loads
+        await runCase(ctx, {
+          M: 40,
+          N: 72,
+          K: 48,
+          dtype,
+          aTrans,
+          bTrans,
+          tile,
+          expect: { vecA: true, vecB: true, splitK: 1 },
+        });
+        // odd M, N, K: the scalar fallback of the same kernel family
+        await runCase(ctx, {
+          M: 37,
+          N: 69,
+          K: 29,
+          dtype,
+          aTrans,
+          bTrans,
+          tile,
+          expect: { vecA: false, vecB: false, splitK: 1 },
+        });
+      }
+    }
+    // dE = G·C and dC = Gᵀ·E of the materialised methods: f32 A, 16-bit B held transposed
+    for (const aTrans of [false, true]) {
+      await runCase(ctx, {
+        M: 48,
+        N: 56,
+        K: 40,
+        dtype: "f32",
+        bDtype: "bf16",
+        aTrans,
+        bTrans: true,
+        tile,
+        expect: { vecA: true, vecB: true, splitK: 1 },
+      });
+    }
+    // flat staging and double buffering with transposed vector loads
+    for (const t of [{ ...TILE_SMALL, vec: true }, { ...tile, bk: 8, dbuf: true }]) {
+      await runCase(ctx, {
+        M: 24,
+        N: 40,
+        K: 37,
+        dtype: "bf16",
+        aTrans: true,
+        bTrans: true,
+        tile: t,
+        expect: { vecA: true, vecB: true, splitK: 1 },
+      });
+    }
+  },
+});
+
+Deno.test({
+  name: "matmul: split-K at odd sizes (skinny output, long K), summed in a fixed order",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const tile = { ...TILE_SMALL, vec: true, stage2d: true };
+    for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false], [true, true]]) {
+      // 3 slices of a K = 1037 product; the last slice is short
+      await runCase(ctx, {
+        M: 13,
+        N: 70,
+        K: 1037,
+        dtype: "bf16",
+        aTrans,
+        bTrans,
+        tile,
+        splitK: 3,
+        expect: { vecA: false, vecB: false, splitK: 3 },
+      });
+    }
+    // vector loads in every slice, f32 × bf16, accumulating into the output, sharded operands
+    await runCase(ctx, {
+      M: 24,
+      N: 40,
+      K: 1040,
+      dtype: "f32",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: true,
+      tile,
+      splitK: 7,
+      accumulate: true,
+      expect: { vecA: true, vecB: true, splitK: 7 },
+    });
+    await runCase(ctx, {
+      M: 45,
+      N: 51,
+      K: 301,
+      dtype: "f32",
+      aTrans: true,
+      bTrans: false,
+      shardRows: 100,
+      tile: TILE_SMALL,
+      splitK: 4,
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "matmul: split-K is bitwise reproducible and the automatic choice depends on the shape only",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const tile = { ...TILE_SMALL, vec: true, stage2d: true };
+    const M = 9, N = 33, K = 2000;
+    const a = fromHost(
+      ctx,
+      { dtype: "bf16", rows: M, cols: K, role: "input", label: "A" },
+      roundArray(randomArray(M * K, 5), "bf16"),
+    );
+    const b = fromHost(
+      ctx,
+      { dtype: "bf16", rows: N, cols: K, role: "input", label: "B" },
+      roundArray(randomArray(N * K, 6), "bf16"),
+    );
+    const mm = await prepareMatmul(ctx, {
+      tile,
+      aDtype: "bf16",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: false,
+    });
+    const runs: Float32Array[] = [];
+    for (let r = 0; r < 2; r++) {
+      const out = createTensor(ctx, {
+        dtype: "f32",
+        rows: M,
+        cols: N,
+        role: "output",
+        label: "out",
+      });
+      poison(ctx, out);
+      const rec = new Recorder(ctx);
+      mm.record(rec, {
+        a: { tensor: a, trans: false },
+        b: { tensor: b, trans: false },
+        out,
+        splitK: 5,
+      });
+      await rec.finish();
+      runs.push(await download(ctx, out));
+      out.destroy();
+    }
+    assert.deepEqual(new Uint32Array(runs[0].buffer), new Uint32Array(runs[1].buffer));
+    a.destroy();
+    b.destroy();
+    // the paper shape's Liger dE chunk (128 × 2304, K = 256,000: 18 tiles) takes 14 slices (252
+    // workgroups of 264); dE = G·C (1,152 tiles, 4.4 waves) two; the logits product none
+    const hw = autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_LARGE, software: false });
+    assert.equal(hw, 14);
+    assert.equal(autoSplitK({ m: 8192, n: 2304, k: 256000, tile: TILE_LARGE, software: false }), 2);
+    assert.equal(autoSplitK({ m: 8192, n: 256000, k: 2304, tile: TILE_LARGE, software: false }), 1);
+    assert.equal(autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_LARGE, software: true }), 1);
+    // never slices thinner than 16 K-steps
+    assert.equal(autoSplitK({ m: 16, n: 16, k: 600, tile: TILE_LARGE, software: false }), 2);
   },
 });

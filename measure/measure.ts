@@ -112,8 +112,18 @@ export interface MeasureOptions {
   modes: readonly Mode[];
   /** Unmeasured repetitions per mode (≥ 0). */
   warmup: number;
-  /** Measured repetitions per mode (≥ 1). */
+  /** Measured repetitions per mode (≥ 1; the least with {@link MeasureOptions.targetMs}). */
   reps: number;
+  /**
+   * Time per cell to spend on measured repetitions, ms: after the first repetition (warm-up or
+   * not), a cell runs ⌈targetMs / its wall time⌉ repetitions (with any fresh forward it needed),
+   * at least `reps` and at most `maxReps`,
+   * so fast cells get more repetitions (their spread is larger) and slow ones no fewer than
+   * `reps`. Default: exactly `reps`.
+   */
+  targetMs?: number;
+  /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */
+  maxReps?: number;
   /**
    * Bytes the method may use above the inputs; a method whose estimate exceeds it is skipped
    * with an OOM row. Default: {@link defaultMemoryBudget}.
@@ -253,7 +263,7 @@ function _row(
     timeMsMax: m.error ? null : q?.max ?? null,
     timeMsIqr: m.error ? null : q ? q.q3 - q.q1 : null,
     wallMsMedian: m.error || !m.walls?.length ? null : quantiles(m.walls).median,
-    reps: o.reps,
+    reps: m.times?.length ?? o.reps,
     warmup: o.warmup,
     peakByRole: m.error ? null : m.peakByRole ?? null,
     stats: m.error ? null : m.stats ?? null,
@@ -388,13 +398,14 @@ async function _measureMode(
   let peakBytes = -1;
   let peakByRole: RoleBytes | undefined;
   let stats: MethodStats | null = null;
-  const total = o.warmup + o.reps;
+  let total = o.warmup + o.reps;
   // bwd: one forward serves every repetition (backward does not consume the saved state), unless
   // the backward hands over tensors of the saved state as its gradients; then a fresh one each.
   let fwd: ForwardOutput | undefined;
   const start = ctx.memory();
   try {
     for (let rep = 0; rep < total; rep++) {
+      const repT0 = performance.now();
       const measured = rep >= o.warmup;
       const repStart = ctx.memory();
       if (mode === "bwd" && !fwd) {
@@ -452,6 +463,11 @@ async function _measureMode(
         _destroyForward(prepared, f);
         return t;
       });
+      if (o.targetMs !== undefined && rep === 0) {
+        // the whole repetition's time, with what it needs besides the call (a fresh forward)
+        const want = Math.ceil(o.targetMs / Math.max(performance.now() - repT0, 1e-3));
+        total = o.warmup + Math.min(Math.max(o.reps, want), Math.max(o.reps, o.maxReps ?? 20));
+      }
       if (measured) {
         times.push(ctx.hasTimestamps ? timing.gpuMs : timing.wallMs);
         walls.push(timing.wallMs);

@@ -19,7 +19,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor, rowsPerBinding } from "../gpu/tensor.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmulView, rowView } from "../kernels/matmul_view.ts";
+import { prepareMatmul, rowView } from "../kernels/matmul.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareCast16 } from "../kernels/cast16.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
@@ -82,7 +82,7 @@ export function makeChunked(chunks = 8): LceMethod {
       const tile = defaultTile(ctx);
       const ldt = spec.dtype; // logits and their gradient are held in the input dtype
       const wide = ldt === "f32";
-      const logitsMm = await prepareMatmulView(ctx, {
+      const logitsMm = await prepareMatmul(ctx, {
         tile,
         aDtype: ldt,
         bDtype: ldt,
@@ -90,14 +90,14 @@ export function makeChunked(chunks = 8): LceMethod {
         bTrans: false,
         outDtype: ldt,
       });
-      const dEMm = await prepareMatmulView(ctx, {
+      const dEMm = await prepareMatmul(ctx, {
         tile,
         aDtype: ldt,
         bDtype: ldt,
         aTrans: false,
         bTrans: true,
       });
-      const dCMm = await prepareMatmulView(ctx, {
+      const dCMm = await prepareMatmul(ctx, {
         tile,
         aDtype: ldt,
         bDtype: ldt,

@@ -13,7 +13,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { createTensor } from "../gpu/tensor.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmulView, rowView } from "../kernels/matmul_view.ts";
+import { prepareMatmul, rowView } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -39,7 +39,7 @@ export const compiled: LceMethod = {
     if (why) throw new GpuError("limits", `compiled: ${why}`);
     const tile = defaultTile(ctx);
     const ldt = spec.dtype;
-    const logitsMm = await prepareMatmulView(ctx, {
+    const logitsMm = await prepareMatmul(ctx, {
       tile,
       aDtype: ldt,
       bDtype: ldt,
@@ -47,14 +47,14 @@ export const compiled: LceMethod = {
       bTrans: false,
       outDtype: ldt,
     });
-    const dEMm = await prepareMatmulView(ctx, {
+    const dEMm = await prepareMatmul(ctx, {
       tile,
       aDtype: ldt,
       bDtype: ldt,
       aTrans: false,
       bTrans: true,
     });
-    const dCMm = await prepareMatmulView(ctx, {
+    const dCMm = await prepareMatmul(ctx, {
       tile,
       aDtype: ldt,
       bDtype: ldt,

@@ -37,6 +37,7 @@ import {
   prepareFusedBackward,
 } from "../kernels/fused_backward.ts";
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
+import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
 import { lossTensor, vector } from "./_common.ts";
 
 /** Variant switches of a fused method. */
@@ -56,6 +57,8 @@ export interface FusedVariant {
   dESplits?: number;
   /** dE row-slice override (tests, tuning). */
   dERowSlices?: number;
+  /** Vocabulary rows per chunk of the no-filter rows' dense backward (tests). */
+  denseChunkRows?: number;
   /**
    * Dtype of the gradients (kernels/fused_backward.ts): "input" (bf16/f16 gradients for 16-bit
    * inputs, f32 for f32 inputs) or "f32" (f32 accumulation and output whatever the input).
@@ -88,16 +91,19 @@ async function _prepare(
 ): Promise<PreparedMethod> {
   const fwd = await prepareFusedForward(ctx, { spec, opts });
   const reduce = await prepareLossReduce(ctx, opts);
-  const bwd: PreparedFusedBackward = await prepareFusedBackward(ctx, {
-    spec,
-    opts,
-    filterEps: f.filter ? defaultFilterEps(spec.dtype) : null,
-    sort: f.sort,
-    tile: f.tile,
-    dESplits: f.dESplits,
-    dERowSlices: f.dERowSlices,
-    gradDtype: f.gradDtype,
-  });
+  // Without the filter: the dense backward on the GEMM core (methods/_dense_backward.ts).
+  const bwd: PreparedFusedBackward | PreparedDenseBackward = f.filter
+    ? await prepareFusedBackward(ctx, {
+      spec,
+      opts,
+      filterEps: f.filter ? defaultFilterEps(spec.dtype) : null,
+      sort: f.sort,
+      tile: f.tile,
+      dESplits: f.dESplits,
+      dERowSlices: f.dERowSlices,
+      gradDtype: f.gradDtype,
+    })
+    : await prepareDenseBackward(ctx, { spec, opts, chunkRows: f.denseChunkRows });
   // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
   // fused forward-backward's scaling by the upstream gradient.
   const extra = f.fusedForwardBackward && bwd.gradDtype !== "f32" ? 1 : 0;
@@ -205,7 +211,8 @@ export const fusedNoSort: LceMethod = fusedMethod({
 export const fusedNoFilter: LceMethod = fusedMethod({
   name: "fused-nofilter",
   label: "+ (No Grad. Filter)",
-  description: "Ours without the gradient filter (every tile's products computed)",
+  description: "Ours without the gradient filter: every tile's products, as dense products per " +
+    "vocabulary chunk (logits recomputed, dE, dC)",
   filter: false,
   sort: true,
   fusedForwardBackward: false,

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { prepareDenseBackward } from "./_dense_backward.ts";
 import {
   fused,
   fusedF32Grad,
@@ -321,7 +322,14 @@ Deno.test({
     const check = async (ctx: GpuContext, m: LceMethod, beta: number, dtype: Dtype, d = 33) => {
       const opts = resolveOptions({ beta });
       const got = await methodPeaks(ctx, m, { n, v, d, dtype, beta, seed: 5 }, opts);
-      const filter = m !== fusedNoFilter;
+      if (m === fusedNoFilter) {
+        const dense = await prepareDenseBackward(ctx, { spec: { n, v, d, dtype }, opts });
+        const want = bufferBytes(n, 4) + gradBytes(ctx, n, d, false) + gradBytes(ctx, v, d, false) +
+          dense.workspaceBytes();
+        assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}, d ${d}`);
+        return;
+      }
+      const filter = true;
       const bwd = await prepareFusedBackward(ctx, {
         spec: { n, v, d, dtype },
         opts,

@@ -19,6 +19,10 @@
  * the input dtype and writes the gradient over them in that dtype), and dE, dC are f32 (Liger's
  * accumulate in the parameter dtype unless accum_dtype is set).
  *
+ * The chunk products run on the GEMM core (kernels/matmul.ts); the skinny dE[chunk] = G·C (c×d
+ * output, K = |V|) splits K to fill the GPU, with one partials workspace reused by every chunk
+ * (counted in the peak; none on a software adapter).
+ *
  * Memory (bytes), chunk c = ligerChunkSize(n, |V|, d): mean/sum forward c·|V|·4 + dE (n·d·4) +
  * dC (|V|·d·4) + row weights, LSE, loss rows (3·n·4) + count and loss; backward nothing new (the
  * stored gradients are its output). None: forward c·|V|·4 + LSE, loss rows + count + the n losses;
@@ -29,7 +33,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmulView, rowView } from "../kernels/matmul_view.ts";
+import { prepareMatmul, rowView } from "../kernels/matmul.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -73,21 +77,21 @@ export const liger: LceMethod = {
     const dt = spec.dtype;
     const chunk = ligerChunkSize(spec.n, spec.v, spec.d);
     const deferred = opts.reduction === "none";
-    const logitsMm = await prepareMatmulView(ctx, {
+    const logitsMm = await prepareMatmul(ctx, {
       tile,
       aDtype: dt,
       bDtype: dt,
       aTrans: false,
       bTrans: false,
     });
-    const dEMm = await prepareMatmulView(ctx, {
+    const dEMm = await prepareMatmul(ctx, {
       tile,
       aDtype: "f32",
       bDtype: dt,
       aTrans: false,
       bTrans: true,
     });
-    const dCMm = await prepareMatmulView(ctx, {
+    const dCMm = await prepareMatmul(ctx, {
       tile,
       aDtype: "f32",
       bDtype: dt,
@@ -120,6 +124,15 @@ export const liger: LceMethod = {
         role: "workspace",
         label: "logits chunk",
       });
+      // one split-K workspace for the chunk products (they run one after the other)
+      const splitBytes = Math.max(
+        logitsMm.workspaceBytes({ m: chunk, n: spec.v, k: spec.d }),
+        grads ? dEMm.workspaceBytes({ m: chunk, n: spec.d, k: spec.v }) : 0,
+        grads ? dCMm.workspaceBytes({ m: spec.v, n: spec.d, k: chunk }) : 0,
+      );
+      const workspace = splitBytes > 0
+        ? ctx.createBuffer({ size: splitBytes, role: "workspace", label: "split-K partials" })
+        : undefined;
       for (let lo = 0, k = 0; lo < spec.n; lo += chunk, k++) {
         const hi = Math.min(spec.n, lo + chunk);
         const z = rowPrefix(buf, hi - lo);
@@ -129,6 +142,7 @@ export const liger: LceMethod = {
           out: rowView(z),
           tile,
           label: `logits[chunk ${k}] = E[chunk]·Cᵀ`,
+          workspace,
         });
         const rows = { logits: z, rowOffset: lo, targets: x.targets };
         stats.record(rec, { ...rows, lse: v.lse, lossRows: v.lossRows });
@@ -140,6 +154,7 @@ export const liger: LceMethod = {
           out: rowView(grads.dE, lo, hi),
           tile,
           label: `dE[chunk ${k}] = G·C`,
+          workspace,
         });
         dCMm.record(rec, {
           a: { view: rowView(z), trans: true },
@@ -148,9 +163,11 @@ export const liger: LceMethod = {
           accumulate: k > 0,
           tile,
           label: `dC += Gᵀ·E[chunk ${k}]`,
+          workspace,
         });
       }
       for (const s of buf.shards) rec.release(s.buffer);
+      rec.release(workspace);
     };
     const gradTensors = () => gradientOutputs(ctx, spec);
     const perToken = () => ({

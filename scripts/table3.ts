@@ -50,8 +50,16 @@ export const SOFTWARE_SHAPE = { n: 256, v: 4096, d: 128 } as const;
 export const SOFTWARE_REPS = 3;
 /** Warm-up repetitions on a software adapter. */
 export const SOFTWARE_WARMUP = 1;
-/** Measured repetitions on a hardware adapter. */
-export const HARDWARE_REPS = 5;
+/**
+ * Least measured repetitions per cell on a hardware adapter; a cell repeats until
+ * {@link HARDWARE_TARGET_MS} of GPU time is measured, up to {@link HARDWARE_MAX_REPS} (fast cells
+ * get more repetitions, slow ones at least this many).
+ */
+export const HARDWARE_REPS = 3;
+/** GPU time per cell the repetitions aim at on a hardware adapter, ms (without `--reps`). */
+export const HARDWARE_TARGET_MS = 1000;
+/** Most measured repetitions per cell on a hardware adapter (without `--reps`). */
+export const HARDWARE_MAX_REPS = 20;
 /** Warm-up repetitions on a hardware adapter. */
 export const HARDWARE_WARMUP = 1;
 
@@ -227,7 +235,9 @@ export async function table3Main(args: string[]): Promise<void> {
       `D=${shape.d} ${shape.dtype}, fixture ${flags.fixture}, β ∈ {${betas.join(", ")}}, ` +
       `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
         flags.modes.join(",")
-      }, ${reps} reps after ` +
+      }, ${reps}${
+        software || flags.reps !== undefined ? "" : `–${HARDWARE_MAX_REPS}`
+      } reps after ` +
       `${warmup} warm-up${reduced ? " (reduced shape for the software adapter)" : ""}`,
   );
 
@@ -264,6 +274,9 @@ export async function table3Main(args: string[]): Promise<void> {
         modes: flags.modes,
         warmup,
         reps,
+        ...(software || flags.reps !== undefined
+          ? {}
+          : { targetMs: HARDWARE_TARGET_MS, maxReps: HARDWARE_MAX_REPS }),
         budgetBytes: budget,
         onRow(row, ms) {
           rows.push(row);

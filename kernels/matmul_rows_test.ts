@@ -4,7 +4,7 @@ import { createTensor, download, fromHost, upload } from "../gpu/tensor.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { machineEps, roundArray } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
-import { prepareMatmulView, rowView } from "./matmul_view.ts";
+import { prepareMatmul, rowView } from "./matmul.ts";
 import { type GemmTile, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
@@ -24,6 +24,7 @@ interface _Case {
   alpha?: number;
   /** Default TILE_SMALL. */
   tile?: GemmTile;
+  splitK?: number;
 }
 
 /**
@@ -60,7 +61,7 @@ async function _run(ctx: GpuContext, c: _Case) {
     maxRowsPerShard: c.shardRows,
   }, init);
   const tile = c.tile ?? TILE_SMALL;
-  const mm = await prepareMatmulView(ctx, {
+  const mm = await prepareMatmul(ctx, {
     tile,
     aDtype: c.inDtype,
     bDtype: c.inDtype,
@@ -77,6 +78,7 @@ async function _run(ctx: GpuContext, c: _Case) {
       tile,
       accumulate: c.accumulate,
       alpha: c.alpha,
+      splitK: c.splitK,
     });
     await rec.finish();
   });
@@ -108,7 +110,7 @@ async function _run(ctx: GpuContext, c: _Case) {
 }
 
 Deno.test({
-  name: "matmul_view: 16-bit outputs at odd widths and offsets, neighbours untouched",
+  name: "matmul (row ranges): 16-bit outputs at odd widths and offsets, neighbours untouched",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
@@ -150,6 +152,21 @@ Deno.test({
         pad: [1, 1],
       });
     }
+    // split-K into a 16-bit output: the slices' f32 partials are summed, then rounded once
+    for (const outDtype of ["bf16", "f16"] as const) {
+      await _run(ctx, {
+        M: 21,
+        N: 37,
+        K: 300,
+        inDtype: "bf16",
+        outDtype,
+        aTrans: true,
+        bTrans: false,
+        pad: [1, 2],
+        alpha: 0.75,
+        splitK: 4,
+      });
+    }
     // The hardware tile (8×8 per thread: two groups of 4 adjacent columns per row).
     await _run(ctx, {
       M: 131,
@@ -178,7 +195,7 @@ Deno.test({
 });
 
 Deno.test({
-  name: "matmul_view: f32 outputs on row ranges of sharded tensors, K split, accumulate",
+  name: "matmul (row ranges): f32 outputs on row ranges of sharded tensors, K split, accumulate",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
@@ -210,7 +227,7 @@ Deno.test({
     });
     await assert.rejects(async () => {
       const t = createTensor(ctx, { dtype: "bf16", rows: 4, cols: 4, role: "input", label: "x" });
-      const mm = await prepareMatmulView(ctx, {
+      const mm = await prepareMatmul(ctx, {
         tile: TILE_SMALL,
         aDtype: "bf16",
         bDtype: "bf16",

@@ -1,0 +1,225 @@
+/**
+ * `deno run -A scripts/bench_gemm.ts [--n N --v V --d D --dtype bf16 --reps R --tiles a,b
+ * --cases x,y --out FILE.json]`: times the GEMM core (kernels/matmul.ts) on every product the
+ * methods run at one shape (default the paper's), for each tile candidate, by GPU timestamps:
+ *
+ * - `logits`: E·Cᵀ → f32 (baseline, Liger chunks), `logits16`: → the input dtype (compiled,
+ *   chunked);
+ * - `dE`: G·C with G f32 n×|V| (baseline), `dC`: Gᵀ·E (baseline), `dE16`/`dC16` with G in the
+ *   input dtype (compiled, chunked);
+ * - `ligerDE`: one Liger chunk's G·C (c×d output, K = |V|: split-K), `ligerDC`: one chunk's
+ *   dC += Gᵀ·E[chunk] (K = c).
+ *
+ * Effective TFLOP/s = 2·M·N·K / GPU time. Results go to stdout and, with --out, to JSON with the
+ * adapter and the date. The operands are zero-filled except E and C (the time does not depend on
+ * the values).
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { writeFileSync } from "node:fs";
+import { intFlag, runCli } from "../core/cli.ts";
+import { parseDtype } from "../core/options.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
+import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
+import { type GemmTile, TILE_HW, TILE_LARGE } from "../kernels/gemm_codegen.ts";
+import { ligerChunkSize } from "../methods/liger.ts";
+
+/** Tile candidates by name. */
+const TILES: Record<string, GemmTile> = {
+  hw: TILE_HW,
+  hw_k8: { ...TILE_HW, bk: 8 },
+  hw_k32: { ...TILE_HW, bk: 32 },
+  hw_dbuf: { ...TILE_HW, dbuf: true },
+  w128x256: { bm: 128, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
+  w256x128: { bm: 256, bn: 128, bk: 8, tm: 16, tn: 8, vec: true, stage2d: true },
+  w64x128: { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8, vec: true, stage2d: true },
+  w128x64: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, stage2d: true },
+  scalar: { ...TILE_LARGE, stage2d: true },
+};
+
+await runCli(async () => {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      n: { type: "string" },
+      v: { type: "string" },
+      d: { type: "string" },
+      dtype: { type: "string" },
+      reps: { type: "string" },
+      tiles: { type: "string" },
+      cases: { type: "string" },
+      out: { type: "string" },
+    },
+  });
+  const n = intFlag("n", values.n, 8192),
+    v = intFlag("v", values.v, 256000),
+    d = intFlag("d", values.d, 2304);
+  const dtype = parseDtype(values.dtype ?? "bf16");
+  const reps = intFlag("reps", values.reps, 3);
+  const tileNames = (values.tiles ?? "hw").split(",");
+  for (const t of tileNames) if (!TILES[t]) throw new Error(`unknown tile '${t}'`);
+  const ctx = await GpuContext.create();
+  const rep = ctx.report;
+  console.log(`adapter: ${rep.description} (${rep.vendor}); n ${n}, v ${v}, d ${d}, ${dtype}`);
+  const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
+    createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
+  const e = mk(n, d, dtype, "E"), c = mk(v, d, dtype, "C");
+  const rowE = new Float32Array(d).map((_, i) => Math.sin(i) / Math.sqrt(Math.sqrt(d)));
+  const eh = new Float32Array(n * d);
+  for (let i = 0; i < n; i++) eh.set(rowE.map((x) => x * Math.cos(i)), i * d);
+  upload(ctx, e, eh);
+  const ch = new Float32Array(v * d);
+  for (let i = 0; i < v; i++) ch.set(rowE.map((x, k) => x * Math.cos(i + k)), i * d);
+  upload(ctx, c, ch);
+  const chunk = ligerChunkSize(n, v, d);
+  interface Case {
+    a: MatmulOperand;
+    b: MatmulOperand;
+    aDtype: TensorDtype;
+    out: () => DeviceTensor;
+    outDtype: TensorDtype;
+    accumulate?: boolean;
+    flop: number;
+  }
+  let g32: DeviceTensor | undefined, g16: DeviceTensor | undefined;
+  const G32 = () => g32 ??= mk(n, v, "f32", "G f32");
+  const G16 = () => g16 ??= mk(n, v, dtype, "G 16");
+  const cases: Record<string, () => Case> = {
+    logits: () => ({
+      a: { tensor: e, trans: false },
+      b: { tensor: c, trans: false },
+      aDtype: dtype,
+      out: () => mk(n, v, "f32", "logits"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    logits16: () => ({
+      a: { tensor: e, trans: false },
+      b: { tensor: c, trans: false },
+      aDtype: dtype,
+      out: () => mk(n, v, dtype, "logits16"),
+      outDtype: dtype,
+      flop: 2 * n * v * d,
+    }),
+    dE: () => ({
+      a: { tensor: G32(), trans: false },
+      b: { tensor: c, trans: true },
+      aDtype: "f32",
+      out: () => mk(n, d, "f32", "dE"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    dC: () => ({
+      a: { tensor: G32(), trans: true },
+      b: { tensor: e, trans: true },
+      aDtype: "f32",
+      out: () => mk(v, d, "f32", "dC"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    dE16: () => ({
+      a: { tensor: G16(), trans: false },
+      b: { tensor: c, trans: true },
+      aDtype: dtype,
+      out: () => mk(n, d, "f32", "dE"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    dC16: () => ({
+      a: { tensor: G16(), trans: true },
+      b: { tensor: e, trans: true },
+      aDtype: dtype,
+      out: () => mk(v, d, "f32", "dC"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    ligerDE: () => ({
+      a: { view: rowView(G32(), 0, chunk), trans: false },
+      b: { tensor: c, trans: true },
+      aDtype: "f32",
+      out: () => mk(chunk, d, "f32", "dE chunk"),
+      outDtype: "f32",
+      flop: 2 * chunk * v * d,
+    }),
+    ligerDC: () => ({
+      a: { view: rowView(G32(), 0, chunk), trans: true },
+      b: { view: rowView(e, 0, chunk), trans: true },
+      aDtype: "f32",
+      out: () => mk(v, d, "f32", "dC"),
+      outDtype: "f32",
+      accumulate: true,
+      flop: 2 * chunk * v * d,
+    }),
+  };
+  const caseNames = (values.cases ?? Object.keys(cases).join(",")).split(",");
+  const results: Record<string, unknown>[] = [];
+  for (const cn of caseNames) {
+    if (!cases[cn]) throw new Error(`unknown case '${cn}'`);
+    const cs = cases[cn]();
+    const out = cs.out();
+    for (const tn of tileNames) {
+      const tile = TILES[tn];
+      try {
+        const mm = await prepareMatmul(ctx, {
+          tile,
+          aDtype: cs.aDtype,
+          bDtype: dtype,
+          aTrans: cs.a.trans,
+          bTrans: cs.b.trans,
+          outDtype: cs.outDtype,
+        });
+        const times: number[] = [];
+        for (let i = 0; i < reps + 1; i++) {
+          await ctx.scoped(async () => {
+            const rec = new Recorder(ctx);
+            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate });
+            const t = await rec.finish();
+            if (i > 0) times.push(t.gpuMs);
+          });
+        }
+        times.sort((x, y) => x - y);
+        const ms = times[Math.floor(times.length / 2)];
+        const r = {
+          case: cn,
+          tile: tn,
+          timeMs: ms,
+          minMs: times[0],
+          maxMs: times[times.length - 1],
+          tflops: cs.flop / ms / 1e9,
+          variant: mm.lastVariant,
+        };
+        results.push(r);
+        console.log(
+          `${cn.padEnd(9)} ${tn.padEnd(9)} ${ms.toFixed(2).padStart(9)} ms ${
+            r.tflops.toFixed(2).padStart(6)
+          } TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
+        );
+      } catch (err) {
+        results.push({ case: cn, tile: tn, error: (err as Error).message.split("\n")[0] });
+        console.log(`${cn} ${tn}: ${(err as Error).message.split("\n")[0]}`);
+      }
+    }
+    out.destroy();
+  }
+  if (values.out) {
+    writeFileSync(
+      values.out,
+      JSON.stringify(
+        {
+          env: {
+            adapter: rep.description,
+            vendor: rep.vendor,
+            deno: Deno.version.deno,
+            date: new Date().toISOString(),
+          },
+          shape: { n, v, d, dtype, ligerChunk: chunk },
+          results,
+        },
+        null,
+        1,
+      ),
+    );
+  }
+});
