@@ -34,6 +34,10 @@ export interface SweepPlan {
   reduction: Reduction;
   reps: number;
   warmup: number;
+  /** Repeat each cell until this much time is measured (at least `reps`; see MeasureOptions). */
+  targetMs?: number;
+  /** Most repetitions with `targetMs`. */
+  maxReps?: number;
 }
 
 /** One measured (or failed) cell: a method × β × mode at one value of the swept size. */
@@ -162,6 +166,9 @@ export async function runSweep(
               modes: todo,
               warmup: plan.warmup,
               reps: plan.reps,
+              ...(plan.targetMs !== undefined
+                ? { targetMs: plan.targetMs, maxReps: plan.maxReps }
+                : {}),
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
             });

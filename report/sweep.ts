@@ -188,7 +188,9 @@ export function sweepLongRows(r: SweepReport): SweepLongRow[] {
       for (const { metric, unit } of SWEEP_METRICS) {
         const value = metric === "timeMs" ? e.timeMs : e.peakBytes;
         const ok = e.error === undefined && typeof value === "number";
-        const samples = metric === "timeMs" ? _samples(e, "timeMsSamples") : undefined;
+        const samples = metric === "timeMs"
+          ? _samples(e, "timeMsSamples") ?? _samples(e, "samplesMs")
+          : undefined;
         const s = ok ? _stats(samples, value!) : _stats(undefined, null);
         if (ok && metric === "timeMs" && !samples) {
           s.min = e.timeMsMin ?? value!;

@@ -124,6 +124,7 @@ function _external(v: number): ExternalRows {
       timeMsMin: 9,
       timeMsMax: 12,
       peakBytes: 2 ** 30,
+      samplesMs: [9, 10, 12, 10, 11],
       external: true as const,
     })),
   };
@@ -222,6 +223,12 @@ Deno.test("sweep CSV: matching external rows are added, with the swept size", ()
   const ext = rows.filter((x) => x[head.indexOf("method")] === "torch-baseline");
   assert.equal(ext.length, MODES.length * 2);
   assert.ok(ext.every((x) => x[head.indexOf("x_value")] === "64000"));
+  const t = ext.find((x) => x[head.indexOf("metric")] === "timeMs")!;
+  assert.deepEqual(
+    ["p20", "p50", "p80", "min", "max"].map((k) => Number(t[head.indexOf(k)]).toFixed(1)),
+    ["9.8", "10.0", "11.2", "9.0", "12.0"],
+    "percentiles of torch_reference's samplesMs",
+  );
   assert.ok(externalMatches(_external(999), r), "the swept size may differ");
   const other = _external(64000);
   other.shape = { ...other.shape, d: 4096 };

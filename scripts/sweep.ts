@@ -48,7 +48,9 @@ import {
   writeSweepReport,
 } from "../report/sweep.ts";
 import {
+  HARDWARE_MAX_REPS,
   HARDWARE_REPS,
+  HARDWARE_TARGET_MS,
   HARDWARE_WARMUP,
   SOFTWARE_REPS,
   SOFTWARE_SHAPE,
@@ -236,6 +238,10 @@ export async function sweepMain(args: string[]): Promise<void> {
     reduction: flags.reduction,
     reps,
     warmup,
+    // as table3: on hardware without --reps, each cell repeats until 1 s is measured (3 to 20)
+    ...(software || flags.reps !== undefined
+      ? {}
+      : { targetMs: HARDWARE_TARGET_MS, maxReps: HARDWARE_MAX_REPS }),
   };
   const progress = new Progress({ label: "sweep", total: planWeight(plan) });
   const fixedText = SWEEP_AXES.filter((k) => k !== flags.over).map((k) => `${k}=${base[k]}`)
