@@ -51,6 +51,7 @@ await runCli(async () => {
       tiles: { type: "string" },
       cases: { type: "string" },
       out: { type: "string" },
+      splitk: { type: "string" },
     },
   });
   const n = intFlag("n", values.n, 8192),
@@ -153,13 +154,16 @@ await runCli(async () => {
       flop: 2 * chunk * v * d,
     }),
   };
+  const splits = (values.splitk ?? "auto").split(",").map((x) =>
+    x === "auto" ? "auto" as const : intFlag("splitk", x, 1)
+  );
   const caseNames = (values.cases ?? Object.keys(cases).join(",")).split(",");
   const results: Record<string, unknown>[] = [];
   for (const cn of caseNames) {
     if (!cases[cn]) throw new Error(`unknown case '${cn}'`);
     const cs = cases[cn]();
     const out = cs.out();
-    for (const tn of tileNames) {
+    for (const [tn, splitK] of tileNames.flatMap((t) => splits.map((k) => [t, k] as const))) {
       const tile = TILES[tn];
       try {
         const mm = await prepareMatmul(ctx, {
@@ -174,7 +178,7 @@ await runCli(async () => {
         for (let i = 0; i < reps + 1; i++) {
           await ctx.scoped(async () => {
             const rec = new Recorder(ctx);
-            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate });
+            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
             const t = await rec.finish();
             if (i > 0) times.push(t.gpuMs);
           });
@@ -184,6 +188,7 @@ await runCli(async () => {
         const r = {
           case: cn,
           tile: tn,
+          splitK,
           timeMs: ms,
           minMs: times[0],
           maxMs: times[times.length - 1],
@@ -192,9 +197,9 @@ await runCli(async () => {
         };
         results.push(r);
         console.log(
-          `${cn.padEnd(9)} ${tn.padEnd(9)} ${ms.toFixed(2).padStart(9)} ms ${
-            r.tflops.toFixed(2).padStart(6)
-          } TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
+          `${cn.padEnd(9)} ${tn.padEnd(9)} S=${String(splitK).padEnd(4)} ${
+            ms.toFixed(2).padStart(9)
+          } ms ${r.tflops.toFixed(2).padStart(6)} TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
         );
       } catch (err) {
         results.push({ case: cn, tile: tn, error: (err as Error).message.split("\n")[0] });
