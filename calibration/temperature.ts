@@ -62,6 +62,23 @@ export function checkTemperature(t: number, what = "temperature"): void {
   );
 }
 
+/**
+ * Inputs and softcap whose logits are those of `x` (with `softcap`) divided by T: E/T (float64
+ * division rounded to f32; C and the targets shared) and s/T. For one-off passes of other
+ * methods at T (e.g. the label-smoothed loss); {@link prepareTemperatureScan} reuses its buffers.
+ */
+export function scaledInputs(
+  x: HostInputs,
+  t: number,
+  softcap?: number,
+): { x: HostInputs; softcap?: number } {
+  checkTemperature(t);
+  if (t === 1) return { x, softcap };
+  const e = new Float32Array(x.e.length);
+  for (let i = 0; i < e.length; i++) e[i] = x.e[i] / t;
+  return { x: { ...x, e }, softcap: softcap === undefined ? undefined : softcap / t };
+}
+
 /** Statistics of the kept tokens at one temperature. */
 export interface TemperaturePoint {
   /** The temperature T (logits z/T). */
