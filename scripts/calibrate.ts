@@ -8,15 +8,22 @@
  *     [--ignore-fraction F] [options]
  *
  * Options: [--beta B] [--softcap S] [--bins M] [--dtype bf16|f16|f32] [--ignore-index I]
- * [--out DIR [--name NAME]] [--adapter auto|software|hardware]. Prints the metrics and the
- * non-empty bins; with --out writes DIR/calibration_NAME.svg (reliability diagram) and
- * DIR/calibration_NAME.json (NAME defaults to `reliability`), each under a temporary name first
- * and renamed once both are written. Bad flags or inputs print one line `error: …`, exit with
- * status 2 and write nothing.
+ * [--temperature T] [--fit-temperature] [--json FILE] [--out DIR [--name NAME]]
+ * [--adapter auto|software|hardware]. Prints the metrics and the non-empty bins, then entropy
+ * calibration (mean entropy against mean NLL, overall and per confidence bin); every statistic is
+ * of the logits divided by T (default 1; calibration/temperature.ts: the fused forward on E/T,
+ * softcap s/T). --fit-temperature also finds the NLL-optimal T* (one fused forward per step, T*
+ * to a relative 1e-4, starting from T) and prints NLL, ECE, RMSCE, entropy and accuracy before
+ * (at T) and after (at T*). --json FILE writes {temperature, before, after (only with the fit),
+ * tokens, bins, env}. With --out writes DIR/calibration_NAME.svg (reliability diagram; with the
+ * fit, before and after) and DIR/calibration_NAME.json (NAME defaults to `reliability`). All files
+ * are written under temporary names first and renamed once all are written. Bad flags or inputs,
+ * and a fit that cannot bracket a minimum, print one line `error: …`, exit with status 2 and
+ * write nothing.
  * @module
  */
 import { parseArgs } from "node:util";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { intFlag, numberFlag, runCli } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import { roundArray } from "../core/dtype.ts";
@@ -33,12 +40,20 @@ import { readNpy, toFloat32, toInt32Targets } from "../io/npy.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { streamingCalibration } from "../calibration/streaming.ts";
 import type { CalibrationReport } from "../calibration/metrics.ts";
+import {
+  checkTemperature,
+  FIT_RTOL,
+  prepareTemperatureScan,
+  scaledInputs,
+  type TemperatureFit,
+  type TemperaturePoint,
+} from "../calibration/temperature.ts";
 import { reliabilityDiagram } from "../calibration/reliability_svg.ts";
 
 const USAGE = "usage: calibrate.ts (--e E.npy --c C.npy --targets T.npy | --fixture NAME " +
   "[--n N] [--v V] [--d D] [--seed S] [--ignore-fraction F]) [--beta B] [--softcap S] " +
-  "[--bins M] [--dtype bf16|f16|f32] [--ignore-index I] [--out DIR [--name NAME]] " +
-  "[--adapter auto|software|hardware]";
+  "[--bins M] [--dtype bf16|f16|f32] [--ignore-index I] [--temperature T] [--fit-temperature] " +
+  "[--json FILE] [--out DIR [--name NAME]] [--adapter auto|software|hardware]";
 
 /** Default fixture shape: small enough for a software adapter in a few seconds. */
 const FIXTURE_DEFAULTS = { n: 2048, v: 4096, d: 128 };
@@ -53,6 +68,9 @@ interface _Job {
   out?: string;
   name: string;
   adapter?: AdapterChoice;
+  temperature: number;
+  fit: boolean;
+  json?: string;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags or inputs; see runCli). */
@@ -64,28 +82,59 @@ export async function calibrateMain(args: string[]): Promise<void> {
   }
   const ctx = await GpuContext.create({ adapter: job.adapter });
   try {
-    const { report, tokens } = await streamingCalibration(ctx, job.x, {
+    const t = job.temperature;
+    // the label-smoothed loss of the summary line needs a pass with β; the rest is β = 0 (NLL)
+    let smoothedLoss: number | undefined;
+    if (job.opts.beta !== 0) {
+      const at = scaledInputs(job.x, t, job.opts.softcap);
+      smoothedLoss = (await streamingCalibration(ctx, at.x, {
+        dtype: job.dtype,
+        beta: job.opts.beta,
+        softcap: at.softcap,
+        ignoreIndex: job.opts.ignoreIndex,
+        bins: job.bins,
+      })).tokens.meanLoss;
+    }
+    const scan = await prepareTemperatureScan(ctx, job.x, {
       dtype: job.dtype,
-      beta: job.opts.beta,
       softcap: job.opts.softcap,
       ignoreIndex: job.opts.ignoreIndex,
       bins: job.bins,
     });
+    let before: TemperaturePoint, fit: TemperatureFit<TemperaturePoint> | undefined;
+    try {
+      before = await scan.at(t);
+      if (job.fit) fit = await scan.fit({ start: t });
+    } finally {
+      scan.destroy();
+    }
+    const report = before.report;
     const { n, v, d } = job.x;
     const what = job.source.kind === "fixture"
       ? `fixture ${job.source.fixture} (seed ${job.source.seed})`
       : `${job.source.e}, ${job.source.c}, ${job.source.targets}`;
     console.log(
       `calibration of ${what}: n = ${n}, |V| = ${v}, d = ${d}, ${job.dtype}, β = ${job.opts.beta}` +
-        `${job.opts.softcap === undefined ? "" : `, softcap ${job.opts.softcap}`}; ` +
-        `fused forward on ${ctx.report.description}`,
+        `${job.opts.softcap === undefined ? "" : `, softcap ${job.opts.softcap}`}` +
+        `${t === 1 ? "" : `, temperature ${t}`}; fused forward on ${ctx.report.description}`,
     );
-    console.log(_summary(report, tokens.meanLoss));
+    console.log(_summary(report, smoothedLoss ?? before.nll));
     console.log(_binTable(report));
+    const after = fit?.point;
+    console.log(_entropyLines(before, after));
+    if (fit !== undefined) console.log(_fitLines(before, fit));
+    const files: [string, string][] = [];
     if (job.out !== undefined) {
       const label = job.source.kind === "fixture" ? `${job.source.fixture} fixture` : "inputs";
+      const tag = (p: TemperaturePoint) => `T = ${p.temperature.toPrecision(5)}`;
+      const series = after === undefined
+        ? [{ label, report }]
+        : [{ label: `${label}, ${tag(before)}`, report }, {
+          label: `${label}, fitted ${tag(after)}`,
+          report: after.report,
+        }];
       const svg = await reliabilityDiagram({
-        series: [{ label, report }],
+        series,
         title: `Reliability diagram (fused forward, no logits): n = ${n}, |V| = ${v}, d = ${d}`,
       });
       const json = {
@@ -98,20 +147,149 @@ export async function calibrateMain(args: string[]): Promise<void> {
         beta: job.opts.beta,
         softcap: job.opts.softcap ?? null,
         ignoreIndex: job.opts.ignoreIndex,
+        temperature: t,
         adapter: ctx.report.description,
-        meanLoss: tokens.meanLoss,
+        meanLoss: smoothedLoss ?? before.nll,
         ...report,
       };
       const base = join(job.out, `calibration_${job.name}`);
-      await _writeAtomic([
-        [`${base}.svg`, svg],
-        [`${base}.json`, JSON.stringify(json, null, 1) + "\n"],
-      ]);
-      console.log(`wrote ${base}.svg and ${base}.json`);
+      files.push([`${base}.svg`, svg], [`${base}.json`, JSON.stringify(json, null, 1) + "\n"]);
+    }
+    if (job.json !== undefined) {
+      const doc = _jsonDocument(job, ctx.report.description, before, fit);
+      files.push([job.json, JSON.stringify(doc, null, 1) + "\n"]);
+    }
+    if (files.length > 0) {
+      await _writeAtomic(files);
+      console.log(`wrote ${files.map((f) => f[0]).join(", ")}`);
     }
   } finally {
     ctx.destroy();
   }
+}
+
+/** The five headline numbers of one temperature, as in the --json document. */
+function _headline(p: TemperaturePoint) {
+  return {
+    nll: p.nll,
+    ece: p.report.ece,
+    rmsce: p.report.rmsce,
+    entropy: p.report.meanEntropy,
+    accuracy: p.report.accuracy,
+  };
+}
+
+/** Per-bin statistics of one temperature: reliability and entropy calibration. */
+function _binStats(p: TemperaturePoint, m: number) {
+  const r = p.report.perBin[m], h = p.entropy.perBin[m];
+  const num = (x: number) => (Number.isNaN(x) ? null : x);
+  return {
+    count: r.count,
+    accuracy: num(r.accuracy),
+    confidence: num(r.confidence),
+    entropy: num(h.entropy),
+    nll: num(h.nll),
+    gap: num(h.gap),
+  };
+}
+
+/** The --json document: {temperature, before, after?, tokens, bins, env}. */
+function _jsonDocument(
+  job: _Job,
+  adapter: string,
+  before: TemperaturePoint,
+  fit: TemperatureFit<TemperaturePoint> | undefined,
+) {
+  const after = fit?.point;
+  return {
+    temperature: after?.temperature ?? before.temperature,
+    before: _headline(before),
+    ...(after === undefined ? {} : { after: _headline(after) }),
+    tokens: before.report.count,
+    bins: before.report.perBin.map((b, m) => ({
+      lo: b.lo,
+      hi: b.hi,
+      before: _binStats(before, m),
+      ...(after === undefined ? {} : { after: _binStats(after, m) }),
+    })),
+    env: {
+      description: "before: statistics of the logits divided by the temperature given " +
+        "(--temperature, default 1); after: at the fitted T* (mean NLL minimised, β = 0). " +
+        "nll and entropy in nats; gap = entropy − nll (< 0: over-confident); ece, rmsce and " +
+        "accuracy as fractions; bins: equal-width confidence bins (lo, hi] of the tokens at " +
+        "each temperature. Computed from the fused forward's per-token statistics, without " +
+        "the n×|V| logits.",
+      adapter,
+      deno: Deno.version.deno,
+      os: `${Deno.build.os}-${Deno.build.arch}`,
+      source: job.source,
+      shape: { n: job.x.n, v: job.x.v, d: job.x.d },
+      dtype: job.dtype,
+      beta: job.opts.beta,
+      softcap: job.opts.softcap ?? null,
+      ignoreIndex: job.opts.ignoreIndex,
+      bins: job.bins,
+      startTemperature: job.temperature,
+      fit: fit === undefined ? null : {
+        rtol: FIT_RTOL,
+        forwards: fit.evaluations,
+        bracket: fit.bracket,
+        trace: fit.trace,
+      },
+    },
+  };
+}
+
+/** Entropy calibration: mean entropy against mean NLL, overall and per non-empty bin. */
+function _entropyLines(before: TemperaturePoint, after?: TemperaturePoint): string {
+  const f = (x: number) => x.toFixed(4);
+  const sgn = (x: number) => (x >= 0 ? "+" : "−") + f(Math.abs(x));
+  const one = (p: TemperaturePoint) =>
+    `mean entropy ${f(p.entropy.meanEntropy)} nats, mean NLL ${f(p.entropy.meanNll)} nats, ` +
+    `gap (entropy − NLL) ${sgn(p.entropy.gap)} nats (${
+      Math.abs(p.entropy.gap) < 5e-5
+        ? "balanced"
+        : p.entropy.gap < 0
+        ? "over-confident"
+        : "under-confident"
+    })`;
+  const lines = [`entropy calibration at T = ${before.temperature}: ${one(before)}`];
+  if (after !== undefined) {
+    lines.push(`entropy calibration at T* = ${after.temperature.toPrecision(6)}: ${one(after)}`);
+  }
+  const head = after === undefined ? "" : "   gap at T*";
+  lines.push(`  bin            tokens   entropy       NLL       gap${head}`);
+  before.entropy.perBin.forEach((b, m) => {
+    if (b.count === 0) return;
+    const a = after?.entropy.perBin[m];
+    const tail = a === undefined ? "" : a.count === 0 ? "           -" : sgn(a.gap).padStart(12);
+    lines.push(
+      `  (${b.lo.toFixed(3)}, ${b.hi.toFixed(3)}]  ${String(b.count).padStart(6)}  ` +
+        `${f(b.entropy).padStart(8)}  ${f(b.nll).padStart(8)}  ${sgn(b.gap).padStart(8)}${tail}`,
+    );
+  });
+  if (after !== undefined) {
+    lines.push("  (bins hold the tokens by their confidence at T; at T* they move to other bins)");
+  }
+  return lines.join("\n");
+}
+
+/** The fit's result: T* and the headline numbers before and after. */
+function _fitLines(before: TemperaturePoint, fit: TemperatureFit<TemperaturePoint>): string {
+  const pct = (x: number) => `${(100 * x).toFixed(2)}%`.padStart(8);
+  const row = (label: string, p: TemperaturePoint) =>
+    `  ${label.padEnd(20)} ${p.nll.toFixed(5).padStart(9)}  ${pct(p.report.ece)}  ` +
+    `${pct(p.report.rmsce)}  ${p.report.meanEntropy.toFixed(5).padStart(9)}  ` +
+    `${pct(p.report.accuracy)}`;
+  return [
+    `temperature fit: T* = ${fit.temperature.toPrecision(6)} minimises the mean NLL ` +
+    `(relative tolerance ${FIT_RTOL}, ${fit.evaluations} fused forwards, bracket ` +
+    `[${fit.bracket.map((x) => x.toPrecision(4)).join(", ")}])`,
+    `  ${"".padEnd(20)} ${"NLL".padStart(9)}  ${"ECE".padStart(8)}  ${"RMSCE".padStart(8)}  ` +
+    `${"entropy".padStart(9)}  ${"accuracy".padStart(8)}`,
+    row(`before (T = ${before.temperature})`, before),
+    row(`after (T* = ${fit.temperature.toPrecision(4)})`, fit.point),
+  ].join("\n");
 }
 
 /** One-line summary of a report. */
@@ -161,6 +339,9 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
         "ignore-index": { type: "string" },
         out: { type: "string" },
         name: { type: "string" },
+        temperature: { type: "string" },
+        "fit-temperature": { type: "boolean", default: false },
+        json: { type: "string" },
         adapter: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
@@ -181,6 +362,9 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
     reduction: "mean",
   });
   const bins = intFlag("bins", v.bins, 15);
+  const temperature = numberFlag("temperature", v.temperature, 1);
+  checkTemperature(temperature, "--temperature");
+  check(v.json === undefined || v.json.trim() !== "", "--json needs a file name");
   const adapter = v.adapter;
   check(
     adapter === undefined || ["auto", "software", "hardware"].includes(adapter),
@@ -230,6 +414,9 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
     out: v.out,
     name,
     adapter: adapter as AdapterChoice | undefined,
+    temperature,
+    fit: v["fit-temperature"]!,
+    json: v.json,
   };
 }
 
@@ -260,8 +447,7 @@ async function _readInputs(
 /** Writes every file under a temporary name, then renames them all; removes leftovers on error. */
 async function _writeAtomic(files: [string, string][]): Promise<void> {
   const tag = `.tmp-${Deno.pid}`;
-  const dir = files[0][0].replace(/[^/]*$/, "") || ".";
-  await Deno.mkdir(dir, { recursive: true });
+  for (const [path] of files) await Deno.mkdir(dirname(path), { recursive: true });
   try {
     for (const [path, text] of files) await Deno.writeTextFile(path + tag, text);
     for (const [path] of files) await Deno.rename(path + tag, path);
