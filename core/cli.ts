@@ -48,6 +48,8 @@ export interface FlagDef {
   env?: string;
   /** One-letter alias. */
   short?: string;
+  /** The flag must be given (no default). */
+  required?: boolean;
 }
 
 /** A command: its name (as typed), what it does, and its flags. */
@@ -69,6 +71,7 @@ type _Value<D extends FlagDef> = D["type"] extends "boolean" ? boolean
 export type FlagValues<F extends Record<string, FlagDef>> = {
   [K in keyof F]: F[K] extends { type: "boolean" } ? boolean
     : F[K] extends { default: string | number } ? _Value<F[K]>
+    : F[K] extends { required: true } ? _Value<F[K]>
     : _Value<F[K]> | undefined;
 };
 
@@ -176,7 +179,11 @@ export class Command<F extends Record<string, FlagDef>> {
   /** One line: `usage: <name> [--flag X] ...`. */
   usage(): string {
     const parts = Object.entries(this.def.flags).map(([name, d]) =>
-      d.type === "boolean" ? `[--${name}]` : `[--${name} ${_placeholder(d)}]`
+      d.type === "boolean"
+        ? `[--${name}]`
+        : d.required
+        ? `--${name} ${_placeholder(d)}`
+        : `[--${name} ${_placeholder(d)}]`
     );
     if (this.def.positionals) parts.push(this.def.positionals);
     return `usage: ${this.def.name} ${parts.join(" ")}`.trimEnd();
@@ -196,10 +203,11 @@ export class Command<F extends Record<string, FlagDef>> {
           : typeof d.default === "string"
           ? `'${d.default}'`
           : String(d.default));
-      const env = d.env ? `; env ${d.env}` : "";
-      return [left, `${d.help}${dflt === undefined ? "" : ` (default: ${dflt}${env})`}${
-        dflt === undefined && env ? ` (${env.slice(2)})` : ""
-      }`];
+      const notes = [
+        d.required ? "required" : dflt === undefined ? undefined : `default: ${dflt}`,
+        d.env ? `env ${d.env}` : undefined,
+      ].filter((x) => x !== undefined);
+      return [left, `${d.help}${notes.length ? ` (${notes.join("; ")})` : ""}`];
     });
     rows.push(["-h, --help", "print this help and exit"]);
     const width = Math.min(32, Math.max(...rows.map(([l]) => l.length)) + 2);
@@ -265,6 +273,7 @@ export class Command<F extends Record<string, FlagDef>> {
         }
       }
       if (raw === undefined) {
+        if (d.required) throw new InputError(`missing --${name} (see --help)`);
         values[name] = d.type === "boolean" ? false : d.default;
         continue;
       }

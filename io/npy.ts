@@ -218,6 +218,8 @@ export function parseNpy(bytes: Uint8Array, name: string): NpyArray {
 export interface ReadNpyOptions {
   /** Most bytes of data the caller accepts (e.g. what the adapter can bind). */
   maxBytes?: number;
+  /** What {@link maxBytes} is, for the message (default `the adapter can bind`). */
+  maxBytesWhat?: string;
   /**
    * Most bytes of one row (the last dimension's values) the caller accepts; a row of a tensor
    * must fit one storage binding.
@@ -310,7 +312,7 @@ export async function readNpy(path: string, o: ReadNpyOptions = {}): Promise<Npy
     if (o.maxBytes !== undefined && bound > o.maxBytes) {
       fail(
         `shape (${h.shape.join(", ")}) declares ${bound} bytes, more than the ${o.maxBytes} ` +
-          "the adapter can bind",
+          (o.maxBytesWhat ?? "the adapter can bind"),
       );
     }
     const rowBytes = (h.shape.length === 0 ? 1 : h.shape[h.shape.length - 1]) * item;
@@ -411,7 +413,8 @@ export function toFloat32(npy: NpyArray, name: string): Float32Array {
   for (let i = 0; i < out.length; i++) {
     check(
       Number.isFinite(out[i]) || !Number.isFinite(npy.data[i]),
-      `${name}: value ${npy.data[i]} at index ${i} overflows float32`,
+      `${name}: value ${npy.data[i]} at index ${i} overflows f32 (finite range ` +
+        `±3.4028234663852886e+38)`,
     );
   }
   return out;
