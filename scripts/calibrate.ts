@@ -15,11 +15,10 @@
  * status 2 and write nothing.
  * @module
  */
-import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
-import { roundArray } from "../core/dtype.ts";
+import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { check } from "../core/errors.ts";
+import { roundInput } from "../core/dtype.ts";
 import {
   checkInputs,
   type Dtype,
@@ -35,10 +34,36 @@ import { streamingCalibration } from "../calibration/streaming.ts";
 import type { CalibrationReport } from "../calibration/metrics.ts";
 import { reliabilityDiagram } from "../calibration/reliability_svg.ts";
 
-const USAGE = "usage: calibrate.ts (--e E.npy --c C.npy --targets T.npy | --fixture NAME " +
-  "[--n N] [--v V] [--d D] [--seed S] [--ignore-fraction F]) [--beta B] [--softcap S] " +
-  "[--bins M] [--dtype bf16|f16|f32] [--ignore-index I] [--out DIR [--name NAME]] " +
-  "[--adapter auto|software|hardware]";
+/** The command line of `calibrate`. */
+export const CALIBRATE_COMMAND = defineCommand({
+  name: "deno task calibrate",
+  summary: "ECE, RMS calibration error and a reliability diagram from the fused forward's " +
+    "streaming statistics, of .npy files (--e, --c, --targets) or of a fixture (--fixture).",
+  flags: {
+    e: { type: "string", arg: "E.npy", help: "hidden states, n×d" },
+    c: { type: "string", arg: "C.npy", help: "classifier, v×d" },
+    targets: { type: "string", arg: "T.npy", help: "targets, n" },
+    fixture: { type: "string", arg: "NAME", help: "a fixture instead of files" },
+    n: { type: "int", min: 1, help: "fixture tokens", defaultText: "2048" },
+    v: { type: "int", min: 1, help: "fixture vocabulary", defaultText: "4096" },
+    d: { type: "int", min: 1, help: "fixture hidden size", defaultText: "128" },
+    seed: { type: "int", help: "fixture seed", defaultText: "0" },
+    "ignore-fraction": {
+      type: "number",
+      help: "fixture share of ignored targets",
+      defaultText: "0",
+    },
+    beta: { type: "number", help: "label smoothing", default: 0 },
+    softcap: { type: "number", help: "logit softcap (> 0), none when absent" },
+    bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
+    dtype: { type: "string", arg: "bf16|f16|f32", help: "compute dtype", default: "f32" },
+    "ignore-index": { type: "int", help: "target value ignored", default: -100 },
+    out: { type: "string", arg: "DIR", help: "write the report and diagram here" },
+    name: { type: "string", help: "file name stem with --out", defaultText: "reliability" },
+    adapter: ADAPTER_FLAG,
+  },
+});
+const USAGE = CALIBRATE_COMMAND.usage();
 
 /** Default fixture shape: small enough for a software adapter in a few seconds. */
 const FIXTURE_DEFAULTS = { n: 2048, v: 4096, d: 128 };
@@ -58,10 +83,7 @@ interface _Job {
 /** Runs the command with `args` (throws InputError on bad flags or inputs; see runCli). */
 export async function calibrateMain(args: string[]): Promise<void> {
   const job = await _parse(args);
-  if (job === "help") {
-    console.log(USAGE);
-    return;
-  }
+  if (job === "help") return;
   const ctx = await GpuContext.create({ adapter: job.adapter });
   try {
     const { report, tokens } = await streamingCalibration(ctx, job.x, {
@@ -138,54 +160,18 @@ function _binTable(r: CalibrationReport): string {
 }
 
 async function _parse(args: string[]): Promise<_Job | "help"> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        e: { type: "string" },
-        c: { type: "string" },
-        targets: { type: "string" },
-        fixture: { type: "string" },
-        n: { type: "string" },
-        v: { type: "string" },
-        d: { type: "string" },
-        seed: { type: "string" },
-        "ignore-fraction": { type: "string" },
-        beta: { type: "string" },
-        softcap: { type: "string" },
-        bins: { type: "string" },
-        dtype: { type: "string", default: "f32" },
-        "ignore-index": { type: "string" },
-        out: { type: "string" },
-        name: { type: "string" },
-        adapter: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    const msg = String(err instanceof Error ? err.message : err).split("\n")[0];
-    throw new InputError(`${msg} (${USAGE})`);
-  }
+  const parsed = CALIBRATE_COMMAND.parse(args);
+  if (!parsed) return "help";
   const v = parsed.values;
-  if (v.help) return "help";
-  const dtype = parseDtype(v.dtype!);
-  const ignoreIndex = numberFlag("ignore-index", v["ignore-index"], -100);
-  check(Number.isInteger(ignoreIndex), `--ignore-index must be an integer, got ${ignoreIndex}`);
+  const dtype = parseDtype(v.dtype);
   const opts = resolveOptions({
-    beta: numberFlag("beta", v.beta, 0),
-    softcap: v.softcap === undefined ? undefined : numberFlag("softcap", v.softcap, 0),
-    ignoreIndex,
+    beta: v.beta,
+    softcap: v.softcap,
+    ignoreIndex: v["ignore-index"],
     reduction: "mean",
   });
-  const bins = intFlag("bins", v.bins, 15);
+  const bins = v.bins;
   const adapter = v.adapter;
-  check(
-    adapter === undefined || ["auto", "software", "hardware"].includes(adapter),
-    `--adapter must be auto, software or hardware, got '${adapter}'`,
-  );
   check(v.name === undefined || v.out !== undefined, "--name needs --out");
   const name = v.name ?? "reliability";
   check(/^[A-Za-z0-9_.-]+$/.test(name), `--name must be letters, digits, _ . or -, got '${name}'`);
@@ -198,14 +184,13 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
   if (v.fixture !== undefined) {
     check(files === 0, "give either --fixture or --e/--c/--targets, not both");
     const fixture = parseFixtureName(v.fixture);
-    const seed = numberFlag("seed", v.seed, 0);
-    check(Number.isSafeInteger(seed), `--seed must be an integer, got ${v.seed}`);
+    const seed = v.seed ?? 0;
     const shape = {
-      n: intFlag("n", v.n, FIXTURE_DEFAULTS.n),
-      v: intFlag("v", v.v, FIXTURE_DEFAULTS.v),
-      d: intFlag("d", v.d, FIXTURE_DEFAULTS.d),
+      n: v.n ?? FIXTURE_DEFAULTS.n,
+      v: v.v ?? FIXTURE_DEFAULTS.v,
+      d: v.d ?? FIXTURE_DEFAULTS.d,
     };
-    const ignoreFraction = numberFlag("ignore-fraction", v["ignore-fraction"], 0);
+    const ignoreFraction = v["ignore-fraction"] ?? 0;
     x = makeFixture(fixture, { ...shape, dtype, seed, ignoreFraction });
     source = { kind: "fixture", fixture, seed, ignoreFraction };
   } else {
@@ -251,8 +236,8 @@ async function _readInputs(
     n,
     v,
     d,
-    e: roundArray(toFloat32(eNpy, ePath), dtype),
-    c: roundArray(toFloat32(cNpy, cPath), dtype),
+    e: roundInput(toFloat32(eNpy, ePath), dtype, { tensor: "E", cols: d }),
+    c: roundInput(toFloat32(cNpy, cPath), dtype, { tensor: "C", cols: d }),
     targets: toInt32Targets(tNpy, tPath),
   };
 }
