@@ -102,3 +102,43 @@ Deno.test("cli: --help prints every flag with its default and returns undefined"
   assert.match(text, /--seed N +seed \(default: 0; env LCE_DEMO_SEED\)/);
   assert.match(text, /-h, --help/);
 });
+
+Deno.test("cli: runCli exits 2 for bad input, 1 for internal failures, one line, stack only with LCE_DEBUG=1", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "cli_test_" });
+  try {
+    const cli = new URL("./cli.ts", import.meta.url).href;
+    const errors = new URL("./errors.ts", import.meta.url).href;
+    const script = `${dir}/main.ts`;
+    await Deno.writeTextFile(
+      script,
+      `import { runCli } from "${cli}";\nimport { InputError } from "${errors}";\n` +
+        `await runCli(async () => {\n  const kind = Deno.args[0];\n` +
+        `  if (kind === "input") throw new InputError("--x is bad");\n` +
+        `  if (kind === "internal") throw new RangeError("index out of range\\nsecond line");\n` +
+        `  if (kind === "rejection") { Promise.reject(new Error("lost")); await new Promise((r) => setTimeout(r, 50)); }\n` +
+        `  if (kind === "code") return 3;\n});\n`,
+    );
+    const run = async (kind: string, debug = false) => {
+      const out = await new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", script, kind],
+        stdout: "piped",
+        stderr: "piped",
+        env: { NO_COLOR: "1", LCE_DEBUG: debug ? "1" : "" },
+      }).output();
+      return { code: out.code, stderr: new TextDecoder().decode(out.stderr).trimEnd() };
+    };
+    assert.deepEqual(await run("input"), { code: 2, stderr: "error: --x is bad" });
+    assert.deepEqual(await run("internal"), {
+      code: 1,
+      stderr: "error: RangeError: index out of range",
+    });
+    assert.deepEqual(await run("rejection"), { code: 1, stderr: "error: Error: lost" });
+    assert.deepEqual(await run("code"), { code: 3, stderr: "" });
+    assert.deepEqual(await run("ok"), { code: 0, stderr: "" });
+    const debug = await run("internal", true);
+    assert.equal(debug.code, 1);
+    assert.match(debug.stderr, /^error: RangeError: index out of range\n.*\n\s+at /s);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
