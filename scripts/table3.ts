@@ -38,6 +38,7 @@ import {
   PAPER_SHAPE,
   type Table3Plan,
   type Table3Report,
+  type Table3Shape,
   writeReport,
 } from "../report/table3.ts";
 
@@ -256,6 +257,78 @@ function _progress(s: string): void {
   console.error(styleText("dim", "table3: ") + s);
 }
 
+/** Options of {@link measureCells}. */
+export interface MeasureCellsOptions {
+  /** Opens a fresh context (after a device loss). */
+  openContext: () => Promise<GpuContext>;
+  /** Uploads the inputs to a context. */
+  openInputs: (ctx: GpuContext) => Promise<DeviceInputs>;
+  /** The memory budget of a context, given the bytes of its inputs. */
+  budget: (ctx: GpuContext, inputBytes: number) => number;
+  spec: Table3Shape;
+  betas: readonly number[];
+  methods: readonly LceMethod[];
+  modes: readonly Mode[];
+  reduction: Reduction;
+  warmup: number;
+  reps: number;
+  /** Whether a cell was measured already (a resumed run): it is not measured again. */
+  measured: (method: string, beta: number, mode: Mode) => boolean;
+  /** Each row as soon as it is measured. */
+  onRow: (row: MeasureRow, ms: number) => void;
+  /** Called after each method (may throw to stop the run). */
+  afterMethod?: () => void;
+  /** Progress lines. */
+  progress?: (line: string) => void;
+}
+
+/**
+ * Measures every cell not yet measured, β by β, method by method. A device lost during a method
+ * marks that method's remaining cells (`device lost: …`, see measureMethod) and the next method
+ * runs on a fresh context with fresh inputs. Returns the context in use at the end (the caller
+ * destroys it) and the bytes of its inputs; the inputs are destroyed.
+ */
+export async function measureCells(
+  ctx: GpuContext,
+  o: MeasureCellsOptions,
+): Promise<{ ctx: GpuContext; inputBytes: number }> {
+  let inputs: DeviceInputs | undefined;
+  let inputBytes = 0, budget = 0;
+  for (const beta of o.betas) {
+    const opts = resolveOptions({ beta, reduction: o.reduction });
+    for (const method of o.methods) {
+      const missing = o.modes.filter((m) => !o.measured(method.name, beta, m));
+      if (missing.length === 0) continue;
+      if (ctx.lostReason) {
+        o.progress?.(`device lost (${ctx.lostReason}); opening a new one`);
+        ctx = await o.openContext();
+        inputs = undefined;
+      }
+      if (!inputs) {
+        inputs = await o.openInputs(ctx);
+        inputBytes = ctx.memory().liveBytes;
+        budget = o.budget(ctx, inputBytes);
+      }
+      const gradOut = uploadGradOut(ctx, o.spec.n, opts);
+      await measureMethod(ctx, method, {
+        spec: o.spec,
+        opts,
+        inputs: inputs.inputs,
+        gradOut,
+        modes: missing,
+        warmup: o.warmup,
+        reps: o.reps,
+        budgetBytes: budget,
+        onRow: o.onRow,
+      });
+      if (!ctx.lostReason) gradOut.destroy();
+      o.afterMethod?.();
+    }
+  }
+  if (!ctx.lostReason) inputs?.destroy();
+  return { ctx, inputBytes };
+}
+
 /** Runs the command with `args`. */
 export async function table3Main(args: string[]): Promise<void> {
   const flags = _parseFlags(args);
@@ -379,61 +452,40 @@ export async function table3Main(args: string[]): Promise<void> {
   try {
     saveJson();
     if (writeError) throw writeError;
-    const open = async () => {
-      const x = await makeDeviceInputs(ctx, {
-        fixture: flags.fixture,
-        ...shape,
-        seed: flags.seed,
-      });
-      _progress(`inputs (${x.generator}) ready in ${(x.ms / 1000).toFixed(1)} s`);
-      report.generator = x.generator;
-      return x;
-    };
-    let inputs: DeviceInputs | undefined;
-    let inputBytes = 0, budget = 0;
-    for (const beta of betas) {
-      const opts = resolveOptions({ beta, reduction: flags.reduction });
-      for (const method of flags.methods) {
-        const missing = flags.modes.filter((m) => !have.has(cellKey(method.name, beta, m)));
-        if (missing.length === 0) continue;
-        if (ctx.lostReason) {
-          _progress(`device lost (${ctx.lostReason}); opening a new one`);
-          ctx = await GpuContext.create({ adapter: flags.adapter });
-          inputs = undefined;
-        }
-        if (!inputs) {
-          inputs = await open();
-          inputBytes = ctx.memory().liveBytes;
-          budget = gpuBytes !== undefined
-            ? gpuBytes - inputBytes - 512 * 2 ** 20
-            : defaultMemoryBudget(ctx);
-        }
-        const gradOut = uploadGradOut(ctx, shape.n, opts);
-        await measureMethod(ctx, method, {
-          spec: shape,
-          opts,
-          inputs: inputs.inputs,
-          gradOut,
-          modes: missing,
-          warmup,
-          reps,
-          budgetBytes: budget,
-          onRow(row, ms) {
-            rows.push(row);
-            have.add(cellKey(row.method, row.beta, row.mode));
-            saveJson();
-            const cell = formatCell(row);
-            _progress(
-              `[${have.size}/${total}] ${row.method} β=${row.beta} ${row.mode}: ` +
-                `${row.error ? styleText("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
-            );
-          },
-        });
-        gradOut.destroy();
+    let inputBytes = 0;
+    ({ ctx, inputBytes } = await measureCells(ctx, {
+      openContext: () => GpuContext.create({ adapter: flags.adapter }),
+      async openInputs(c) {
+        const x = await makeDeviceInputs(c, { fixture: flags.fixture, ...shape, seed: flags.seed });
+        _progress(`inputs (${x.generator}) ready in ${(x.ms / 1000).toFixed(1)} s`);
+        report.generator = x.generator;
+        return x;
+      },
+      budget: (c, bytes) =>
+        gpuBytes !== undefined ? gpuBytes - bytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
+      spec: shape,
+      betas,
+      methods: flags.methods,
+      modes: flags.modes,
+      reduction: flags.reduction,
+      warmup,
+      reps,
+      measured: (method, beta, mode) => have.has(cellKey(method, beta, mode)),
+      onRow(row, ms) {
+        rows.push(row);
+        have.add(cellKey(row.method, row.beta, row.mode));
+        saveJson();
+        const cell = formatCell(row);
+        _progress(
+          `[${have.size}/${total}] ${row.method} β=${row.beta} ${row.mode}: ` +
+            `${row.error ? styleText("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
+        );
+      },
+      afterMethod() {
         if (writeError) throw writeError;
-      }
-    }
-    inputs?.destroy();
+      },
+      progress: _progress,
+    }));
     if (stopping) await new Promise(() => {}); // the signal handler writes and exits
     report.complete = true;
     const paths = await save(true);

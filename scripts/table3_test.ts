@@ -2,6 +2,12 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
+import { measureCells } from "./table3.ts";
+import { baseline } from "../methods/baseline.ts";
+import type { LceMethod } from "../methods/types.ts";
+import type { MeasureRow } from "../measure/measure.ts";
+import { makeDeviceInputs } from "../measure/inputs.ts";
+import { GpuContext } from "../gpu/context.ts";
 
 const SCRIPT = new URL("./table3.ts", import.meta.url).pathname;
 
@@ -208,4 +214,63 @@ Deno.test("table3: a killed run leaves a valid partial JSON; --resume completes 
     rmSync(whole, { recursive: true, force: true });
     rmSync(part, { recursive: true, force: true });
   }
+});
+
+Deno.test({
+  name: "table3: a device lost in the middle marks its cells and the run goes on with a fresh one",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    // a method whose forward loses the device (as a driver reset would)
+    const lossy: LceMethod = {
+      name: "lossy",
+      label: "Lossy",
+      description: "loses the device in its forward",
+      async prepare(ctx, spec, opts) {
+        const p = await baseline.prepare(ctx, spec, opts);
+        return {
+          async forward(rec, x) {
+            ctx.destroy();
+            await ctx.device.lost;
+            return await p.forward(rec, x);
+          },
+          backward: (rec, x, saved, g) => p.backward(rec, x, saved, g),
+          dispose: (saved) => p.dispose(saved),
+        };
+      },
+    };
+    const spec = { n: 16, v: 40, d: 8, dtype: "f32" as const };
+    const rows: MeasureRow[] = [];
+    let opened = 0;
+    const first = await GpuContext.create({ poison: true });
+    const { ctx } = await measureCells(first, {
+      openContext: () => (opened++, GpuContext.create({ poison: true })),
+      openInputs: (c) => makeDeviceInputs(c, { fixture: "cce", ...spec, seed: 0 }),
+      budget: () => Infinity,
+      spec,
+      betas: [0.1],
+      methods: [baseline, lossy, baseline],
+      modes: ["fwd", "bwd"],
+      reduction: "mean",
+      warmup: 0,
+      reps: 1,
+      measured: () => false,
+      onRow: (row) => rows.push(row),
+    });
+    try {
+      assert.equal(opened, 1, "one fresh device after the loss");
+      assert.notEqual(ctx, first);
+      assert.deepEqual(rows.map((r) => `${r.method} ${r.mode} ${r.error?.split(":")[0] ?? "ok"}`), [
+        "baseline fwd ok",
+        "baseline bwd ok",
+        "lossy fwd device lost",
+        "lossy bwd device lost",
+        "baseline fwd ok",
+        "baseline bwd ok",
+      ]);
+      assert.equal(rows[4].peakBytes, rows[0].peakBytes);
+    } finally {
+      ctx.destroy();
+    }
+  },
 });
