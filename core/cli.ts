@@ -199,7 +199,7 @@ export class Command<F extends Record<string, FlagDef>> {
         (d.type === "boolean"
           ? "off"
           : d.default === undefined
-          ? undefined
+          ? "none"
           : typeof d.default === "string"
           ? `'${d.default}'`
           : String(d.default));
