@@ -12,6 +12,7 @@
  * @module
  */
 import { readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { styleText } from "node:util";
 import { type ExternalRows, readExternalRows } from "../report/external.ts";
 import { ADAPTER_FLAG, defineCommand, parseList, parseNumberValue, runCli } from "../core/cli.ts";
@@ -105,7 +106,8 @@ export const TABLE3_COMMAND = defineCommand({
     resume: {
       type: "string",
       arg: "FILE.json",
-      help: "continue an interrupted run's report, measuring only the missing cells",
+      help: "continue an interrupted run's report, measuring only the missing cells (--out " +
+        "defaults to the report's directory)",
     },
   },
 });
@@ -234,6 +236,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
     reps: p.reps,
     warmup: p.warmup,
     external: external ?? report.external,
+    // by default the finished reports go next to the one resumed
+    out: given.has("out") ? flags.out : dirname(path),
     resume: { path, report },
   };
 }

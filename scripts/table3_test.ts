@@ -199,7 +199,7 @@ Deno.test("table3: a killed run leaves a valid partial JSON; --resume completes 
     assert.equal(readdirSync(part).length, 4);
 
     // resumed to the end: the same rows as the uninterrupted run, only missing cells measured
-    const r = await _run(["--resume", p2.path, "--out", part]);
+    const r = await _run(["--resume", p2.path]); // --out: the report's directory
     assert.equal(r.code, 0, r.stderr);
     const done = _readJson(part).json;
     assert.equal(done.complete, true);
