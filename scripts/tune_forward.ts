@@ -396,8 +396,10 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
     const configName = `${_tileName(tile)} S=${vocabSplits} ${
       tileState === "tile" ? `tile/${roundRows}` : "registers"
     }`;
-    const done = prior.find((x) => x.config === configName && x.variant === variant);
-    if (done) {
+    const at = prior.findIndex((x) => x.config === configName && x.variant === variant);
+    if (at >= 0) {
+      // each saved configuration stands for one measurement, in the order they were made
+      const [done] = prior.splice(at, 1);
       // measured by the run being resumed
       if (done.plainMs !== undefined) plainCache.set(_tileName(tile), done.plainMs);
       rows.push(done);
