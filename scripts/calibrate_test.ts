@@ -129,7 +129,8 @@ Deno.test("calibrate: every bad flag gets one line, exit 2, and nothing written"
   const cases: [string[], RegExp][] = [
     [[...fx, "--frobnicate"], /Unknown option/],
     [[...fx, "--bins", "0"], /--bins must be a positive integer/],
-    [[...fx, "--bins", "x"], /--bins must be a number/],
+    [[...fx, "--bins", "x"], /--bins must be a positive integer, got 'x'/],
+    [[...fx, "--seed", "3e3"], /--seed must be an integer, got '3e3'/],
     [[...fx, "--beta", "2"], /beta must be in \[0, 1\]/],
     [[...fx, "--softcap=-1"], /softcap must be > 0/],
     [[...fx, "--dtype", "f64"], /unknown dtype 'f64'/],
