@@ -48,6 +48,11 @@ export interface MatmulKernelOptions {
   /** Declare A / B as 16-byte vectors and load them so (along their contiguous index). */
   vecA?: boolean;
   vecB?: boolean;
+  /**
+   * f32 output (and split-K partials) declared as vec4s and written 4 columns at a time (the
+   * launcher picks it where N and the output offset are multiples of 4).
+   */
+  vecOut?: boolean;
 }
 
 const PARAMS =
@@ -56,7 +61,18 @@ const PARAMS =
 @group(0) @binding(0) var<uniform> P: Params;`;
 
 /** The f32 store of every accumulator (alpha, optional accumulation into the output). */
-function _storeF32(t: GemmTile): string {
+function _storeF32(t: GemmTile, vec: boolean): string {
+  if (vec) {
+    return _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) {
+      let i = (P.cOff + m * P.sCm + n) >> 2u;
+      var v = P.alpha * ${s.vec};
+      if (P.accumulate != 0u) { v = v + outp[i]; }
+      outp[i] = v;
+    } }`
+    ).join("\n  ");
+  }
   return accSlots(t).map((s) =>
     `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
     if (m < P.M && n < P.N) {
@@ -66,6 +82,12 @@ function _storeF32(t: GemmTile): string {
       outp[i] = v;
     } }`
   ).join("\n  ");
+}
+
+/** The first slot of every vec4 accumulator (4 adjacent columns of one row). */
+function _vecSlots(t: GemmTile) {
+  const seen = new Set<string>();
+  return accSlots(t).filter((s) => !seen.has(s.vec) && seen.add(s.vec) !== undefined);
 }
 
 /**
@@ -121,27 +143,32 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
   if (out !== "f32" && out !== "bf16" && out !== "f16") {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
   }
+  const vo = o.vecOut === true && out === "f32";
   let outDecl: string, extra = "", stores: string;
   if (out === "f32") {
-    outDecl = "array<f32>";
-    stores = _storeF32(t);
+    outDecl = vo ? "array<vec4<f32>>" : "array<f32>";
+    stores = _storeF32(t, vo);
   } else {
     outDecl = "array<atomic<u32>>";
     extra = _store16Fns(out);
-    const seen = new Set<string>();
-    stores = accSlots(t).filter((s) => !seen.has(s.vec) && seen.add(s.vec) !== undefined)
+    stores = _vecSlots(t)
       .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, P.alpha * ${s.vec});`).join("\n  ");
   }
-  const partStores = accSlots(t).map((s) =>
-    `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+  const partStores = vo
+    ? _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) { part[(pb + m * P.N + n) >> 2u] = ${s.vec}; } }`
+    ).join("\n    ")
+    : accSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
     if (m < P.M && n < P.N) { part[pb + m * P.N + n] = ${s.expr}; } }`
-  ).join("\n    ");
+    ).join("\n    ");
   return `${enableDirectives([o.aDtype, o.bDtype])}
 ${PARAMS}
 @group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype, o.vecA)}>;
 @group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype, o.vecB)}>;
 @group(0) @binding(3) var<storage, read_write> outp: ${outDecl};
-@group(0) @binding(4) var<storage, read_write> part: array<f32>;
+@group(0) @binding(4) var<storage, read_write> part: array<${vo ? "vec4<f32>" : "f32"}>;
 ${
     dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
       name: "b",
@@ -408,17 +435,21 @@ export async function prepareMatmul(
     t.vec === true && (dtype === "f32" || dtype === "bf16" || dtype === "f16") &&
     (trans ? rows % vecWidth(dtype) === 0 : t.bk % vecWidth(dtype) === 0);
   const vaOk = canVec(k.aDtype, k.aTrans, t.bm), vbOk = canVec(k.bDtype, k.bTrans, t.bn);
-  // Pipelines by vector loads per operand.
+  // f32 outputs written as vec4s where the tile asks for vector accesses
+  const voOk = wide && t.vec === true;
+  // Pipelines by vector loads per operand and vector stores.
   const variants = new Map<string, GPUComputePipeline>();
   for (const va of vaOk ? [false, true] : [false]) {
     for (const vb of vbOk ? [false, true] : [false]) {
-      variants.set(
-        `${va}${vb}`,
-        await ctx.pipeline(
-          matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb }),
-          `${label}${va || vb ? "_vec" : ""}`,
-        ),
-      );
+      for (const vo of voOk ? [false, true] : [false]) {
+        variants.set(
+          `${va}${vb}${vo}`,
+          await ctx.pipeline(
+            matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb, vecOut: vo }),
+            `${label}${va || vb || vo ? "_vec" : ""}`,
+          ),
+        );
+      }
     }
   }
   const reduce = await ctx.pipeline(splitKReduceWgsl(outDtype), `${label} split-K sum`);
@@ -527,8 +558,11 @@ export async function prepareMatmul(
               ld: o.b.trans ? N : K,
               depth,
             });
+          // vec4 stores: every row of the output region and of the partials starts at a
+          // multiple of 4 floats
+          const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
           lastVariant = { vecA: va, vecB: vb, splitK: d.slices };
-          const pl = variants.get(`${va}${vb}`)!;
+          const pl = variants.get(`${va}${vb}${vo}`)!;
           const u = rec.uniform(words, "matmul params");
           p.dispatch(
             pl,
