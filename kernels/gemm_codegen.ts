@@ -43,6 +43,12 @@ export interface GemmTile {
    */
   dbuf?: boolean;
   /**
+   * Map each 32-thread group to 4 × 8 threads of the tile's thread grid (rows × columns) instead
+   * of 2 × 16: its reads of the staged B operand then span 128 bytes instead of 256 (plain
+   * products only; the fused kernels keep the row-major mapping their reductions assume).
+   */
+  warpTile?: boolean;
+  /**
    * Stage operands in [k][row/4] arrays ({@link gemmShared}) instead of flat ones. Only for
    * kernels that declare their staging with {@link gemmShared}. Default off.
    */
@@ -509,8 +515,16 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   return lines.join("\n");
 }
 
-/** Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`. */
+/**
+ * Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`: row-major over the
+ * thread grid, or with {@link GemmTile.warpTile} each 32-thread group covering 4 × 8 of it.
+ */
 export function gemmThreadCoords(t: GemmTile): string {
-  const tx = t.bn / t.tn;
+  const tx = t.bn / t.tn, ty = t.bm / t.tm;
+  if (t.warpTile && tx % 8 === 0 && ty % 4 === 0 && tx * ty >= 32) {
+    const wx = tx / 8;
+    return `let tm = (lid / 32u / ${wx}u) * 4u + (lid % 32u) / 8u;\n` +
+      `let tn = ((lid / 32u) % ${wx}u) * 8u + lid % 8u;`;
+  }
   return `let tm = lid / ${tx}u;\nlet tn = lid % ${tx}u;`;
 }

@@ -30,6 +30,8 @@ import { ligerChunkSize } from "../methods/liger.ts";
 const TILES: Record<string, GemmTile> = {
   hw: TILE_HW,
   hw_k8: { ...TILE_HW, bk: 8 },
+  hw_wt: { ...TILE_HW, warpTile: true },
+  skinny_wt: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, stage2d: true, warpTile: true },
   hw_k32: { ...TILE_HW, bk: 32 },
   hw_dbuf: { ...TILE_HW, dbuf: true },
   w128x256: { bm: 128, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
