@@ -7,6 +7,8 @@ const SCRIPTS = [
   "scripts/gate.ts",
   "scripts/tune_forward.ts",
   "scripts/calibrate.ts",
+  "scripts/beta_curve.ts",
+  "scripts/bench_gemm.ts",
   "scripts/train_parity.ts",
   "scripts/fixture_stats.ts",
   "scripts/entropy_bound_figure.ts",
