@@ -14,13 +14,13 @@
  *
  * Writes OUT/beta_curve.svg (held-out ECE, NLL and entropy gap against β, before and after
  * temperature scaling) and OUT/beta_curve.json (settings, adapter, one row per β and the initial
- * head), under temporary names first and renamed once both are written. Bad flags print one line
- * `error: …`, exit 2 and write nothing.
+ * head), all or nothing (io/outputs.ts; the paths are checked before any GPU work). The flags
+ * are declared with core/cli.ts (`--help` lists them with their defaults). Bad flags print one
+ * line `error: …`, exit 2 and write nothing; a GPU failure exits 1.
  * @module
  */
-import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import type { HostInputs } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
@@ -29,13 +29,37 @@ import { methodByName } from "../methods/mod.ts";
 import { lineChartSpec, renderVegaLite, type TopLevelSpec } from "../report/svg.ts";
 import { splitTokens, trainLinearHead } from "../calibration/training.ts";
 import { prepareTemperatureScan } from "../calibration/temperature.ts";
-
-const USAGE = "usage: beta_curve.ts [--betas B1,B2,...] [--n N] [--held-out K] [--v V] [--d D] " +
-  "[--seed S] [--steps T] [--lr LR] [--batch B] [--bins M] [--out DIR] " +
-  "[--adapter auto|software|hardware]";
+import { checkOutputs, type OutputFile, writeAllOrNothing } from "../io/outputs.ts";
 
 /** The paper's sweep in miniature. */
 const DEFAULT_BETAS = [0, 0.05, 0.1, 0.2, 0.3];
+
+/** The command line of `beta-curve`. */
+export const BETA_CURVE_COMMAND = defineCommand({
+  name: "deno task beta-curve",
+  summary: "The paper's claim in miniature: the llm fixture's head trained by SGD with the " +
+    "fused kernel once per β, from the same start on the same batches; held-out NLL, ECE, " +
+    "entropy gap and the NLL-optimal T* against β (OUT/beta_curve.svg and .json).",
+  flags: {
+    betas: {
+      type: "string",
+      arg: "B1,B2,...",
+      help: "label smoothing values, each in [0, 1]",
+      default: DEFAULT_BETAS.join(","),
+    },
+    n: { type: "int", min: 1, help: "tokens (training and held out)", default: 10240 },
+    "held-out": { type: "int", min: 1, help: "held-out tokens (the last ones)", default: 2048 },
+    v: { type: "int", min: 1, help: "vocabulary", default: 256 },
+    d: { type: "int", min: 1, help: "hidden size", default: 64 },
+    seed: { type: "int", help: "fixture and batch seed", default: 0 },
+    steps: { type: "int", min: 1, help: "SGD steps", default: 300 },
+    lr: { type: "number", help: "learning rate (> 0)", default: 0.1 },
+    batch: { type: "int", min: 1, help: "batch size", default: 128 },
+    bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    adapter: ADAPTER_FLAG,
+  },
+});
 
 interface _Options {
   betas: number[];
@@ -49,7 +73,7 @@ interface _Options {
   batch: number;
   bins: number;
   out: string;
-  adapter?: AdapterChoice;
+  adapter: AdapterChoice;
 }
 
 /** Held-out statistics of one head. */
@@ -130,10 +154,7 @@ async function _heldOut(
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
 export async function betaCurveMain(args: string[]): Promise<void> {
   const o = _parse(args);
-  if (o === "help") {
-    console.log(USAGE);
-    return;
-  }
+  if (o === "help") return;
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
   const ctx = await GpuContext.create({ adapter: o.adapter });
@@ -209,12 +230,12 @@ export async function betaCurveMain(args: string[]): Promise<void> {
       rows,
     };
     const svg = await _figure(curve, init, o, ctx.report.description);
-    const files: [string, string][] = [
-      [join(o.out, "beta_curve.svg"), svg],
-      [join(o.out, "beta_curve.json"), JSON.stringify(json, null, 1) + "\n"],
+    const files: OutputFile[] = [
+      { path: _outputs(o.out)[0], bytes: svg },
+      { path: _outputs(o.out)[1], bytes: JSON.stringify(json, null, 1) + "\n" },
     ];
-    await _writeAtomic(o.out, files);
-    console.log(`wrote ${files.map((f) => f[0]).join(", ")}`);
+    await writeAllOrNothing(files);
+    console.log(`wrote ${files.map((f) => f.path).join(", ")}`);
   } finally {
     ctx.destroy();
   }
@@ -321,16 +342,21 @@ async function _figure(
   );
 }
 
-/** Parses the comma-separated β list: each in [0, 1], no repeats, sorted. */
-function _betas(value: string | undefined): number[] {
-  if (value === undefined) return DEFAULT_BETAS;
-  const parts = value.split(",");
-  const out = parts.map((p) => {
-    const b = Number(p);
-    check(
-      p.trim() !== "" && Number.isFinite(b) && b >= 0 && b <= 1,
-      `--betas: each β must be a number in [0, 1], got '${p}'`,
-    );
+/** The two files written under `out`. */
+function _outputs(out: string): [string, string] {
+  return [join(out, "beta_curve.svg"), join(out, "beta_curve.json")];
+}
+
+/** Parses the comma-separated β list: each a plain decimal number in [0, 1], no repeats, sorted. */
+function _betas(value: string): number[] {
+  const out = value.split(",").map((p) => {
+    let b = NaN;
+    try {
+      b = parseNumberValue("--betas", p, { min: 0, max: 1 });
+    } catch {
+      // the message below names the entry
+    }
+    check(!Number.isNaN(b), `--betas: each β must be a number in [0, 1], got '${p}'`);
     return b;
   });
   check(new Set(out).size === out.length, `--betas has a repeated value: '${value}'`);
@@ -338,72 +364,31 @@ function _betas(value: string | undefined): number[] {
 }
 
 function _parse(args: string[]): _Options | "help" {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        betas: { type: "string" },
-        n: { type: "string" },
-        "held-out": { type: "string" },
-        v: { type: "string" },
-        d: { type: "string" },
-        seed: { type: "string" },
-        steps: { type: "string" },
-        lr: { type: "string" },
-        batch: { type: "string" },
-        bins: { type: "string" },
-        out: { type: "string", default: "reports" },
-        adapter: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    const msg = String(err instanceof Error ? err.message : err).split("\n")[0];
-    throw new InputError(`${msg} (${USAGE})`);
-  }
+  const parsed = BETA_CURVE_COMMAND.parse(args);
+  if (!parsed) return "help";
   const v = parsed.values;
-  if (v.help) return "help";
   const o: _Options = {
     betas: _betas(v.betas),
-    n: intFlag("n", v.n, 10240),
-    heldOut: intFlag("held-out", v["held-out"], 2048),
-    v: intFlag("v", v.v, 256),
-    d: intFlag("d", v.d, 64),
-    seed: numberFlag("seed", v.seed, 0),
-    steps: intFlag("steps", v.steps, 300),
-    lr: numberFlag("lr", v.lr, 0.1),
-    batch: intFlag("batch", v.batch, 128),
-    bins: intFlag("bins", v.bins, 15),
-    out: v.out!,
-    adapter: v.adapter as AdapterChoice | undefined,
+    n: v.n,
+    heldOut: v["held-out"],
+    v: v.v,
+    d: v.d,
+    seed: v.seed,
+    steps: v.steps,
+    lr: v.lr,
+    batch: v.batch,
+    bins: v.bins,
+    out: v.out,
+    adapter: v.adapter as AdapterChoice,
   };
-  check(Number.isSafeInteger(o.seed), `--seed must be an integer, got ${v.seed}`);
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(
     o.batch <= o.n - o.heldOut,
     `--batch (${o.batch}) must be at most the ${o.n - o.heldOut} training tokens`,
   );
   check(o.lr > 0, `--lr must be > 0, got ${o.lr}`);
-  check(
-    o.adapter === undefined || ["auto", "software", "hardware"].includes(o.adapter),
-    `--adapter must be auto, software or hardware, got '${o.adapter}'`,
-  );
+  checkOutputs(_outputs(o.out));
   return o;
-}
-
-/** Writes every file under a temporary name, then renames them all; removes leftovers on error. */
-async function _writeAtomic(dir: string, files: [string, string][]): Promise<void> {
-  const tag = `.tmp-${Deno.pid}`;
-  await Deno.mkdir(dir, { recursive: true });
-  try {
-    for (const [path, text] of files) await Deno.writeTextFile(path + tag, text);
-    for (const [path] of files) await Deno.rename(path + tag, path);
-  } finally {
-    for (const [path] of files) await Deno.remove(path + tag).catch(() => {});
-  }
 }
 
 if (import.meta.main) await runCli(() => betaCurveMain(Deno.args));

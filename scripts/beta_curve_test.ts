@@ -54,6 +54,11 @@ Deno.test("beta-curve: bad flags get one line, exit 2, nothing written", async (
     [["--held-out", "500", "--n", "400"], /--held-out \(500\) must be smaller/],
     [["--lr", "0"], /--lr must be > 0/],
     [["--frobnicate"], /Unknown option/],
+    [["--betas", "0,0x1"], /each β must be a number in \[0, 1\], got '0x1'/],
+    [["--seed", "3e3"], /--seed must be an integer, got '3e3'/],
+    [["--steps", "2.5"], /--steps must be a positive integer, got '2.5'/],
+    [["--lr", "0.1abc"], /--lr must be a plain decimal number/],
+    [["--adapter", "gpu"], /--adapter must be auto, software or hardware/],
   ];
   for (const [args, re] of cases) {
     const r = await betaCurve([...args, "--out", out]);

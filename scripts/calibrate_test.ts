@@ -85,6 +85,9 @@ const x = makeFixture("llm", { n: 61, v: 97, d: 24, seed: 9 });
 x.targets[3] = -100;
 x.targets[40] = -100;
 await writeNpy(join(dir, "E.npy"), x.e, [x.n, x.d]);
+const big = x.e.slice();
+big[3] = 1e5; // finite in f32 and bf16, overflows f16
+await writeNpy(join(dir, "Ebig.npy"), big, [x.n, x.d]);
 await writeNpy(join(dir, "C.npy"), x.c, [x.v, x.d]);
 await writeNpy(join(dir, "T.npy"), x.targets, [x.n]);
 const files = [
@@ -145,9 +148,17 @@ Deno.test("calibrate: every bad flag gets one line, exit 2, and nothing written"
     [[files[0], files[3], files[2], files[3], files[4], files[5]], /hidden sizes differ|targets/],
     [[...fx, "--temperature", "0"], /--temperature must be positive and finite, got 0/],
     [[...fx, "--temperature=-1.5"], /--temperature must be positive and finite/],
-    [[...fx, "--temperature", "inf"], /--temperature must be a number/],
-    [[...fx, "--temperature", "nan"], /--temperature must be a number/],
-    [[...fx, "--json", ""], /--json needs a file name/],
+    [[...fx, "--temperature", "inf"], /--temperature must be a plain decimal number, got 'inf'/],
+    [[...fx, "--temperature", "nan"], /--temperature must be a plain decimal number/],
+    [[...fx, "--temperature", "0x1"], /--temperature must be a plain decimal number/],
+    [[...fx, "--ignore-index", "2.5"], /--ignore-index must be an integer, got '2.5'/],
+    [[...fx, "--json", ""], /--json must not be empty/],
+    [[...fx, "--json", " "], /--json needs a file name/],
+    [[...fx, "--json", dir], /output path is a directory/],
+    [
+      ["--e", join(dir, "Ebig.npy"), ...files.slice(2), "--dtype", "f16"],
+      /E value 100000 at row 0, column 3 \(index 3\) overflows f16/,
+    ],
   ];
   for (const [args, re] of cases) {
     const noOut = args.includes("--out") || re.source.includes("needs --out");

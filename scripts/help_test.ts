@@ -7,6 +7,8 @@ const SCRIPTS = [
   "scripts/gate.ts",
   "scripts/tune_forward.ts",
   "scripts/calibrate.ts",
+  "scripts/beta_curve.ts",
+  "scripts/bench_gemm.ts",
   "scripts/train_parity.ts",
   "scripts/fixture_stats.ts",
   "scripts/entropy_bound_figure.ts",
@@ -45,4 +47,24 @@ Deno.test("every command: --help lists each flag with its default; unknown flags
     assert.deepEqual(lines.length, 1, `${script}: ${bad.stderr}`);
     assert.match(lines[0], /^error: Unknown option '--no-such-flag'/, script);
   }
+});
+
+/** The repository's own .ts files (no tests), as paths from the root. */
+function _sources(dir: string, out: string[] = []): string[] {
+  const skip = new Set(["node_modules", "tools", "reports", ".gpu", ".git"]);
+  for (const e of Deno.readDirSync(new URL(`../${dir}`, import.meta.url))) {
+    const path = dir === "." ? e.name : `${dir}/${e.name}`;
+    if (e.isDirectory && !skip.has(e.name) && !e.name.startsWith(".")) _sources(path, out);
+    else if (e.isFile && e.name.endsWith(".ts") && !e.name.endsWith("_test.ts")) out.push(path);
+  }
+  return out;
+}
+
+Deno.test("one command-line spec: parseArgs only in core/cli.ts, every entry point listed", () => {
+  const files = _sources(".");
+  const read = (p: string) => Deno.readTextFileSync(new URL(`../${p}`, import.meta.url));
+  const parsers = files.filter((p) => p !== "core/cli.ts" && /\bparseArgs\b/.test(read(p)));
+  assert.deepEqual(parsers, [], "call parseArgs through core/cli.ts's defineCommand");
+  const entries = files.filter((p) => /\brunCli\(/.test(read(p)) && p !== "core/cli.ts");
+  assert.deepEqual(entries.filter((p) => !SCRIPTS.includes(p)), [], "add them to SCRIPTS");
 });
