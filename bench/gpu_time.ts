@@ -2,12 +2,14 @@
  * GPU-time benchmarks of every method in METHODS: one group per shape and mode (fwd, bwd,
  * fwd+bwd), the baseline row marked, on whatever adapter the context opens (LCE_ADAPTER).
  *
- *     deno run -A bench/gpu_time.ts                        # CI-sized shape
- *     LCE_BENCH_SHAPE=paper deno run -A bench/gpu_time.ts   # 8192 × 256,000 × 2304
- *     LCE_BENCH_SHAPE=1024,32000,512 deno run -A bench/gpu_time.ts
+ *     deno task bench-gpu                                  # CI-sized shape
+ *     deno task bench-gpu --shape paper                    # 8192 × 256,000 × 2304
+ *     deno task bench-gpu --shape 1024,32000,512 --methods fused,baseline --iterations 20
  *
- * Other variables: LCE_BENCH_DTYPE (bf16), LCE_BENCH_BETA (0.1), LCE_BENCH_METHODS (a,b,...),
- * LCE_BENCH_MODES (fwd,bwd,fwd+bwd), LCE_BENCH_ITERATIONS (10), LCE_BENCH_WARMUP (2).
+ * Flags (`--help`): --shape, --dtype, --beta, --methods, --modes, --iterations, --warmup,
+ * --adapter; each falls back to its environment variable (LCE_BENCH_SHAPE, LCE_BENCH_DTYPE,
+ * LCE_BENCH_BETA, LCE_BENCH_METHODS, LCE_BENCH_MODES, LCE_BENCH_ITERATIONS, LCE_BENCH_WARMUP,
+ * LCE_ADAPTER) when absent, with the same validation.
  *
  * Why tinybench and not Deno.bench: Deno.bench can only time the host between `b.start()` and
  * `b.end()`, which here would include recording the commands in JS, submitting them and the
@@ -20,7 +22,8 @@
  * @module
  */
 import { Bench, type Task } from "tinybench";
-import { GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { check, oneLine } from "../core/errors.ts";
@@ -41,27 +44,79 @@ import { PAPER_SHAPE } from "../report/table3.ts";
 export const CI_SHAPE = { n: 128, v: 2048, d: 64 } as const;
 
 /** The benchmark shape from LCE_BENCH_SHAPE: `ci` (default), `paper`, or `n,v,d`. */
-export function benchShape(value: string | undefined): { n: number; v: number; d: number } {
+export function benchShape(
+  value: string | undefined,
+  label = "LCE_BENCH_SHAPE",
+): { n: number; v: number; d: number } {
   if (value === undefined || value === "" || value === "ci") return { ...CI_SHAPE };
   if (value === "paper") return { n: PAPER_SHAPE.n, v: PAPER_SHAPE.v, d: PAPER_SHAPE.d };
-  const parts = value.split(",").map(Number);
+  const parts = value.split(",");
   check(
-    parts.length === 3 && parts.every((x) => Number.isInteger(x) && x >= 1),
-    `LCE_BENCH_SHAPE must be ci, paper or n,v,d with positive integers, got '${value}'`,
+    parts.length === 3 && parts.every((x) => /^\d+$/.test(x) && Number(x) >= 1),
+    `${label} must be ci, paper or n,v,d with positive integers, got '${value}'`,
   );
-  return { n: parts[0], v: parts[1], d: parts[2] };
+  return { n: Number(parts[0]), v: Number(parts[1]), d: Number(parts[2]) };
 }
 
-function _env(name: string): string | undefined {
-  return Deno.env.get(name) || undefined;
-}
-
-function _int(name: string, fallback: number, min: number): number {
-  const raw = _env(name);
-  const x = raw === undefined ? fallback : Number(raw);
-  check(Number.isInteger(x) && x >= min, `${name} must be an integer ≥ ${min}, got '${raw}'`);
-  return x;
-}
+/** The command line of `bench-gpu`. */
+export const BENCH_GPU_COMMAND = defineCommand({
+  name: "deno task bench-gpu",
+  summary: "GPU-time benchmarks of every method: one group per shape and mode, each sample the " +
+    "GPU time of one call (tinybench), the baseline marked.",
+  flags: {
+    shape: {
+      type: "string",
+      arg: "ci|paper|n,v,d",
+      help: "problem shape",
+      default: "ci",
+      env: "LCE_BENCH_SHAPE",
+    },
+    dtype: {
+      type: "string",
+      arg: "bf16|f16|f32",
+      help: "input dtype",
+      default: "bf16",
+      env: "LCE_BENCH_DTYPE",
+    },
+    beta: {
+      type: "number",
+      min: 0,
+      max: 1,
+      help: "label smoothing",
+      default: 0.1,
+      env: "LCE_BENCH_BETA",
+    },
+    methods: {
+      type: "string",
+      arg: "a,b",
+      help: "methods",
+      defaultText: "all",
+      env: "LCE_BENCH_METHODS",
+    },
+    modes: {
+      type: "string",
+      arg: "fwd,bwd,fwd+bwd",
+      help: "modes",
+      defaultText: "all three",
+      env: "LCE_BENCH_MODES",
+    },
+    iterations: {
+      type: "int",
+      min: 1,
+      help: "samples per task",
+      default: 10,
+      env: "LCE_BENCH_ITERATIONS",
+    },
+    warmup: {
+      type: "int",
+      min: 0,
+      help: "warm-up calls per task",
+      default: 2,
+      env: "LCE_BENCH_WARMUP",
+    },
+    adapter: ADAPTER_FLAG,
+  },
+});
 
 interface _State {
   prepared?: PreparedMethod;
@@ -186,18 +241,25 @@ function _print(bench: Bench, what: string): void {
   }
 }
 
-/** Runs every group (see the module documentation). */
-export async function runBench(): Promise<void> {
-  const shape = benchShape(_env("LCE_BENCH_SHAPE"));
-  const dtype: Dtype = parseDtype(_env("LCE_BENCH_DTYPE") ?? "bf16");
-  const beta = Number(_env("LCE_BENCH_BETA") ?? "0.1");
+/** Runs every group (see the module documentation) with the command line `args`. */
+export async function runBench(args: string[] = []): Promise<void> {
+  const parsed = BENCH_GPU_COMMAND.parse(args);
+  if (!parsed) return;
+  const f = parsed.values;
+  const shape = benchShape(f.shape, "--shape (or LCE_BENCH_SHAPE)");
+  const dtype: Dtype = parseDtype(f.dtype);
+  const beta = f.beta;
   const opts = resolveOptions({ beta });
-  const methods = _env("LCE_BENCH_METHODS")?.split(",").map(methodByName) ?? [...METHODS];
-  const modes = (_env("LCE_BENCH_MODES")?.split(",") ?? [...MODES]) as Mode[];
-  for (const m of modes) check(MODES.includes(m), `unknown mode '${m}' in LCE_BENCH_MODES`);
-  const iterations = _int("LCE_BENCH_ITERATIONS", 10, 1);
-  const warmup = _int("LCE_BENCH_WARMUP", 2, 0);
-  const ctx = await GpuContext.create();
+  const methods = f.methods === undefined
+    ? [...METHODS]
+    : parseList("--methods", f.methods).map(methodByName);
+  const modes = (f.modes === undefined ? [...MODES] : parseList("--modes", f.modes)) as Mode[];
+  for (const m of modes) {
+    check(MODES.includes(m), `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`);
+  }
+  const iterations = f.iterations;
+  const warmup = f.warmup;
+  const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
   const spec: ProblemSpec = { ...shape, dtype };
   const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
   const gradOut = uploadGradOut(ctx, shape.n, opts);
@@ -226,11 +288,4 @@ export async function runBench(): Promise<void> {
   ctx.destroy();
 }
 
-if (import.meta.main) {
-  try {
-    await runBench();
-  } catch (e) {
-    console.error(`error: ${oneLine(e)}`);
-    Deno.exit(1);
-  }
-}
+if (import.meta.main) await runCli(() => runBench(Deno.args));

@@ -19,7 +19,7 @@
  */
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
-import { createTensor, download } from "../gpu/tensor.ts";
+import { createTensor, download, poison } from "../gpu/tensor.ts";
 import { check } from "../core/errors.ts";
 import {
   checkInputs,
@@ -44,6 +44,8 @@ export interface StreamingTokenStats extends TokenStatsArrays {
   maxLogit: Float64Array;
   /** Log-sum-exp of the logits. */
   lse: Float64Array;
+  /** Label-smoothed loss of each kept token, with the β of the options (the NLL when β = 0). */
+  loss: Float64Array;
   /** Mean label-smoothed loss over the kept tokens, with the β of the options. */
   meanLoss: number;
 }
@@ -85,6 +87,7 @@ export function tokenStatsFromFused(
     argmax: new Int32Array(kept),
     maxLogit: new Float64Array(kept),
     lse: new Float64Array(kept),
+    loss: new Float64Array(kept),
     meanLoss: 0,
   };
   let k = 0, loss = 0;
@@ -93,8 +96,10 @@ export function tokenStatsFromFused(
     const max = raw.tokenStats[4 * i], arg = raw.tokenStats[4 * i + 1];
     const h = raw.tokenStats[4 * i + 3], l = raw.lse[i];
     check(
-      Number.isFinite(max) && Number.isFinite(l) && Number.isFinite(h),
-      `token ${i}: non-finite statistics (max ${max}, lse ${l}, entropy ${h})`,
+      Number.isFinite(max) && Number.isFinite(l) && Number.isFinite(h) && Number.isFinite(arg) &&
+        Number.isFinite(raw.lossRows[i]),
+      `token ${i}: non-finite statistics (max ${max}, argmax ${arg}, lse ${l}, entropy ${h}, ` +
+        `loss ${raw.lossRows[i]})`,
     );
     out.rows[k] = i;
     out.maxLogit[k] = max;
@@ -103,6 +108,7 @@ export function tokenStatsFromFused(
     out.confidence[k] = Math.min(1, Math.exp(max - l));
     out.correct[k] = arg === targets[i] ? 1 : 0;
     out.entropy[k] = Math.max(0, h);
+    out.loss[k] = raw.lossRows[i];
     loss += raw.lossRows[i];
     k++;
   }
@@ -153,6 +159,8 @@ export async function prepareStreamingCalibration(
         createTensor(ctx, { dtype: "f32", rows: spec.n, cols, role: "output", label });
       const lse = vec(1, "lse"), lossRows = vec(1, "loss rows"), stats = vec(4, "token stats");
       try {
+        // NaN in every output first: a value the kernel fails to write cannot pass for a result
+        for (const t of [lse, lossRows, stats]) poison(ctx, t);
         const raw = await ctx.scoped(async () => {
           const rec = new Recorder(ctx);
           ff.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows, tokenStats: stats });

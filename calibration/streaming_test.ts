@@ -198,6 +198,7 @@ Deno.test("tokenStatsFromFused: skips ignored rows, clamps, scores the argmax", 
   assert.equal(t.confidence[1], 1); // max > lse by rounding: clamped
   assert.equal(t.entropy[1], 0); // negative by rounding: clamped
   assert.equal(t.meanLoss, 0.375);
+  assert.deepEqual(Array.from(t.loss), [0.5, 0.25]);
   assert.throws(
     () => tokenStatsFromFused({ tokenStats: [0, 0, 0, 0], lse: [0], lossRows: [0] }, [-100]),
     InputError,

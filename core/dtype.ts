@@ -4,6 +4,7 @@
  * @module
  */
 import type { Dtype } from "./options.ts";
+import { InputError } from "./errors.ts";
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
@@ -69,6 +70,43 @@ export function roundTo(x: number, dtype: Dtype): number {
 export function roundArray(a: ArrayLike<number>, dtype: Dtype): Float32Array {
   const out = new Float32Array(a.length);
   for (let i = 0; i < a.length; i++) out[i] = roundTo(a[i], dtype);
+  return out;
+}
+
+/** Largest finite value of each dtype (the finite range is ±this). */
+export const DTYPE_MAX: Readonly<Record<Dtype, number>> = {
+  f32: 3.4028234663852886e38,
+  bf16: 3.3895313892515355e38,
+  f16: 65504,
+};
+
+/**
+ * {@link roundArray} for user input: InputError naming the tensor, row, column and index of the
+ * first value that is not finite (`E has a non-finite value NaN at row 1, column 2`) or that is
+ * finite but overflows `dtype` when rounded (`E value 100000 at row 0, column 3 (index 3)
+ * overflows f16 (finite range ±65504)`). `cols` is the row length (for row and column).
+ */
+export function roundInput(
+  a: ArrayLike<number>,
+  dtype: Dtype,
+  o: { tensor: string; cols: number },
+): Float32Array {
+  const out = new Float32Array(a.length);
+  const where = (i: number) => `row ${Math.floor(i / o.cols)}, column ${i % o.cols}`;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    if (!Number.isFinite(x)) {
+      throw new InputError(`${o.tensor} has a non-finite value ${x} at ${where(i)}`);
+    }
+    const r = roundTo(x, dtype);
+    if (!Number.isFinite(r)) {
+      throw new InputError(
+        `${o.tensor} value ${x} at ${where(i)} (index ${i}) overflows ${dtype} ` +
+          `(finite range ±${DTYPE_MAX[dtype]})`,
+      );
+    }
+    out[i] = r;
+  }
   return out;
 }
 

@@ -95,36 +95,57 @@ function _dtype(descr: PyValue): NpyDtype {
   throw new Error(`unsupported dtype '${descr}' (expected <f4, <f8, <i4 or <i8)`);
 }
 
-/**
- * Decodes the bytes of an `.npy` file; `name` (the file name) prefixes every error message.
- * Throws InputError for a bad magic string or version, an unreadable header, Fortran order,
- * big-endian or unsupported dtypes, and truncated or over-long data.
- */
-export function parseNpy(bytes: Uint8Array, name: string): NpyArray {
-  try {
-    return _parseNpy(bytes);
-  } catch (err) {
-    throw new InputError(`${name}: ${(err as Error).message}`);
-  }
+/** Longest header this module reads (NumPy itself refuses headers over 10,000 bytes). */
+export const MAX_HEADER_BYTES = 1 << 20;
+
+/** What the header of an `.npy` file declares. */
+export interface NpyHeader {
+  dtype: NpyDtype;
+  shape: number[];
+  /** Number of values (product of the shape). */
+  count: number;
+  /** Bytes of data the header declares (count × item size). */
+  dataBytes: number;
+  /** Offset of the data: the length of magic, version, length field and header. */
+  dataOffset: number;
 }
 
-function _parseNpy(bytes: Uint8Array): NpyArray {
-  if (bytes.length < 10 || MAGIC.some((b, i) => bytes[i] !== b)) {
+/**
+ * Bytes needed to know the header's length: 10 (version 1) or 12 (versions 2 and 3); throws a
+ * one-line reason for a bad magic string or version.
+ */
+function _prefixBytes(bytes: Uint8Array): number {
+  if (bytes.length < 8 || MAGIC.some((b, i) => bytes[i] !== b)) {
     throw new Error("not an NPY file (bad magic string)");
   }
   const major = bytes[6], minor = bytes[7];
   if (major < 1 || major > 3) throw new Error(`unsupported NPY format version ${major}.${minor}`);
+  return major === 1 ? 10 : 12;
+}
+
+/** The header's length field (after {@link _prefixBytes} bytes are there). */
+function _headerLength(bytes: Uint8Array): number {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const lenBytes = major === 1 ? 2 : 4;
-  if (bytes.length < 8 + lenBytes) throw new Error("truncated header");
-  const headerLen = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true);
-  const start = 8 + lenBytes;
-  const offset = start + headerLen;
-  if (offset > bytes.length) {
-    throw new Error(`truncated header: ${headerLen} bytes announced, ${bytes.length - start} left`);
+  const headerLen = bytes[6] === 1 ? view.getUint16(8, true) : view.getUint32(8, true);
+  if (headerLen > MAX_HEADER_BYTES) {
+    throw new Error(`header of ${headerLen} bytes is too long (at most ${MAX_HEADER_BYTES})`);
   }
-  const text = new TextDecoder(major === 3 ? "utf-8" : "latin1").decode(
-    bytes.subarray(start, offset),
+  return headerLen;
+}
+
+/** Parses the header from the file's first bytes (prefix and header, data not needed). */
+function _parseHeader(bytes: Uint8Array): NpyHeader {
+  const prefix = _prefixBytes(bytes);
+  if (bytes.length < prefix) throw new Error("truncated header");
+  const headerLen = _headerLength(bytes);
+  const offset = prefix + headerLen;
+  if (offset > bytes.length) {
+    throw new Error(
+      `truncated header: ${headerLen} bytes announced, ${bytes.length - prefix} left`,
+    );
+  }
+  const text = new TextDecoder(bytes[6] === 3 ? "utf-8" : "latin1").decode(
+    bytes.subarray(prefix, offset),
   );
   let header: PyValue;
   try {
@@ -146,36 +167,174 @@ function _parseNpy(bytes: Uint8Array): NpyArray {
   }
   const dims = shape as number[];
   const count = dims.reduce((a, b) => a * b, 1);
-  const nbytes = count * ITEM_BYTES[dtype];
-  const have = bytes.length - offset;
-  if (have < nbytes) {
-    throw new Error(
-      `truncated data: header says ${count} values (${nbytes} bytes), file has ${have}`,
-    );
+  const dataBytes = count * ITEM_BYTES[dtype];
+  if (!Number.isSafeInteger(dataBytes)) {
+    throw new Error(`shape (${dims.join(", ")}) declares more data than any file can hold`);
   }
-  if (have > nbytes) {
-    throw new Error(`${have - nbytes} bytes of trailing data after ${count} values`);
-  }
-  const buf = bytes.slice(offset, offset + nbytes).buffer; // aligned copy
-  const data = dtype === "f4"
+  return { dtype, shape: dims, count, dataBytes, dataOffset: offset };
+}
+
+/** The typed array over `buf` for `dtype`. */
+function _typed(dtype: NpyDtype, buf: ArrayBuffer): NpyArray["data"] {
+  return dtype === "f4"
     ? new Float32Array(buf)
     : dtype === "f8"
     ? new Float64Array(buf)
     : dtype === "i4"
     ? new Int32Array(buf)
     : new BigInt64Array(buf);
-  return { dtype, shape: dims, data };
 }
 
-/** Reads an `.npy` file (see {@link parseNpy}); an unreadable file is an InputError too. */
-export async function readNpy(path: string): Promise<NpyArray> {
-  let bytes;
-  try {
-    bytes = await Deno.readFile(path);
-  } catch (err) {
-    throw new InputError(`${path}: cannot read: ${(err as Error).message.split("\n")[0]}`);
+/** Throws unless `have` bytes after the header are exactly the declared data. */
+function _checkSize(h: NpyHeader, have: number): void {
+  if (have < h.dataBytes) {
+    throw new Error(
+      `truncated data: header says ${h.count} values (${h.dataBytes} bytes), file has ${have}`,
+    );
   }
-  return parseNpy(bytes, path);
+  if (have > h.dataBytes) {
+    throw new Error(`${have - h.dataBytes} bytes of trailing data after ${h.count} values`);
+  }
+}
+
+/**
+ * Decodes the bytes of an `.npy` file; `name` (the file name) prefixes every error message.
+ * Throws InputError for a bad magic string or version, an unreadable header, Fortran order,
+ * big-endian or unsupported dtypes, and truncated or over-long data.
+ */
+export function parseNpy(bytes: Uint8Array, name: string): NpyArray {
+  try {
+    const h = _parseHeader(bytes);
+    _checkSize(h, bytes.length - h.dataOffset);
+    const buf = bytes.slice(h.dataOffset, h.dataOffset + h.dataBytes).buffer; // aligned copy
+    return { dtype: h.dtype, shape: h.shape, data: _typed(h.dtype, buf) };
+  } catch (err) {
+    if (err instanceof InputError) throw err;
+    throw new InputError(`${name}: ${(err as Error).message}`);
+  }
+}
+
+/** Limits of {@link readNpy}: what the caller can hold, checked against the header. */
+export interface ReadNpyOptions {
+  /** Most bytes of data the caller accepts (e.g. what the adapter can bind). */
+  maxBytes?: number;
+  /** What {@link maxBytes} is, for the message (default `the adapter can bind`). */
+  maxBytesWhat?: string;
+  /**
+   * Most bytes of one row (the last dimension's values) the caller accepts; a row of a tensor
+   * must fit one storage binding.
+   */
+  maxRowBytes?: number;
+  /** Bytes per value the caller will hold (for the limits; default the file's item size). */
+  boundItemBytes?: number;
+  /** Counts the bytes read from the file (tests). */
+  stats?: { bytesRead: number };
+}
+
+function _kind(info: Deno.FileInfo): string {
+  if (info.isDirectory) return "a directory";
+  if (info.isFifo) return "a FIFO (named pipe)";
+  if (info.isCharDevice) return "a character device";
+  if (info.isBlockDevice) return "a block device";
+  if (info.isSocket) return "a socket";
+  return "not a regular file";
+}
+
+/** Reads exactly `buf.length` bytes at the file's position; false at an early end of file. */
+async function _readFully(
+  file: Deno.FsFile,
+  buf: Uint8Array,
+  stats?: { bytesRead: number },
+): Promise<boolean> {
+  let off = 0;
+  while (off < buf.length) {
+    const n = await file.read(buf.subarray(off));
+    if (n === null) return false;
+    off += n;
+    if (stats) stats.bytesRead += n;
+  }
+  return true;
+}
+
+/**
+ * Reads an `.npy` file, bounded: refuses anything but a regular file before opening it, reads
+ * the header first, and refuses — before reading any data — a header whose declared data is
+ * more than the file holds (or less), more than `o.maxBytes`, or whose rows are longer than
+ * `o.maxRowBytes`; then reads exactly the declared bytes, never more. Every problem is one
+ * InputError line naming the file.
+ */
+export async function readNpy(path: string, o: ReadNpyOptions = {}): Promise<NpyArray> {
+  const fail = (msg: string): never => {
+    throw new InputError(`${path}: ${msg}`);
+  };
+  const cannot = (err: unknown) => fail(`cannot read: ${(err as Error).message.split("\n")[0]}`);
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(path);
+  } catch (err) {
+    return cannot(err);
+  }
+  if (!info.isFile) fail(`${_kind(info)}, not a regular file`);
+  let file: Deno.FsFile;
+  try {
+    file = await Deno.open(path, { read: true });
+  } catch (err) {
+    return cannot(err);
+  }
+  try {
+    const st = await file.stat(); // the file opened, not the one stat'ed
+    if (!st.isFile) fail(`${_kind(st)}, not a regular file`);
+    const size = st.size;
+    let h: NpyHeader;
+    try {
+      const prefix = new Uint8Array(12);
+      const n = Math.min(12, size);
+      if (!await _readFully(file, prefix.subarray(0, n), o.stats)) throw new Error("file shrank");
+      const need = _prefixBytes(prefix.subarray(0, n));
+      if (n < need) throw new Error("truncated header");
+      const headerLen = _headerLength(prefix);
+      if (need + headerLen > size) {
+        throw new Error(`truncated header: ${headerLen} bytes announced, ${size - need} left`);
+      }
+      const head = new Uint8Array(need + headerLen);
+      head.set(prefix.subarray(0, Math.min(n, head.length)));
+      const got = Math.min(n, head.length);
+      await file.seek(got, Deno.SeekMode.Start);
+      if (!await _readFully(file, head.subarray(got), o.stats)) throw new Error("truncated header");
+      h = _parseHeader(head);
+      _checkSize(h, size - h.dataOffset);
+    } catch (err) {
+      if (err instanceof InputError) throw err;
+      return fail((err as Error).message);
+    }
+    const item = o.boundItemBytes ?? ITEM_BYTES[h.dtype];
+    const bound = h.count * item;
+    if (o.maxBytes !== undefined && bound > o.maxBytes) {
+      fail(
+        `shape (${h.shape.join(", ")}) declares ${bound} bytes, more than the ${o.maxBytes} ` +
+          (o.maxBytesWhat ?? "the adapter can bind"),
+      );
+    }
+    const rowBytes = (h.shape.length === 0 ? 1 : h.shape[h.shape.length - 1]) * item;
+    if (o.maxRowBytes !== undefined && rowBytes > o.maxRowBytes) {
+      fail(
+        `rows of ${rowBytes} bytes are longer than one storage binding of the adapter ` +
+          `(${o.maxRowBytes} bytes)`,
+      );
+    }
+    const data = new Uint8Array(h.dataBytes);
+    await file.seek(h.dataOffset, Deno.SeekMode.Start);
+    let complete: boolean;
+    try {
+      complete = await _readFully(file, data, o.stats);
+    } catch (err) {
+      return cannot(err);
+    }
+    if (!complete) fail(`truncated data: the file shrank while it was read`);
+    return { dtype: h.dtype, shape: h.shape, data: _typed(h.dtype, data.buffer) };
+  } finally {
+    file.close();
+  }
 }
 
 function _descr(data: NpyData): string {
@@ -254,7 +413,8 @@ export function toFloat32(npy: NpyArray, name: string): Float32Array {
   for (let i = 0; i < out.length; i++) {
     check(
       Number.isFinite(out[i]) || !Number.isFinite(npy.data[i]),
-      `${name}: value ${npy.data[i]} at index ${i} overflows float32`,
+      `${name}: value ${npy.data[i]} at index ${i} overflows f32 (finite range ` +
+        `±3.4028234663852886e+38)`,
     );
   }
   return out;

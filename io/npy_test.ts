@@ -216,7 +216,7 @@ Deno.test("npy: toFloat32 and toInt32Targets convert or refuse", () => {
   assert.deepEqual(toFloat32(f8, "E.npy"), Float32Array.of(0.1, -1e30, NaN));
   throwsLine(
     () => toFloat32({ dtype: "f8", shape: [2], data: Float64Array.of(1, 1e39) }, "E.npy"),
-    /^E\.npy: value 1e\+39 at index 1 overflows float32$/,
+    /^E\.npy: value 1e\+39 at index 1 overflows f32 \(finite range ±3\.4028234663852886e\+38\)$/,
   );
   const i4: NpyArray = { dtype: "i4", shape: [2], data: Int32Array.of(3, -100) };
   throwsLine(() => toFloat32(i4, "E.npy"), /^E\.npy: expected a float array \(f4 or f8\), got i4$/);

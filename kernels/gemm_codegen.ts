@@ -43,6 +43,12 @@ export interface GemmTile {
    */
   dbuf?: boolean;
   /**
+   * Map each 32-thread group to 4 × 8 threads of the tile's thread grid (rows × columns) instead
+   * of 2 × 16: its reads of the staged B operand then span 128 bytes instead of 256 (plain
+   * products only; the fused kernels keep the row-major mapping their reductions assume).
+   */
+  warpTile?: boolean;
+  /**
    * Stage operands in [k][row/4] arrays ({@link gemmShared}) instead of flat ones. Only for
    * kernels that declare their staging with {@link gemmShared}. Default off.
    */
@@ -57,6 +63,20 @@ export const TILE_LARGE: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 };
  * in 227.1 ms, 42.6 TFLOP/s; flat staging 243.6 ms; scalar loads 297.1 ms).
  */
 export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
+/**
+ * 128×64 with vector loads and [k][row] staging (8×4 per thread): for skinny outputs with a long K
+ * (Liger's per-chunk dE = G·C: 128 × 2304, K = 256,000), where it ran 1.5–1.9× faster than
+ * {@link TILE_HW} on an H100 at every split (reports/gemm_h100_2026-11-23/liger_de.json).
+ */
+export const TILE_HW_SKINNY: GemmTile = {
+  bm: 128,
+  bn: 64,
+  bk: 16,
+  tm: 8,
+  tn: 4,
+  vec: true,
+  stage2d: true,
+};
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 
@@ -495,8 +515,16 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   return lines.join("\n");
 }
 
-/** Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`. */
+/**
+ * Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`: row-major over the
+ * thread grid, or with {@link GemmTile.warpTile} each 32-thread group covering 4 × 8 of it.
+ */
 export function gemmThreadCoords(t: GemmTile): string {
-  const tx = t.bn / t.tn;
+  const tx = t.bn / t.tn, ty = t.bm / t.tm;
+  if (t.warpTile && tx % 8 === 0 && ty % 4 === 0 && tx * ty >= 32) {
+    const wx = tx / 8;
+    return `let tm = (lid / 32u / ${wx}u) * 4u + (lid % 32u) / 8u;\n` +
+      `let tn = ((lid / 32u) % ${wx}u) * 8u + lid % 8u;`;
+  }
   return `let tm = lid / ${tx}u;\nlet tn = lid % ${tx}u;`;
 }

@@ -48,15 +48,31 @@ export interface MatmulKernelOptions {
   /** Declare A / B as 16-byte vectors and load them so (along their contiguous index). */
   vecA?: boolean;
   vecB?: boolean;
+  /**
+   * f32 output (and split-K partials) declared as vec4s and written 4 columns at a time (the
+   * launcher picks it where N and the output offset are multiples of 4).
+   */
+  vecOut?: boolean;
 }
 
 const PARAMS =
   `struct Params { M: u32, N: u32, K: u32, aOff: u32, sAm: u32, sAk: u32, bOff: u32, sBn: u32,
-  sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, _p0: u32, _p1: u32, _p2: u32 };
+  sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, kPer: u32, first: u32, _p: u32 };
 @group(0) @binding(0) var<uniform> P: Params;`;
 
 /** The f32 store of every accumulator (alpha, optional accumulation into the output). */
-function _storeF32(t: GemmTile): string {
+function _storeF32(t: GemmTile, vec: boolean): string {
+  if (vec) {
+    return _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) {
+      let i = (P.cOff + m * P.sCm + n) >> 2u;
+      var v = P.alpha * ${s.vec};
+      if (P.accumulate != 0u) { v = v + outp[i]; }
+      outp[i] = v;
+    } }`
+    ).join("\n  ");
+  }
   return accSlots(t).map((s) =>
     `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
     if (m < P.M && n < P.N) {
@@ -66,6 +82,12 @@ function _storeF32(t: GemmTile): string {
       outp[i] = v;
     } }`
   ).join("\n  ");
+}
+
+/** The first slot of every vec4 accumulator (4 adjacent columns of one row). */
+function _vecSlots(t: GemmTile) {
+  const seen = new Set<string>();
+  return accSlots(t).filter((s) => !seen.has(s.vec) && seen.add(s.vec) !== undefined);
 }
 
 /**
@@ -107,7 +129,12 @@ fn store4(m: u32, nb: u32, v: vec4<f32>) {
 
 /**
  * WGSL of the product kernel. Params: M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate alpha
- * (a 16-bit output needs accumulate 0). Bindings: params, a, b, out.
+ * (a 16-bit output needs accumulate 0), kPer, first. Bindings: params, a, b, out, part.
+ *
+ * Split-K in one dispatch: workgroup z takes K range [z·kPer, min(K, (z+1)·kPer)). With `first` = 1
+ * slice 0 stores into the output as usual and slice z ≥ 1 its f32 partial product into `part` at
+ * (z − 1)·M·N (dense M×N); with `first` = 0 every slice stores into `part` at z·M·N. Unsplit
+ * products run one slice (kPer = K, first = 1) and never touch `part`.
  */
 export function matmulWgsl(o: MatmulKernelOptions): string {
   validateTile(o.tile);
@@ -116,22 +143,32 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
   if (out !== "f32" && out !== "bf16" && out !== "f16") {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
   }
+  const vo = o.vecOut === true && out === "f32";
   let outDecl: string, extra = "", stores: string;
   if (out === "f32") {
-    outDecl = "array<f32>";
-    stores = _storeF32(t);
+    outDecl = vo ? "array<vec4<f32>>" : "array<f32>";
+    stores = _storeF32(t, vo);
   } else {
     outDecl = "array<atomic<u32>>";
     extra = _store16Fns(out);
-    const seen = new Set<string>();
-    stores = accSlots(t).filter((s) => !seen.has(s.vec) && seen.add(s.vec) !== undefined)
+    stores = _vecSlots(t)
       .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, P.alpha * ${s.vec});`).join("\n  ");
   }
+  const partStores = vo
+    ? _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) { part[(pb + m * P.N + n) >> 2u] = ${s.vec}; } }`
+    ).join("\n    ")
+    : accSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) { part[pb + m * P.N + n] = ${s.expr}; } }`
+    ).join("\n    ");
   return `${enableDirectives([o.aDtype, o.bDtype])}
 ${PARAMS}
 @group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype, o.vecA)}>;
 @group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype, o.vecB)}>;
 @group(0) @binding(3) var<storage, read_write> outp: ${outDecl};
+@group(0) @binding(4) var<storage, read_write> part: array<${vo ? "vec4<f32>" : "f32"}>;
 ${
     dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
       name: "b",
@@ -139,7 +176,18 @@ ${
       vec: o.vecB,
     }])
   }${extra}
-${matmulEntry(o, stores)}
+${
+    matmulEntry(
+      o,
+      `if (wg.z == 0u && P.first == 1u) {
+  ${stores}
+  } else {
+    let pb = (wg.z - P.first) * P.M * P.N;
+    ${partStores}
+  }`,
+      { slices: true },
+    )
+  }
 `;
 }
 
@@ -149,14 +197,21 @@ ${matmulEntry(o, stores)}
  * aOff, sAm, sAk, bOff, sBn, sBk), then `stores` (statements using m0, n0, tm, tn and the
  * accumulators).
  */
-export function matmulEntry(o: MatmulKernelOptions, stores: string): string {
+export function matmulEntry(
+  o: MatmulKernelOptions,
+  stores: string,
+  opt: { slices?: boolean } = {},
+): string {
   const t = o.tile;
+  // with slices: this workgroup's K range starts at ks and is kn deep (see matmulWgsl)
+  const sl = opt.slices === true;
   return `${gemmShared({ tile: t })}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   let m0 = wg.y * ${t.bm}u;
   let n0 = wg.x * ${t.bn}u;
+  ${sl ? "let ks = wg.z * P.kPer;\n  let kn = min(P.K - ks, P.kPer);" : ""}
   ${
     gemmMainloop({
       tile: t,
@@ -166,13 +221,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       bBuf: "b",
       M: "P.M",
       N: "P.N",
-      K: "P.K",
+      K: sl ? "kn" : "P.K",
       m0: "m0",
       n0: "n0",
-      aOff: "P.aOff",
+      aOff: sl ? "(P.aOff + ks * P.sAk)" : "P.aOff",
       sAm: "P.sAm",
       sAk: "P.sAk",
-      bOff: "P.bOff",
+      bOff: sl ? "(P.bOff + ks * P.sBk)" : "P.bOff",
       sBn: "P.sBn",
       sBk: "P.sBk",
     })
@@ -380,16 +435,18 @@ export async function prepareMatmul(
     t.vec === true && (dtype === "f32" || dtype === "bf16" || dtype === "f16") &&
     (trans ? rows % vecWidth(dtype) === 0 : t.bk % vecWidth(dtype) === 0);
   const vaOk = canVec(k.aDtype, k.aTrans, t.bm), vbOk = canVec(k.bDtype, k.bTrans, t.bn);
-  // Pipelines by output (the product's own, or f32 for split-K partials) and vector loads.
+  // f32 outputs written as vec4s where the tile asks for vector accesses
+  const voOk = wide && t.vec === true;
+  // Pipelines by vector loads per operand and vector stores.
   const variants = new Map<string, GPUComputePipeline>();
-  for (const od of wide ? ["f32"] as const : [outDtype, "f32"] as const) {
-    for (const va of vaOk ? [false, true] : [false]) {
-      for (const vb of vbOk ? [false, true] : [false]) {
+  for (const va of vaOk ? [false, true] : [false]) {
+    for (const vb of vbOk ? [false, true] : [false]) {
+      for (const vo of voOk ? [false, true] : [false]) {
         variants.set(
-          `${od}${va}${vb}`,
+          `${va}${vb}${vo}`,
           await ctx.pipeline(
-            matmulWgsl({ ...k, outDtype: od, vecA: va, vecB: vb }),
-            `${od === "f32" ? "matmul" : label}${va || vb ? "_vec" : ""}`,
+            matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb, vecOut: vo }),
+            `${label}${va || vb || vo ? "_vec" : ""}`,
           ),
         );
       }
@@ -446,18 +503,19 @@ export async function prepareMatmul(
       const S = slicesOf(M, N, K, o.splitK);
       const alpha = o.alpha ?? 1;
       rec.pass(o.label ?? "matmul", (p) => {
+        /** One dispatch: the K range of g in `slices` slices of `per` (z), see matmulWgsl. */
         const product = (
           ap: _Piece,
           bp: _Piece,
           g: { mLo: number; mHi: number; nLo: number; nHi: number; kLo: number; kHi: number },
-          dst: {
-            buffer: TrackedBuffer;
+          d: {
+            out: TrackedBuffer;
             cOff: number;
-            sCm: number;
             acc: number;
-            alpha: number;
-            /** The output is the split-K partials (f32) rather than the product's output. */
-            partial?: boolean;
+            per: number;
+            slices: number;
+            first: number;
+            part: TrackedBuffer;
           },
         ) => {
           const aStart = o.a.trans ? (g.kLo - ap.base) * M + g.mLo : (g.mLo - ap.base) * K + g.kLo;
@@ -473,11 +531,16 @@ export async function prepareMatmul(
             bStart,
             o.b.trans ? 1 : K,
             o.b.trans ? N : 1,
-            dst.cOff,
-            dst.sCm,
-            dst.acc,
+            d.cOff,
+            N,
+            d.acc,
+            0,
+            d.per,
+            d.first,
           ]);
-          new Float32Array(words.buffer)[12] = dst.alpha;
+          new Float32Array(words.buffer)[12] = alpha;
+          // slices start at multiples of 16 elements: the whole range decides (a vector along k
+          // never straddles the end of a slice when the whole depth is a multiple of its width)
           const depth = g.kHi - g.kLo;
           const va = vaOk &&
             vectorLoadsFit({
@@ -495,14 +558,18 @@ export async function prepareMatmul(
               ld: o.b.trans ? N : K,
               depth,
             });
-          lastVariant = { vecA: va, vecB: vb, splitK: S };
-          const pl = variants.get(`${dst.partial ? "f32" : outDtype}${va}${vb}`)!;
+          // vec4 stores: every row of the output region and of the partials starts at a
+          // multiple of 4 floats
+          const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
+          lastVariant = { vecA: va, vecB: vb, splitK: d.slices };
+          const pl = variants.get(`${va}${vb}${vo}`)!;
           const u = rec.uniform(words, "matmul params");
           p.dispatch(
             pl,
-            rec.bindGroup(pl, [u, ap.buffer, bp.buffer, dst.buffer]),
+            rec.bindGroup(pl, [u, ap.buffer, bp.buffer, d.out, d.part]),
             Math.ceil((g.nHi - g.nLo) / t.bn),
             Math.ceil((g.mHi - g.mLo) / t.bm),
+            d.slices,
           );
         };
         for (const os of outPieces) {
@@ -528,32 +595,26 @@ export async function prepareMatmul(
               const depth = kHi - kLo;
               const { per, slices } = cut(depth, S);
               if (slices <= 1) {
-                product(ap, bp, g, { buffer: os.buffer, cOff, sCm: N, acc, alpha });
+                product(ap, bp, g, {
+                  out: os.buffer,
+                  cOff,
+                  acc,
+                  per: depth,
+                  slices: 1,
+                  first: 1,
+                  part: os.buffer,
+                });
                 continue;
               }
               const mm = mHi - mLo, nn = nHi - nLo;
-              // f32: the first slice goes to the output, the others to partials added after it
+              // f32: slice 0 goes to the output, the others to partials added after it
               const first = wide ? 1 : 0;
               const bytes = (slices - first) * mm * nn * 4;
               const own = o.workspace === undefined || o.workspace.size < bytes;
               const part = own
                 ? ctx.createBuffer({ size: bytes, role: "workspace", label: "split-K partials" })
                 : o.workspace!;
-              for (let s = 0; s < slices; s++) {
-                const sk = { ...g, kLo: kLo + s * per, kHi: Math.min(kHi, kLo + (s + 1) * per) };
-                if (s < first) {
-                  product(ap, bp, sk, { buffer: os.buffer, cOff, sCm: N, acc, alpha });
-                } else {
-                  product(ap, bp, sk, {
-                    buffer: part,
-                    cOff: (s - first) * mm * nn,
-                    sCm: nn,
-                    acc: 0,
-                    alpha: 1,
-                    partial: true,
-                  });
-                }
-              }
+              product(ap, bp, g, { out: os.buffer, cOff, acc, per, slices, first, part });
               const w = new Uint32Array(8);
               w.set([mm, nn, slices - first, cOff, N, first === 1 ? 1 : acc]);
               new Float32Array(w.buffer)[6] = alpha;

@@ -275,8 +275,15 @@ Deno.test({
         expect: { vecA: true, vecB: true, splitK: 1 },
       });
     }
-    // flat staging and double buffering with transposed vector loads
-    for (const t of [{ ...TILE_SMALL, vec: true }, { ...tile, bk: 8, dbuf: true }]) {
+    // flat staging, double buffering, the 4×8 thread groups, with transposed vector loads
+    for (
+      const t of [
+        { ...TILE_SMALL, vec: true },
+        { ...tile, bk: 8, dbuf: true },
+        { ...tile, warpTile: true },
+        { ...TILE_LARGE, vec: true, stage2d: true, warpTile: true },
+      ]
+    ) {
       await runCase(ctx, {
         M: 24,
         N: 40,

@@ -13,6 +13,22 @@ import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm
 import { lossConstants, LSE_MERGE } from "./wgsl_common.ts";
 
 const WG = 256;
+/** Elements each thread loads before merging them (see the kernel). */
+const UNROLL = 4;
+
+/** The body of one unrolled step: UNROLL loads, then the merges in element order. */
+function _unrolledStep(dtype: TensorDtype): string {
+  const u = [...Array(UNROLL).keys()];
+  const loads = u.map((i) =>
+    `      let x${i} = softcap(${loadF32("z", dtype, `r * P.ldz + j + ${i * WG}u`)});`
+  );
+  const merges = u.map((i) =>
+    `      ms = lse_merge(ms, vec2<f32>(x${i}, 1.0));
+      zsum += x${i};
+      if (i32(j + ${i * WG}u) == t) { zt = x${i}; }`
+  );
+  return [...loads, ...merges].join("\n");
+}
 
 /** WGSL of the kernel. Bindings: params, logits shard, targets, lse (out), loss rows (out). */
 export function rowSoftmaxStatsWgsl(
@@ -40,7 +56,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     var ms = vec2<f32>(NEG_INF, 0.0);
     var zsum = 0.0;
     var zt = 0.0;
-    for (var j = lid; j < P.v; j += ${WG}u) {
+    // ${UNROLL} independent loads per step (the compiler does not unroll: one load in flight per
+    // thread would leave a single workgroup per row waiting on memory); the elements are merged in
+    // the same order as one at a time, so the result is the same bits.
+    var j = lid;
+    for (; j + ${(UNROLL - 1) * WG}u < P.v; j += ${UNROLL * WG}u) {
+${_unrolledStep(o.logitsDtype)}
+    }
+    for (; j < P.v; j += ${WG}u) {
       let x = softcap(${loadF32("z", o.logitsDtype, "r * P.ldz + j")});
       ms = lse_merge(ms, vec2<f32>(x, 1.0));
       zsum += x;

@@ -219,6 +219,8 @@ export interface GateRun {
   /** Thresholds in force when it was measured (informational). */
   thresholds: GateThresholds;
   results: GateResult[];
+  /** False in the partial file of a `--update` that is still running or was interrupted. */
+  complete?: boolean;
 }
 
 /** The key of a result: fixture, shape, dtype, method and β (the mode and adapter are outside). */
@@ -703,6 +705,8 @@ export interface MeasureCaseOptions {
   rounds: number;
   /** Progress (one line per method and β). */
   onResult?: (r: GateResult, ms: number) => void;
+  /** Method × β pairs already measured (a resumed run): not measured again. */
+  skip?: (method: string, beta: number) => boolean;
 }
 
 /** Calls per yardstick sample (their median). */
@@ -780,6 +784,7 @@ export async function measureCase(
       const gradOut = uploadGradOut(ctx, c.n, opts, _GRAD_OUTPUT);
       try {
         for (const method of o.methods) {
+          if (o.skip?.(method.name, beta)) continue;
           const t0 = performance.now();
           const r = await _measureMethod(ctx, method, data, { opts, want, gradOut }, o);
           results.push(r);
@@ -973,6 +978,10 @@ export interface RunGateOptions {
   thresholds?: GateThresholds;
   /** Progress lines. */
   onProgress?: (line: string) => void;
+  /** Called after every measured result with the results so far (e.g. to save a partial run). */
+  onResult?: (results: readonly GateResult[]) => void;
+  /** Results of an interrupted run (the same suite): kept, and not measured again. */
+  done?: readonly GateResult[];
 }
 
 /** A gate run, its comparison with the baseline, and what was measured again. */
@@ -990,7 +999,8 @@ export interface GateOutcome {
  */
 export async function runGate(ctx: GpuContext, o: RunGateOptions): Promise<GateOutcome> {
   const rounds = o.rounds ?? o.suite.rounds;
-  const results: GateResult[] = [];
+  const results: GateResult[] = [...(o.done ?? [])];
+  const doneKeys = new Set(results.map(resultKey));
   const total = o.suite.cases.length * o.suite.betas.length * o.methods.length;
   const progress = (prefix: string) => (r: GateResult, ms: number) => {
     const modes = Object.entries(r.modes).map(([m, x]) =>
@@ -1003,17 +1013,31 @@ export async function runGate(ctx: GpuContext, o: RunGateOptions): Promise<GateO
     o.onProgress?.(`${prefix}${resultKey(r)}: ${what} (${(ms / 1000).toFixed(1)} s)`);
   };
   for (const c of o.suite.cases) {
-    let done = results.length;
-    results.push(
-      ...await measureCase(ctx, c, {
-        methods: o.methods,
-        betas: o.suite.betas,
-        modes: o.suite.modes,
-        rounds,
-        onResult: (r, ms) => progress(`[${++done}/${total}] `)(r, ms),
-      }),
-    );
+    const skip = (method: string, beta: number) => doneKeys.has(resultKey({ ...c, method, beta }));
+    if (o.methods.every((m) => o.suite.betas.every((b) => skip(m.name, b)))) continue;
+    await measureCase(ctx, c, {
+      methods: o.methods,
+      betas: o.suite.betas,
+      modes: o.suite.modes,
+      rounds,
+      skip,
+      onResult: (r, ms) => {
+        results.push(r);
+        o.onResult?.(results); // saved before it is announced
+        progress(`[${results.length}/${total}] `)(r, ms);
+      },
+    });
   }
+  // the suite's order, whatever was resumed
+  const rank = new Map<string, number>();
+  for (const c of o.suite.cases) {
+    for (const beta of o.suite.betas) {
+      for (const m of o.methods) rank.set(resultKey({ ...c, method: m.name, beta }), rank.size);
+    }
+  }
+  results.sort((a, b) =>
+    (rank.get(resultKey(a)) ?? Infinity) - (rank.get(resultKey(b)) ?? Infinity)
+  );
   const run: GateRun = {
     version: 1,
     suite: o.suite.name,

@@ -19,5 +19,19 @@ Deno.test({
       seed: 11,
     });
     await assertParity(ctx, baseline, { n: 1, v: 1, d: 1, dtype: "f32", beta: 0.5, seed: 12 });
+    // |V| past four workgroup widths: the row statistics' unrolled loop and its remainder, the
+    // target in either part
+    for (const [v, seed] of [[2061, 13], [1031, 14]]) {
+      await assertParity(ctx, baseline, {
+        n: 9,
+        v,
+        d: 11,
+        dtype: "bf16",
+        beta: 0.1,
+        softcap: 6,
+        ignoreFraction: 0.2,
+        seed,
+      });
+    }
   },
 });

@@ -34,6 +34,7 @@ import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
 import { prepareMatmul, rowView } from "../kernels/matmul.ts";
+import { TILE_HW_SKINNY } from "../kernels/gemm_codegen.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -84,8 +85,10 @@ export const liger: LceMethod = {
       aTrans: false,
       bTrans: false,
     });
+    // the skinny chunk product (c×d output, K = |V|) takes the skinny tile on hardware
+    const dETile = ctx.report.isFallbackAdapter ? tile : TILE_HW_SKINNY;
     const dEMm = await prepareMatmul(ctx, {
-      tile,
+      tile: dETile,
       aDtype: "f32",
       bDtype: dt,
       aTrans: false,
@@ -152,8 +155,8 @@ export const liger: LceMethod = {
           a: { view: rowView(z), trans: false },
           b: { view: rowView(x.c), trans: true },
           out: rowView(grads.dE, lo, hi),
-          tile,
           label: `dE[chunk ${k}] = G·C`,
+          tile: dETile,
           workspace,
         });
         dCMm.record(rec, {

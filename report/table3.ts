@@ -71,6 +71,26 @@ export interface Table3Report {
   rows: MeasureRow[];
   /** Rows measured by another program on the same card (scripts/torch_reference.py), if merged. */
   external?: ExternalRows;
+  /**
+   * False while the run is going on or after it was interrupted (the rows are those measured so
+   * far; `table3 --resume` measures the rest); true once every planned cell is measured.
+   */
+  complete?: boolean;
+  /** What the run was asked to measure (for `--resume`): every cell is method × β × mode. */
+  plan?: Table3Plan;
+}
+
+/** The cells a run measures and how; a resumed run must match it. */
+export interface Table3Plan {
+  shape: Table3Shape;
+  fixture: string;
+  seed: number;
+  betas: number[];
+  methods: string[];
+  modes: Mode[];
+  reduction: Reduction;
+  warmup: number;
+  reps: number;
 }
 
 /** L2 cache of the largest GPUs this harness targets (H100/H200: 50 MB), for the cache note. */
@@ -329,6 +349,16 @@ export function formatMarkdown(r: Table3Report): string {
       }`,
   );
   lines.push("");
+  if (r.complete === false) {
+    const planned = r.plan
+      ? ` of ${r.plan.betas.length * r.plan.methods.length * r.plan.modes.length}`
+      : "";
+    lines.push(
+      `> **Partial report.** The run was interrupted: ${r.rows.length}${planned} cells ` +
+        "measured. `deno task table3 --resume <this report's .json>` measures the rest.",
+      "",
+    );
+  }
   if (r.reducedShape) lines.push(`> **Reduced shape.** ${_md(r.reducedShape)}`, "");
   const driver = r.env.driver ? `, driver ${r.env.driver.version} (${r.env.driver.name})` : "";
   lines.push(
@@ -673,17 +703,19 @@ export interface ReportPaths {
 }
 
 /**
- * Writes the four reports under `dir` (created if missing) as `<reportBaseName>.{md,json,csv,svg}`:
- * each goes to a temporary name first and all four are renamed once every one is written, so a
- * failure leaves no partial report.
+ * Writes the four reports under `dir` (created if missing) as `<reportBaseName>.{md,json,csv,svg}`
+ * (only the JSON with `o.jsonOnly`, as a run does after every cell): each goes to a temporary
+ * name first and all are renamed once every one is written, so a failure leaves no half-written
+ * file.
  */
-export async function writeReport(r: Table3Report, dir: string): Promise<ReportPaths> {
-  const contents = {
-    md: formatMarkdown(r),
-    json: formatJson(r),
-    csv: formatCsv(r),
-    svg: await renderSvg(r),
-  };
+export async function writeReport(
+  r: Table3Report,
+  dir: string,
+  o: { jsonOnly?: boolean } = {},
+): Promise<ReportPaths> {
+  const contents: Partial<Record<keyof ReportPaths, string>> = o.jsonOnly
+    ? { json: formatJson(r) }
+    : { md: formatMarkdown(r), json: formatJson(r), csv: formatCsv(r), svg: await renderSvg(r) };
   mkdirSync(dir, { recursive: true });
   const base = join(dir, reportBaseName(r));
   const paths = {} as ReportPaths;
@@ -691,9 +723,10 @@ export async function writeReport(r: Table3Report, dir: string): Promise<ReportP
   try {
     for (const ext of ["md", "json", "csv", "svg"] as const) {
       paths[ext] = `${base}.${ext}`;
+      if (contents[ext] === undefined) continue;
       const tmp = `${base}.${ext}.tmp-${Deno.pid}`;
       temps.push([tmp, paths[ext]]);
-      writeFileSync(tmp, contents[ext]);
+      writeFileSync(tmp, contents[ext]!);
     }
     for (const [tmp, final] of temps) renameSync(tmp, final);
   } catch (e) {

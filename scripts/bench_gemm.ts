@@ -12,14 +12,17 @@
  *
  * Effective TFLOP/s = 2·M·N·K / GPU time. Results go to stdout and, with --out, to JSON with the
  * adapter and the date. The operands are zero-filled except E and C (the time does not depend on
- * the values).
+ * the values). `--splitk` lists split-K slice counts (`auto` or positive integers) tried for each
+ * tile. The flags are declared with core/cli.ts (`--help`); bad flags (unknown tiles or cases
+ * included) and an unwritable --out are one line `error: …` and exit 2 before any GPU work; a
+ * product that fails (e.g. out of memory) is reported in its row and the run goes on.
  * @module
  */
-import { parseArgs } from "node:util";
-import { writeFileSync } from "node:fs";
-import { intFlag, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import { InputError } from "../core/errors.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { parseDtype } from "../core/options.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
@@ -30,6 +33,8 @@ import { ligerChunkSize } from "../methods/liger.ts";
 const TILES: Record<string, GemmTile> = {
   hw: TILE_HW,
   hw_k8: { ...TILE_HW, bk: 8 },
+  hw_wt: { ...TILE_HW, warpTile: true },
+  skinny_wt: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, stage2d: true, warpTile: true },
   hw_k32: { ...TILE_HW, bk: 32 },
   hw_dbuf: { ...TILE_HW, dbuf: true },
   w128x256: { bm: 128, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
@@ -39,28 +44,81 @@ const TILES: Record<string, GemmTile> = {
   scalar: { ...TILE_LARGE, stage2d: true },
 };
 
-await runCli(async () => {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      n: { type: "string" },
-      v: { type: "string" },
-      d: { type: "string" },
-      dtype: { type: "string" },
-      reps: { type: "string" },
-      tiles: { type: "string" },
-      cases: { type: "string" },
-      out: { type: "string" },
+/** The products measured, by name (see the module doc). */
+const CASES = [
+  "logits",
+  "logits16",
+  "dE",
+  "dC",
+  "dE16",
+  "dC16",
+  "ligerDE",
+  "ligerDC",
+] as const;
+type _CaseName = (typeof CASES)[number];
+
+/** The command line of `bench_gemm.ts`. */
+export const BENCH_GEMM_COMMAND = defineCommand({
+  name: "deno run -A scripts/bench_gemm.ts",
+  summary: "Times the GEMM core (kernels/matmul.ts) on every product the methods run at one " +
+    "shape, for each tile candidate and split-K count, by GPU timestamps (TFLOP/s = 2·M·N·K / " +
+    "GPU time).",
+  flags: {
+    n: { type: "int", min: 1, help: "tokens", default: 8192 },
+    v: { type: "int", min: 1, help: "vocabulary", default: 256000 },
+    d: { type: "int", min: 1, help: "hidden size", default: 2304 },
+    dtype: { type: "string", arg: "bf16|f16|f32", help: "input dtype", default: "bf16" },
+    reps: { type: "int", min: 1, help: "timed repetitions (after one warm-up)", default: 3 },
+    tiles: {
+      type: "string",
+      arg: "T1,T2,...",
+      help: `tile candidates, of ${Object.keys(TILES).join(", ")}`,
+      default: "hw",
     },
-  });
-  const n = intFlag("n", values.n, 8192),
-    v = intFlag("v", values.v, 256000),
-    d = intFlag("d", values.d, 2304);
-  const dtype = parseDtype(values.dtype ?? "bf16");
-  const reps = intFlag("reps", values.reps, 3);
-  const tileNames = (values.tiles ?? "hw").split(",");
-  for (const t of tileNames) if (!TILES[t]) throw new Error(`unknown tile '${t}'`);
-  const ctx = await GpuContext.create();
+    cases: {
+      type: "string",
+      arg: "C1,C2,...",
+      help: `products, of ${CASES.join(", ")}`,
+      defaultText: "all",
+    },
+    out: { type: "string", arg: "FILE", help: "write the results as JSON here" },
+    splitk: {
+      type: "string",
+      arg: "K1,K2,...",
+      help: "split-K slice counts: auto or positive integers",
+      default: "auto",
+    },
+    adapter: ADAPTER_FLAG,
+  },
+});
+
+/** Runs the command with `args` (throws InputError on bad flags; see runCli). */
+export async function benchGemmMain(args: string[]): Promise<void> {
+  const parsed = BENCH_GEMM_COMMAND.parse(args);
+  if (!parsed) return;
+  const values = parsed.values;
+  const { n, v, d, reps } = values;
+  const dtype = parseDtype(values.dtype);
+  const tileNames = parseList("--tiles", values.tiles);
+  for (const t of tileNames) {
+    if (!Object.hasOwn(TILES, t)) {
+      throw new InputError(
+        `--tiles: unknown tile '${t}' (one of ${Object.keys(TILES).join(", ")})`,
+      );
+    }
+  }
+  const caseNames = (values.cases === undefined ? [...CASES] : parseList("--cases", values.cases))
+    .map((cn) => {
+      if (!(CASES as readonly string[]).includes(cn)) {
+        throw new InputError(`--cases: unknown case '${cn}' (one of ${CASES.join(", ")})`);
+      }
+      return cn as _CaseName;
+    });
+  const splits = parseList("--splitk", values.splitk).map((x) =>
+    x === "auto" ? "auto" as const : parseIntValue("--splitk", x, { min: 1 })
+  );
+  if (values.out !== undefined) checkOutputs([values.out]);
+  const ctx = await GpuContext.create({ adapter: values.adapter as AdapterChoice });
   const rep = ctx.report;
   console.log(`adapter: ${rep.description} (${rep.vendor}); n ${n}, v ${v}, d ${d}, ${dtype}`);
   const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
@@ -86,7 +144,7 @@ await runCli(async () => {
   let g32: DeviceTensor | undefined, g16: DeviceTensor | undefined;
   const G32 = () => g32 ??= mk(n, v, "f32", "G f32");
   const G16 = () => g16 ??= mk(n, v, dtype, "G 16");
-  const cases: Record<string, () => Case> = {
+  const cases: Record<_CaseName, () => Case> = {
     logits: () => ({
       a: { tensor: e, trans: false },
       b: { tensor: c, trans: false },
@@ -153,13 +211,11 @@ await runCli(async () => {
       flop: 2 * chunk * v * d,
     }),
   };
-  const caseNames = (values.cases ?? Object.keys(cases).join(",")).split(",");
   const results: Record<string, unknown>[] = [];
   for (const cn of caseNames) {
-    if (!cases[cn]) throw new Error(`unknown case '${cn}'`);
     const cs = cases[cn]();
     const out = cs.out();
-    for (const tn of tileNames) {
+    for (const [tn, splitK] of tileNames.flatMap((t) => splits.map((k) => [t, k] as const))) {
       const tile = TILES[tn];
       try {
         const mm = await prepareMatmul(ctx, {
@@ -174,7 +230,7 @@ await runCli(async () => {
         for (let i = 0; i < reps + 1; i++) {
           await ctx.scoped(async () => {
             const rec = new Recorder(ctx);
-            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate });
+            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
             const t = await rec.finish();
             if (i > 0) times.push(t.gpuMs);
           });
@@ -184,6 +240,7 @@ await runCli(async () => {
         const r = {
           case: cn,
           tile: tn,
+          splitK,
           timeMs: ms,
           minMs: times[0],
           maxMs: times[times.length - 1],
@@ -192,9 +249,9 @@ await runCli(async () => {
         };
         results.push(r);
         console.log(
-          `${cn.padEnd(9)} ${tn.padEnd(9)} ${ms.toFixed(2).padStart(9)} ms ${
-            r.tflops.toFixed(2).padStart(6)
-          } TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
+          `${cn.padEnd(9)} ${tn.padEnd(9)} S=${String(splitK).padEnd(4)} ${
+            ms.toFixed(2).padStart(9)
+          } ms ${r.tflops.toFixed(2).padStart(6)} TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
         );
       } catch (err) {
         results.push({ case: cn, tile: tn, error: (err as Error).message.split("\n")[0] });
@@ -203,10 +260,10 @@ await runCli(async () => {
     }
     out.destroy();
   }
-  if (values.out) {
-    writeFileSync(
-      values.out,
-      JSON.stringify(
+  if (values.out !== undefined) {
+    await writeAllOrNothing([{
+      path: values.out,
+      bytes: JSON.stringify(
         {
           env: {
             adapter: rep.description,
@@ -220,6 +277,8 @@ await runCli(async () => {
         null,
         1,
       ),
-    );
+    }]);
   }
-});
+}
+
+if (import.meta.main) await runCli(() => benchGemmMain(Deno.args));

@@ -4,7 +4,11 @@ import { writeNpy } from "../io/npy.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { logitRow, widen } from "../reference/logit_row.ts";
 import type { HostInputs } from "../core/options.ts";
-import { calibrationMetrics, tokenStatsFromLogitRows } from "../calibration/metrics.ts";
+import {
+  calibrationMetrics,
+  tokenStatsFromLogitRows,
+  tokenStatsFromLogits,
+} from "../calibration/metrics.ts";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "calibrate_test_" });
@@ -81,6 +85,9 @@ const x = makeFixture("llm", { n: 61, v: 97, d: 24, seed: 9 });
 x.targets[3] = -100;
 x.targets[40] = -100;
 await writeNpy(join(dir, "E.npy"), x.e, [x.n, x.d]);
+const big = x.e.slice();
+big[3] = 1e5; // finite in f32 and bf16, overflows f16
+await writeNpy(join(dir, "Ebig.npy"), big, [x.n, x.d]);
 await writeNpy(join(dir, "C.npy"), x.c, [x.v, x.d]);
 await writeNpy(join(dir, "T.npy"), x.targets, [x.n]);
 const files = [
@@ -125,7 +132,8 @@ Deno.test("calibrate: every bad flag gets one line, exit 2, and nothing written"
   const cases: [string[], RegExp][] = [
     [[...fx, "--frobnicate"], /Unknown option/],
     [[...fx, "--bins", "0"], /--bins must be a positive integer/],
-    [[...fx, "--bins", "x"], /--bins must be a number/],
+    [[...fx, "--bins", "x"], /--bins must be a positive integer, got 'x'/],
+    [[...fx, "--seed", "3e3"], /--seed must be an integer, got '3e3'/],
     [[...fx, "--beta", "2"], /beta must be in \[0, 1\]/],
     [[...fx, "--softcap=-1"], /softcap must be > 0/],
     [[...fx, "--dtype", "f64"], /unknown dtype 'f64'/],
@@ -138,6 +146,19 @@ Deno.test("calibrate: every bad flag gets one line, exit 2, and nothing written"
     [[...files, "--n", "5"], /--n applies only with --fixture/],
     [["--e", join(dir, "missing.npy"), files[2], files[3], files[4], files[5]], /missing\.npy/],
     [[files[0], files[3], files[2], files[3], files[4], files[5]], /hidden sizes differ|targets/],
+    [[...fx, "--temperature", "0"], /--temperature must be positive and finite, got 0/],
+    [[...fx, "--temperature=-1.5"], /--temperature must be positive and finite/],
+    [[...fx, "--temperature", "inf"], /--temperature must be a plain decimal number, got 'inf'/],
+    [[...fx, "--temperature", "nan"], /--temperature must be a plain decimal number/],
+    [[...fx, "--temperature", "0x1"], /--temperature must be a plain decimal number/],
+    [[...fx, "--ignore-index", "2.5"], /--ignore-index must be an integer, got '2.5'/],
+    [[...fx, "--json", ""], /--json must not be empty/],
+    [[...fx, "--json", " "], /--json needs a file name/],
+    [[...fx, "--json", dir], /output path is a directory/],
+    [
+      ["--e", join(dir, "Ebig.npy"), ...files.slice(2), "--dtype", "f16"],
+      /E value 100000 at row 0, column 3 \(index 3\) overflows f16/,
+    ],
   ];
   for (const [args, re] of cases) {
     const noOut = args.includes("--out") || re.source.includes("needs --out");
@@ -158,4 +179,102 @@ Deno.test("calibrate: a target outside the vocabulary is bad input", async () =>
   const r = await calibrate([...files.slice(0, 4), "--targets", join(dir, "Tbad.npy")]);
   assert.equal(r.code, 2, r.stderr);
   assert.match(r.stderr, /^error: target 97 at row 5 is outside \[0, 97\)/);
+});
+
+/** Float64 mean NLL, ECE, RMSCE, entropy and accuracy of the kept tokens at temperature T. */
+function referenceAt(x: HostInputs, t: number, softcap?: number) {
+  const w = widen(x);
+  const row = new Float64Array(x.v);
+  const conf: number[] = [], correct: number[] = [], ent: number[] = [];
+  let nll = 0;
+  for (let i = 0; i < x.n; i++) {
+    if (x.targets[i] === -100) continue;
+    logitRow(w, i, row, softcap);
+    for (let j = 0; j < x.v; j++) row[j] /= t;
+    const s = tokenStatsFromLogits(row, x.targets[i]);
+    const max = Math.max(...row);
+    let sum = 0;
+    for (const z of row) sum += Math.exp(z - max);
+    nll += max + Math.log(sum) - row[x.targets[i]];
+    conf.push(s.confidence);
+    correct.push(s.correct ? 1 : 0);
+    ent.push(s.entropy);
+  }
+  const r = calibrationMetrics({ confidence: conf, correct, entropy: ent });
+  return {
+    nll: nll / r.count,
+    ece: r.ece,
+    rmsce: r.rmsce,
+    entropy: r.meanEntropy,
+    accuracy: r.accuracy,
+  };
+}
+
+Deno.test("calibrate --fit-temperature --json: T*, before and after match float64", async () => {
+  const jsonPath = join(dir, "fit", "t.json");
+  const r = await calibrate([...files, "--softcap", "9", "--fit-temperature", "--json", jsonPath]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /ECE \d+\.\d\d% \(15 bins\), RMSCE/); // the current lines stay
+  assert.match(r.stdout, /^entropy calibration at T = 1: mean entropy/m);
+  assert.match(r.stdout, /^temperature fit: T\* = [\d.]+ minimises the mean NLL/m);
+  const doc = JSON.parse(await Deno.readTextFile(jsonPath));
+  assert.deepEqual(Object.keys(doc), ["temperature", "before", "after", "tokens", "bins", "env"]);
+  const keys = ["nll", "ece", "rmsce", "entropy", "accuracy"] as const;
+  assert.deepEqual(Object.keys(doc.before), keys);
+  assert.deepEqual(Object.keys(doc.after), keys);
+  assert.equal(doc.tokens, 59);
+  assert.equal(doc.bins.length, 15);
+  assert.equal(
+    doc.bins.reduce((s: number, b: { before: { count: number } }) => s + b.before.count, 0),
+    59,
+  );
+  const t = doc.temperature;
+  for (const [got, at] of [[doc.before, 1], [doc.after, t]] as [Record<string, number>, number][]) {
+    const want = referenceAt(x, at, 9);
+    for (const k of keys) {
+      const tol = k === "rmsce" ? 1e-5 : 1e-6;
+      const ok = Math.abs(got[k] - want[k]) <= tol * Math.abs(want[k]);
+      assert.ok(ok, `T = ${at}, ${k}: ${got[k]} vs ${want[k]}`);
+    }
+  }
+  // T* is a minimum of the float64 NLL: a relative step of 1e-3 either way does not go lower
+  const f = (u: number) => referenceAt(x, u, 9).nll;
+  assert.ok(f(t) <= f(t * 1.001) && f(t) <= f(t / 1.001), `T* = ${t}`);
+  assert.ok(doc.after.nll < doc.before.nll);
+  assert.equal(doc.env.softcap, 9);
+  assert.ok(doc.env.fit.forwards >= 2);
+  // without the fit: no "after", the temperature is the one given
+  const r2 = await calibrate([...files, "--temperature", "1.5", "--json", jsonPath]);
+  assert.equal(r2.code, 0, r2.stderr);
+  const doc2 = JSON.parse(await Deno.readTextFile(jsonPath));
+  assert.deepEqual(Object.keys(doc2), ["temperature", "before", "tokens", "bins", "env"]);
+  assert.equal(doc2.temperature, 1.5);
+  const want = referenceAt(x, 1.5);
+  assert.ok(Math.abs(doc2.before.nll - want.nll) <= 1e-6 * want.nll, "NLL at T = 1.5");
+});
+
+Deno.test("calibrate --fit-temperature: no minimum to bracket is one line, exit 2, no file", async () => {
+  // every target is its row's argmax: the NLL keeps falling as T → 0
+  const n = 9, v = 13, d = 16;
+  const y = makeFixture("llm", { n, v, d, seed: 1 });
+  for (let i = 0; i < n; i++) {
+    y.targets[i] = i;
+    for (let k = 0; k < d; k++) y.e[i * d + k] = 3 * y.c[i * d + k];
+  }
+  const sub = join(dir, "sep");
+  await Deno.mkdir(sub);
+  await writeNpy(join(sub, "E.npy"), y.e, [n, d]);
+  await writeNpy(join(sub, "C.npy"), y.c, [v, d]);
+  await writeNpy(join(sub, "T.npy"), y.targets, [n]);
+  const jsonPath = join(sub, "out", "t.json");
+  const r = await calibrate([
+    ...["--e", join(sub, "E.npy"), "--c", join(sub, "C.npy"), "--targets", join(sub, "T.npy")],
+    "--fit-temperature",
+    "--json",
+    jsonPath,
+  ]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.equal(r.stderr.split("\n").length, 1, r.stderr);
+  assert.match(r.stderr, /^error: temperature fit: cannot bracket a minimum of the mean NLL/);
+  assert.ok(!(await Deno.stat(join(sub, "out")).catch(() => undefined)), "nothing written");
 });

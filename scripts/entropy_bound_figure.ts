@@ -9,22 +9,39 @@
  * Bad flags print one line `error: …` and exit with status 2.
  * @module
  */
-import { parseArgs } from "node:util";
 import { dirname } from "node:path";
-import { runCli } from "../core/cli.ts";
+import { defineCommand, parseIntValue, parseList, parseNumberValue, runCli } from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
 import { figure4Data, figure4Svg } from "../calibration/entropy_figure.ts";
 
-const USAGE = "usage: entropy_bound_figure.ts [--out FILE.svg] [--rho R[,R…]] " +
-  "[--vocab V[,V…]] [--d-min N] [--d-max N] [--points N]";
+/** The command line of `entropy-figure`. */
+export const ENTROPY_FIGURE_COMMAND = defineCommand({
+  name: "deno task entropy-figure",
+  summary: "Figure 4: the LM-head entropy lower bound against hidden size (SVG and JSON).",
+  flags: {
+    out: {
+      type: "string",
+      arg: "FILE.svg",
+      help: "figure",
+      default: "reports/figure4_entropy_gap.svg",
+    },
+    rho: { type: "string", arg: "R,R", help: "bounds ρ, each > 0", default: "0.1" },
+    vocab: {
+      type: "string",
+      arg: "V,V",
+      help: "vocabulary sizes, integers ≥ 2",
+      default: "32000,128256,256000",
+    },
+    "d-min": { type: "int", min: 1, help: "smallest hidden size", default: 64 },
+    "d-max": { type: "int", min: 1, help: "largest hidden size", default: 8192 },
+    points: { type: "int", min: 2, help: "points per curve", default: 49 },
+  },
+});
 
 /** Runs the command with `args` (throws InputError on bad flags; see {@link runCli}). */
 export async function main(args: string[]): Promise<void> {
   const opts = _parse(args);
-  if (opts === "help") {
-    console.log(USAGE);
-    return;
-  }
+  if (opts === "help") return;
   const data = figure4Data(opts);
   const svg = await figure4Svg(data);
   const json = opts.out.replace(/\.svg$/i, "") + ".json";
@@ -43,49 +60,25 @@ interface _Options {
 }
 
 function _parse(args: string[]): _Options | "help" {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        out: { type: "string", default: "reports/figure4_entropy_gap.svg" },
-        rho: { type: "string", default: "0.1" },
-        vocab: { type: "string", default: "32000,128256,256000" },
-        "d-min": { type: "string", default: "64" },
-        "d-max": { type: "string", default: "8192" },
-        points: { type: "string", default: "49" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    const msg = String(err instanceof Error ? err.message : err).split("\n")[0];
-    throw new InputError(`${msg} (${USAGE})`);
-  }
+  const parsed = ENTROPY_FIGURE_COMMAND.parse(args);
+  if (!parsed) return "help";
   const v = parsed.values;
-  if (v.help) return "help";
   if (!/\.svg$/i.test(v.out)) throw new InputError(`--out must end in .svg, got ${v.out}`);
-  const int = (name: string, s: string, min: number) => {
-    const n = Number(s);
-    if (!Number.isInteger(n) || n < min) {
-      throw new InputError(`--${name} must be an integer ≥ ${min}, got ${s}`);
-    }
-    return n;
-  };
   const list = (name: string, s: string, ok: (x: number) => boolean, what: string) =>
-    s.split(",").map((t) => {
-      const x = Number(t.trim());
-      if (t.trim() === "" || !ok(x)) throw new InputError(`--${name}: ${what}, got "${t}"`);
+    parseList(`--${name}`, s).map((t) => {
+      const x = name === "vocab"
+        ? parseIntValue(`--${name}`, t, { min: 2 })
+        : parseNumberValue(`--${name}`, t);
+      if (!ok(x)) throw new InputError(`--${name}: ${what}, got "${t}"`);
       return x;
     });
   const opts = {
     out: v.out,
     rho: list("rho", v.rho, (x) => Number.isFinite(x) && x > 0, "each value must be > 0"),
     vocabSizes: list("vocab", v.vocab, (x) => Number.isInteger(x) && x >= 2, "integers ≥ 2"),
-    dMin: int("d-min", v["d-min"], 1),
-    dMax: int("d-max", v["d-max"], 1),
-    points: int("points", v.points, 2),
+    dMin: v["d-min"],
+    dMax: v["d-max"],
+    points: v.points,
   };
   if (opts.dMax < opts.dMin) {
     throw new InputError(`--d-max (${opts.dMax}) must be ≥ --d-min (${opts.dMin})`);

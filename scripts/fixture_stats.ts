@@ -7,24 +7,33 @@
  * Bad flags print one line `error: ...` on stderr and exit with status 2.
  * @module
  */
-import { parseArgs } from "node:util";
+import { defineCommand, exitCodeOf } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { parseDtype } from "../core/options.ts";
 import { type FixtureName, FIXTURES, makeFixture, parseFixtureName } from "../fixtures/mod.ts";
 import { fixtureStats } from "../fixtures/stats.ts";
 
-const USAGE = "usage: fixture_stats.ts [--fixture NAME|all] [--n N] [--v V] [--d D] " +
-  "[--dtype bf16|f16|f32] [--seed S] [--tile T] [--threshold P]";
-
-/** Parses a flag value as an integer ≥ `min`. */
-function _int(flag: string, value: string, min: number): number {
-  const x = Number(value);
-  check(
-    value.trim() !== "" && Number.isSafeInteger(x) && x >= min,
-    `--${flag} must be an integer ≥ ${min}, got '${value}'`,
-  );
-  return x;
-}
+/** The command line of `fixture-stats`. */
+export const FIXTURE_STATS_COMMAND = defineCommand({
+  name: "deno task fixture-stats",
+  summary: "Statistics of the data fixtures: max probability, entropy, top-1 accuracy and the " +
+    "share of tiles the gradient filter could skip.",
+  flags: {
+    fixture: { type: "string", help: "fixture, or all", default: "all", arg: "NAME|all" },
+    n: { type: "int", min: 1, help: "tokens", default: 1024 },
+    v: { type: "int", min: 1, help: "vocabulary", default: 8192 },
+    d: { type: "int", min: 1, help: "hidden size", default: 256 },
+    dtype: { type: "string", help: "dtype", default: "bf16", arg: "bf16|f16|f32" },
+    seed: { type: "int", min: 0, help: "seed", default: 0 },
+    tile: { type: "int", min: 1, help: "tile size (tokens and vocabulary)", default: 128 },
+    threshold: {
+      type: "string",
+      arg: "P",
+      help: "filter threshold in (0, 1], or 2^-k",
+      default: "2^-12",
+    },
+  },
+});
 
 /** Parses a probability, also written as 2^-k. */
 function _probability(flag: string, value: string): number {
@@ -55,36 +64,17 @@ interface Args {
 }
 
 function _parse(argv: string[]): Args | "help" {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        fixture: { type: "string", default: "all" },
-        n: { type: "string", default: "1024" },
-        v: { type: "string", default: "8192" },
-        d: { type: "string", default: "256" },
-        dtype: { type: "string", default: "bf16" },
-        seed: { type: "string", default: "0" },
-        tile: { type: "string", default: "128" },
-        threshold: { type: "string", default: "2^-12" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    }));
-  } catch (err) {
-    throw new InputError((err as Error).message.split("\n")[0]);
-  }
-  if (values.help) return "help";
+  const parsed = FIXTURE_STATS_COMMAND.parse(argv);
+  if (!parsed) return "help";
+  const values = parsed.values;
   return {
     fixtures: values.fixture === "all" ? [...FIXTURES] : [parseFixtureName(values.fixture)],
-    n: _int("n", values.n, 1),
-    v: _int("v", values.v, 1),
-    d: _int("d", values.d, 1),
+    n: values.n,
+    v: values.v,
+    d: values.d,
     dtype: parseDtype(values.dtype),
-    seed: _int("seed", values.seed, 0),
-    tile: _int("tile", values.tile, 1),
+    seed: values.seed,
+    tile: values.tile,
     threshold: _probability("threshold", values.threshold),
   };
 }
@@ -99,10 +89,7 @@ export function main(argv: string[]): number {
     console.error(`error: ${oneLine(err)}`);
     return 2;
   }
-  if (args === "help") {
-    console.log(USAGE);
-    return 0;
-  }
+  if (args === "help") return 0;
   const { n, v, d, dtype, seed, tile, threshold } = args;
   const th = _formatThreshold(threshold);
   console.log(`Fixture statistics: n=${n}, v=${v}, d=${d}, ${dtype}, seed ${seed}\n`);
@@ -127,6 +114,6 @@ if (import.meta.main) {
     Deno.exit(main(Deno.args));
   } catch (err) {
     console.error(`error: ${oneLine(err)}`);
-    Deno.exit(1);
+    Deno.exit(exitCodeOf(err));
   }
 }

@@ -55,7 +55,8 @@ Deno.test("fixture_stats: one fixture, threshold as a number", async () => {
 for (
   const [args, message] of [
     [["--bogus"], /^error: Unknown option '--bogus'/],
-    [["--n", "0"], /^error: --n must be an integer ≥ 1, got '0'$/],
+    [["--n", "0"], /^error: --n must be a positive integer, got '0'$/],
+    [["--n", "3e3"], /^error: --n must be a positive integer, got '3e3'$/],
     [
       ["--fixture", "x"],
       /^error: unknown fixture 'x' \(expected cce, llm, uniform or nonzero-mean\)$/,

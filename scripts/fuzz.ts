@@ -6,43 +6,34 @@
  * count, when a method cannot run a case here); exits 1 when any case failed.
  * @module
  */
-import { parseArgs } from "node:util";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
-import { InputError } from "../core/errors.ts";
+import { defineCommand, runCli } from "../core/cli.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import { DEFAULT_BOUNDS, describeCase, FuzzRunner } from "../testing/fuzz.ts";
 
-const USAGE = "usage: deno run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] " +
-  "[--max-dim D] [--max-work W] [--verbose]";
+/** The command line of the shape fuzzer. */
+export const FUZZ_COMMAND = defineCommand({
+  name: "deno run -A scripts/fuzz.ts",
+  summary: "The shape fuzzer of testing/fuzz.ts, for longer than CI runs it; exit 1 when a " +
+    "case failed.",
+  flags: {
+    cases: { type: "int", min: 1, help: "cases", default: 100 },
+    seed: { type: "int", help: "seed of the first case (case i has seed S + i)", default: 1 },
+    method: { type: "string", arg: "NAME", help: "one method", defaultText: "all" },
+    "max-dim": { type: "int", min: 1, help: "largest n, v, d", default: DEFAULT_BOUNDS.maxDim },
+    "max-work": { type: "int", min: 1, help: "largest n·v·d", default: DEFAULT_BOUNDS.maxWork },
+    verbose: { type: "boolean", short: "v", help: "a line per case" },
+  },
+});
 
 /** Runs the fuzzer with `args`; returns the number of failed cases. */
 export async function fuzzMain(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      cases: { type: "string" },
-      seed: { type: "string" },
-      method: { type: "string" },
-      "max-dim": { type: "string" },
-      "max-work": { type: "string" },
-      verbose: { type: "boolean", short: "v" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  const cases = intFlag("cases", values.cases, 100);
-  const seed = numberFlag("seed", values.seed, 1);
-  if (!Number.isSafeInteger(seed)) throw new InputError(`--seed must be an integer, got ${seed}`);
-  const bounds = {
-    maxDim: intFlag("max-dim", values["max-dim"], DEFAULT_BOUNDS.maxDim),
-    maxWork: intFlag("max-work", values["max-work"], DEFAULT_BOUNDS.maxWork),
-  };
+  const parsed = FUZZ_COMMAND.parse(args);
+  if (!parsed) return 0;
+  const values = parsed.values;
+  const cases = values.cases;
+  const seed = values.seed;
+  const bounds = { maxDim: values["max-dim"], maxWork: values["max-work"] };
   const methods = values.method === undefined ? METHODS : [methodByName(values.method)];
   const ctx = await GpuContext.create({ poison: true });
   console.log(

@@ -18,11 +18,10 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { parseArgs } from "node:util";
 import { paint } from "../core/progress.ts";
-import { intFlag, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
-import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
+import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
+import { check, InputError, oneLine } from "../core/errors.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
@@ -31,6 +30,7 @@ import {
   formatComparison,
   GATE_THRESHOLDS,
   type GateAdapter,
+  type GateResult,
   type GateRun,
   type GateSuite,
   gateTimeSource,
@@ -39,8 +39,39 @@ import {
   UPDATE_ROUNDS_FACTOR,
 } from "../measure/gate.ts";
 
-const USAGE = "usage: deno task gate [--update] [--baseline FILE] [--suite ci|tiny] " +
-  "[--methods a,b,...] [--rounds R] [--out FILE] [--adapter auto|software|hardware]";
+/** The command line of `gate`. */
+export const GATE_COMMAND = defineCommand({
+  name: "deno task gate",
+  summary: "The regression gate: measures the suite on every method and compares with the " +
+    "committed baseline of this adapter; exit 0 when nothing regressed, 1 when something did, " +
+    "2 for bad flags or a missing baseline. --update rewrites the baseline; while it runs, its " +
+    "results so far are saved after every measured method (BASELINE.partial, or --out FILE) " +
+    "and --update --resume FILE continues an interrupted update.",
+  flags: {
+    update: { type: "boolean", help: "measure again and rewrite the baseline" },
+    baseline: {
+      type: "string",
+      arg: "FILE",
+      help: "baseline file",
+      defaultText: "reports/gate_baseline_<adapter>.json",
+    },
+    suite: { type: "string", help: "suite", default: "ci", arg: "ci|tiny" },
+    methods: { type: "string", arg: "a,b", help: "methods to measure", defaultText: "all" },
+    rounds: {
+      type: "int",
+      min: 1,
+      help: "timed rounds",
+      defaultText: "the suite's; twice that with --update",
+    },
+    out: { type: "string", arg: "FILE", help: "also write this run's measurements as JSON" },
+    adapter: ADAPTER_FLAG,
+    resume: {
+      type: "string",
+      arg: "FILE",
+      help: "with --update: continue the partial run saved in FILE",
+    },
+  },
+});
 
 /** Where committed baselines live. */
 export const BASELINE_DIR = "reports";
@@ -55,57 +86,32 @@ interface _Flags {
   rounds?: number;
   out?: string;
   adapter: AdapterChoice;
+  resume?: string;
 }
 
 /** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
 function _parseFlags(args: string[]): _Flags | undefined {
-  const { values } = parseArgs({
-    args,
-    options: {
-      update: { type: "boolean", default: false },
-      baseline: { type: "string" },
-      suite: { type: "string", default: "ci" },
-      methods: { type: "string" },
-      rounds: { type: "string" },
-      out: { type: "string" },
-      adapter: { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return undefined;
-  }
-  const suite = SUITES[values.suite!];
+  const parsed = GATE_COMMAND.parse(args);
+  if (!parsed) return undefined;
+  const f = parsed.values;
   check(
-    suite !== undefined && Object.hasOwn(SUITES, values.suite!),
-    `unknown suite '${values.suite}' (expected ${Object.keys(SUITES).join(" or ")})`,
+    Object.hasOwn(SUITES, f.suite),
+    `unknown suite '${f.suite}' (expected ${Object.keys(SUITES).join(" or ")})`,
   );
-  let methods = [...METHODS];
-  if (values.methods !== undefined) {
-    const names = values.methods.split(",").map((s) => s.trim());
-    check(names.every((s) => s !== ""), `--methods has an empty entry in '${values.methods}'`);
-    check(new Set(names).size === names.length, `--methods lists a method twice`);
-    methods = names.map(methodByName);
-  }
-  check(values.baseline !== "", "--baseline must name a file");
-  check(values.out !== "", "--out must name a file");
-  const adapter = values.adapter ?? adapterFromEnv();
-  check(
-    ["auto", "software", "hardware"].includes(adapter),
-    `--adapter must be auto, software or hardware, got '${adapter}'`,
-  );
+  const methods = f.methods === undefined
+    ? [...METHODS]
+    : parseList("--methods", f.methods).map(methodByName);
+  check(f.resume === undefined || f.update, "--resume continues an --update run; add --update");
   return {
-    update: values.update!,
-    baseline: values.baseline,
-    suite,
+    update: f.update,
+    baseline: f.baseline,
+    suite: SUITES[f.suite],
     methods,
-    partial: values.methods !== undefined,
-    rounds: values.rounds === undefined ? undefined : intFlag("rounds", values.rounds, 1),
-    out: values.out,
-    adapter: adapter as AdapterChoice,
+    partial: f.methods !== undefined,
+    rounds: f.rounds,
+    out: f.out,
+    adapter: f.adapter as AdapterChoice,
+    resume: f.resume,
   };
 }
 
@@ -138,6 +144,11 @@ export function readBaseline(path: string): GateRun {
     b !== null && typeof b === "object" && b.version === 1 && Array.isArray(b.results) &&
       typeof b.adapter?.slug === "string",
     `baseline ${path} is not a gate baseline (version 1)`,
+  );
+  check(
+    b.complete !== false,
+    `baseline ${path} is the partial file of an interrupted --update (complete: false); ` +
+      "finish it with --update --resume",
   );
   return b;
 }
@@ -183,6 +194,38 @@ function _findBaseline(slug: string, fallback: boolean): string | undefined {
   return join(BASELINE_DIR, same.f);
 }
 
+/** The results of a partial --update run to resume; InputError unless it is this run's. */
+function _readPartial(
+  path: string,
+  flags: _Flags,
+  adapter: GateAdapter,
+  rounds: number,
+): GateResult[] {
+  let b: GateRun;
+  try {
+    b = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new InputError(`--resume ${path}: cannot read a partial gate run: ${oneLine(e)}`);
+  }
+  check(
+    b !== null && typeof b === "object" && b.version === 1 && Array.isArray(b.results) &&
+      b.complete === false,
+    `--resume ${path}: not the partial file of a gate --update (complete: false)`,
+  );
+  const same = (what: string, have: unknown, want: unknown) =>
+    check(have === want, `--resume ${path}: ${what} ${have} in the file, ${want} asked`);
+  same("suite", b.suite, flags.suite.name);
+  same("adapter", b.adapter?.slug, adapter.slug);
+  same("rounds", b.rounds, rounds);
+  const names = new Set(flags.methods.map((m) => m.name));
+  const extra = b.results.find((r) => !names.has(r.method));
+  check(
+    extra === undefined,
+    `--resume ${path}: method ${extra?.method} in the file is not among --methods`,
+  );
+  return b.results;
+}
+
 function _progress(s: string): void {
   console.error(paint("dim", "gate: ") + s);
 }
@@ -209,6 +252,8 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
     isFallbackAdapter: ctx.report.isFallbackAdapter,
     timeSource: gateTimeSource(ctx),
   };
+  const rounds = (flags.rounds ?? flags.suite.rounds) * (flags.update ? UPDATE_ROUNDS_FACTOR : 1);
+  const done = flags.resume ? _readPartial(flags.resume, flags, adapter, rounds) : undefined;
   const path = flags.baseline ??
     (flags.update
       ? baselinePath(adapter.slug)
@@ -227,7 +272,18 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
       );
     }
   }
-  const rounds = (flags.rounds ?? flags.suite.rounds) * (flags.update ? UPDATE_ROUNDS_FACTOR : 1);
+  // --update saves its results so far after every method (a file named like the baseline)
+  const partialPath = flags.update ? (flags.out ?? `${path}.partial`) : undefined;
+  const partialRun = (results: readonly GateResult[]): GateRun => ({
+    version: 1,
+    suite: flags.suite.name,
+    adapter,
+    env: { deno: env.deno.deno, os: env.os, date: env.date },
+    rounds,
+    thresholds: GATE_THRESHOLDS,
+    results: [...results],
+    complete: false,
+  });
   _progress(
     `${flags.update ? "measuring a new baseline" : `comparing with ${path}`} on ` +
       `${adapter.description}: suite ${flags.suite.name}, ${flags.methods.length} methods, ` +
@@ -243,7 +299,12 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
     baseline: old && !flags.update ? old : undefined,
     partial: flags.partial,
     onProgress: _progress,
+    done,
+    onResult: partialPath
+      ? (results) => writeAtomic(partialPath, formatBaseline(partialRun(results)))
+      : undefined,
   });
+  outcome.run.complete = true;
   const comparison = outcome.comparison ??
     (old && old.suite === flags.suite.name
       ? compareRuns(outcome.run, old, { partial: flags.partial })
@@ -285,6 +346,10 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
       outcome.run.results.push(...old.results.filter((r) => !measured.has(r.method)));
     }
     writeAtomic(path, formatBaseline(outcome.run));
+    if (partialPath !== flags.out) rmSync(partialPath!, { force: true });
+    if (flags.resume && flags.resume !== flags.out && flags.resume !== path) {
+      rmSync(flags.resume, { force: true });
+    }
     console.log(`gate: wrote ${path} (${outcome.run.results.length} results)`);
     return 0;
   }

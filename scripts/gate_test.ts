@@ -147,3 +147,80 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "gate script: a killed --update leaves its partial run; --resume completes it",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const dir = mkdtempSync(join(tmpdir(), "gate-resume-"));
+    try {
+      const methods = ["--methods", "baseline,chunked,compiled"];
+      const common = ["--suite", "tiny", "--rounds", "1", "--update", ...methods];
+      const whole = join(dir, "whole.json"), file = join(dir, "baseline.json");
+      const w = await _run([...common, "--baseline", whole]);
+      assert.equal(w.code, 0, w.stderr);
+      const want: GateRun = JSON.parse(readFileSync(whole, "utf8"));
+      assert.equal(want.complete, true);
+
+      const child = new Deno.Command(Deno.execPath(), {
+        args: ["run", "-A", SCRIPT, ...common, "--baseline", file],
+        stdout: "null",
+        stderr: "piped",
+        env: { NO_COLOR: "1" },
+      }).spawn();
+      const reader = child.stderr.getReader();
+      let text = "";
+      while (!/^gate: \[1\/3\]/m.test(text)) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+      child.kill("SIGKILL");
+      await reader.cancel();
+      await child.status;
+      assert.ok(!existsSync(file), "no baseline written by the killed run");
+      const partial: GateRun = JSON.parse(readFileSync(`${file}.partial`, "utf8"));
+      assert.equal(partial.complete, false);
+      const k = partial.results.length;
+      assert.ok(k >= 1 && k < 3, `${k} results`);
+      assert.throws(
+        () => readBaseline(`${file}.partial`),
+        /partial file of an interrupted --update/,
+      );
+
+      const other = await _run([
+        "--suite",
+        "tiny",
+        "--rounds",
+        "2",
+        "--update",
+        ...methods,
+        "--baseline",
+        file,
+        "--resume",
+        `${file}.partial`,
+      ]);
+      assert.equal(other.code, 2, other.stderr);
+      assert.match(other.stderr, /^error: --resume .*: rounds 2 in the file, 4 asked\n$/);
+
+      const r = await _run([...common, "--baseline", file, "--resume", `${file}.partial`]);
+      assert.equal(r.code, 0, r.stderr);
+      assert.equal((r.stderr.match(/^gate: \[\d\/3\]/gm) ?? []).length, 3 - k, r.stderr);
+      const got = readBaseline(file);
+      assert.equal(got.complete, true);
+      assert.ok(!existsSync(`${file}.partial`));
+      assert.deepEqual(got.results[0], partial.results[0], "kept as measured");
+      const cells = (x: GateRun) =>
+        x.results.map((r) => ({
+          key: `${r.method} ${r.beta}`,
+          parity: r.parity,
+          peaks: Object.values(r.modes).map((m) => m!.peakBytes),
+          error: r.error,
+        }));
+      assert.deepEqual(cells(got), cells(want), "memory and parity as an uninterrupted run");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+});

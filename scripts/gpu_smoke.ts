@@ -5,8 +5,7 @@
  * paper's). Effective TFLOP/s = 2·n·v·d / GPU time.
  * @module
  */
-import { parseArgs } from "node:util";
-import { intFlag, runCli } from "../core/cli.ts";
+import { defineCommand, runCli } from "../core/cli.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
@@ -16,22 +15,25 @@ import { TILE_LARGE, TILE_SMALL } from "../kernels/gemm_codegen.ts";
 import { baseline } from "../methods/baseline.ts";
 import { uploadGradOut } from "../methods/run.ts";
 
+/** The command line of `gpu-smoke`. */
+export const GPU_SMOKE_COMMAND = defineCommand({
+  name: "deno task gpu-smoke",
+  summary: "A GPU host health check: the adapter, the plain matmul per GEMM tile, one baseline " +
+    "forward+backward at the given shape.",
+  flags: {
+    n: { type: "int", min: 1, help: "tokens", default: 8192 },
+    v: { type: "int", min: 1, help: "vocabulary", default: 256000 },
+    d: { type: "int", min: 1, help: "hidden size", default: 2304 },
+    dtype: { type: "string", help: "input dtype", default: "bf16", arg: "bf16|f16|f32" },
+    reps: { type: "int", min: 1, help: "timed repetitions", default: 3 },
+  },
+});
+
 await runCli(async () => {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      n: { type: "string" },
-      v: { type: "string" },
-      d: { type: "string" },
-      dtype: { type: "string" },
-      reps: { type: "string" },
-    },
-  });
-  const n = intFlag("n", values.n, 8192),
-    v = intFlag("v", values.v, 256000),
-    d = intFlag("d", values.d, 2304);
-  const dtype = parseDtype(values.dtype ?? "bf16");
-  const reps = intFlag("reps", values.reps, 3);
+  const parsed = GPU_SMOKE_COMMAND.parse(Deno.args);
+  if (!parsed) return;
+  const { n, v, d, reps } = parsed.values;
+  const dtype = parseDtype(parsed.values.dtype);
   const ctx = await GpuContext.create();
   const r = ctx.report;
   console.log(

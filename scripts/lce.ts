@@ -1,126 +1,134 @@
 /**
  * `deno task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
  * [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32]
- * [--grad-output G]`: the loss and both gradients of the user's own tensors with one method,
- * written as float32 `loss.npy`, `dE.npy`, `dC.npy` into DIR. Bad input gets one line and a
- * non-zero exit, and nothing is written (outputs go to temporary names, renamed at the end).
+ * [--grad-output G] [--adapter auto|software|hardware]`: the loss and both gradients of the
+ * user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`, `dC.npy` into DIR.
+ *
+ * All or nothing: the flags and the three output paths are checked before anything is read or
+ * run (directory writable, no output a directory or one of the inputs); the inputs are read
+ * bounded (io/npy.ts: regular files only, rows no longer than one storage binding of the
+ * adapter); the outputs are written to temporary files in DIR and renamed only when all three
+ * are written, so a failure leaves every pre-existing output byte-identical. Bad input: one line,
+ * exit 2; a failure of the GPU or the method: one line, exit 1 (core/cli.ts).
  * @module
  */
-import { parseArgs } from "node:util";
-import { mkdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
+import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { check } from "../core/errors.ts";
 import { checkInputs, type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
-import { roundArray } from "../core/dtype.ts";
-import { readNpy, toFloat32, toInt32Targets, writeNpy } from "../io/npy.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { roundInput } from "../core/dtype.ts";
+import { encodeNpy, readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName } from "../methods/mod.ts";
 import { runMethod } from "../methods/run.ts";
 
-const USAGE =
-  "usage: deno task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] " +
-  "[--beta B] [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32] " +
-  "[--grad-output G] [--adapter auto|software|hardware]\n" +
-  "  defaults: --method fused, --beta 0 (plain cross-entropy; note: table3 and sweep default to " +
-  "β = 0.1), --reduction mean, --dtype f32 (table3 and sweep default to bf16), --ignore-index " +
-  "-100, --grad-output 1. The values used are printed with the result.";
+/** The command line of `lce`. */
+export const LCE_COMMAND = defineCommand({
+  name: "deno task lce",
+  summary: "The loss and both gradients of your own .npy tensors with one method, written as " +
+    "float32 loss.npy, dE.npy and dC.npy into --out (all three or none). It prints the β, " +
+    "reduction and dtype it used: its defaults (β = 0, f32) differ from table3's (β = 0.1, bf16).",
+  flags: {
+    e: {
+      type: "string",
+      arg: "E.npy",
+      help: "hidden states, n×d, float32 or float64",
+      required: true,
+    },
+    c: {
+      type: "string",
+      arg: "C.npy",
+      help: "classifier, v×d, float32 or float64",
+      required: true,
+    },
+    targets: { type: "string", arg: "T.npy", help: "targets, n, int32 or int64", required: true },
+    out: { type: "string", arg: "DIR", help: "output directory", required: true },
+    method: { type: "string", help: "method (methods/mod.ts)", default: "fused" },
+    beta: {
+      type: "number",
+      help: "label smoothing β in [0, 1]; 0 is plain cross-entropy (table3 and sweep default " +
+        "to β = 0.1)",
+      default: 0,
+    },
+    softcap: { type: "number", help: "logit softcap (> 0), none when absent" },
+    reduction: { type: "string", help: "loss reduction", default: "mean", arg: "mean|sum|none" },
+    "ignore-index": { type: "int", help: "target value ignored by the loss", default: -100 },
+    dtype: {
+      type: "string",
+      help: "compute dtype of E and C (table3 and sweep default to bf16)",
+      default: "f32",
+      arg: "bf16|f16|f32",
+    },
+    "grad-output": { type: "number", help: "upstream gradient of the loss", default: 1 },
+    adapter: ADAPTER_FLAG,
+  },
+});
 
 /** Runs the command with `args`. */
 export async function lceMain(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      e: { type: "string" },
-      c: { type: "string" },
-      targets: { type: "string" },
-      out: { type: "string" },
-      method: { type: "string", default: "fused" },
-      beta: { type: "string" },
-      softcap: { type: "string" },
-      reduction: { type: "string", default: "mean" },
-      "ignore-index": { type: "string" },
-      dtype: { type: "string", default: "f32" },
-      "grad-output": { type: "string" },
-      adapter: { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return;
-  }
-  for (const k of ["e", "c", "targets", "out"] as const) {
-    if (!values[k]) throw new InputError(`missing --${k} (${USAGE})`);
-  }
-  const method = methodByName(values.method!);
-  const dtype = parseDtype(values.dtype!);
+  const parsed = LCE_COMMAND.parse(args);
+  if (!parsed) return;
+  const f = parsed.values;
+  const method = methodByName(f.method);
+  const dtype = parseDtype(f.dtype);
   const opts = resolveOptions({
-    beta: numberFlag("beta", values.beta, 0),
-    softcap: values.softcap === undefined ? undefined : numberFlag("softcap", values.softcap, 0),
-    reduction: values.reduction as "mean",
-    ignoreIndex: values["ignore-index"] === undefined
-      ? -100
-      : Math.trunc(numberFlag("ignore-index", values["ignore-index"], -100)),
+    beta: f.beta,
+    softcap: f.softcap,
+    reduction: f.reduction as "mean",
+    ignoreIndex: f["ignore-index"],
   });
-  const adapter = values.adapter;
-  check(
-    adapter === undefined || ["auto", "software", "hardware"].includes(adapter),
-    `--adapter must be auto, software or hardware, got '${adapter}'`,
-  );
-  const eNpy = await readNpy(values.e!), cNpy = await readNpy(values.c!);
-  const tNpy = await readNpy(values.targets!);
-  check(eNpy.shape.length === 2, `${values.e}: E must be 2-D (n×d), got shape (${eNpy.shape})`);
-  check(cNpy.shape.length === 2, `${values.c}: C must be 2-D (v×d), got shape (${cNpy.shape})`);
-  check(
-    tNpy.shape.length === 1,
-    `${values.targets}: targets must be 1-D (n), got shape (${tNpy.shape})`,
-  );
-  const [n, d] = eNpy.shape, [v, dc] = cNpy.shape;
-  check(dc === d, `hidden sizes differ: E is ${n}×${d}, C is ${v}×${dc}`);
-  check(tNpy.shape[0] === n, `targets has ${tNpy.shape[0]} entries, E has ${n} rows`);
-  const x: HostInputs = {
-    n,
-    v,
-    d,
-    e: roundArray(toFloat32(eNpy, values.e!), dtype),
-    c: roundArray(toFloat32(cNpy, values.c!), dtype),
-    targets: toInt32Targets(tNpy, values.targets!),
-  };
-  checkInputs(x, opts);
-  const g = values["grad-output"] === undefined
-    ? 1
-    : numberFlag("grad-output", values["grad-output"], 1);
-  void intFlag;
-  const ctx = await GpuContext.create({ adapter: adapter as "auto" | undefined });
-  const r = await runMethod(ctx, method, x, opts, { dtype, gradOutput: g });
-  for (const [name, a] of [["loss", r.loss], ["dE", r.dE], ["dC", r.dC]] as const) {
-    const bad = a.findIndex((z) => !Number.isFinite(z));
-    if (bad >= 0) throw new Error(`${method.name} produced a non-finite ${name} at index ${bad}`);
-  }
-  // Write everything under temporary names first; rename only when all three are written.
-  mkdirSync(values.out!, { recursive: true });
-  const tag = `.tmp-${Deno.pid}`;
-  const files: [string, Float32Array, number[]][] = [
-    ["loss.npy", r.loss, opts.reduction === "none" ? [n] : []],
-    ["dE.npy", r.dE, [n, d]],
-    ["dC.npy", r.dC, [v, d]],
-  ];
+  const outputs = ["loss.npy", "dE.npy", "dC.npy"].map((name) => join(f.out, name));
+  checkOutputs(outputs, [f.e, f.c, f.targets]);
+  const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
   try {
-    for (const [f, a, shape] of files) await writeNpy(join(values.out!, f + tag), a, shape);
-    for (const [f] of files) renameSync(join(values.out!, f + tag), join(values.out!, f));
+    // rows are bound whole (f32 on the host, at most 4 bytes a value on the GPU); a tensor is
+    // sharded by rows, so its whole size is bounded by the machine's memory, not one binding
+    const limits: ReadNpyOptions = {
+      maxRowBytes: ctx.maxBindingBytes,
+      boundItemBytes: 4,
+      maxBytes: Deno.systemMemoryInfo().total,
+      maxBytesWhat: "bytes of this machine's memory",
+    };
+    const eNpy = await readNpy(f.e, limits), cNpy = await readNpy(f.c, limits);
+    const tNpy = await readNpy(f.targets, limits);
+    check(eNpy.shape.length === 2, `${f.e}: E must be 2-D (n×d), got shape (${eNpy.shape})`);
+    check(cNpy.shape.length === 2, `${f.c}: C must be 2-D (v×d), got shape (${cNpy.shape})`);
+    check(
+      tNpy.shape.length === 1,
+      `${f.targets}: targets must be 1-D (n), got shape (${tNpy.shape})`,
+    );
+    const [n, d] = eNpy.shape, [v, dc] = cNpy.shape;
+    check(dc === d, `hidden sizes differ: E is ${n}×${d}, C is ${v}×${dc}`);
+    check(tNpy.shape[0] === n, `targets has ${tNpy.shape[0]} entries, E has ${n} rows`);
+    const x: HostInputs = {
+      n,
+      v,
+      d,
+      e: roundInput(toFloat32(eNpy, f.e), dtype, { tensor: "E", cols: d }),
+      c: roundInput(toFloat32(cNpy, f.c), dtype, { tensor: "C", cols: d }),
+      targets: toInt32Targets(tNpy, f.targets),
+    };
+    checkInputs(x, opts);
+    const r = await runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] });
+    for (const [name, a] of [["loss", r.loss], ["dE", r.dE], ["dC", r.dC]] as const) {
+      const bad = a.findIndex((z) => !Number.isFinite(z));
+      if (bad >= 0) throw new Error(`${method.name} produced a non-finite ${name} at index ${bad}`);
+    }
+    await writeAllOrNothing([
+      { path: outputs[0], bytes: encodeNpy(r.loss, opts.reduction === "none" ? [n] : []) },
+      { path: outputs[1], bytes: encodeNpy(r.dE, [n, d]) },
+      { path: outputs[2], bytes: encodeNpy(r.dC, [v, d]) },
+    ]);
+    const lossText = opts.reduction === "none" ? `${n} per-token losses` : `loss ${r.loss[0]}`;
+    console.log(
+      `${method.name} (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
+        opts.softcap !== undefined ? `, softcap ${opts.softcap}` : ""
+      }): ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${f.out}`,
+    );
   } finally {
-    for (const [f] of files) rmSync(join(values.out!, f + tag), { force: true });
+    ctx.destroy();
   }
-  const lossText = opts.reduction === "none" ? `${n} per-token losses` : `loss ${r.loss[0]}`;
-  console.log(
-    `${method.name} (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
-      opts.softcap !== undefined ? `, softcap ${opts.softcap}` : ""
-    }): ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${values.out}`,
-  );
-  ctx.destroy();
 }
 
 if (import.meta.main) await runCli(() => lceMain(Deno.args));

@@ -75,7 +75,7 @@ Deno.test("lce: prints the β, reduction and dtype it used; --help says how its 
   assert.equal(h.code, 0);
   assert.match(
     h.stdout,
-    /--beta 0 \(plain cross-entropy; note: table3 and sweep default to β = 0\.1\)/,
+    /--beta X +label smoothing β in \[0, 1\]; 0 is plain cross-entropy \(table3 and sweep default to β = 0\.1\) \(default: 0\)/,
   );
 });
 
@@ -97,10 +97,16 @@ Deno.test("lce: every bad input gets one line naming it, exit 2, and no output",
     [["--method", "nope"], /unknown method 'nope'/],
     [["--dtype", "f8"], /unknown dtype 'f8'/],
     [["--beta", "1.5"], /beta must be in \[0, 1\], got 1.5/],
-    [["--beta", "abc"], /--beta must be a number, got 'abc'/],
+    [["--beta", "abc"], /--beta must be a plain decimal number, got 'abc'/],
+    [["--beta", "0x1"], /--beta must be a plain decimal number, got '0x1'/],
+    [["--beta", "0.1abc"], /--beta must be a plain decimal number, got '0\.1abc'/],
+    [["--beta", "NaN"], /--beta must be a plain decimal number, got 'NaN'/],
+    [["--grad-output", "Infinity"], /--grad-output must be a plain decimal number/],
+    [["--ignore-index", "2.5"], /--ignore-index must be an integer, got '2\.5'/],
+    [["--adapter", "gpu"], /--adapter must be auto, software or hardware, got 'gpu'/],
     [["--softcap", "0"], /softcap must be > 0, got 0/],
     [["--softcap=-2"], /softcap must be > 0, got -2/],
-    [["--softcap", "-2"], /Option '--softcap' argument is ambiguous/],
+    [["--softcap", "-2"], /softcap must be > 0, got -2/],
     [["--reduction", "avg"], /unknown reduction 'avg'/],
     [["--bogus", "1"], /Unknown option '--bogus'/],
     [
@@ -136,6 +142,16 @@ Deno.test("lce: every bad input gets one line naming it, exit 2, and no output",
       /C has a non-finite value Infinity at row 0, column 3/,
     ],
     [
+      [
+        "--dtype",
+        "f16",
+        "--e",
+        await writeBad("E_big.npy", e.map((z, i) => i === 8 ? 1e5 : z), [n, d]),
+      ],
+      /E value 100000 at row 1, column 3 \(index 8\) overflows f16 \(finite range ±65504\)/,
+    ],
+    [["--e", "/dev/zero"], /\/dev\/zero: a character device, not a regular file/],
+    [
       ["--c", await writeBad("C_d.npy", new Float32Array(v * 4), [v, 4])],
       /hidden sizes differ: E is 6×5, C is 11×4/,
     ],
@@ -163,4 +179,39 @@ Deno.test("lce: every bad input gets one line naming it, exit 2, and no output",
       `${extra.join(" ")}: output written`,
     );
   }
+});
+
+Deno.test("lce: an output that cannot be written leaves the others byte-identical", async () => {
+  const out = join(dir, "keep");
+  await Deno.mkdir(out);
+  const oldLoss = new Uint8Array([1, 2, 3]), oldDE = new Uint8Array([4, 5, 6, 7]);
+  await Deno.writeFile(join(out, "loss.npy"), oldLoss);
+  await Deno.writeFile(join(out, "dE.npy"), oldDE);
+  await Deno.mkdir(join(out, "dC.npy")); // the third output path is a directory
+  const r = await lce(base(out));
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /^error: .*dC\.npy: output path is a directory$/);
+  assert.deepEqual(await Deno.readFile(join(out, "loss.npy")), oldLoss);
+  assert.deepEqual(await Deno.readFile(join(out, "dE.npy")), oldDE);
+  assert.deepEqual([...Deno.readDirSync(out)].map((x) => x.name).sort(), [
+    "dC.npy",
+    "dE.npy",
+    "loss.npy",
+  ]);
+  // an output named like an input, and an output directory under a file
+  const same = await lce([...base(dir), "--e", join(dir, "dE.npy")]);
+  assert.equal(same.code, 2, same.stderr);
+  assert.match(same.stderr, /dE\.npy: output is the same file as an input$/);
+  const under = await lce(base(join(dir, "E.npy", "sub")));
+  assert.equal(under.code, 2, under.stderr);
+  assert.match(under.stderr, /E\.npy is not a directory$/);
+});
+
+Deno.test("lce: --help lists every flag with its default", async () => {
+  const r = await lce(["--help"]);
+  assert.equal(r.code, 0);
+  assert.match(r.stdout, /^usage: deno task lce --e E\.npy --c C\.npy --targets T\.npy --out DIR/);
+  assert.match(r.stdout, /--method VALUE +method \(methods\/mod\.ts\) \(default: 'fused'\)/);
+  assert.match(r.stdout, /--ignore-index N +target value ignored by the loss \(default: -100\)/);
+  assert.match(r.stdout, /--e E\.npy +hidden states, n×d, float32 or float64 \(required\)/);
 });

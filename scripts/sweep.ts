@@ -2,7 +2,7 @@
  * `deno task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] [--dtype bf16|f16|f32]
  * [--beta B | --betas a,b] [--methods a,b] [--modes fwd,bwd,fwd+bwd] [--fixture cce] [--seed S]
  * [--reduction mean|sum|none] [--reps R] [--warmup W] [--external F.json,…] [--out DIR]
- * [--adapter auto|software|hardware]`: measures the methods at each value of one size with the
+ * [--adapter auto|software|hardware] [--resume]` (flags: {@link SWEEP_COMMAND}): measures the methods at each value of one size with the
  * others fixed, and writes `sweep_<adapter>_<over>.{csv,json}` and `…_time.svg`, `…_memory.svg`
  * under DIR (default `reports/`).
  *
@@ -12,18 +12,25 @@
  * rewritten after every cell, so a killed run keeps what it measured; the charts are drawn at
  * the end. A method that fails at a size leaves a gap (its reason in the JSON) and the sweep goes
  * on. `--external` takes JSON files of scripts/torch_reference.py (one per size); those whose
- * fixed sizes match are drawn as dashed lines and added to the CSV. Bad flags print one line
- * `error: …` and exit 2 before anything is measured or written.
+ * fixed sizes match are drawn as dashed lines and added to the CSV. `--resume` keeps the cells
+ * an earlier run of the same sweep measured in DIR. Bad flags print one line `error: …` and exit
+ * 2 before anything is measured or written.
  * @module
  */
-import { parseArgs } from "node:util";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseIntValue,
+  parseList,
+  parseNumberValue,
+  runCli,
+} from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { formatDuration, paint, Progress } from "../core/progress.ts";
-import { type AdapterChoice, adapterFromEnv, GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
@@ -57,13 +64,59 @@ import {
   SOFTWARE_WARMUP,
 } from "./table3.ts";
 
-const USAGE = "usage: deno task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] " +
-  "[--dtype bf16|f16|f32] [--beta B | --betas a,b] [--methods a,b,...] [--modes fwd,bwd,fwd+bwd] " +
-  "[--fixture cce|llm|uniform|nonzero-mean] [--seed S] [--reduction mean|sum|none] [--reps R] " +
-  "[--warmup W] [--external F.json,...] [--out DIR] [--adapter auto|software|hardware] " +
-  "[--resume]\n" +
-  "  defaults: sizes of the paper (hardware) or table3's reduced shape (software adapter), " +
-  "values 4 doublings ending there, β = 0.1 only, every method and mode, reps/warm-up as table3";
+/** The command line of `sweep`. */
+export const SWEEP_COMMAND = defineCommand({
+  name: "deno task sweep",
+  summary: "Measures the methods at each value of one size (|V|, N or D) with the others fixed " +
+    "and writes sweep_<adapter>_<over>.{csv,json} (long format; the JSON with raw samples, " +
+    "rewritten after every cell) and two line charts, _time.svg and _memory.svg, into --out. A " +
+    "method that fails at a size leaves a gap there (its reason in the JSON) and the sweep goes on.",
+  flags: {
+    over: { type: "string", help: "the swept size", choices: ["v", "n", "d"], required: true },
+    values: {
+      type: "string",
+      arg: "a,b,c",
+      help: "its values",
+      defaultText: "four doublings ending at the default size",
+    },
+    n: { type: "int", min: 1, help: "tokens (fixed)", defaultText: "8192; 256 on software" },
+    v: { type: "int", min: 1, help: "vocabulary (fixed)", defaultText: "256000; 4096 on software" },
+    d: { type: "int", min: 1, help: "hidden size (fixed)", defaultText: "2304; 128 on software" },
+    dtype: { type: "string", help: "input dtype", default: "bf16", arg: "bf16|f16|f32" },
+    beta: { type: "number", min: 0, max: 1, help: "label smoothing", default: 0.1 },
+    betas: { type: "string", arg: "B,B", help: "several β (e.g. 0.1,0)", defaultText: "B only" },
+    methods: { type: "string", arg: "a,b", help: "methods (methods/mod.ts)", defaultText: "all" },
+    modes: { type: "string", arg: "fwd,bwd,fwd+bwd", help: "modes", defaultText: "all three" },
+    fixture: {
+      type: "string",
+      help: "input data (fixtures/mod.ts)",
+      default: "cce",
+      arg: "cce|llm|uniform|nonzero-mean",
+    },
+    seed: { type: "int", help: "seed of the inputs", default: 0 },
+    reduction: { type: "string", help: "loss reduction", default: "mean", arg: "mean|sum|none" },
+    reps: {
+      type: "int",
+      min: 1,
+      help: "measured repetitions",
+      defaultText: "as table3: 3 on software; on hardware until 1 s per cell (3 to 20)",
+    },
+    warmup: { type: "int", min: 0, help: "warm-up repetitions", defaultText: "1" },
+    external: {
+      type: "string",
+      arg: "F.json,F.json",
+      help: "same-card rows of scripts/torch_reference.py (one file per size); those whose fixed " +
+        "sizes match are added",
+    },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    adapter: ADAPTER_FLAG,
+    resume: {
+      type: "boolean",
+      help: "keep the cells an earlier run of the same sweep measured in --out without error " +
+        "and measure only the rest",
+    },
+  },
+});
 
 /** The validated command line. */
 interface _Flags {
@@ -85,114 +138,65 @@ interface _Flags {
   resume: boolean;
 }
 
-function _list(name: string, value: string): string[] {
-  const items = value.split(",").map((s) => s.trim());
-  check(items.every((s) => s !== ""), `--${name} has an empty entry in '${value}'`);
-  check(new Set(items).size === items.length, `--${name} lists an entry twice in '${value}'`);
-  return items;
-}
-
 /**
- * Parses and validates the flags (InputError for anything wrong; nothing is opened). One
- * parseArgs block, kept apart so it can move to a shared flag spec.
+ * Parses and validates the flags (InputError for anything wrong; nothing is opened). Returns
+ * undefined after printing --help.
  */
 function _parseFlags(args: string[]): _Flags | undefined {
-  const { values } = parseArgs({
-    args,
-    options: {
-      over: { type: "string" },
-      values: { type: "string" },
-      n: { type: "string" },
-      v: { type: "string" },
-      d: { type: "string" },
-      dtype: { type: "string", default: "bf16" },
-      beta: { type: "string" },
-      betas: { type: "string" },
-      external: { type: "string", multiple: true },
-      resume: { type: "boolean" },
-      methods: { type: "string" },
-      modes: { type: "string" },
-      fixture: { type: "string", default: "cce" },
-      seed: { type: "string", default: "0" },
-      reduction: { type: "string", default: "mean" },
-      reps: { type: "string" },
-      warmup: { type: "string" },
-      out: { type: "string", default: "reports" },
-      adapter: { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-    allowPositionals: false,
-  });
-  if (values.help) {
-    console.log(USAGE);
-    return undefined;
-  }
-  check(values.over !== undefined, `missing --over (n, v or d); ${USAGE.split("\n")[0]}`);
-  const over = values.over as SweepAxis;
-  check(SWEEP_AXES.includes(over), `--over must be n, v or d, got '${values.over}'`);
+  const parsed = SWEEP_COMMAND.parse(args);
+  if (!parsed) return undefined;
+  const f = parsed.values;
+  const over = f.over as SweepAxis;
   check(
-    values[over] === undefined,
+    !parsed.given.has(over),
     `--${over} is the swept size (--over ${over}): give its values with --values`,
   );
   const fixed: Partial<Record<SweepAxis, number>> = {};
-  for (const k of SWEEP_AXES) if (values[k] !== undefined) fixed[k] = intFlag(k, values[k], 1);
-  const sizes = values.values === undefined
+  for (const k of SWEEP_AXES) if (f[k] !== undefined) fixed[k] = f[k];
+  const sizes = f.values === undefined
     ? undefined
-    : _list("values", values.values).map((s) => intFlag("values", s, 1));
+    : parseList("--values", f.values).map((x) => parseIntValue("--values entries", x, { min: 1 }));
   check(
-    values.beta === undefined || values.betas === undefined,
+    !(parsed.given.has("beta") && parsed.given.has("betas")),
     "give --beta or --betas, not both",
   );
-  const betas = _list("betas", values.betas ?? values.beta ?? "0.1").map((b) => {
-    const x = numberFlag(values.betas !== undefined ? "betas" : "beta", b, 0);
-    check(x >= 0 && x <= 1, `β must be in [0, 1], got '${b}'`);
-    return x;
-  });
-  const reduction = values.reduction as Reduction;
+  const betas = f.betas === undefined
+    ? [f.beta]
+    : parseList("--betas", f.betas).map((b) =>
+      parseNumberValue("--betas entries", b, { min: 0, max: 1 })
+    );
+  const reduction = f.reduction as Reduction;
   resolveOptions({ beta: betas[0], reduction });
-  const external = (values.external ?? []).flatMap((f) => _list("external", f))
-    .map(readExternalRows);
-  const methods = values.methods === undefined
+  const external = f.external === undefined
+    ? []
+    : parseList("--external", f.external).map(readExternalRows);
+  const methods = f.methods === undefined
     ? [...METHODS]
-    : _list("methods", values.methods).map(methodByName);
-  const modes = values.modes === undefined ? [...MODES] : _list("modes", values.modes).map((m) => {
+    : parseList("--methods", f.methods).map(methodByName);
+  const modes = f.modes === undefined ? [...MODES] : parseList("--modes", f.modes).map((m) => {
     check(
       (MODES as readonly string[]).includes(m),
       `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`,
     );
     return m as Mode;
   });
-  const seed = numberFlag("seed", values.seed, 0);
-  check(Number.isSafeInteger(seed), `--seed must be an integer, got '${values.seed}'`);
-  const warmup = values.warmup === undefined ? undefined : numberFlag("warmup", values.warmup, 0);
-  check(
-    warmup === undefined || (Number.isInteger(warmup) && warmup >= 0),
-    `--warmup must be a non-negative integer, got '${values.warmup}'`,
-  );
-  const adapter = values.adapter ?? adapterFromEnv();
-  check(
-    ["auto", "software", "hardware"].includes(adapter),
-    `--adapter must be auto, software or hardware, got '${adapter}'`,
-  );
-  check(values.out !== "", "--out must name a directory");
   return {
     over,
     values: sizes,
     fixed,
-    dtype: parseDtype(values.dtype!),
+    dtype: parseDtype(f.dtype),
     betas,
     external,
     methods,
     modes,
-    fixture: parseFixtureName(values.fixture!),
-    seed,
+    fixture: parseFixtureName(f.fixture),
+    seed: f.seed,
     reduction,
-    reps: values.reps === undefined ? undefined : intFlag("reps", values.reps, 1),
-    warmup,
-    out: values.out!,
-    adapter: adapter as AdapterChoice,
-    resume: values.resume ?? false,
+    reps: f.reps,
+    warmup: f.warmup,
+    out: f.out,
+    adapter: f.adapter as AdapterChoice,
+    resume: f.resume,
   };
 }
 

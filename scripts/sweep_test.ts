@@ -102,9 +102,9 @@ Deno.test("sweep: bad flags exit 2 with one line and write nothing", async () =>
     writeFileSync(ext, "{not json");
     const cases: [string[], RegExp][] = [
       [[], /^error: missing --over/],
-      [["--over", "x"], /^error: --over must be n, v or d/],
+      [["--over", "x"], /^error: --over must be v, n or d/],
       [["--over", "v", "--v", "100"], /^error: --v is the swept size/],
-      [["--over", "v", "--values", "10,0"], /^error: --values must be a positive integer/],
+      [["--over", "v", "--values", "10,0"], /^error: --values entries must be a positive integer/],
       [["--over", "v", "--values", "10,10"], /^error: --values lists an entry twice/],
       [["--over", "n", "--methods", "nope"], /^error: unknown method 'nope'/],
       [["--over", "n", "--beta", "0.1", "--betas", "0"], /^error: give --beta or --betas/],

@@ -6,19 +6,28 @@
  * re-measurement of some methods can be laid over a full table.
  * @module
  */
-import { parseArgs } from "node:util";
 import { readFileSync } from "node:fs";
-import { runCli } from "../core/cli.ts";
+import { defineCommand, runCli } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import { type Table3Report, writeReport } from "../report/table3.ts";
 import { readExternalRows } from "../report/external.ts";
 
+/** The command line of `table3_merge.ts`. */
+export const TABLE3_MERGE_COMMAND = defineCommand({
+  name: "deno run -A scripts/table3_merge.ts",
+  summary: "Merges Table 3 JSON reports of one adapter, shape and dtype into one report; a " +
+    "cell measured in several comes from the last one given.",
+  flags: {
+    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    external: { type: "string", arg: "FILE.json", help: "same-card rows to merge" },
+  },
+  positionals: "A.json B.json ...",
+});
+
 await runCli(async () => {
-  const { values, positionals } = parseArgs({
-    args: Deno.args,
-    options: { out: { type: "string", default: "reports" }, external: { type: "string" } },
-    allowPositionals: true,
-  });
+  const parsed = TABLE3_MERGE_COMMAND.parse(Deno.args);
+  if (!parsed) return;
+  const { values, positionals } = parsed;
   check(positionals.length >= 1, "give at least one table3 JSON report to merge");
   const reports = positionals.map((p) => {
     try {
@@ -42,8 +51,11 @@ await runCli(async () => {
     rows: _latestRows(reports),
     durationS: reports.reduce((s, r) => s + (r.durationS ?? 0), 0),
     external: values.external ? readExternalRows(values.external) : first.external,
+    // complete when every part is; a merged report has no single plan to resume
+    complete: reports.every((r) => r.complete !== false),
+    plan: undefined,
   };
-  const paths = await writeReport(merged, values.out!);
+  const paths = await writeReport(merged, values.out);
   console.log(`merged ${reports.length} reports (${merged.rows.length} rows): ${paths.md}`);
 });
 

@@ -19,10 +19,9 @@
  * differ beyond --tol exit 1 (after writing the reports, so the difference can be looked at).
  * @module
  */
-import { parseArgs } from "node:util";
 import { join } from "node:path";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
+import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName } from "../methods/mod.ts";
@@ -39,9 +38,28 @@ import {
   type TrainResult,
 } from "../calibration/training.ts";
 
-const USAGE = "usage: train_parity.ts [--n N] [--held-out K] [--v V] [--d D] [--seed S] " +
-  "[--steps T] [--lr LR] [--batch B] [--beta B] [--train-e] [--bins M] [--tol RTOL] [--out DIR] " +
-  "[--adapter auto|software|hardware]";
+/** The command line of `train-parity`. */
+export const TRAIN_PARITY_COMMAND = defineCommand({
+  name: "deno task train-parity",
+  summary: "Figure 6 in miniature: SGD on the llm fixture with the fused kernel and the " +
+    "baseline (loss curves, gradient norms), and held-out ECE for β against β = 0.",
+  flags: {
+    n: { type: "int", min: 1, help: "tokens", default: 10240 },
+    "held-out": { type: "int", min: 1, help: "held-out tokens", default: 2048 },
+    v: { type: "int", min: 1, help: "vocabulary", default: 256 },
+    d: { type: "int", min: 1, help: "hidden size", default: 64 },
+    seed: { type: "int", help: "seed", default: 0 },
+    steps: { type: "int", min: 1, help: "SGD steps", default: 300 },
+    lr: { type: "number", help: "learning rate", default: 0.1 },
+    batch: { type: "int", min: 1, help: "batch size", default: 128 },
+    beta: { type: "number", help: "label smoothing of the compared run", default: 0.1 },
+    "train-e": { type: "boolean", help: "train E as well as C" },
+    bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
+    tol: { type: "number", help: "relative tolerance of the curves", default: 1e-5 },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    adapter: ADAPTER_FLAG,
+  },
+});
 
 interface _Options {
   n: number;
@@ -63,10 +81,7 @@ interface _Options {
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
 export async function trainParityMain(args: string[]): Promise<void> {
   const o = _parse(args);
-  if (o === "help") {
-    console.log(USAGE);
-    return;
-  }
+  if (o === "help") return;
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
   const ctx = await GpuContext.create({ adapter: o.adapter });
@@ -302,53 +317,25 @@ async function _lossFigure(
 }
 
 function _parse(args: string[]): _Options | "help" {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        n: { type: "string" },
-        "held-out": { type: "string" },
-        v: { type: "string" },
-        d: { type: "string" },
-        seed: { type: "string" },
-        steps: { type: "string" },
-        lr: { type: "string" },
-        batch: { type: "string" },
-        beta: { type: "string" },
-        "train-e": { type: "boolean", default: false },
-        bins: { type: "string" },
-        tol: { type: "string" },
-        out: { type: "string", default: "reports" },
-        adapter: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    const msg = String(err instanceof Error ? err.message : err).split("\n")[0];
-    throw new InputError(`${msg} (${USAGE})`);
-  }
+  const parsed = TRAIN_PARITY_COMMAND.parse(args);
+  if (!parsed) return "help";
   const v = parsed.values;
-  if (v.help) return "help";
   const o: _Options = {
-    n: intFlag("n", v.n, 10240),
-    heldOut: intFlag("held-out", v["held-out"], 2048),
-    v: intFlag("v", v.v, 256),
-    d: intFlag("d", v.d, 64),
-    seed: numberFlag("seed", v.seed, 0),
-    steps: intFlag("steps", v.steps, 300),
-    lr: numberFlag("lr", v.lr, 0.1),
-    batch: intFlag("batch", v.batch, 128),
-    beta: numberFlag("beta", v.beta, 0.1),
-    trainE: v["train-e"]!,
-    bins: intFlag("bins", v.bins, 15),
-    tol: numberFlag("tol", v.tol, 1e-5),
-    out: v.out!,
-    adapter: v.adapter as AdapterChoice | undefined,
+    n: v.n,
+    heldOut: v["held-out"],
+    v: v.v,
+    d: v.d,
+    seed: v.seed,
+    steps: v.steps,
+    lr: v.lr,
+    batch: v.batch,
+    beta: v.beta,
+    trainE: v["train-e"],
+    bins: v.bins,
+    tol: v.tol,
+    out: v.out,
+    adapter: v.adapter as AdapterChoice,
   };
-  check(Number.isSafeInteger(o.seed), `--seed must be an integer, got ${v.seed}`);
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(
     o.batch <= o.n - o.heldOut,

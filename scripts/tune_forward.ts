@@ -16,12 +16,12 @@
  * small one (256 × 4096 × 128) with fewer candidates on a software adapter (< 1 min on lavapipe).
  * @module
  */
-import { parseArgs } from "node:util";
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import { check, InputError, oneLine } from "../core/errors.ts";
 import { type Dtype, type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download, upload } from "../gpu/tensor.ts";
 import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
@@ -189,41 +189,96 @@ async function _time(
   return { ms: _median(all), passMs: _median(part), passes };
 }
 
-await runCli(async () => {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      n: { type: "string" },
-      v: { type: "string" },
-      d: { type: "string" },
-      dtype: { type: "string" },
-      beta: { type: "string" },
-      softcap: { type: "string" },
-      reps: { type: "string" },
-      warmup: { type: "string" },
-      splits: { type: "string" },
-      quick: { type: "boolean" },
-      "no-plain": { type: "boolean" },
-      out: { type: "string", default: "reports" },
+/** The command line of `tune-forward`. */
+export const TUNE_FORWARD_COMMAND = defineCommand({
+  name: "deno task tune-forward",
+  summary: "Times the fused forward's tile configurations on this adapter and writes " +
+    "reports/tune_forward_<adapter>.json|md. The JSON is rewritten after every timed " +
+    'configuration ("complete": false until the end); --resume FILE.json re-uses the ' +
+    "configurations it holds and times only the others.",
+  flags: {
+    n: { type: "int", min: 1, help: "tokens", defaultText: "8192; 256 on a software adapter" },
+    v: { type: "int", min: 1, help: "vocabulary", defaultText: "256000; 4096 on software" },
+    d: { type: "int", min: 1, help: "hidden size", defaultText: "2304; 128 on software" },
+    dtype: { type: "string", help: "input dtype", default: "bf16", arg: "bf16|f16|f32" },
+    beta: { type: "number", help: "label smoothing", default: 0.1 },
+    softcap: { type: "number", help: "logit softcap (> 0), none when absent" },
+    reps: { type: "int", min: 1, help: "measured repetitions", defaultText: "5; 3 on software" },
+    warmup: { type: "int", min: 0, help: "warm-up repetitions", defaultText: "2; 1 on software" },
+    splits: {
+      type: "string",
+      arg: "S,S",
+      help: "vocab splits of phase 2",
+      defaultText: "4,8,16,24,32,48,64; 1,2,4,8 on software",
     },
-    strict: true,
-  });
-  const ctx = await GpuContext.create();
-  const hw = !ctx.report.isFallbackAdapter;
-  const n = intFlag("n", values.n, hw ? 8192 : 256);
-  const v = intFlag("v", values.v, hw ? 256000 : 4096);
-  const d = intFlag("d", values.d, hw ? 2304 : 128);
-  const dtype: Dtype = parseDtype(values.dtype ?? "bf16");
-  const reps = intFlag("reps", values.reps, hw ? 5 : 3);
-  const warmup = Math.max(0, numberFlag("warmup", values.warmup, hw ? 2 : 1));
-  const softcap = values.softcap === undefined
+    quick: { type: "boolean", help: "only the first two tiles" },
+    "no-plain": { type: "boolean", help: "skip the plain matmul comparison" },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    adapter: ADAPTER_FLAG,
+    resume: {
+      type: "string",
+      arg: "FILE.json",
+      help: "re-use the configurations of an interrupted run's JSON",
+    },
+  },
+});
+
+/** What a resumed run must share with the run it continues. */
+interface _TuneKey {
+  adapter: string;
+  shape: FusedForwardSpec;
+  options: { beta: number; softcap: number | null };
+  warmup: number;
+  reps: number;
+}
+
+function _readResume(path: string, want: _TuneKey): Row[] {
+  let j: _TuneKey & { complete?: boolean; results?: Row[]; adapter: { description: string } };
+  try {
+    j = JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new InputError(`--resume ${path}: cannot read a tuning JSON: ${oneLine(e)}`);
+  }
+  check(
+    j !== null && typeof j === "object" && Array.isArray(j.results) && j.complete === false,
+    `--resume ${path}: not the JSON of an interrupted tune-forward run (complete: false)`,
+  );
+  const have: _TuneKey = {
+    adapter: j.adapter?.description,
+    shape: j.shape,
+    options: j.options,
+    warmup: j.warmup,
+    reps: j.reps,
+  };
+  for (const k of Object.keys(want) as (keyof _TuneKey)[]) {
+    const a = JSON.stringify(have[k]), b = JSON.stringify(want[k]);
+    check(a === b, `--resume ${path}: ${k} ${a} in the file, ${b} asked (give the same flags)`);
+  }
+  return j.results!.map((x) => ({ ...x, error: x.error ?? undefined }));
+}
+
+if (import.meta.main) {
+  await runCli(() => tuneForwardMain(Deno.args));
+}
+
+/** Runs the command with `args`. */
+export async function tuneForwardMain(args: string[]): Promise<void> {
+  const parsed = TUNE_FORWARD_COMMAND.parse(args);
+  if (!parsed) return;
+  const values = parsed.values;
+  const dtype: Dtype = parseDtype(values.dtype);
+  const softcap = values.softcap;
+  const opts: LceOptions = resolveOptions({ beta: values.beta, softcap, reduction: "none" });
+  const splitFlag = values.splits === undefined
     ? undefined
-    : numberFlag("softcap", values.softcap, 0);
-  const opts: LceOptions = resolveOptions({
-    beta: numberFlag("beta", values.beta, 0.1),
-    softcap,
-    reduction: "none",
-  });
+    : parseList("--splits", values.splits).map((x) => parseIntValue("--splits", x, { min: 1 }));
+  const ctx = await GpuContext.create({ adapter: values.adapter as AdapterChoice });
+  const hw = !ctx.report.isFallbackAdapter;
+  const n = values.n ?? (hw ? 8192 : 256);
+  const v = values.v ?? (hw ? 256000 : 4096);
+  const d = values.d ?? (hw ? 2304 : 128);
+  const reps = values.reps ?? (hw ? 5 : 3);
+  const warmup = values.warmup ?? (hw ? 2 : 1);
   const spec: FusedForwardSpec = { n, v, d, dtype };
   const flop = 2 * n * v * d;
   const tflops = (ms: number) => flop / ms / 1e9;
@@ -277,6 +332,39 @@ await runCli(async () => {
   if (values.quick) tiles = tiles.slice(0, 2);
   const rows: Row[] = [];
   const plainCache = new Map<string, number>();
+  const slug = _adapterSlug(r.description);
+  const base = join(values.out, `tune_forward_${slug}`);
+  const prior = values.resume === undefined ? [] : _readResume(values.resume, {
+    adapter: r.description,
+    shape: spec,
+    options: { beta: opts.beta, softcap: opts.softcap ?? null },
+    warmup,
+    reps,
+  });
+  const header = () => ({
+    adapter: {
+      description: r.description,
+      vendor: r.vendor,
+      architecture: r.architecture,
+      isFallbackAdapter: r.isFallbackAdapter,
+    },
+    date: new Date().toISOString(),
+    shape: spec,
+    options: { beta: opts.beta, softcap: opts.softcap ?? null },
+    warmup,
+    reps,
+  });
+  // the JSON after every configuration, marked incomplete until the end
+  const savePartial = () => {
+    const json = {
+      ...header(),
+      complete: false,
+      best: null,
+      check: null,
+      results: rows.map((x) => ({ ...x, error: x.error ?? null })),
+    };
+    _writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
+  };
 
   const measure = async (
     tile: GemmTile,
@@ -305,6 +393,19 @@ await runCli(async () => {
       cap ? `softcap ${cap}` : "",
       o.tokenStats ? "+stats" : "",
     ].filter((s) => s).join(" ") || "-";
+    const configName = `${_tileName(tile)} S=${vocabSplits} ${
+      tileState === "tile" ? `tile/${roundRows}` : "registers"
+    }`;
+    const at = prior.findIndex((x) => x.config === configName && x.variant === variant);
+    if (at >= 0) {
+      // each saved configuration stands for one measurement, in the order they were made
+      const [done] = prior.splice(at, 1);
+      // measured by the run being resumed
+      if (done.plainMs !== undefined) plainCache.set(_tileName(tile), done.plainMs);
+      rows.push(done);
+      console.log(`${configName.padEnd(34)} ${variant.padEnd(16)} (resumed)`);
+      return done;
+    }
     const row: Row = {
       config: `${_tileName(tile)} S=${vocabSplits} ${
         tileState === "tile" ? `tile/${roundRows}` : "registers"
@@ -372,6 +473,7 @@ await runCli(async () => {
       row.error = (err as Error).message.split("\n")[0].slice(0, 200);
     }
     rows.push(row);
+    savePartial();
     const f = (x: number | undefined, dp = 2) =>
       x === undefined ? "-" : Math.abs(x) < 1 && x !== 0 ? x.toPrecision(dp + 1) : x.toFixed(dp);
     console.log(
@@ -394,11 +496,7 @@ await runCli(async () => {
 
   console.log(`\nphase 2: vocab splits for ${_tileName(bestTile)}`);
   const vTiles = Math.ceil(v / bestTile.bn);
-  const splitList = values.splits
-    ? values.splits.split(",").map((s) => intFlag("splits", s, 1))
-    : hw
-    ? [4, 8, 16, 24, 32, 48, 64]
-    : [1, 2, 4, 8];
+  const splitList = splitFlag ? splitFlag : hw ? [4, 8, 16, 24, 32, 48, 64] : [1, 2, 4, 8];
   const tried = new Set(rows.filter((x) => x.tile === bestTile).map((x) => x.vocabSplits));
   for (const s of splitList) {
     if (s > vTiles || tried.has(s)) continue;
@@ -486,7 +584,6 @@ await runCli(async () => {
   }
 
   // report
-  const slug = _adapterSlug(r.description);
   const date = new Date().toISOString();
   const fmtRow = (x: Row) =>
     `| ${x.config} | ${x.variant} | ${x.ms.toFixed(3)} | ${x.tilesMs.toFixed(3)} | ${
@@ -506,6 +603,7 @@ await runCli(async () => {
     options: { beta: opts.beta, softcap: opts.softcap ?? null },
     warmup,
     reps,
+    complete: true,
     best: {
       tile: best.tile,
       vocabSplits: best.vocabSplits,
@@ -558,13 +656,25 @@ await runCli(async () => {
       : "No check (plain matmul skipped).",
     "",
   ].join("\n");
-  mkdirSync(values.out, { recursive: true });
-  const base = join(values.out, `tune_forward_${slug}`);
-  writeFileSync(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
-  writeFileSync(`${base}.md`, md);
+  _writeAtomic(`${base}.md`, md);
+  _writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
   console.log(
     `\nbest: ${best.config}, ${best.ms.toFixed(3)} ms, ${best.tflops.toPrecision(3)} TFLOP/s; ` +
       Object.entries(best.passes ?? {}).map(([k, x]) => `${k} ${x.toFixed(3)} ms`).join(", "),
   );
   console.log(`wrote ${base}.json and ${base}.md`);
-});
+  ctx.destroy();
+}
+
+/** Writes `text` to `path` through a temporary file in the same directory. */
+function _writeAtomic(path: string, text: string): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = `${path}.tmp-${Deno.pid}`;
+  try {
+    writeFileSync(tmp, text);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+}
