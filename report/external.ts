@@ -18,6 +18,8 @@ export interface ExternalRow {
   timeMsMin?: number;
   timeMsMax?: number;
   error?: string;
+  /** The arithmetic of its products, e.g. "bf16 tensor cores" or "fp32 FMA (TF32 off)". */
+  arithmetic?: string;
   external: true;
 }
 

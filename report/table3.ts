@@ -412,25 +412,28 @@ export function formatMarkdown(r: Table3Report): string {
   for (const note of filterNotes(r)) lines.push(`- ${note}`);
   if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
   lines.push("");
-  lines.push(`| method | ${modes.join(" | ")} |`);
-  lines.push(`| --- | ${modes.map(() => "---").join(" | ")} |`);
+  lines.push(`| method | arithmetic | ${modes.join(" | ")} |`);
+  lines.push(`| --- | --- | ${modes.map(() => "---").join(" | ")} |`);
   lines.push(
-    `| Lower bound | ${
+    `| Lower bound | | ${
       modes.map((m) => formatMB(lowerBoundBytes(r.shape, m, r.reduction))).join(" | ")
     } |`,
   );
   for (const beta of _betaOrder(r)) {
-    lines.push(`| ${_sectionTitle(beta)} | ${modes.map(() => "").join(" | ")} |`);
+    lines.push(`| ${_sectionTitle(beta)} | | ${modes.map(() => "").join(" | ")} |`);
     for (const m of _sectionMethods(r, beta)) {
       const rows = r.rows.filter((x) => x.beta === beta && x.method === m);
       const label = rows[0]?.label ?? m;
       const cells = modes.map((mode) =>
         _md(formatCellVsBaseline(r, rows.find((x) => x.mode === mode)))
       );
-      lines.push(`| ${_md(label)} | ${cells.join(" | ")} |`);
+      lines.push(`| ${_md(label)} | ${WEBGPU_ARITHMETIC} | ${cells.join(" | ")} |`);
     }
   }
-  if (r.external) lines.push("", ...formatExternal(r.external, modes));
+  if (r.external) {
+    lines.push("", ...formatExternal(r.external, modes));
+    lines.push("", ...formatSameArithmetic(r));
+  }
   const failed = r.rows.filter((x) => x.error !== undefined);
   if (failed.length > 0) {
     lines.push("", `## Failed rows (${failed.length})`, "");
@@ -495,6 +498,52 @@ export function formatMarkdown(r: Table3Report): string {
   return lines.join("\n") + "\n";
 }
 
+/** The arithmetic of every WebGPU row: WGSL reaches no tensor cores; 16-bit inputs are widened. */
+export const WEBGPU_ARITHMETIC = "fp32 FMA (WGSL)";
+
+/**
+ * Our rows against the external rows of the same arithmetic (PyTorch fp32 with TF32 off, named
+ * `torch-<method>-fp32`): the time ratio per β and mode, and the plain product E·Cᵀ (the
+ * baseline forward's product pass) against PyTorch's fp32 matmul alone. Empty without such rows.
+ */
+export function formatSameArithmetic(r: Table3Report): string[] {
+  const x = r.external;
+  if (!x) return [];
+  const ext = (method: string, beta: number, mode: string) =>
+    x.rows.find((e) => e.method === method && e.beta === beta && e.mode === mode);
+  const out: string[] = [];
+  for (const m of ["baseline", "chunked", "compiled"]) {
+    for (const row of r.rows.filter((q) => q.method === m && q.timeMs !== null)) {
+      const e = ext(`torch-${m}-fp32`, row.beta, row.mode);
+      if (!e?.timeMs) continue;
+      out.push(
+        `| ${_md(row.label)} | ${row.beta} | ${row.mode} | ${row.timeMs!.toFixed(1)} | ` +
+          `${e.timeMs.toFixed(1)} | ${(row.timeMs! / e.timeMs).toFixed(2)}× |`,
+      );
+    }
+  }
+  const mm = x.rows.find((e) => e.method === "torch-matmul-fp32" && e.timeMs);
+  const plain = r.rows.find((q) => q.method === BASELINE_METHOD && q.mode === "fwd" && q.passMs)
+    ?.passMs?.["logits = E·Cᵀ"];
+  if (mm?.timeMs && plain !== undefined) {
+    out.push(
+      `| plain product E·Cᵀ (the baseline's logits pass) | | fwd | ${plain.toFixed(1)} | ` +
+        `${mm.timeMs.toFixed(1)} | ${(plain / mm.timeMs).toFixed(2)}× |`,
+    );
+  }
+  if (out.length === 0) return [];
+  return [
+    "## Same arithmetic: WebGPU against PyTorch fp32 (TF32 off) on the same card",
+    "",
+    "Both sides multiply in fp32 FMA (WGSL cannot reach tensor cores), so these ratios carry the " +
+    "cost of the implementation, not of the arithmetic. Times in ms (medians).",
+    "",
+    "| row | β | mode | WebGPU ms | PyTorch fp32 ms | ratio |",
+    "| --- | --- | --- | --- | --- | --- |",
+    ...out,
+  ];
+}
+
 /** The Markdown section of external rows: a table per β like the main one, with their environment. */
 export function formatExternal(x: ExternalRows, modes: readonly Mode[]): string[] {
   const e = x.env;
@@ -509,8 +558,8 @@ export function formatExternal(x: ExternalRows, modes: readonly Mode[]): string[
     "Memory: peak allocated bytes above those live before the call (torch.cuda); time: median " +
     "of CUDA-event timings. Not WebGPU: for comparison only.",
     "",
-    `| method | β | ${modes.join(" | ")} |`,
-    `| --- | --- | ${modes.map(() => "---").join(" | ")} |`,
+    `| method | arithmetic | β | ${modes.join(" | ")} |`,
+    `| --- | --- | --- | ${modes.map(() => "---").join(" | ")} |`,
   ];
   const betas = [...new Set(x.rows.map((r) => r.beta))].sort((a, b) => b - a);
   for (const beta of betas) {
@@ -519,7 +568,10 @@ export function formatExternal(x: ExternalRows, modes: readonly Mode[]): string[
       const cells = modes.map((mode) =>
         _md(formatCell(rows.find((r) => r.mode === mode) as MeasureRow | undefined))
       );
-      lines.push(`| ${_md(rows[0].label ?? m)} | ${beta} | ${cells.join(" | ")} |`);
+      const arith = rows[0].arithmetic ?? (e.tf32 === false ? "bf16 tensor cores" : "?");
+      lines.push(
+        `| ${_md(rows[0].label ?? m)} | ${_md(arith)} | ${beta} | ${cells.join(" | ")} |`,
+      );
     }
   }
   return lines;

@@ -145,14 +145,14 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
     "| chunked",
     "| Baseline",
   ]);
-  assert.equal(table[0], "| method | fwd | bwd | fwd+bwd |");
+  assert.equal(table[0], "| method | arithmetic | fwd | bwd | fwd+bwd |");
   assert.equal(
     table[2],
-    "| Lower bound | 0.0000038 MB | 1,161 MB | 1,161 MB |",
+    "| Lower bound | | 0.0000038 MB | 1,161 MB | 1,161 MB |",
   );
   assert.equal(
     table[6],
-    "| Baseline | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
+    "| Baseline | fp32 FMA (WGSL) | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
   );
   assert.match(
     md,
@@ -211,13 +211,14 @@ Deno.test("table3 markdown: each cell's speed-up and memory saving against its s
     md.split("\n").filter((l) => l.startsWith(`| ${label} |`))[section];
   assert.equal(
     line("Ours", 1),
-    "| Ours | 1.1 MB, 24.3 ms (1.0× speed, ±0% mem) | 0.044 MB, 6.1 ms (4.0× speed, −96% mem) | " +
+    "| Ours | fp32 FMA (WGSL) | 1.1 MB, 24.3 ms (1.0× speed, ±0% mem) | " +
+      "0.044 MB, 6.1 ms (4.0× speed, −96% mem) | " +
       "1.1 MB, 24.3 ms |",
     "no ratio where the baseline failed (fwd+bwd)",
   );
   assert.equal(
     line("Baseline", 0),
-    "| Baseline | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
+    "| Baseline | fp32 FMA (WGSL) | 1.1 MB, 24.3 ms | 1.1 MB, 24.3 ms | failed: OOM: needs 28,000 MiB |",
   );
   assert.match(md, /In brackets: speed-up/);
   assert.equal(formatSaving(-0.35), "+35%");
@@ -286,4 +287,55 @@ Deno.test("table3 markdown: says when the inputs fit in L2, and not at the paper
   );
   const paper = formatMarkdown({ ...base, shape: { n: 8192, v: 256000, d: 2304, dtype: "bf16" } });
   assert.doesNotMatch(paper, /Cache:/);
+});
+
+Deno.test("table3 markdown: each row's arithmetic, and ratios to PyTorch rows of the same arithmetic", () => {
+  const r = _report();
+  const base = r.rows.find((x) => x.method === "baseline" && x.beta === 0.1 && x.mode === "fwd")!;
+  base.passMs = { "logits = E·Cᵀ": 22, "row_softmax_stats": 2.3 };
+  r.external = {
+    source: "torch.json",
+    env: { device: "NVIDIA H200", torch: "2.11", cuda: "13.0", tf32: false },
+    shape: { n: 8192, v: 256000, d: 2304, dtype: "bf16" },
+    fixture: "cce",
+    rows: [
+      {
+        method: "torch-baseline",
+        beta: 0.1,
+        mode: "fwd",
+        timeMs: 3,
+        peakBytes: 1,
+        external: true,
+        arithmetic: "bf16 tensor cores",
+      },
+      {
+        method: "torch-baseline-fp32",
+        beta: 0.1,
+        mode: "fwd",
+        timeMs: 20,
+        peakBytes: 1,
+        external: true,
+        arithmetic: "fp32 FMA (TF32 off)",
+      },
+      {
+        method: "torch-matmul-fp32",
+        beta: 0.1,
+        mode: "fwd",
+        timeMs: 20,
+        peakBytes: 1,
+        external: true,
+        arithmetic: "fp32 FMA (TF32 off)",
+      },
+    ],
+  };
+  const md = formatMarkdown(r);
+  assert.match(md, /\| torch-baseline \| bf16 tensor cores \| 0\.1 \|/);
+  assert.match(md, /\| torch-baseline-fp32 \| fp32 FMA \(TF32 off\) \| 0\.1 \|/);
+  assert.match(md, /## Same arithmetic: WebGPU against PyTorch fp32/);
+  // the baseline row's fwd (24.25 ms in the fixture report) against 20 ms; the product 22 against 20
+  assert.match(md, /\| Baseline[^|]* \| 0\.1 \| fwd \| 24\.3 \| 20\.0 \| 1\.21× \|/);
+  assert.match(md, /\| plain product E·Cᵀ[^|]* \| \| fwd \| 22\.0 \| 20\.0 \| 1\.10× \|/);
+  // without fp32 rows there is no such section
+  r.external.rows = r.external.rows.slice(0, 1);
+  assert.doesNotMatch(formatMarkdown(r), /Same arithmetic/);
 });
