@@ -43,7 +43,8 @@
  *
  * Parallelism of the dE pass without partials. The dE pass has only n/TT token tiles (64 at the
  * paper's shape with 128-token tiles: half an H200's 132 SMs). S splits give S times the
- * workgroups but cost (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4).
+ * workgroups and need (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4),
+ * which live in dC's storage while dE is formed (see "Gradient dtype" below).
  * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
  * the slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each
  * slice recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read
@@ -54,7 +55,7 @@
  * and R = 4 at the paper's shape (256 workgroups, {@link defaultDERowSlices}): the kept tiles are
  * few (3% there) and the workspace stays within 2 MiB; without the filter every tile is computed,
  * the pass is two GEMMs' worth of work, and the default stays S = 4 (R = 1), where the full
- * 8×4-per-thread tile is more efficient than 4 slices (the partials' 226 MB are the price;
+ * 8×4-per-thread tile is more efficient than 4 slices (the partials' 226 MB, in dC's storage;
  * `dESplits: 1` gives the no-partials layout, see {@link defaultDESplits}).
  *
  * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
@@ -62,7 +63,7 @@
  * the vocab order (|V| u32, 1 MB) in which the sort also works (kernels/vocab_sort.ts), one buffer
  * of E's column partials shared by the sort's Ē and the corrections' Σ_n w_n·E_n, the
  * corrections' target coefficients and pairs, and C's column-sum partials for β > 0
- * (kernels/column_sum.ts); dE partials only with S > 1.
+ * (kernels/column_sum.ts); dE's f32 slabs only where dC's storage cannot hold them.
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
@@ -80,9 +81,15 @@
  * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
  *   workspace) and cast once at the end.
  * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
- *   accumulation would round ~125 times; dE is accumulated in an f32 scratch (n·d·4: 72 MiB at
- *   the paper's shape, freed at the end of the record) and cast once.
- * The f32 scratch and the 16-bit outputs are sharded alike ({@link gradRowsPerBinding}).
+ *   accumulation would round ~125 times; dE is accumulated in f32 and cast once. The f32
+ *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
+ *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
+ *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
+ *   |V| ≥ 2·S·n in a binding (the paper's shape: 256,000 ≥ 16,384). Only where they do not fit
+ *   (small |V|, or many splits) do they get buffers of their own ("slabs", counted as workspace).
+ *   The same holds for the split partials of f32 gradients (in dC's f32 storage when |V| ≥
+ *   (S − 1)·n). Order of the record: sort, dE's exact terms, filter, dE pass, split reduction,
+ *   cast of dE, dC's exact terms, dC pass (and dC's cast when d is odd).
  * Measured against float64 (kernels/fused_backward_test.ts, max |error| / max |value|, 70×257,
  * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
  * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
@@ -91,9 +98,9 @@
  * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
  * keep f32 gradients; "input" stays available to them with that error.
  * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings;
- * gradients + workspace + row weights): fused 1,161 + 73.7 = 1,234.7 MiB (f32: 2,323.7),
- * fused-nosort 1,233.7 (f32: 2,322.7), fused-nofilter with "input" 1,450.7 (3 dE partials +
- * scratch; f32: 2,539.7).
+ * gradients + workspace + row weights): fused 1,161 + 1.7 MiB (f32: 2,322 + 1.7), fused-nosort
+ * 1,161 + 0.7, fused-nofilter with "input" 1,161 + 1.7 (its 3 dE partials and accumulator in dC's
+ * storage). Before dE's accumulator moved into dC's storage: fused 1,161 + 73.7 MiB.
  *
  * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
  * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
@@ -110,7 +117,7 @@ import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import {
   createTensor,
-  type DeviceTensor,
+  DeviceTensor,
   download,
   elementBytes,
   type TensorDtype,
@@ -637,23 +644,28 @@ export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   return backwardGemmTiles(bt).dE;
 }
 
-/** WGSL adding S−1 partial dE buffers to dE in order. Bindings: params, parts…, dE. */
-export function splitReduceWgsl(parts: number): string {
-  const decl = Array.from(
+/**
+ * WGSL adding `parts` partial dE blocks to dE in split order: dst[dOff + i] += Σ_j src[sOff + i +
+ * j·stride] for i < count (`inPlace`: src and dst are one binding, the slab holding dE's
+ * accumulator and its partials). Bindings: params {count, stride, sOff, dOff}, src, [dst].
+ */
+export function slabReduceWgsl(parts: number, inPlace: boolean): string {
+  const adds = Array.from(
     { length: parts },
-    (_, i) => `@group(0) @binding(${i + 1}) var<storage, read> p${i}: array<f32>;`,
-  ).join("\n");
-  const adds = Array.from({ length: parts }, (_, i) => `s = s + p${i}[i];`).join(" ");
-  return `struct Params { count: u32, _a: u32, _b: u32, _c: u32 };
+    (_, j) => `s = s + src[P.sOff + i + ${j}u * P.stride];`,
+  )
+    .join(" ");
+  const dst = inPlace ? "src" : "dst";
+  return `struct Params { count: u32, stride: u32, sOff: u32, dOff: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
-${decl}
-@group(0) @binding(${parts + 1}) var<storage, read_write> outp: array<f32>;
+@group(0) @binding(1) var<storage, ${inPlace ? "read_write" : "read"}> src: array<f32>;
+${inPlace ? "" : "@group(0) @binding(2) var<storage, read_write> dst: array<f32>;"}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
-    var s = outp[i];
+    var s = ${dst}[P.dOff + i];
     ${adds}
-    outp[i] = s;
+    ${dst}[P.dOff + i] = s;
   }
 }
 `;
@@ -816,6 +828,13 @@ export interface PreparedFusedBackward {
   workspaceBytes(layout?: WorkspaceLayout): number;
 }
 
+/** A slab of dE's f32 accumulators: `parts` copies of rows [r0, r0 + rows), j·rows apart. */
+interface _Slab {
+  buffer: TrackedBuffer;
+  r0: number;
+  rows: number;
+}
+
 interface _Segment extends VocabSegment {
   /** Tiles in the segment and global index of its first tile. */
   tiles: number;
@@ -835,6 +854,74 @@ function _segments(total: number, tileRows: number, starts: number[][]): _Segmen
     base += tiles;
     return seg;
   });
+}
+
+/**
+ * Rows of dE's f32 accumulator slabs in buffers of the given byte sizes: slab i holds `parts`
+ * copies (part j at row offset j·rows) of a range of dE rows, the ranges consecutive from row 0
+ * (0 rows: buffer i unused); slab rows even, but the last, when `even`. Undefined when the
+ * buffers cannot hold all n rows.
+ */
+function _slabRows(
+  sizes: number[],
+  n: number,
+  d: number,
+  parts: number,
+  even: boolean,
+): number[] | undefined {
+  const out: number[] = [];
+  let r = 0;
+  for (const size of sizes) {
+    if (r >= n) break;
+    let k = Math.floor(size / (d * 4 * parts));
+    if (k >= n - r) k = n - r;
+    else if (even) k -= k % 2;
+    k = Math.max(0, k);
+    out.push(k);
+    r += k;
+  }
+  return r >= n ? out : undefined;
+}
+
+/** Rows per slab of the slabs allocated apart (when dC's storage cannot hold them). */
+function _ownSlabRows(limit: number, n: number, d: number, parts: number, even: boolean) {
+  let k = Math.floor(limit / (d * 4 * parts));
+  if (even) k -= k % 2;
+  if (k < 1) {
+    throw new GpuError("limits", `fused backward: ${parts} f32 rows of ${d} exceed one binding`);
+  }
+  return _shardRows(n, k);
+}
+
+/**
+ * Where dE's f32 accumulators go: `parts` copies of dE's rows (the 16-bit mode's accumulator and
+ * the S − 1 split partials). They are formed and reduced before dC is, so they live in dC's output
+ * buffers (sizes `dCSizes`) when those can hold them (v·d·2 ≥ parts·n·d·4 in one binding: |V| ≥
+ * 2·parts·n), else in buffers of their own (`own`, counted as workspace).
+ */
+function _slabPlan(o: {
+  dCSizes: number[];
+  n: number;
+  d: number;
+  parts: number;
+  even: boolean;
+  limit: number;
+}): { rows: number[]; own: boolean } {
+  if (o.parts === 0) return { rows: [], own: false };
+  const inDC = _slabRows(o.dCSizes, o.n, o.d, o.parts, o.even);
+  if (inDC) return { rows: inDC, own: false };
+  return { rows: _ownSlabRows(o.limit, o.n, o.d, o.parts, o.even), own: true };
+}
+
+/** First rows of the non-empty slabs of a plan. */
+function _slabStarts(rows: number[]): number[] {
+  const out: number[] = [];
+  let r = 0;
+  for (const k of rows) {
+    if (k > 0) out.push(r);
+    r += k;
+  }
+  return out;
 }
 
 function _shardRows(rows: number, per: number): number[] {
@@ -865,9 +952,9 @@ export function maskBytes(tokenTiles: number, vocabTiles: number): number {
  * Bytes one record of the fused backward allocates besides dE and dC (uniform blocks aside),
  * exactly, for the shards of `layout`:
  *
- * - the dE partials ((S − 1)·n·d·4, sharded like dE; none with the filter's default S = 1);
- * - with a 16-bit output (gradDtype "input"), the f32 dE scratch (n·d·4), and dC's (v·d·4) when
- *   d is odd;
+ * - dE's f32 slabs (16-bit output: the accumulator and S − 1 partials; f32: the partials) only
+ *   where dC's output buffers cannot hold them (see the module doc: none when |V| ≥ 2·S·n);
+ * - with a 16-bit output (gradDtype "input") and d odd, dC's f32 scratch (v·d·4);
  * - the filter mask (one bit per backward tile, {@link maskBytes});
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
@@ -894,13 +981,27 @@ export function fusedBackwardWorkspaceBytes(o: {
   const out16 = gradOut16(spec.dtype, o.gradDtype) !== undefined;
   const perF32 = gradRowsPerBinding(limit, spec.d, out16);
   const dERows = _shardRows(spec.n, perF32), dCRows = _shardRows(spec.v, perF32);
-  const tok = _segments(spec.n, tile.tokens, [_starts(eRows), _starts(dERows)]);
+  const out16B = out16 ? 2 : 4;
+  const plan = _slabPlan({
+    dCSizes: dCRows.map((r) => _pad(r * spec.d * out16B)),
+    n: spec.n,
+    d: spec.d,
+    parts: out16 ? o.dESplits : o.dESplits - 1,
+    even: out16 && spec.d % 2 === 1,
+    limit,
+  });
+  const tok = _segments(spec.n, tile.tokens, [
+    _starts(eRows),
+    _starts(dERows),
+    _slabStarts(plan.rows),
+  ]);
   const voc = _segments(spec.v, tile.vocab, [_starts(cRows), _starts(dCRows)]);
   const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
   const f32Bytes = (rows: number[]) => rows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
-  let bytes = (o.dESplits - 1) * f32Bytes(dERows);
-  // 16-bit output: the f32 dE scratch, and dC's when d is odd
-  if (out16) bytes += f32Bytes(dERows) + (spec.d % 2 === 1 ? f32Bytes(dCRows) : 0);
+  const parts = out16 ? o.dESplits : o.dESplits - 1;
+  // dE's accumulator slabs when dC's storage cannot hold them; dC's f32 scratch when d is odd
+  let bytes = plan.own ? plan.rows.reduce((s, r) => s + _pad(r * spec.d * 4 * parts), 0) : 0;
+  if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
   if (o.filter) bytes += maskBytes(tT, vT);
   if (o.sort || opts.beta > 0) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
@@ -957,8 +1058,13 @@ export async function prepareFusedBackward(
     tilePassWgsl({ ...base, kind: "dE", rowSlices: slices }),
     "fused_backward_dE",
   );
+  // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
+  // the f32 output (slab parts 0…S−2)
   const reduce = splits > 1
-    ? await ctx.pipeline(splitReduceWgsl(splits - 1), "fused_backward_split_reduce")
+    ? await ctx.pipeline(
+      slabReduceWgsl(splits - 1, out16 !== undefined),
+      "fused_backward_split_reduce",
+    )
     : undefined;
   const sorter: PreparedVocabSort | undefined = o.sort
     ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts })
@@ -1022,8 +1128,10 @@ export async function prepareFusedBackward(
           throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
         }
       }
-      // Gradient tensors: the outputs (f32 or 16-bit) and, with a 16-bit output, the f32 scratch
-      // the passes accumulate dE (and dC when d is odd) in, all sharded alike.
+      // Gradient tensors: the outputs (f32 or 16-bit), dC's f32 scratch (16-bit output, d odd),
+      // and dE's f32 accumulator slabs (16-bit output: the accumulator and the split partials;
+      // f32: the partials), in dC's output buffers when they fit (dE is finished before dC's
+      // storage is first written), else in buffers of their own.
       const per = gradRowsPerBinding(ctx.maxBindingBytes, d, out16 !== undefined);
       const grad = (
         rows: number,
@@ -1033,11 +1141,51 @@ export async function prepareFusedBackward(
       ) => createTensor(ctx, { dtype, rows, cols: d, role, label, maxRowsPerShard: per });
       const dEOut = grad(n, out16 ?? "f32", "dE", "output");
       const dCOut = grad(v, out16 ?? "f32", "dC", "output");
-      const dE = out16 ? grad(n, "f32", "dE f32 scratch", "workspace") : dEOut;
       const dC = out16 && !dCInPlace ? grad(v, "f32", "dC f32 scratch", "workspace") : dCOut;
+      const release: (TrackedBuffer | undefined)[] = [];
+      if (dC !== dCOut) release.push(...dC.shards.map((sh) => sh.buffer));
+      const parts = out16 ? splits : splits - 1;
+      const even = out16 !== undefined && d % 2 === 1;
+      const plan = _slabPlan({
+        dCSizes: dCOut.shards.map((sh) => sh.buffer.size),
+        n,
+        d,
+        parts,
+        even,
+        limit: ctx.maxBindingBytes,
+      });
+      const slabs: _Slab[] = [];
+      {
+        let r0 = 0;
+        plan.rows.forEach((rows, i) => {
+          if (rows === 0) return;
+          const buffer = plan.own
+            ? ctx.createBuffer({
+              size: _pad(rows * d * 4 * parts),
+              role: "workspace",
+              label: "dE f32 slab",
+            })
+            : dCOut.shards[i].buffer;
+          if (plan.own) release.push(buffer);
+          slabs.push({ buffer, r0, rows });
+          r0 += rows;
+        });
+      }
+      const slabOf = (row: number) => slabs.find((sl) => row < sl.r0 + sl.rows)!;
+      // dE's accumulator: the output itself (f32) or part 0 of the slabs (16-bit output)
+      const dE = out16
+        ? new DeviceTensor(
+          "f32",
+          n,
+          d,
+          slabs.map((sl) => ({ buffer: sl.buffer, rowStart: sl.r0, rows: sl.rows })),
+          "dE f32 accumulator",
+        )
+        : dEOut;
       const tok = _segments(n, tile.tokens, [
         e.shards.map((s) => s.rowStart),
-        dE.shards.map((s) => s.rowStart),
+        dEOut.shards.map((s) => s.rowStart),
+        slabs.map((sl) => sl.r0),
       ]);
       const voc = _segments(v, tile.vocab, [
         c.shards.map((s) => s.rowStart),
@@ -1054,10 +1202,6 @@ export async function prepareFusedBackward(
           `fused backward: the tile mask (${maskSize} bytes) exceeds one binding`,
         );
       }
-      const release: (TrackedBuffer | undefined)[] = [];
-      for (const t of new Set([dE, dC])) {
-        if (t !== dEOut && t !== dCOut) release.push(...t.shards.map((sh) => sh.buffer));
-      }
       const partials = ePartials
         ? ctx.createBuffer({
           size: columnPartialsBytes(e.shards.map((s) => s.rows), d),
@@ -1072,7 +1216,16 @@ export async function prepareFusedBackward(
         sorter.record(rec, { e, c, targets, count, perm, segments: voc, partials });
         release.push(perm);
       }
-      corrections.record(rec, { e, c, targets, w, dE, dC, ePartials: partials });
+      // dE's exact terms now, dC's after dE is complete (dE's slabs may live in dC's storage)
+      const { coefficients } = corrections.record(rec, {
+        e,
+        c,
+        targets,
+        w,
+        dE,
+        ePartials: partials,
+        part: "dE",
+      });
       let mask: TrackedBuffer | undefined;
       if (eps !== null) {
         mask = ctx.createBuffer({ size: maskSize, role: "workspace", label: "tile mask" });
@@ -1161,6 +1314,91 @@ export async function prepareFusedBackward(
           }
         });
       }
+      // split partials (parts ≥ 1 of the slabs, or ≥ 0 with an f32 output) start at zero
+      const first = out16 ? 1 : 0;
+      for (const sl of slabs) {
+        if (parts > first) {
+          const bytes = sl.rows * d * 4;
+          rec.clear(sl.buffer, first * bytes, (parts - first) * bytes);
+        }
+      }
+      rec.pass("fused backward dE", (p) => {
+        for (const ts of tok) {
+          const es = e.shardOf(ts.start);
+          const owned = Math.ceil((ts.end - ts.start) / sliceRows);
+          for (let s = 0; s < splits; s++) {
+            // split s accumulates into the output (f32, s = 0) or into slab part j at row offset
+            // j·rows (oR0 wraps around in u32: the kernel's (row − oR0)·d is then the offset)
+            let buffer: TrackedBuffer, oR0: number;
+            if (!out16 && s === 0) {
+              const os = dEOut.shardOf(ts.start);
+              buffer = os.buffer;
+              oR0 = os.rowStart;
+            } else {
+              const sl = slabOf(ts.start);
+              buffer = sl.buffer;
+              oR0 = (sl.r0 - (s - (out16 ? 0 : 1)) * sl.rows) >>> 0;
+            }
+            for (const vs of voc) {
+              const lo = Math.floor((s * vs.tiles) / splits);
+              const hi = Math.floor(((s + 1) * vs.tiles) / splits);
+              if (lo >= hi) continue;
+              const cs = c.shardOf(vs.start);
+              const u = params(ts, es.rowStart, vs, cs.rowStart, oR0, owned, lo, hi);
+              const bufs = [u, es.buffer, cs.buffer, buffer, ...tail()];
+              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
+            }
+          }
+        }
+      });
+      if (reduce) {
+        rec.pass("fused backward dE splits", (p) => {
+          for (const sl of slabs) {
+            const stride = sl.rows * d;
+            if (out16) {
+              // in place: part 0 (the accumulator) += parts 1…S−1
+              const u = rec.uniform(new Uint32Array([stride, stride, stride, 0]), "reduce params");
+              p.dispatch(
+                reduce,
+                rec.bindGroup(reduce, [u, sl.buffer]),
+                Math.min(Math.ceil(stride / 256), 65535),
+              );
+              continue;
+            }
+            // into the f32 output, piece by piece of its shards
+            const cuts = [sl.r0, ...dEOut.shards.map((sh) => sh.rowStart)].filter((r) =>
+              r >= sl.r0 && r < sl.r0 + sl.rows
+            );
+            const starts = [...new Set(cuts)].sort((x, y) => x - y);
+            starts.forEach((r0, i) => {
+              const r1 = i + 1 < starts.length ? starts[i + 1] : sl.r0 + sl.rows;
+              const os = dEOut.shardOf(r0);
+              const count = (r1 - r0) * d;
+              const u = rec.uniform(
+                new Uint32Array([count, stride, (r0 - sl.r0) * d, (r0 - os.rowStart) * d]),
+                "reduce params",
+              );
+              p.dispatch(
+                reduce,
+                rec.bindGroup(reduce, [u, sl.buffer, os.buffer]),
+                Math.min(Math.ceil(count / 256), 65535),
+              );
+            });
+          }
+        });
+      }
+      if (cast && dE !== dEOut) cast.record(rec, { src: dE, dst: dEOut });
+      // dC: its exact terms (overwriting whatever dE's slabs left in its storage), then the tiles
+      corrections.record(rec, {
+        e,
+        c,
+        targets,
+        w,
+        dC,
+        ePartials: partials,
+        part: "dC",
+        coefficients,
+      });
       rec.pass("fused backward dC", (p) => {
         for (const vs of voc) {
           const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
@@ -1172,49 +1410,7 @@ export async function prepareFusedBackward(
           }
         }
       });
-      const parts: DeviceTensor[] = [];
-      for (let s = 1; s < splits; s++) {
-        const t = grad(n, "f32", `dE split ${s}`, "workspace");
-        for (const sh of t.shards) rec.clear(sh.buffer);
-        parts.push(t);
-        release.push(...t.shards.map((sh) => sh.buffer));
-      }
-      rec.pass("fused backward dE", (p) => {
-        for (const ts of tok) {
-          const es = e.shardOf(ts.start);
-          const owned = Math.ceil((ts.end - ts.start) / sliceRows);
-          for (let s = 0; s < splits; s++) {
-            const os = (s === 0 ? dE : parts[s - 1]).shardOf(ts.start);
-            for (const vs of voc) {
-              const lo = Math.floor((s * vs.tiles) / splits);
-              const hi = Math.floor(((s + 1) * vs.tiles) / splits);
-              if (lo >= hi) continue;
-              const cs = c.shardOf(vs.start);
-              const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, owned, lo, hi);
-              const bufs = [u, es.buffer, cs.buffer, os.buffer, ...tail()];
-              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
-            }
-          }
-        }
-      });
-      if (reduce) {
-        rec.pass("fused backward dE splits", (p) => {
-          dE.shards.forEach((sh, i) => {
-            const count = sh.rows * d;
-            const u = rec.uniform(new Uint32Array([count, 0, 0, 0]), "reduce params");
-            const bufs = [u, ...parts.map((t) => t.shards[i].buffer), sh.buffer];
-            p.dispatch(
-              reduce,
-              rec.bindGroup(reduce, bufs),
-              Math.min(Math.ceil(count / 256), 65535),
-            );
-          });
-        });
-      }
-      if (cast) {
-        if (dE !== dEOut) cast.record(rec, { src: dE, dst: dEOut });
-        if (dC !== dCOut) cast.record(rec, { src: dC, dst: dCOut });
-      }
+      if (cast && dC !== dCOut) cast.record(rec, { src: dC, dst: dCOut });
       rec.release(...release);
       return { dE: dEOut, dC: dCOut };
     },
