@@ -426,6 +426,33 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   }, false);
   const tokTile = dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it";
   const maskIndex = `let mi = (P.tBase + ${tokTile}) * P.vTotal + P.vBase + ${dE ? "it" : "ot"};`;
+  // The dE pass walks a row of the mask (consecutive bits): it reads 32 tiles' bits at once and
+  // jumps to the next kept tile, so a skipped tile costs no barrier (the dC pass walks a column:
+  // one bit per token tile, a few dozen at most).
+  const wordWalk = filter && dE;
+  const walk = wordWalk
+    ? `var it = P.lo;
+    loop {
+      if (it >= P.hi) { break; }
+      ${maskIndex}
+      if (lid == 0u) { s_keep = mask[mi >> 5u] >> (mi & 31u); }
+      let bits = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next word
+      if (bits == 0u) { it = it + 32u - (mi & 31u); continue; }
+      it = it + countTrailingZeros(bits);
+      if (it >= P.hi) { break; }
+      let v0 = P.vS + it * ${VT}u;`
+    : `for (var it = P.lo; it < P.hi; it++) {
+      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
+      ${filter ? maskIndex : ""}
+      ${
+      filter
+        ? `if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
+      let kept = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next tile
+      if (kept == 0u) { continue; }`
+        : ""
+    }`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
@@ -445,17 +472,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
     let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
     ${outRows}
-    for (var it = P.lo; it < P.hi; it++) {
-      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
-      ${filter ? maskIndex : ""}
-      ${
-    filter
-      ? `if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
-      let kept = workgroupUniformLoad(&s_keep);
-      workgroupBarrier(); // s_keep is rewritten by the next tile
-      if (kept == 0u) { continue; }`
-      : ""
-  }
+    ${walk}
       ${zero}
       {
       ${logits}
@@ -472,6 +489,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         ${rmw}
       }
+      ${wordWalk ? "it = it + 1u;" : ""}
     }
   }
 }
