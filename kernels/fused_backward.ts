@@ -21,50 +21,63 @@
  * output element is written by one workgroup, its terms added in a fixed order; the only atomics
  * are integer ones: OR into the mask, counts, max of the sort keys' range).
  *
- * 1. The exact terms initialise dE and dC (kernels/grad_corrections.ts).
+ * The record, in order (dE is formed completely before dC's storage is first written: see
+ * "Gradient dtype" for why):
+ *
+ * 1. With sorting, the vocab order (kernels/vocab_sort.ts).
  * 2. Pass `filter` (only with a filter): the grid covers every (token, vocab) tile pair with the
  *    GEMM's fast tile (128×128 on hardware, covering several TT×VT backward tiles); each
  *    workgroup recomputes its logits, tests g ≥ ε per element, and sets one bit per kept backward
  *    tile in a zeroed mask of one bit per (token tile, vocab tile) (integer atomicOr: workgroups
  *    share mask words); kept tiles are counted with an integer atomic (order-independent) for the
- *    statistics.
- * 3. Pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in sorted order when sorting)
- *    and walks the token tiles in order; for each tile the mask keeps (every tile without the
- *    filter) it recomputes the VT×TT logits with the generated GEMM over d, forms Pᵀ in
- *    registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its own dC rows, d
- *    in chunks of TT columns (read-modify-write: the rows belong to this workgroup only).
- * 4. Pass `dE`: one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
- *    backward tile) and walks the vocab tiles in order; for the tiles the mask keeps (the bit of
- *    the backward tile holding the slice: conservative for the slice, so still exact) it
- *    recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE rows, d in
- *    chunks of VT columns. Optionally (dESplits S > 1) the vocab tiles are cut into S contiguous
- *    ranges, split s > 0 accumulating into a zeroed n×d f32 partial buffer, and
- * 5. the partials are added to dE in split order.
+ *    statistics. With the order decision it works in the own order and also records entry bits,
+ * 3. from which the `order decision` pass forms the sorted order's mask and picks the order that
+ *    keeps fewer tiles (see "Order decision" below).
+ * 4. With dE splits and the filter, the `kept bounds` pass cuts each token tile's kept tiles into
+ *    S runs of equal count ({@link keptBoundsWgsl}).
+ * 5. dE's exact terms (kernels/grad_corrections.ts) initialise dE's f32 accumulator.
+ * 6. Pass `dE`: one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
+ *    backward tile) and one split, and walks its vocab tiles in order, 32 mask bits at a time
+ *    (jumping to the next kept tile: a skipped tile costs no barrier); for the tiles the mask
+ *    keeps (the bit of the backward tile holding the slice: conservative for the slice, so still
+ *    exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE
+ *    rows, d in chunks of VT columns. Split s accumulates into part s of the f32 slabs (16-bit
+ *    output; with an f32 output split 0 into dE itself), zeroed beforehand. With the filter the
+ *    splits are runs of equal kept-tile counts (balanced however the kept tiles cluster), without
+ *    it S contiguous ranges of vocab tiles.
+ * 7. The partials are added to dE in split order, and dE is cast to its 16-bit output.
+ * 8. dC's exact terms, then pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in
+ *    sorted order when sorting) and walks the token tiles in order; for each tile the mask keeps
+ *    (every tile without the filter) it recomputes the VT×TT logits with the generated GEMM over
+ *    d, forms Pᵀ in registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its
+ *    own dC rows, d in chunks of TT columns (read-modify-write: the rows belong to this
+ *    workgroup only).
  *
- * Parallelism of the dE pass without partials. The dE pass has only n/TT token tiles (64 at the
- * paper's shape with 128-token tiles: half an H200's 132 SMs). S splits give S times the
- * workgroups and need (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4),
- * which live in dC's storage while dE is formed (see "Gradient dtype" below).
+ * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape
+ * with 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need
+ * (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4), which live in dC's
+ * storage while dE is formed (see "Gradient dtype" below), so they cost no workspace where
+ * |V| ≥ 2·S·n ({@link dESlabsFitDC}).
  * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
  * the slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each
  * slice recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read
  * by R workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup
  * has fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
  * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once
- * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter S = 1
- * and R = 4 at the paper's shape (256 workgroups, {@link defaultDERowSlices}): the kept tiles are
- * few (3% there) and the workspace stays within 2 MiB; without the filter every tile is computed,
- * the pass is two GEMMs' worth of work, and the default stays S = 4 (R = 1), where the full
- * 8×4-per-thread tile is more efficient than 4 slices (the partials' 226 MB, in dC's storage;
- * `dESplits: 1` gives the no-partials layout, see {@link defaultDESplits}).
+ * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the
+ * splits first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256
+ * workgroups of the full 8×4-per-thread tile; before the slabs moved into dC's storage it was
+ * S = 1, R = 4, measured 64.9 ms on the H200), as many as dC's storage holds, then row slices
+ * ({@link defaultDERowSlices}); without the filter S = 4 (R = 1, {@link defaultDESplits}).
  *
  * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
- * with the filter and sorting: 1.69 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles),
- * the vocab order (|V| u32, 1 MB) in which the sort also works (kernels/vocab_sort.ts), one buffer
- * of E's column partials shared by the sort's Ē and the corrections' Σ_n w_n·E_n, the
- * corrections' target coefficients and pairs, and C's column-sum partials for β > 0
- * (kernels/column_sum.ts); dE's f32 slabs only where dC's storage cannot hold them.
- *
+ * with the filter and sorting: 1.72 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles)
+ * and the sorted order's mask of the order decision (its entry bits, 2 MB, sit in dC's storage),
+ * the split bounds (tT·(S + 1) u32), the vocab order (|V| u32, 1 MB) in which the sort also works
+ * (kernels/vocab_sort.ts), one buffer of E's column partials shared by the sort's Ē and the
+ * corrections' Σ_n w_n·E_n, the corrections' target coefficients and pairs, and C's column-sum
+ * partials for β > 0 (kernels/column_sum.ts); dE's f32 slabs only where dC's storage cannot hold
+ * them. *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
  * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all).
@@ -97,13 +110,31 @@
  * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
  * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
  * keep f32 gradients; "input" stays available to them with that error.
- * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings;
- * gradients + workspace + row weights): fused 1,161 + 1.7 MiB (f32: 2,322 + 1.7), fused-nosort
- * 1,161 + 0.7, fused-nofilter with "input" 1,161 + 1.7 (its 3 dE partials and accumulator in dC's
- * storage). Before dE's accumulator moved into dC's storage: fused 1,161 + 73.7 MiB.
- *
+ * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings,
+ * default S = 4; gradients + workspace + row weights; computed by fusedBackwardWorkspaceBytes):
+ * fused 1,161 + 1.75 MiB (f32 gradients: 2,322 + 1.75), fused-nosort 1,161 + 0.74. Before dE's
+ * accumulator moved into dC's storage: fused 1,161 + 73.7 MiB (measured on the H200). *
  * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
  * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
+ *
+ * Order decision (sorting with the filter, {@link FusedBackwardOptions.decideOrder}, default on).
+ * Sorting by mean logit gathers the rows that many tokens keep (LLM-like data: a Zipf head), but
+ * it scatters rows that are hot for *neighbouring tokens only*: on the `cce` recipe token n's
+ * peak is row n, so in the own order a token tile's hot rows fill one or two vocab tiles, and
+ * sorting spreads them over many (96.9% of tiles skipped instead of 99.95% at the paper's shape,
+ * and a 45% slower backward). The choice is made exactly, on the GPU, from the filter pass itself:
+ * the filter runs in the own order and, besides the own order's tile mask, records one bit per
+ * (token tile, vocabulary row) for "some token of the tile keeps this entry" (tT·|V|/8 bytes: 2 MB
+ * at the paper's shape, held in dC's output storage, which is written only after dE). A small
+ * pass forms the sorted order's tile mask from these bits (a tile is kept when any of its rows
+ * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps fewer tiles than
+ * the own order (ties: the own order), else the order is reset to the identity. The dE and dC
+ * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
+ * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
+ * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
+ * non-zero word), and tT·(|V|/VT) lookups of VT bits each (the sorted mask, ~16 M bit reads).
+ * The kept-tile count is the right proxy: the dE and dC work is proportional to the kept tiles,
+ * and the filter's cost does not depend on the order.
  *
  * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
  * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
@@ -302,6 +333,12 @@ export interface TilePassKernelOptions {
    * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
    */
   rowSlices?: number;
+  /**
+   * dE with the filter only: the splits (S > 1) cut each token tile's *kept* tiles into S equal
+   * counts ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then
+   * binds `bounds` after the mask and reads P.lo as the split and P.hi as the segment's tiles.
+   */
+  balancedSplits?: number;
   dtype: Dtype;
   opts: LceOptions;
   /** Vocabulary size |V|. */
@@ -349,6 +386,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
   if (filter) bind("storage, read> mask: array<u32>");
+  const balanced = dE && filter && o.balancedSplits !== undefined;
+  if (balanced) bind("storage, read> bounds: array<u32>");
   const vrow = (x: string) => (o.sort ? `perm[${x}]` : `(${x})`);
   const crow = (x: string) => `(${vrow(x)} - P.cR0)`;
   const slots = accSlots(t);
@@ -430,17 +469,30 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   // jumps to the next kept tile, so a skipped tile costs no barrier (the dC pass walks a column:
   // one bit per token tile, a few dozen at most).
   const wordWalk = filter && dE;
+  // balanced splits: this split's range of global vocab tiles, clamped to the segment
+  const range = balanced
+    ? `if (lid == 0u) {
+      let b = (P.tBase + ${tokTile}) * ${o.balancedSplits! + 1}u + P.lo;
+      let lo = min(max(bounds[b], P.vBase), P.vBase + P.hi) - P.vBase;
+      s_range = vec2<u32>(lo, min(max(bounds[b + 1u], P.vBase), P.vBase + P.hi) - P.vBase);
+    }
+    let rg = workgroupUniformLoad(&s_range);
+    workgroupBarrier(); // s_range is rewritten by the next owned tile
+    let lo_ = rg.x;
+    let hi_ = rg.y;`
+    : "let lo_ = P.lo;\n    let hi_ = P.hi;";
   const walk = wordWalk
-    ? `var it = P.lo;
+    ? `${range}
+    var it = lo_;
     loop {
-      if (it >= P.hi) { break; }
+      if (it >= hi_) { break; }
       ${maskIndex}
       if (lid == 0u) { s_keep = mask[mi >> 5u] >> (mi & 31u); }
       let bits = workgroupUniformLoad(&s_keep);
       workgroupBarrier(); // s_keep is rewritten by the next word
       if (bits == 0u) { it = it + 32u - (mi & 31u); continue; }
       it = it + countTrailingZeros(bits);
-      if (it >= P.hi) { break; }
+      if (it >= hi_) { break; }
       let v0 = P.vS + it * ${VT}u;`
     : `for (var it = P.lo; it < P.hi; it++) {
       let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
@@ -464,6 +516,7 @@ var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
 var<workgroup> Ps: array<f32, ${t.bm * t.bn}>;
 ${filter ? "var<workgroup> s_keep: u32;" : ""}
+${balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -507,6 +560,13 @@ export interface FilterPassKernelOptions {
   v: number;
   eps: number;
   sort: boolean;
+  /**
+   * Also record, per token tile and vocabulary row, whether any of the tile's tokens keeps the
+   * entry (g ≥ ε): one bit per (token tile, row) in `hot` (row-major, P.hotWords words per token
+   * tile, zeroed beforehand; integer atomicOr). The pass then works in the vocabulary's own order
+   * (`sort` must be false): {@link sortedMaskWgsl} derives the sorted order's mask from the bits.
+   */
+  entryBits?: boolean;
   /**
    * E and C bound as 16-byte vectors and read 16 bytes at a time along k (only where
    * vecLoadsFit(filterTile, dtype, d) holds: the caller's promise).
@@ -584,6 +644,12 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   if (o.sort) bind("storage, read> perm: array<u32>");
   bind("storage, read_write> mask: array<atomic<u32>>");
   bind("storage, read_write> counter: array<atomic<u32>>");
+  const hot = o.entryBits === true;
+  if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
+  if (hot) bind("storage, read_write> hot: array<atomic<u32>>");
+  // words of the workgroup's entry bits per token sub-tile: columns v0 … v0 + bn − 1 from word
+  // v0 / 32 on
+  const HW = t.bn / 32 + 1;
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
   const slots = accSlots(t);
   const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
@@ -604,29 +670,46 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
     : "";
   const test = slots.map((s) => {
     const r = rowKey(s), c = colKey(s);
-    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${s.expr}); let g = exp(z - tl_${r}) * softcap_grad(z)${smooth}; if (g >= EPS) { bits |= 1u << ((${s.row} / ${TT}u) * ${subV}u + (${s.col} / ${VT}u)); } }`;
+    const entry = hot
+      ? ` let hv = v0 + ${s.col}; atomicOr(&s_hot[(${s.row} / ${TT}u) * ${HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`
+      : "";
+    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${s.expr}); let g = exp(z - tl_${r}) * softcap_grad(z)${smooth}; if (g >= EPS) { bits |= 1u << ((${s.row} / ${TT}u) * ${subV}u + (${s.col} / ${VT}u));${entry} } }`;
   }).join("\n  ");
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 const EPS: f32 = ${f32Lit(o.eps)};
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
-  vBase: u32, vTotal: u32, _a: u32, _b: u32 };
+  vBase: u32, vTotal: u32, hotWords: u32, _b: u32 };
 ${bindings.join("\n")}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
+${hot ? `var<workgroup> s_hot: array<atomic<u32>, ${subT * HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
+  ${hot ? `if (lid < ${subT * HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   ${_logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${laneCode}
   var bits = 0u;
   ${test}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
+  ${
+    hot
+      ? `if (lid < ${subT * HW}u) {
+    let word = atomicLoad(&s_hot[lid]);
+    let ts = t0 + (lid / ${HW}u) * ${TT}u;
+    if (word != 0u && ts < P.tE) {
+      let row = P.tBase + (ts - P.tS) / ${TT}u;
+      atomicOr(&hot[row * P.hotWords + (v0 >> 5u) + lid % ${HW}u], word);
+    }
+  }`
+      : ""
+  }
   if (lid == 0u) {
     let flags = atomicLoad(&s_any);
     var kept = 0u;
@@ -645,6 +728,138 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       }
     }
     if (kept != 0u) { atomicAdd(&counter[0], kept); }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the balanced dE splits: one workgroup per token tile counts the kept tiles of its mask
+ * row (K), and writes S + 1 bounds: b_0 = 0, b_S = vTotal, and b_s = the global vocab tile index
+ * of its kept tile of rank ⌊s·K/S⌋ (vTotal when there is none), so split s walks the tiles [b_s,
+ * b_{s+1}) holding ⌊(s+1)·K/S⌋ − ⌊s·K/S⌋ kept tiles. Integer counts and a fixed-order
+ * workgroup scan: deterministic. Params: vTotal. Bindings: params, mask, bounds. Grid: tTotal.
+ */
+export function keptBoundsWgsl(splits: number): string {
+  const S = splits;
+  return `struct Params { vTotal: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> mask: array<u32>;
+@group(0) @binding(2) var<storage, read_write> bounds: array<u32>;
+var<workgroup> s_scan: array<u32, 256>;
+fn bit(i: u32) -> u32 { return (mask[i >> 5u] >> (i & 31u)) & 1u; }
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  let r = wg.x;
+  let row = r * P.vTotal;
+  let per = (P.vTotal + 255u) / 256u;
+  let a = min(lid * per, P.vTotal);
+  let b = min(a + per, P.vTotal);
+  var cnt = 0u;
+  for (var j = a; j < b; j++) { cnt += bit(row + j); }
+  s_scan[lid] = cnt;
+  workgroupBarrier();
+  for (var off = 1u; off < 256u; off = off << 1u) {
+    var x = 0u;
+    if (lid >= off) { x = s_scan[lid - off]; }
+    workgroupBarrier();
+    s_scan[lid] = s_scan[lid] + x;
+    workgroupBarrier();
+  }
+  let incl = s_scan[lid];
+  let excl = incl - cnt;
+  let K = s_scan[255];
+  let o = r * ${S + 1}u;
+  if (lid == 0u) {
+    bounds[o] = 0u;
+    bounds[o + ${S}u] = P.vTotal;
+  }
+  for (var s = 1u; s < ${S}u; s++) {
+    let rank = (s * K) / ${S}u;
+    if (rank >= K) {
+      if (lid == 0u) { bounds[o + s] = P.vTotal; }
+    } else if (excl <= rank && rank < incl) {
+      var seen = excl;
+      for (var j = a; j < b; j++) {
+        if (bit(row + j) != 0u) {
+          if (seen == rank) { bounds[o + s] = j; break; }
+          seen += 1u;
+        }
+      }
+    }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the sorted order's mask, from the filter's entry bits (see
+ * {@link FilterPassKernelOptions.entryBits}): one thread per (token tile, vocab tile of the sorted
+ * order in one segment) keeps the tile when any of its rows perm[p] has its bit set for the token
+ * tile; sets the tile's bit in the zeroed `maskS` and counts the kept tiles in counter[1] (integer
+ * atomics). Params: vS, vE, vBase, vTotal, tTotal, hotWords, tiles (of the segment). Bindings:
+ * params, perm, hot, maskS, counter. Grid: (⌈tiles/64⌉, tTotal).
+ */
+export function sortedMaskWgsl(tile: BackwardTile): string {
+  return `struct Params { vS: u32, vE: u32, vBase: u32, vTotal: u32, tTotal: u32, hotWords: u32,
+  tiles: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> perm: array<u32>;
+@group(0) @binding(2) var<storage, read> hot: array<u32>;
+@group(0) @binding(3) var<storage, read_write> maskS: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read_write> counter: array<atomic<u32>>;
+var<workgroup> s_count: atomic<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  if (lid == 0u) { atomicStore(&s_count, 0u); }
+  workgroupBarrier();
+  let j = wg.x * 64u + lid;
+  let r = wg.y;
+  if (j < P.tiles) {
+    let p0 = P.vS + j * ${tile.vocab}u;
+    let p1 = min(p0 + ${tile.vocab}u, P.vE);
+    var kept = false;
+    for (var p = p0; p < p1; p++) {
+      let row = perm[p];
+      if (((hot[r * P.hotWords + (row >> 5u)] >> (row & 31u)) & 1u) != 0u) { kept = true; break; }
+    }
+    if (kept) {
+      let mi = r * P.vTotal + P.vBase + j;
+      atomicOr(&maskS[mi >> 5u], 1u << (mi & 31u));
+      atomicAdd(&s_count, 1u);
+    }
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let k = atomicLoad(&s_count);
+    if (k != 0u) { atomicAdd(&counter[1], k); }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the order decision: the sorted order is kept when it keeps fewer tiles than the own
+ * order (counter[1] < counter[0], counts of {@link sortedMaskWgsl} and the filter pass); then
+ * mask = maskS, else perm = identity (mask stays the own order's). Params: maskWords, v.
+ * Bindings: params, counter, maskS, mask, perm.
+ */
+export function orderSelectWgsl(): string {
+  return `struct Params { maskWords: u32, v: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> counter: array<u32>;
+@group(0) @binding(2) var<storage, read> maskS: array<u32>;
+@group(0) @binding(3) var<storage, read_write> mask: array<u32>;
+@group(0) @binding(4) var<storage, read_write> perm: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let sorted = counter[1] < counter[0];
+  for (var i = gid.x; i < max(P.maskWords, P.v); i += nwg.x * 256u) {
+    if (sorted) {
+      if (i < P.maskWords) { mask[i] = maskS[i]; }
+    } else if (i < P.v) {
+      perm[i] = i;
+    }
   }
 }
 `;
@@ -730,6 +945,48 @@ export function defaultDERowSlices(shape: Shape, tile: BackwardTile, splits: num
   return 1;
 }
 
+/** Most dE splits the filtered backward uses by default. */
+export const MAX_FILTERED_DE_SPLITS = 8;
+
+/**
+ * dE splits S with the filter: enough token tiles × splits to reach {@link DE_TARGET_WORKGROUPS}
+ * (at most {@link MAX_FILTERED_DE_SPLITS}: S = 4 at the paper's shape with 128-token tiles), and
+ * no more than dC's output storage holds as dE's f32 slabs (`fits(S)`), so that the splits cost no
+ * workspace. The splits cut each token tile's kept tiles into equal counts ({@link keptBoundsWgsl}),
+ * so they stay balanced however the kept tiles cluster in the vocabulary.
+ */
+export function defaultFilteredDESplits(
+  shape: Shape,
+  tile: BackwardTile,
+  fits: (splits: number) => boolean,
+): number {
+  const tokTiles = Math.ceil(shape.n / tile.tokens);
+  const vocTiles = Math.ceil(shape.v / tile.vocab);
+  let s = Math.max(
+    1,
+    Math.min(MAX_FILTERED_DE_SPLITS, vocTiles, Math.ceil(DE_TARGET_WORKGROUPS / tokTiles)),
+  );
+  while (s > 1 && !fits(s)) s--;
+  return s;
+}
+
+/**
+ * Whether `splits` dE splits keep dE's f32 slabs inside dC's output storage (no buffers of their
+ * own) for a problem, with the gradients' sharding under `limit`.
+ */
+export function dESlabsFitDC(
+  spec: Shape,
+  splits: number,
+  out16: boolean,
+  limit: number,
+): boolean {
+  const parts = out16 ? splits : splits - 1;
+  if (parts === 0) return true;
+  const per = gradRowsPerBinding(limit, spec.d, out16);
+  const sizes = _shardRows(spec.v, per).map((r) => _pad(r * spec.d * (out16 ? 2 : 4)));
+  return _slabRows(sizes, spec.n, spec.d, parts, out16 && spec.d % 2 === 1) !== undefined;
+}
+
 /** Options of {@link prepareFusedBackward}. */
 export interface FusedBackwardOptions {
   spec: Shape & { dtype: Dtype };
@@ -738,6 +995,12 @@ export interface FusedBackwardOptions {
   filterEps: number | null;
   /** Sort the vocabulary by mean logit. */
   sort: boolean;
+  /**
+   * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
+   * vocabulary's own order (default true; see the module doc, "Order decision"); false: always
+   * the sorted order (the paper's rule).
+   */
+  decideOrder?: boolean;
   /** Tile (default {@link defaultBackwardTile}). */
   tile?: BackwardTile;
   /**
@@ -985,6 +1248,8 @@ export function fusedBackwardWorkspaceBytes(o: {
   opts: LceOptions;
   filter: boolean;
   sort: boolean;
+  /** The order decision (default true; see {@link FusedBackwardOptions.decideOrder}). */
+  decideOrder?: boolean;
   tile: BackwardTile;
   dESplits: number;
   /** Default "f32". */
@@ -1021,6 +1286,14 @@ export function fusedBackwardWorkspaceBytes(o: {
   let bytes = plan.own ? plan.rows.reduce((s, r) => s + _pad(r * spec.d * 4 * parts), 0) : 0;
   if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
   if (o.filter) bytes += maskBytes(tT, vT);
+  if (o.filter && o.dESplits > 1) bytes += _pad(tT * (o.dESplits + 1) * 4); // split bounds
+  if (o.filter && o.sort && (o.decideOrder ?? true)) {
+    // the order decision: the sorted order's mask, and the entry bits unless dC's first buffer
+    // holds them
+    const hotBytes = tT * Math.ceil(spec.v / 32) * 4;
+    bytes += maskBytes(tT, vT);
+    if (_pad(dCRows[0] * spec.d * out16B) < hotBytes) bytes += _pad(hotBytes);
+  }
   if (o.sort || opts.beta > 0) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
   const cs = opts.beta > 0 ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
@@ -1045,7 +1318,15 @@ export async function prepareFusedBackward(
   if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
     throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
   }
-  const splits = o.dESplits ?? (eps !== null ? 1 : defaultDESplits(spec, tile));
+  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  const splits = o.dESplits ??
+    (eps !== null
+      ? defaultFilteredDESplits(
+        spec,
+        tile,
+        (k) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes),
+      )
+      : defaultDESplits(spec, tile));
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
   }
@@ -1053,6 +1334,7 @@ export async function prepareFusedBackward(
   const sliceRows = dESliceTile(tile, slices).tokens;
   const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: o.sort };
   const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
+  const decide = o.sort && eps !== null && (o.decideOrder ?? true);
   const filterPass = eps !== null && filterTile
     ? await ctx.pipeline(
       filterPassWgsl({
@@ -1060,11 +1342,19 @@ export async function prepareFusedBackward(
         eps,
         filterTile,
         vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
+        sort: decide ? false : o.sort,
+        entryBits: decide,
       }),
       "fused_backward_filter",
     )
     : undefined;
-  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  // with the filter, splits cut the kept tiles of each token tile into equal counts
+  const balanced = eps !== null && splits > 1;
+  const keptBounds = balanced
+    ? await ctx.pipeline(keptBoundsWgsl(splits), "kept_bounds")
+    : undefined;
+  const sortedMask = decide ? await ctx.pipeline(sortedMaskWgsl(tile), "sorted_mask") : undefined;
+  const orderSelect = decide ? await ctx.pipeline(orderSelectWgsl(), "order_select") : undefined;
   // dC in place in 16 bits needs whole words per row (d even); else an f32 scratch and a cast
   const dCInPlace = out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined;
   const dCPass = await ctx.pipeline(
@@ -1073,7 +1363,12 @@ export async function prepareFusedBackward(
   );
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
   const dEPass = await ctx.pipeline(
-    tilePassWgsl({ ...base, kind: "dE", rowSlices: slices }),
+    tilePassWgsl({
+      ...base,
+      kind: "dE",
+      rowSlices: slices,
+      balancedSplits: balanced ? splits : undefined,
+    }),
     "fused_backward_dE",
   );
   // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
@@ -1096,7 +1391,7 @@ export async function prepareFusedBackward(
   // One buffer of E's column partials serves the sort's Ē and the corrections' Σ_n w_n·E_n.
   const ePartials = sorter !== undefined || corrections.usesEPartials;
   const counter = eps !== null
-    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "workspace", label: "kept tiles" })
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 2, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
   const roundings = { dE: out16 ? 1 : 0, dC: out16 ? 1 : 0 };
@@ -1114,6 +1409,7 @@ export async function prepareFusedBackward(
         opts,
         filter: eps !== null,
         sort: o.sort,
+        decideOrder: o.decideOrder,
         tile,
         dESplits: splits,
         gradDtype: o.gradDtype,
@@ -1125,7 +1421,9 @@ export async function prepareFusedBackward(
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
-      const kept = (await download(ctx, counter))[0];
+      // [own order's kept tiles, sorted order's (with the order decision)]: the smaller is used
+      const got = await download(ctx, counter);
+      const kept = decide ? Math.min(got[0], got[1]) : got[0];
       return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
     },
     record(rec, a) {
@@ -1234,22 +1532,28 @@ export async function prepareFusedBackward(
         sorter.record(rec, { e, c, targets, count, perm, segments: voc, partials });
         release.push(perm);
       }
-      // dE's exact terms now, dC's after dE is complete (dE's slabs may live in dC's storage)
-      const { coefficients } = corrections.record(rec, {
-        e,
-        c,
-        targets,
-        w,
-        dE,
-        ePartials: partials,
-        part: "dE",
-      });
       let mask: TrackedBuffer | undefined;
       if (eps !== null) {
         mask = ctx.createBuffer({ size: maskSize, role: "workspace", label: "tile mask" });
         rec.clear(mask);
         rec.clear(counter!.shards[0].buffer);
         release.push(mask);
+      }
+      // the order decision: entry bits (in dC's first buffer when it holds them: dC is written
+      // only after dE) and the sorted order's mask
+      const hotWords = Math.ceil(v / 32);
+      const hotBytes = tTotal * hotWords * 4;
+      let hot: TrackedBuffer | undefined, maskS: TrackedBuffer | undefined;
+      if (decide) {
+        if (dCOut.shards[0].buffer.size >= hotBytes) hot = dCOut.shards[0].buffer;
+        else {
+          hot = ctx.createBuffer({ size: _pad(hotBytes), role: "workspace", label: "entry bits" });
+          release.push(hot);
+        }
+        rec.clear(hot, 0, Math.ceil(hotBytes / 4) * 4);
+        maskS = ctx.createBuffer({ size: maskSize, role: "workspace", label: "sorted tile mask" });
+        rec.clear(maskS);
+        release.push(maskS);
       }
       const tail = (): (TrackedBuffer | GPUBuffer)[] => {
         const b: TrackedBuffer[] = [lse.shards[0].buffer, w.shards[0].buffer];
@@ -1311,7 +1615,7 @@ export async function prepareFusedBackward(
                   ts.base,
                   vs.base,
                   vTotal,
-                  0,
+                  hotWords,
                   0,
                 ]),
                 "filter params",
@@ -1323,8 +1627,9 @@ export async function prepareFusedBackward(
                 lse.shards[0].buffer,
                 w.shards[0].buffer,
               ];
-              if (perm) bufs.push(perm);
+              if (perm && !decide) bufs.push(perm);
               bufs.push(mask, counter.shards[0].buffer);
+              if (hot) bufs.push(hot);
               // x = token tiles: neighbouring workgroups share a C tile, so C streams from memory
               // about once while E (n×d, small) stays in cache.
               p.dispatch(filterPass, rec.bindGroup(filterPass, bufs), gTok, gVoc);
@@ -1332,6 +1637,56 @@ export async function prepareFusedBackward(
           }
         });
       }
+      if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {
+        rec.pass("fused backward order decision", (p) => {
+          for (const vs of voc) {
+            const u = rec.uniform(
+              new Uint32Array([vs.start, vs.end, vs.base, vTotal, tTotal, hotWords, vs.tiles, 0]),
+              "sorted mask params",
+            );
+            const bufs = [u, perm, hot, maskS, counter.shards[0].buffer];
+            p.dispatch(
+              sortedMask,
+              rec.bindGroup(sortedMask, bufs),
+              Math.ceil(vs.tiles / 64),
+              tTotal,
+            );
+          }
+          const words = maskSize / 4;
+          const u = rec.uniform(new Uint32Array([words, v, 0, 0]), "order select params");
+          const bufs = [u, counter.shards[0].buffer, maskS, mask, perm];
+          p.dispatch(
+            orderSelect,
+            rec.bindGroup(orderSelect, bufs),
+            Math.min(Math.ceil(Math.max(words, v) / 256), 65535),
+          );
+        });
+      }
+      let bounds: TrackedBuffer | undefined;
+      if (keptBounds && mask) {
+        if (tTotal > 65535) throw new GpuError("limits", `fused backward: ${tTotal} token tiles`);
+        bounds = ctx.createBuffer({
+          size: _pad(tTotal * (splits + 1) * 4),
+          role: "workspace",
+          label: "dE split bounds",
+        });
+        release.push(bounds);
+        const kb = keptBounds;
+        rec.pass("fused backward kept bounds", (p) => {
+          const u = rec.uniform(new Uint32Array([vTotal, 0, 0, 0]), "kept bounds params");
+          p.dispatch(kb, rec.bindGroup(kb, [u, mask!, bounds!]), tTotal);
+        });
+      }
+      // dE's exact terms now, dC's after dE is complete (dE's slabs may live in dC's storage)
+      const { coefficients } = corrections.record(rec, {
+        e,
+        c,
+        targets,
+        w,
+        dE,
+        ePartials: partials,
+        part: "dE",
+      });
       // split partials (parts ≥ 1 of the slabs, or ≥ 0 with an f32 output) start at zero
       const first = out16 ? 1 : 0;
       for (const sl of slabs) {
@@ -1358,12 +1713,14 @@ export async function prepareFusedBackward(
               oR0 = (sl.r0 - (s - (out16 ? 0 : 1)) * sl.rows) >>> 0;
             }
             for (const vs of voc) {
-              const lo = Math.floor((s * vs.tiles) / splits);
-              const hi = Math.floor(((s + 1) * vs.tiles) / splits);
-              if (lo >= hi) continue;
+              // balanced splits: the kernel reads its range (P.lo = split, P.hi = tiles)
+              const lo = bounds ? s : Math.floor((s * vs.tiles) / splits);
+              const hi = bounds ? vs.tiles : Math.floor(((s + 1) * vs.tiles) / splits);
+              if (!bounds && lo >= hi) continue;
               const cs = c.shardOf(vs.start);
               const u = params(ts, es.rowStart, vs, cs.rowStart, oR0, owned, lo, hi);
               const bufs = [u, es.buffer, cs.buffer, buffer, ...tail()];
+              if (bounds) bufs.push(bounds);
               p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
             }
           }
