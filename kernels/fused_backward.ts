@@ -127,8 +127,9 @@
  * (token tile, vocabulary row) for "some token of the tile keeps this entry" (tT·|V|/8 bytes: 2 MB
  * at the paper's shape, held in dC's output storage, which is written only after dE). A small
  * pass forms the sorted order's tile mask from these bits (a tile is kept when any of its rows
- * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps fewer tiles than
- * the own order (ties: the own order), else the order is reset to the identity. The dE and dC
+ * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps at least 5% fewer
+ * tiles than the own order ({@link SORT_MARGIN}: C read through the permutation costs a little
+ * per tile), else the order is reset to the identity. The dE and dC
  * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
  * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
  * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
@@ -839,10 +840,24 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /**
+ * The order decision's margin [a, b]: the sorted order is used when it keeps fewer than a/b of
+ * the own order's tiles (5% fewer). Reading C through the permutation scatters its rows, and the
+ * sort itself takes time, so a tie-level gain is not worth it (on lavapipe, `llm` fixture at
+ * 1024×8192×64, a sorted order keeping 0.7% fewer tiles ran the dE pass 30% slower; on the H200
+ * at 4096×24,576×2304 sorting keeps 8.6% fewer tiles and was 13% faster).
+ */
+export const SORT_MARGIN: readonly [number, number] = [19, 20];
+
+/** Whether the order decision takes the sorted order, from the two kept-tile counts. */
+export function sortedOrderWins(ownKept: number, sortedKept: number): boolean {
+  return SORT_MARGIN[1] * sortedKept < SORT_MARGIN[0] * ownKept;
+}
+
+/**
  * WGSL of the order decision: the sorted order is kept when it keeps fewer tiles than the own
- * order (counter[1] < counter[0], counts of {@link sortedMaskWgsl} and the filter pass); then
- * mask = maskS, else perm = identity (mask stays the own order's). Params: maskWords, v.
- * Bindings: params, counter, maskS, mask, perm.
+ * order by the margin ({@link sortedOrderWins}, counts counter[0] of the filter pass and
+ * counter[1] of {@link sortedMaskWgsl}); then mask = maskS, else perm = identity (mask stays the
+ * own order's). Params: maskWords, v. Bindings: params, counter, maskS, mask, perm.
  */
 export function orderSelectWgsl(): string {
   return `struct Params { maskWords: u32, v: u32, _a: u32, _b: u32 };
@@ -853,7 +868,7 @@ export function orderSelectWgsl(): string {
 @group(0) @binding(4) var<storage, read_write> perm: array<u32>;
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let sorted = counter[1] < counter[0];
+  let sorted = ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0];
   for (var i = gid.x; i < max(P.maskWords, P.v); i += nwg.x * 256u) {
     if (sorted) {
       if (i < P.maskWords) { mask[i] = maskS[i]; }
@@ -1421,9 +1436,9 @@ export async function prepareFusedBackward(
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
-      // [own order's kept tiles, sorted order's (with the order decision)]: the smaller is used
+      // [own order's kept tiles, sorted order's (with the order decision)]: the chosen one's
       const got = await download(ctx, counter);
-      const kept = decide ? Math.min(got[0], got[1]) : got[0];
+      const kept = decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
       return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
     },
     record(rec, a) {

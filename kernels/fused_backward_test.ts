@@ -27,6 +27,7 @@ import {
   dESliceTile,
   fusedBackwardWorkspaceBytes,
   prepareFusedBackward,
+  sortedOrderWins,
 } from "./fused_backward.ts";
 
 interface BackwardCase {
@@ -328,6 +329,12 @@ Deno.test("fused backward: default splits and row slices", () => {
     1,
   );
   assert.throws(() => dESliceTile(BACKWARD_TILE_SMALL, 32), RangeError);
+  // the order decision's margin: sorted only with at least 5% fewer kept tiles
+  assert.equal(sortedOrderWins(5173, 4726), true); // llm fixture, H200, 4096×24,576
+  assert.equal(sortedOrderWins(2044, 2029), false);
+  assert.equal(sortedOrderWins(100, 95), false);
+  assert.equal(sortedOrderWins(100, 94), true);
+  assert.equal(sortedOrderWins(0, 0), false);
   // a 4-token slice cannot be cut further: the default falls back to what the tile allows
   const thin: BackwardTile = { ...BACKWARD_TILE_SMALL, tokens: 8, tokensPerThread: 4 };
   assert.equal(defaultDERowSlices({ n: 70, v: 257, d: 33 }, thin, 1), 2);

@@ -4,7 +4,7 @@
  * - `fused` ("Ours"): fused forward (kernels/fused_forward.ts) saving the LSE and the count; the
  *   backward sorts the vocabulary by mean logit, then runs the tiled backward with the gradient
  *   filter (ε = eps(dtype)/32) and the exact sparse and rank-one terms (kernels/fused_backward.ts).
- *   The sorted order is used only where it keeps fewer tiles than the vocabulary's own order
+ *   The sorted order is used only where it keeps 5% fewer tiles than the vocabulary's own order
  *   (counted exactly from the filter pass on the GPU: the order decision), so sorting never costs
  *   more than the sort itself and the decision (a few ms at the paper's shape).
  * - `fused-nosort`, `fused-nofilter`: the same without the sort / without the filter.

@@ -8,7 +8,9 @@
  * Configurations (`--configs`, default all): `ours` (the `fused` method: order decision, balanced
  * dE splits in dC's storage), `always-sort` (sorted order always: the paper's rule), `nosort`
  * (`fused-nosort`), `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices),
- * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`).
+ * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`), and any
+ * `s<S>r<R>` (ours with S dE splits and R row slices; more splits than dC's storage holds get
+ * slabs of their own, shown in the MiB column).
  *
  * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,
  * 512 × 8192 × 256 on a software one.
@@ -48,6 +50,14 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   f32grad: () => ({ gradDtype: "f32" }),
 };
 
+/** A named configuration, or `s<S>r<R>`: ours with S dE splits and R row slices. */
+function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | undefined {
+  if (CONFIGS[name]) return CONFIGS[name];
+  const m = /^s(\d+)r(\d+)$/.exec(name);
+  if (!m) return undefined;
+  return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+}
+
 const _median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
@@ -80,8 +90,8 @@ async function main() {
     const reps = intFlag("reps", values.reps, 3), warmup = intFlag("warmup", values.warmup, 1);
     const names = values.configs ? values.configs.split(",") : Object.keys(CONFIGS);
     for (const n of names) {
-      if (!CONFIGS[n]) {
-        throw new Error(`unknown config '${n}' (${Object.keys(CONFIGS).join(", ")})`);
+      if (!_config(n)) {
+        throw new Error(`unknown config '${n}' (${Object.keys(CONFIGS).join(", ")}, s<S>r<R>)`);
       }
     }
     console.log(
@@ -92,7 +102,7 @@ async function main() {
     const gradOut = uploadGradOut(ctx, shape.n, opts, 1);
     const spec = { ...shape, dtype };
     for (const name of names) {
-      const m: LceMethod = fusedMethod({ ...BASE, ...CONFIGS[name](ctx), name });
+      const m: LceMethod = fusedMethod({ ...BASE, ..._config(name)!(ctx), name });
       try {
         const p = await m.prepare(ctx, spec, opts);
         const totals: number[] = [];
