@@ -268,13 +268,16 @@ function _staging(t: GemmTile, g: GemmTile): { a: number; b: number } {
   };
 }
 
-/** Workgroup memory of a gradient pass: GEMM staging, the P tile (TT·VT f32) and a flag. */
+/**
+ * Workgroup memory of a gradient pass: GEMM staging, the P tile (TT·VT f32), a flag, a range and
+ * the vocab tile's rows (VT u32, with sorting).
+ */
 export function backwardSharedBytes(bt: BackwardTile): number {
   const l = backwardGemmTiles(bt), g = backwardGradTiles(bt);
   return Math.max(
     ...(["dE", "dC"] as const).map((k) => {
       const st = _staging(l[k], g[k]);
-      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16;
+      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16 + 8 + bt.vocab * 4;
     }),
   );
 }
@@ -389,8 +392,16 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   if (filter) bind("storage, read> mask: array<u32>");
   const balanced = dE && filter && o.balancedSplits !== undefined;
   if (balanced) bind("storage, read> bounds: array<u32>");
-  const vrow = (x: string) => (o.sort ? `perm[${x}]` : `(${x})`);
+  // sorted: the vocab tile's rows perm[v0 … v0 + VT) are read once per tile into s_rows (every
+  // C load of the products would otherwise read perm again); x is in [v0, min(v0 + VT, vE))
+  const vrow = (x: string) => (o.sort ? `s_rows[(${x}) - v0]` : `(${x})`);
   const crow = (x: string) => `(${vrow(x)} - P.cR0)`;
+  const loadRows = o.sort
+    ? `for (var i = lid; i < ${VT}u; i += ${
+      tileThreads(t)
+    }u) { s_rows[i] = perm[min(v0 + i, P.vE - 1u)]; }
+      workgroupBarrier();`
+    : "";
   const slots = accSlots(t);
   const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
   const colKey = (s: (typeof slots)[0]) => `${s.h}_${s.c}`;
@@ -494,7 +505,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
       if (bits == 0u) { it = it + 32u - (mi & 31u); continue; }
       it = it + countTrailingZeros(bits);
       if (it >= hi_) { break; }
-      let v0 = P.vS + it * ${VT}u;`
+      let v0 = P.vS + it * ${VT}u;
+      ${loadRows}`
     : `for (var it = P.lo; it < P.hi; it++) {
       let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
       ${filter ? maskIndex : ""}
@@ -505,7 +517,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
       workgroupBarrier(); // s_keep is rewritten by the next tile
       if (kept == 0u) { continue; }`
         : ""
-    }`;
+    }
+      ${dE ? loadRows : ""}`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
@@ -518,6 +531,7 @@ var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
 var<workgroup> Ps: array<f32, ${t.bm * t.bn}>;
 ${filter ? "var<workgroup> s_keep: u32;" : ""}
 ${balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
+${o.sort ? `var<workgroup> s_rows: array<u32, ${VT}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -525,6 +539,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${accNames.map((v) => `var ${v}: vec4<f32>;`).join(" ")}
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
     let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
+    ${
+    !dE && o.sort
+      ? `workgroupBarrier(); // s_rows is rewritten
+    ${loadRows}`
+      : ""
+  }
     ${outRows}
     ${walk}
       ${zero}
