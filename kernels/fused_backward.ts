@@ -352,6 +352,11 @@ export interface TilePassKernelOptions {
   /** Address classifier rows through the permutation `perm`. */
   sort: boolean;
   /**
+   * E and C bound as 16-byte vectors, the logits product reading 16 bytes along k (bf16 only, and
+   * only where vecLoadsFit(tile with vec, "bf16", d) holds: the caller's promise).
+   */
+  vecLoads?: boolean;
+  /**
    * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
    * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
    * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
@@ -377,7 +382,11 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const staging = _staging(t, gt);
   const filter = o.eps !== null;
   const TT = tile.tokens, VT = tile.vocab;
-  const st = wgslStorageType(o.dtype);
+  // bf16 with d a multiple of 8: E and C bound as 16-byte vectors, the logits product loads 16
+  // bytes along k; the gradient product's scalar loads read them through bf16_e/bf16_c below
+  const vec = o.vecLoads === true;
+  if (vec && o.dtype !== "bf16") throw new RangeError("tile pass: vector loads only for bf16");
+  const st = wgslStorageType(o.dtype, vec);
   const bindings: string[] = [];
   const bind = (decl: string) =>
     bindings.push(`@group(0) @binding(${bindings.length}) var<${decl};`);
@@ -456,7 +465,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const logits = _logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: dE }, false);
+  const logits = _logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: dE, vec }, false);
   const grad = gemmMainloop({
     tile: gt,
     a: { dtype: "f32", contig: "k" },
@@ -524,7 +533,12 @@ ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
   tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, _a: u32, _b: u32 };
 ${bindings.join("\n")}
-${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${
+    vec
+      ? "fn bf16_e(i: u32) -> f32 { return ld_e(i); }\nfn bf16_c(i: u32) -> f32 { return ld_c(i); }"
+      : ""
+  }
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
@@ -1392,8 +1406,12 @@ export async function prepareFusedBackward(
   const orderSelect = decide ? await ctx.pipeline(orderSelectWgsl(), "order_select") : undefined;
   // dC in place in 16 bits needs whole words per row (d even); else an f32 scratch and a cast
   const dCInPlace = out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined;
+  // 16-byte loads of bf16 E and C in the tile passes' logits products where d allows
+  const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
+    spec.dtype === "bf16" &&
+    vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
   const dCPass = await ctx.pipeline(
-    tilePassWgsl({ ...base, kind: "dC", out16: dCInPlace }),
+    tilePassWgsl({ ...base, kind: "dC", out16: dCInPlace, vecLoads: tileVec("dC", tile) }),
     "fused_backward_dC",
   );
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
@@ -1402,6 +1420,7 @@ export async function prepareFusedBackward(
       ...base,
       kind: "dE",
       rowSlices: slices,
+      vecLoads: tileVec("dE", dESliceTile(tile, slices)),
       balancedSplits: balanced ? splits : undefined,
     }),
     "fused_backward_dE",

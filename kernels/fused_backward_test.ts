@@ -470,6 +470,9 @@ Deno.test({
       { dtype: "bf16", beta: 0.1, d: 33, n: 640, filter: false },
       { dtype: "bf16", beta: 0.1, softcap: 4, d: 33, filter: true, splits: 2 },
       { dtype: "bf16", beta: 0.1, d: 34, filter: true, splits: 3 },
+      // d a multiple of 8: the tile passes' logits products load 16 bytes of bf16 at a time
+      { dtype: "bf16", beta: 0.1, softcap: 4, d: 40, filter: true },
+      { dtype: "bf16", beta: 0.1, d: 48, filter: false },
     ];
     const report: string[] = [];
     for (const [i, cs] of cases.entries()) {
