@@ -71,9 +71,12 @@ export function gridStrideGroups(items: number, wg = WG): number {
   return Math.max(1, Math.min(Math.ceil(items / wg), 65535));
 }
 
-/** WGSL of the cast. Bindings: params {count, words}, src (f32 shard), dst (16-bit shard). */
+/**
+ * WGSL of the cast of `count` elements from element `srcOff` of src to word `dstOff` of dst (an
+ * even element). Bindings: params {count, words, srcOff, dstOff}, src (f32), dst (16-bit).
+ */
 export function cast16Wgsl(dtype: Dtype16): string {
-  return `struct Params { count: u32, words: u32, _a: u32, _b: u32 };
+  return `struct Params { count: u32, words: u32, srcOff: u32, dstOff: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;
@@ -82,9 +85,9 @@ ${wgslTo16(dtype)}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var w = gid.x; w < P.words; w += nwg.x * ${WG}u) {
     let e0 = 2u * w;
-    var bits = to16(src[e0]);
-    if (e0 + 1u < P.count) { bits = bits | (to16(src[e0 + 1u]) << 16u); }
-    dst[w] = bits;
+    var bits = to16(src[P.srcOff + e0]);
+    if (e0 + 1u < P.count) { bits = bits | (to16(src[P.srcOff + e0 + 1u]) << 16u); }
+    dst[P.dstOff + w] = bits;
   }
 }
 `;
@@ -93,8 +96,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 /** Compiled cast for one 16-bit dtype. */
 export interface PreparedCast16 {
   /**
-   * Records dst = src rounded to dst's dtype. Both have the same shape and row sharding (every
-   * shard of dst holds the rows of the matching shard of src).
+   * Records dst = src rounded to dst's dtype. Both have the same shape; their row shardings may
+   * differ as long as every shard of either starts at an even element of dst's shard (true when
+   * the columns are even, or every shard start is an even row), so that no two threads share a
+   * word: one dispatch per piece of rows inside one shard of each.
    */
   record(rec: Recorder, a: { src: DeviceTensor; dst: DeviceTensor }): void;
 }
@@ -106,21 +111,28 @@ export async function prepareCast16(ctx: GpuContext, dtype: Dtype16): Promise<Pr
     record(rec, a) {
       if (
         a.src.dtype !== "f32" || a.dst.dtype !== dtype || a.src.rows !== a.dst.rows ||
-        a.src.cols !== a.dst.cols || a.src.shards.length !== a.dst.shards.length
+        a.src.cols !== a.dst.cols
       ) {
         throw new RangeError(
           `cast16: ${a.src.rows}×${a.src.cols} ${a.src.dtype} → ${a.dst.rows}×${a.dst.cols} ${a.dst.dtype}`,
         );
       }
+      const cols = a.src.cols;
+      const cuts = new Set<number>();
+      for (const t of [a.src, a.dst]) for (const s of t.shards) cuts.add(s.rowStart);
+      const starts = [...cuts].filter((r) => r < a.src.rows).sort((x, y) => x - y);
       rec.pass(`cast f32→${dtype}`, (p) => {
-        a.src.shards.forEach((s, k) => {
-          const ds = a.dst.shards[k];
-          if (ds.rowStart !== s.rowStart || ds.rows !== s.rows) {
-            throw new RangeError("cast16: shard mismatch");
-          }
-          const count = s.rows * a.src.cols;
+        starts.forEach((r0, i) => {
+          const r1 = i + 1 < starts.length ? starts[i + 1] : a.src.rows;
+          const s = a.src.shardOf(r0), ds = a.dst.shardOf(r0);
+          const dstEl = (r0 - ds.rowStart) * cols;
+          if (dstEl % 2 !== 0) throw new RangeError("cast16: a piece starts inside a word");
+          const count = (r1 - r0) * cols;
           const words = Math.ceil(count / 2);
-          const u = rec.uniform(new Uint32Array([count, words, 0, 0]), "cast params");
+          const u = rec.uniform(
+            new Uint32Array([count, words, (r0 - s.rowStart) * cols, dstEl / 2]),
+            "cast params",
+          );
           const bg = rec.bindGroup(pipeline, [u, s.buffer, ds.buffer]);
           p.dispatch(pipeline, bg, gridStrideGroups(words));
         });

@@ -36,11 +36,18 @@ function _values(count: number): Float32Array {
   return out;
 }
 
-async function _cast(ctx: GpuContext, dtype: Dtype16, rows: number, cols: number, shard?: number) {
+async function _cast(
+  ctx: GpuContext,
+  dtype: Dtype16,
+  rows: number,
+  cols: number,
+  shard?: number,
+  srcShard = shard,
+) {
   const host = _values(rows * cols);
   const src = fromHost(
     ctx,
-    { dtype: "f32", rows, cols, role: "input", label: "src", maxRowsPerShard: shard },
+    { dtype: "f32", rows, cols, role: "input", label: "src", maxRowsPerShard: srcShard },
     host,
   );
   const dst = createTensor(ctx, {
@@ -78,6 +85,12 @@ Deno.test({
       await _cast(ctx, dtype, 7, 9); // odd element count: the last word has one element
       await _cast(ctx, dtype, 12, 33, 4); // shards of an odd width start on even elements
       await _cast(ctx, dtype, 1, 1);
+      // source and destination sharded differently (pieces inside one shard of each)
+      await _cast(ctx, dtype, 13, 33, 6, 4);
+      await _cast(ctx, dtype, 13, 34, 4, 3);
+      await _cast(ctx, dtype, 9, 8, undefined, 2);
     }
+    // a piece starting inside a word is refused
+    await assert.rejects(() => _cast(ctx, "bf16", 6, 33, 4, 3), /inside a word/);
   },
 });

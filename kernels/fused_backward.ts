@@ -21,49 +21,63 @@
  * output element is written by one workgroup, its terms added in a fixed order; the only atomics
  * are integer ones: OR into the mask, counts, max of the sort keys' range).
  *
- * 1. The exact terms initialise dE and dC (kernels/grad_corrections.ts).
+ * The record, in order (dE is formed completely before dC's storage is first written: see
+ * "Gradient dtype" for why):
+ *
+ * 1. With sorting, the vocab order (kernels/vocab_sort.ts).
  * 2. Pass `filter` (only with a filter): the grid covers every (token, vocab) tile pair with the
  *    GEMM's fast tile (128×128 on hardware, covering several TT×VT backward tiles); each
  *    workgroup recomputes its logits, tests g ≥ ε per element, and sets one bit per kept backward
  *    tile in a zeroed mask of one bit per (token tile, vocab tile) (integer atomicOr: workgroups
  *    share mask words); kept tiles are counted with an integer atomic (order-independent) for the
- *    statistics.
- * 3. Pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in sorted order when sorting)
- *    and walks the token tiles in order; for each tile the mask keeps (every tile without the
- *    filter) it recomputes the VT×TT logits with the generated GEMM over d, forms Pᵀ in
- *    registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its own dC rows, d
- *    in chunks of TT columns (read-modify-write: the rows belong to this workgroup only).
- * 4. Pass `dE`: one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
- *    backward tile) and walks the vocab tiles in order; for the tiles the mask keeps (the bit of
- *    the backward tile holding the slice: conservative for the slice, so still exact) it
- *    recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE rows, d in
- *    chunks of VT columns. Optionally (dESplits S > 1) the vocab tiles are cut into S contiguous
- *    ranges, split s > 0 accumulating into a zeroed n×d f32 partial buffer, and
- * 5. the partials are added to dE in split order.
+ *    statistics. With the order decision it works in the own order and also records entry bits,
+ * 3. from which the `order decision` pass forms the sorted order's mask and picks the order that
+ *    keeps fewer tiles (see "Order decision" below).
+ * 4. With dE splits and the filter, the `kept bounds` pass cuts each token tile's kept tiles into
+ *    S runs of equal count ({@link keptBoundsWgsl}).
+ * 5. dE's exact terms (kernels/grad_corrections.ts) initialise dE's f32 accumulator.
+ * 6. Pass `dE`: one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
+ *    backward tile) and one split, and walks its vocab tiles in order, 32 mask bits at a time
+ *    (jumping to the next kept tile: a skipped tile costs no barrier); for the tiles the mask
+ *    keeps (the bit of the backward tile holding the slice: conservative for the slice, so still
+ *    exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE
+ *    rows, d in chunks of VT columns. Split s accumulates into part s of the f32 slabs (16-bit
+ *    output; with an f32 output split 0 into dE itself), zeroed beforehand. With the filter the
+ *    splits are runs of equal kept-tile counts (balanced however the kept tiles cluster), without
+ *    it S contiguous ranges of vocab tiles.
+ * 7. The partials are added to dE in split order, and dE is cast to its 16-bit output.
+ * 8. dC's exact terms, then pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in
+ *    sorted order when sorting) and walks the token tiles in order; for each tile the mask keeps
+ *    (every tile without the filter) it recomputes the VT×TT logits with the generated GEMM over
+ *    d, forms Pᵀ in registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its
+ *    own dC rows, d in chunks of TT columns (read-modify-write: the rows belong to this
+ *    workgroup only).
  *
- * Parallelism of the dE pass without partials. The dE pass has only n/TT token tiles (64 at the
- * paper's shape with 128-token tiles: half an H200's 132 SMs). S splits give S times the
- * workgroups but cost (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4).
+ * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape
+ * with 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need
+ * (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4), which live in dC's
+ * storage while dE is formed (see "Gradient dtype" below), so they cost no workspace where
+ * |V| ≥ 2·S·n ({@link dESlabsFitDC}).
  * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
  * the slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each
  * slice recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read
  * by R workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup
  * has fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
  * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once
- * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter S = 1
- * and R = 4 at the paper's shape (256 workgroups, {@link defaultDERowSlices}): the kept tiles are
- * few (3% there) and the workspace stays within 2 MiB; without the filter every tile is computed,
- * the pass is two GEMMs' worth of work, and the default stays S = 4 (R = 1), where the full
- * 8×4-per-thread tile is more efficient than 4 slices (the partials' 226 MB are the price;
- * `dESplits: 1` gives the no-partials layout, see {@link defaultDESplits}).
+ * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the
+ * splits first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256
+ * workgroups of the full 8×4-per-thread tile; before the slabs moved into dC's storage it was
+ * S = 1, R = 4, measured 64.9 ms on the H200), as many as dC's storage holds, then row slices
+ * ({@link defaultDERowSlices}); without the filter S = 4 (R = 1, {@link defaultDESplits}).
  *
  * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
- * with the filter and sorting: 1.69 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles),
- * the vocab order (|V| u32, 1 MB) in which the sort also works (kernels/vocab_sort.ts), one buffer
- * of E's column partials shared by the sort's Ē and the corrections' Σ_n w_n·E_n, the
- * corrections' target coefficients and pairs, and C's column-sum partials for β > 0
- * (kernels/column_sum.ts); dE partials only with S > 1.
- *
+ * with the filter and sorting: 1.72 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles)
+ * and the sorted order's mask of the order decision (its entry bits, 2 MB, sit in dC's storage),
+ * the split bounds (tT·(S + 1) u32), the vocab order (|V| u32, 1 MB) in which the sort also works
+ * (kernels/vocab_sort.ts), one buffer of E's column partials shared by the sort's Ē and the
+ * corrections' Σ_n w_n·E_n, the corrections' target coefficients and pairs, and C's column-sum
+ * partials for β > 0 (kernels/column_sum.ts); dE's f32 slabs only where dC's storage cannot hold
+ * them. *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
  * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all).
@@ -80,9 +94,15 @@
  * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
  *   workspace) and cast once at the end.
  * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
- *   accumulation would round ~125 times; dE is accumulated in an f32 scratch (n·d·4: 72 MiB at
- *   the paper's shape, freed at the end of the record) and cast once.
- * The f32 scratch and the 16-bit outputs are sharded alike ({@link gradRowsPerBinding}).
+ *   accumulation would round ~125 times; dE is accumulated in f32 and cast once. The f32
+ *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
+ *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
+ *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
+ *   |V| ≥ 2·S·n in a binding (the paper's shape: 256,000 ≥ 16,384). Only where they do not fit
+ *   (small |V|, or many splits) do they get buffers of their own ("slabs", counted as workspace).
+ *   The same holds for the split partials of f32 gradients (in dC's f32 storage when |V| ≥
+ *   (S − 1)·n). Order of the record: sort, dE's exact terms, filter, dE pass, split reduction,
+ *   cast of dE, dC's exact terms, dC pass (and dC's cast when d is odd).
  * Measured against float64 (kernels/fused_backward_test.ts, max |error| / max |value|, 70×257,
  * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
  * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
@@ -90,13 +110,32 @@
  * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
  * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
  * keep f32 gradients; "input" stays available to them with that error.
- * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings;
- * gradients + workspace + row weights): fused 1,161 + 73.7 = 1,234.7 MiB (f32: 2,323.7),
- * fused-nosort 1,233.7 (f32: 2,322.7), fused-nofilter with "input" 1,450.7 (3 dE partials +
- * scratch; f32: 2,539.7).
- *
+ * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings,
+ * default S = 4; gradients + workspace + row weights; computed by fusedBackwardWorkspaceBytes):
+ * fused 1,161 + 1.75 MiB (f32 gradients: 2,322 + 1.75), fused-nosort 1,161 + 0.74. Before dE's
+ * accumulator moved into dC's storage: fused 1,161 + 73.7 MiB (measured on the H200). *
  * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
  * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
+ *
+ * Order decision (sorting with the filter, {@link FusedBackwardOptions.decideOrder}, default on).
+ * Sorting by mean logit gathers the rows that many tokens keep (LLM-like data: a Zipf head), but
+ * it scatters rows that are hot for *neighbouring tokens only*: on the `cce` recipe token n's
+ * peak is row n, so in the own order a token tile's hot rows fill one or two vocab tiles, and
+ * sorting spreads them over many (96.9% of tiles skipped instead of 99.95% at the paper's shape,
+ * and a 45% slower backward). The choice is made exactly, on the GPU, from the filter pass itself:
+ * the filter runs in the own order and, besides the own order's tile mask, records one bit per
+ * (token tile, vocabulary row) for "some token of the tile keeps this entry" (tT·|V|/8 bytes: 2 MB
+ * at the paper's shape, held in dC's output storage, which is written only after dE). A small
+ * pass forms the sorted order's tile mask from these bits (a tile is kept when any of its rows
+ * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps at least 5% fewer
+ * tiles than the own order ({@link SORT_MARGIN}: C read through the permutation costs a little
+ * per tile), else the order is reset to the identity. The dE and dC
+ * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
+ * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
+ * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
+ * non-zero word), and tT·(|V|/VT) lookups of VT bits each (the sorted mask, ~16 M bit reads).
+ * The kept-tile count is the right proxy: the dE and dC work is proportional to the kept tiles,
+ * and the filter's cost does not depend on the order.
  *
  * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
  * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
@@ -110,7 +149,7 @@ import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import {
   createTensor,
-  type DeviceTensor,
+  DeviceTensor,
   download,
   elementBytes,
   type TensorDtype,
@@ -229,13 +268,16 @@ function _staging(t: GemmTile, g: GemmTile): { a: number; b: number } {
   };
 }
 
-/** Workgroup memory of a gradient pass: GEMM staging, the P tile (TT·VT f32) and a flag. */
+/**
+ * Workgroup memory of a gradient pass: GEMM staging, the P tile (TT·VT f32), a flag, a range and
+ * the vocab tile's rows (VT u32, with sorting).
+ */
 export function backwardSharedBytes(bt: BackwardTile): number {
   const l = backwardGemmTiles(bt), g = backwardGradTiles(bt);
   return Math.max(
     ...(["dE", "dC"] as const).map((k) => {
       const st = _staging(l[k], g[k]);
-      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16;
+      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16 + 8 + bt.vocab * 4;
     }),
   );
 }
@@ -295,6 +337,12 @@ export interface TilePassKernelOptions {
    * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
    */
   rowSlices?: number;
+  /**
+   * dE with the filter only: the splits (S > 1) cut each token tile's *kept* tiles into S equal
+   * counts ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then
+   * binds `bounds` after the mask and reads P.lo as the split and P.hi as the segment's tiles.
+   */
+  balancedSplits?: number;
   dtype: Dtype;
   opts: LceOptions;
   /** Vocabulary size |V|. */
@@ -303,6 +351,11 @@ export interface TilePassKernelOptions {
   eps: number | null;
   /** Address classifier rows through the permutation `perm`. */
   sort: boolean;
+  /**
+   * E and C bound as 16-byte vectors, the logits product reading 16 bytes along k (bf16 only, and
+   * only where vecLoadsFit(tile with vec, "bf16", d) holds: the caller's promise).
+   */
+  vecLoads?: boolean;
   /**
    * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
    * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
@@ -329,7 +382,11 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const staging = _staging(t, gt);
   const filter = o.eps !== null;
   const TT = tile.tokens, VT = tile.vocab;
-  const st = wgslStorageType(o.dtype);
+  // bf16 with d a multiple of 8: E and C bound as 16-byte vectors, the logits product loads 16
+  // bytes along k; the gradient product's scalar loads read them through bf16_e/bf16_c below
+  const vec = o.vecLoads === true;
+  if (vec && o.dtype !== "bf16") throw new RangeError("tile pass: vector loads only for bf16");
+  const st = wgslStorageType(o.dtype, vec);
   const bindings: string[] = [];
   const bind = (decl: string) =>
     bindings.push(`@group(0) @binding(${bindings.length}) var<${decl};`);
@@ -342,8 +399,18 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
   if (filter) bind("storage, read> mask: array<u32>");
-  const vrow = (x: string) => (o.sort ? `perm[${x}]` : `(${x})`);
+  const balanced = dE && filter && o.balancedSplits !== undefined;
+  if (balanced) bind("storage, read> bounds: array<u32>");
+  // sorted: the vocab tile's rows perm[v0 … v0 + VT) are read once per tile into s_rows (every
+  // C load of the products would otherwise read perm again); x is in [v0, min(v0 + VT, vE))
+  const vrow = (x: string) => (o.sort ? `s_rows[(${x}) - v0]` : `(${x})`);
   const crow = (x: string) => `(${vrow(x)} - P.cR0)`;
+  const loadRows = o.sort
+    ? `for (var i = lid; i < ${VT}u; i += ${
+      tileThreads(t)
+    }u) { s_rows[i] = perm[min(v0 + i, P.vE - 1u)]; }
+      workgroupBarrier();`
+    : "";
   const slots = accSlots(t);
   const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
   const colKey = (s: (typeof slots)[0]) => `${s.h}_${s.c}`;
@@ -398,7 +465,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const logits = _logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: dE }, false);
+  const logits = _logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: dE, vec }, false);
   const grad = gemmMainloop({
     tile: gt,
     a: { dtype: "f32", contig: "k" },
@@ -419,17 +486,66 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   }, false);
   const tokTile = dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it";
   const maskIndex = `let mi = (P.tBase + ${tokTile}) * P.vTotal + P.vBase + ${dE ? "it" : "ot"};`;
+  // The dE pass walks a row of the mask (consecutive bits): it reads 32 tiles' bits at once and
+  // jumps to the next kept tile, so a skipped tile costs no barrier (the dC pass walks a column:
+  // one bit per token tile, a few dozen at most).
+  const wordWalk = filter && dE;
+  // balanced splits: this split's range of global vocab tiles, clamped to the segment
+  const range = balanced
+    ? `if (lid == 0u) {
+      let b = (P.tBase + ${tokTile}) * ${o.balancedSplits! + 1}u + P.lo;
+      let lo = min(max(bounds[b], P.vBase), P.vBase + P.hi) - P.vBase;
+      s_range = vec2<u32>(lo, min(max(bounds[b + 1u], P.vBase), P.vBase + P.hi) - P.vBase);
+    }
+    let rg = workgroupUniformLoad(&s_range);
+    workgroupBarrier(); // s_range is rewritten by the next owned tile
+    let lo_ = rg.x;
+    let hi_ = rg.y;`
+    : "let lo_ = P.lo;\n    let hi_ = P.hi;";
+  const walk = wordWalk
+    ? `${range}
+    var it = lo_;
+    loop {
+      if (it >= hi_) { break; }
+      ${maskIndex}
+      if (lid == 0u) { s_keep = mask[mi >> 5u] >> (mi & 31u); }
+      let bits = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next word
+      if (bits == 0u) { it = it + 32u - (mi & 31u); continue; }
+      it = it + countTrailingZeros(bits);
+      if (it >= hi_) { break; }
+      let v0 = P.vS + it * ${VT}u;
+      ${loadRows}`
+    : `for (var it = P.lo; it < P.hi; it++) {
+      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
+      ${filter ? maskIndex : ""}
+      ${
+      filter
+        ? `if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
+      let kept = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next tile
+      if (kept == 0u) { continue; }`
+        : ""
+    }
+      ${dE ? loadRows : ""}`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
   tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, _a: u32, _b: u32 };
 ${bindings.join("\n")}
-${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${
+    vec
+      ? "fn bf16_e(i: u32) -> f32 { return ld_e(i); }\nfn bf16_c(i: u32) -> f32 { return ld_c(i); }"
+      : ""
+  }
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
 var<workgroup> Ps: array<f32, ${t.bm * t.bn}>;
 ${filter ? "var<workgroup> s_keep: u32;" : ""}
+${balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
+${o.sort ? `var<workgroup> s_rows: array<u32, ${VT}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -437,18 +553,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${accNames.map((v) => `var ${v}: vec4<f32>;`).join(" ")}
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
     let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
-    ${outRows}
-    for (var it = P.lo; it < P.hi; it++) {
-      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
-      ${filter ? maskIndex : ""}
-      ${
-    filter
-      ? `if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
-      let kept = workgroupUniformLoad(&s_keep);
-      workgroupBarrier(); // s_keep is rewritten by the next tile
-      if (kept == 0u) { continue; }`
+    ${
+    !dE && o.sort
+      ? `workgroupBarrier(); // s_rows is rewritten
+    ${loadRows}`
       : ""
   }
+    ${outRows}
+    ${walk}
       ${zero}
       {
       ${logits}
@@ -465,6 +577,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         }
         ${rmw}
       }
+      ${wordWalk ? "it = it + 1u;" : ""}
     }
   }
 }
@@ -482,6 +595,13 @@ export interface FilterPassKernelOptions {
   v: number;
   eps: number;
   sort: boolean;
+  /**
+   * Also record, per token tile and vocabulary row, whether any of the tile's tokens keeps the
+   * entry (g ≥ ε): one bit per (token tile, row) in `hot` (row-major, P.hotWords words per token
+   * tile, zeroed beforehand; integer atomicOr). The pass then works in the vocabulary's own order
+   * (`sort` must be false): {@link sortedMaskWgsl} derives the sorted order's mask from the bits.
+   */
+  entryBits?: boolean;
   /**
    * E and C bound as 16-byte vectors and read 16 bytes at a time along k (only where
    * vecLoadsFit(filterTile, dtype, d) holds: the caller's promise).
@@ -559,6 +679,12 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   if (o.sort) bind("storage, read> perm: array<u32>");
   bind("storage, read_write> mask: array<atomic<u32>>");
   bind("storage, read_write> counter: array<atomic<u32>>");
+  const hot = o.entryBits === true;
+  if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
+  if (hot) bind("storage, read_write> hot: array<atomic<u32>>");
+  // words of the workgroup's entry bits per token sub-tile: columns v0 … v0 + bn − 1 from word
+  // v0 / 32 on
+  const HW = t.bn / 32 + 1;
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
   const slots = accSlots(t);
   const rowKey = (s: (typeof slots)[0]) => `${s.g}_${s.r}`;
@@ -579,29 +705,46 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
     : "";
   const test = slots.map((s) => {
     const r = rowKey(s), c = colKey(s);
-    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${s.expr}); let g = exp(z - tl_${r}) * softcap_grad(z)${smooth}; if (g >= EPS) { bits |= 1u << ((${s.row} / ${TT}u) * ${subV}u + (${s.col} / ${VT}u)); } }`;
+    const entry = hot
+      ? ` let hv = v0 + ${s.col}; atomicOr(&s_hot[(${s.row} / ${TT}u) * ${HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`
+      : "";
+    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${s.expr}); let g = exp(z - tl_${r}) * softcap_grad(z)${smooth}; if (g >= EPS) { bits |= 1u << ((${s.row} / ${TT}u) * ${subV}u + (${s.col} / ${VT}u));${entry} } }`;
   }).join("\n  ");
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 const EPS: f32 = ${f32Lit(o.eps)};
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
-  vBase: u32, vTotal: u32, _a: u32, _b: u32 };
+  vBase: u32, vTotal: u32, hotWords: u32, _b: u32 };
 ${bindings.join("\n")}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
+${hot ? `var<workgroup> s_hot: array<atomic<u32>, ${subT * HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
+  ${hot ? `if (lid < ${subT * HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   ${_logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${laneCode}
   var bits = 0u;
   ${test}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
+  ${
+    hot
+      ? `if (lid < ${subT * HW}u) {
+    let word = atomicLoad(&s_hot[lid]);
+    let ts = t0 + (lid / ${HW}u) * ${TT}u;
+    if (word != 0u && ts < P.tE) {
+      let row = P.tBase + (ts - P.tS) / ${TT}u;
+      atomicOr(&hot[row * P.hotWords + (v0 >> 5u) + lid % ${HW}u], word);
+    }
+  }`
+      : ""
+  }
   if (lid == 0u) {
     let flags = atomicLoad(&s_any);
     var kept = 0u;
@@ -626,6 +769,152 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /**
+ * WGSL of the balanced dE splits: one workgroup per token tile counts the kept tiles of its mask
+ * row (K), and writes S + 1 bounds: b_0 = 0, b_S = vTotal, and b_s = the global vocab tile index
+ * of its kept tile of rank ⌊s·K/S⌋ (vTotal when there is none), so split s walks the tiles [b_s,
+ * b_{s+1}) holding ⌊(s+1)·K/S⌋ − ⌊s·K/S⌋ kept tiles. Integer counts and a fixed-order
+ * workgroup scan: deterministic. Params: vTotal. Bindings: params, mask, bounds. Grid: tTotal.
+ */
+export function keptBoundsWgsl(splits: number): string {
+  const S = splits;
+  return `struct Params { vTotal: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> mask: array<u32>;
+@group(0) @binding(2) var<storage, read_write> bounds: array<u32>;
+var<workgroup> s_scan: array<u32, 256>;
+fn bit(i: u32) -> u32 { return (mask[i >> 5u] >> (i & 31u)) & 1u; }
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  let r = wg.x;
+  let row = r * P.vTotal;
+  let per = (P.vTotal + 255u) / 256u;
+  let a = min(lid * per, P.vTotal);
+  let b = min(a + per, P.vTotal);
+  var cnt = 0u;
+  for (var j = a; j < b; j++) { cnt += bit(row + j); }
+  s_scan[lid] = cnt;
+  workgroupBarrier();
+  for (var off = 1u; off < 256u; off = off << 1u) {
+    var x = 0u;
+    if (lid >= off) { x = s_scan[lid - off]; }
+    workgroupBarrier();
+    s_scan[lid] = s_scan[lid] + x;
+    workgroupBarrier();
+  }
+  let incl = s_scan[lid];
+  let excl = incl - cnt;
+  let K = s_scan[255];
+  let o = r * ${S + 1}u;
+  if (lid == 0u) {
+    bounds[o] = 0u;
+    bounds[o + ${S}u] = P.vTotal;
+  }
+  for (var s = 1u; s < ${S}u; s++) {
+    let rank = (s * K) / ${S}u;
+    if (rank >= K) {
+      if (lid == 0u) { bounds[o + s] = P.vTotal; }
+    } else if (excl <= rank && rank < incl) {
+      var seen = excl;
+      for (var j = a; j < b; j++) {
+        if (bit(row + j) != 0u) {
+          if (seen == rank) { bounds[o + s] = j; break; }
+          seen += 1u;
+        }
+      }
+    }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the sorted order's mask, from the filter's entry bits (see
+ * {@link FilterPassKernelOptions.entryBits}): one thread per (token tile, vocab tile of the sorted
+ * order in one segment) keeps the tile when any of its rows perm[p] has its bit set for the token
+ * tile; sets the tile's bit in the zeroed `maskS` and counts the kept tiles in counter[1] (integer
+ * atomics). Params: vS, vE, vBase, vTotal, tTotal, hotWords, tiles (of the segment). Bindings:
+ * params, perm, hot, maskS, counter. Grid: (⌈tiles/64⌉, tTotal).
+ */
+export function sortedMaskWgsl(tile: BackwardTile): string {
+  return `struct Params { vS: u32, vE: u32, vBase: u32, vTotal: u32, tTotal: u32, hotWords: u32,
+  tiles: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> perm: array<u32>;
+@group(0) @binding(2) var<storage, read> hot: array<u32>;
+@group(0) @binding(3) var<storage, read_write> maskS: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read_write> counter: array<atomic<u32>>;
+var<workgroup> s_count: atomic<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  if (lid == 0u) { atomicStore(&s_count, 0u); }
+  workgroupBarrier();
+  let j = wg.x * 64u + lid;
+  let r = wg.y;
+  if (j < P.tiles) {
+    let p0 = P.vS + j * ${tile.vocab}u;
+    let p1 = min(p0 + ${tile.vocab}u, P.vE);
+    var kept = false;
+    for (var p = p0; p < p1; p++) {
+      let row = perm[p];
+      if (((hot[r * P.hotWords + (row >> 5u)] >> (row & 31u)) & 1u) != 0u) { kept = true; break; }
+    }
+    if (kept) {
+      let mi = r * P.vTotal + P.vBase + j;
+      atomicOr(&maskS[mi >> 5u], 1u << (mi & 31u));
+      atomicAdd(&s_count, 1u);
+    }
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let k = atomicLoad(&s_count);
+    if (k != 0u) { atomicAdd(&counter[1], k); }
+  }
+}
+`;
+}
+
+/**
+ * The order decision's margin [a, b]: the sorted order is used when it keeps fewer than a/b of
+ * the own order's tiles (5% fewer). Reading C through the permutation scatters its rows, and the
+ * sort itself takes time, so a tie-level gain is not worth it (on lavapipe, `llm` fixture at
+ * 1024×8192×64, a sorted order keeping 0.7% fewer tiles ran the dE pass 30% slower; on the H200
+ * at 4096×24,576×2304 sorting keeps 8.6% fewer tiles and was 13% faster).
+ */
+export const SORT_MARGIN: readonly [number, number] = [19, 20];
+
+/** Whether the order decision takes the sorted order, from the two kept-tile counts. */
+export function sortedOrderWins(ownKept: number, sortedKept: number): boolean {
+  return SORT_MARGIN[1] * sortedKept < SORT_MARGIN[0] * ownKept;
+}
+
+/**
+ * WGSL of the order decision: the sorted order is kept when it keeps fewer tiles than the own
+ * order by the margin ({@link sortedOrderWins}, counts counter[0] of the filter pass and
+ * counter[1] of {@link sortedMaskWgsl}); then mask = maskS, else perm = identity (mask stays the
+ * own order's). Params: maskWords, v. Bindings: params, counter, maskS, mask, perm.
+ */
+export function orderSelectWgsl(): string {
+  return `struct Params { maskWords: u32, v: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> counter: array<u32>;
+@group(0) @binding(2) var<storage, read> maskS: array<u32>;
+@group(0) @binding(3) var<storage, read_write> mask: array<u32>;
+@group(0) @binding(4) var<storage, read_write> perm: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let sorted = ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0];
+  for (var i = gid.x; i < max(P.maskWords, P.v); i += nwg.x * 256u) {
+    if (sorted) {
+      if (i < P.maskWords) { mask[i] = maskS[i]; }
+    } else if (i < P.v) {
+      perm[i] = i;
+    }
+  }
+}
+`;
+}
+
+/**
  * The filter pass's GEMM tile: the plain product's fastest tile on hardware adapters
  * ({@link TILE_HW}: 128×128, 16-byte loads where d allows, [k][row] staging) when TT and VT divide
  * 128, else the dE pass's own tile.
@@ -637,23 +926,28 @@ export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   return backwardGemmTiles(bt).dE;
 }
 
-/** WGSL adding S−1 partial dE buffers to dE in order. Bindings: params, parts…, dE. */
-export function splitReduceWgsl(parts: number): string {
-  const decl = Array.from(
+/**
+ * WGSL adding `parts` partial dE blocks to dE in split order: dst[dOff + i] += Σ_j src[sOff + i +
+ * j·stride] for i < count (`inPlace`: src and dst are one binding, the slab holding dE's
+ * accumulator and its partials). Bindings: params {count, stride, sOff, dOff}, src, [dst].
+ */
+export function slabReduceWgsl(parts: number, inPlace: boolean): string {
+  const adds = Array.from(
     { length: parts },
-    (_, i) => `@group(0) @binding(${i + 1}) var<storage, read> p${i}: array<f32>;`,
-  ).join("\n");
-  const adds = Array.from({ length: parts }, (_, i) => `s = s + p${i}[i];`).join(" ");
-  return `struct Params { count: u32, _a: u32, _b: u32, _c: u32 };
+    (_, j) => `s = s + src[P.sOff + i + ${j}u * P.stride];`,
+  )
+    .join(" ");
+  const dst = inPlace ? "src" : "dst";
+  return `struct Params { count: u32, stride: u32, sOff: u32, dOff: u32 };
 @group(0) @binding(0) var<uniform> P: Params;
-${decl}
-@group(0) @binding(${parts + 1}) var<storage, read_write> outp: array<f32>;
+@group(0) @binding(1) var<storage, ${inPlace ? "read_write" : "read"}> src: array<f32>;
+${inPlace ? "" : "@group(0) @binding(2) var<storage, read_write> dst: array<f32>;"}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
-    var s = outp[i];
+    var s = ${dst}[P.dOff + i];
     ${adds}
-    outp[i] = s;
+    ${dst}[P.dOff + i] = s;
   }
 }
 `;
@@ -700,6 +994,48 @@ export function defaultDERowSlices(shape: Shape, tile: BackwardTile, splits: num
   return 1;
 }
 
+/** Most dE splits the filtered backward uses by default. */
+export const MAX_FILTERED_DE_SPLITS = 8;
+
+/**
+ * dE splits S with the filter: enough token tiles × splits to reach {@link DE_TARGET_WORKGROUPS}
+ * (at most {@link MAX_FILTERED_DE_SPLITS}: S = 4 at the paper's shape with 128-token tiles), and
+ * no more than dC's output storage holds as dE's f32 slabs (`fits(S)`), so that the splits cost no
+ * workspace. The splits cut each token tile's kept tiles into equal counts ({@link keptBoundsWgsl}),
+ * so they stay balanced however the kept tiles cluster in the vocabulary.
+ */
+export function defaultFilteredDESplits(
+  shape: Shape,
+  tile: BackwardTile,
+  fits: (splits: number) => boolean,
+): number {
+  const tokTiles = Math.ceil(shape.n / tile.tokens);
+  const vocTiles = Math.ceil(shape.v / tile.vocab);
+  let s = Math.max(
+    1,
+    Math.min(MAX_FILTERED_DE_SPLITS, vocTiles, Math.ceil(DE_TARGET_WORKGROUPS / tokTiles)),
+  );
+  while (s > 1 && !fits(s)) s--;
+  return s;
+}
+
+/**
+ * Whether `splits` dE splits keep dE's f32 slabs inside dC's output storage (no buffers of their
+ * own) for a problem, with the gradients' sharding under `limit`.
+ */
+export function dESlabsFitDC(
+  spec: Shape,
+  splits: number,
+  out16: boolean,
+  limit: number,
+): boolean {
+  const parts = out16 ? splits : splits - 1;
+  if (parts === 0) return true;
+  const per = gradRowsPerBinding(limit, spec.d, out16);
+  const sizes = _shardRows(spec.v, per).map((r) => _pad(r * spec.d * (out16 ? 2 : 4)));
+  return _slabRows(sizes, spec.n, spec.d, parts, out16 && spec.d % 2 === 1) !== undefined;
+}
+
 /** Options of {@link prepareFusedBackward}. */
 export interface FusedBackwardOptions {
   spec: Shape & { dtype: Dtype };
@@ -708,6 +1044,12 @@ export interface FusedBackwardOptions {
   filterEps: number | null;
   /** Sort the vocabulary by mean logit. */
   sort: boolean;
+  /**
+   * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
+   * vocabulary's own order (default true; see the module doc, "Order decision"); false: always
+   * the sorted order (the paper's rule).
+   */
+  decideOrder?: boolean;
   /** Tile (default {@link defaultBackwardTile}). */
   tile?: BackwardTile;
   /**
@@ -816,6 +1158,13 @@ export interface PreparedFusedBackward {
   workspaceBytes(layout?: WorkspaceLayout): number;
 }
 
+/** A slab of dE's f32 accumulators: `parts` copies of rows [r0, r0 + rows), j·rows apart. */
+interface _Slab {
+  buffer: TrackedBuffer;
+  r0: number;
+  rows: number;
+}
+
 interface _Segment extends VocabSegment {
   /** Tiles in the segment and global index of its first tile. */
   tiles: number;
@@ -835,6 +1184,74 @@ function _segments(total: number, tileRows: number, starts: number[][]): _Segmen
     base += tiles;
     return seg;
   });
+}
+
+/**
+ * Rows of dE's f32 accumulator slabs in buffers of the given byte sizes: slab i holds `parts`
+ * copies (part j at row offset j·rows) of a range of dE rows, the ranges consecutive from row 0
+ * (0 rows: buffer i unused); slab rows even, but the last, when `even`. Undefined when the
+ * buffers cannot hold all n rows.
+ */
+function _slabRows(
+  sizes: number[],
+  n: number,
+  d: number,
+  parts: number,
+  even: boolean,
+): number[] | undefined {
+  const out: number[] = [];
+  let r = 0;
+  for (const size of sizes) {
+    if (r >= n) break;
+    let k = Math.floor(size / (d * 4 * parts));
+    if (k >= n - r) k = n - r;
+    else if (even) k -= k % 2;
+    k = Math.max(0, k);
+    out.push(k);
+    r += k;
+  }
+  return r >= n ? out : undefined;
+}
+
+/** Rows per slab of the slabs allocated apart (when dC's storage cannot hold them). */
+function _ownSlabRows(limit: number, n: number, d: number, parts: number, even: boolean) {
+  let k = Math.floor(limit / (d * 4 * parts));
+  if (even) k -= k % 2;
+  if (k < 1) {
+    throw new GpuError("limits", `fused backward: ${parts} f32 rows of ${d} exceed one binding`);
+  }
+  return _shardRows(n, k);
+}
+
+/**
+ * Where dE's f32 accumulators go: `parts` copies of dE's rows (the 16-bit mode's accumulator and
+ * the S − 1 split partials). They are formed and reduced before dC is, so they live in dC's output
+ * buffers (sizes `dCSizes`) when those can hold them (v·d·2 ≥ parts·n·d·4 in one binding: |V| ≥
+ * 2·parts·n), else in buffers of their own (`own`, counted as workspace).
+ */
+function _slabPlan(o: {
+  dCSizes: number[];
+  n: number;
+  d: number;
+  parts: number;
+  even: boolean;
+  limit: number;
+}): { rows: number[]; own: boolean } {
+  if (o.parts === 0) return { rows: [], own: false };
+  const inDC = _slabRows(o.dCSizes, o.n, o.d, o.parts, o.even);
+  if (inDC) return { rows: inDC, own: false };
+  return { rows: _ownSlabRows(o.limit, o.n, o.d, o.parts, o.even), own: true };
+}
+
+/** First rows of the non-empty slabs of a plan. */
+function _slabStarts(rows: number[]): number[] {
+  const out: number[] = [];
+  let r = 0;
+  for (const k of rows) {
+    if (k > 0) out.push(r);
+    r += k;
+  }
+  return out;
 }
 
 function _shardRows(rows: number, per: number): number[] {
@@ -865,9 +1282,9 @@ export function maskBytes(tokenTiles: number, vocabTiles: number): number {
  * Bytes one record of the fused backward allocates besides dE and dC (uniform blocks aside),
  * exactly, for the shards of `layout`:
  *
- * - the dE partials ((S − 1)·n·d·4, sharded like dE; none with the filter's default S = 1);
- * - with a 16-bit output (gradDtype "input"), the f32 dE scratch (n·d·4), and dC's (v·d·4) when
- *   d is odd;
+ * - dE's f32 slabs (16-bit output: the accumulator and S − 1 partials; f32: the partials) only
+ *   where dC's output buffers cannot hold them (see the module doc: none when |V| ≥ 2·S·n);
+ * - with a 16-bit output (gradDtype "input") and d odd, dC's f32 scratch (v·d·4);
  * - the filter mask (one bit per backward tile, {@link maskBytes});
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
@@ -880,6 +1297,8 @@ export function fusedBackwardWorkspaceBytes(o: {
   opts: LceOptions;
   filter: boolean;
   sort: boolean;
+  /** The order decision (default true; see {@link FusedBackwardOptions.decideOrder}). */
+  decideOrder?: boolean;
   tile: BackwardTile;
   dESplits: number;
   /** Default "f32". */
@@ -894,14 +1313,36 @@ export function fusedBackwardWorkspaceBytes(o: {
   const out16 = gradOut16(spec.dtype, o.gradDtype) !== undefined;
   const perF32 = gradRowsPerBinding(limit, spec.d, out16);
   const dERows = _shardRows(spec.n, perF32), dCRows = _shardRows(spec.v, perF32);
-  const tok = _segments(spec.n, tile.tokens, [_starts(eRows), _starts(dERows)]);
+  const out16B = out16 ? 2 : 4;
+  const plan = _slabPlan({
+    dCSizes: dCRows.map((r) => _pad(r * spec.d * out16B)),
+    n: spec.n,
+    d: spec.d,
+    parts: out16 ? o.dESplits : o.dESplits - 1,
+    even: out16 && spec.d % 2 === 1,
+    limit,
+  });
+  const tok = _segments(spec.n, tile.tokens, [
+    _starts(eRows),
+    _starts(dERows),
+    _slabStarts(plan.rows),
+  ]);
   const voc = _segments(spec.v, tile.vocab, [_starts(cRows), _starts(dCRows)]);
   const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
   const f32Bytes = (rows: number[]) => rows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
-  let bytes = (o.dESplits - 1) * f32Bytes(dERows);
-  // 16-bit output: the f32 dE scratch, and dC's when d is odd
-  if (out16) bytes += f32Bytes(dERows) + (spec.d % 2 === 1 ? f32Bytes(dCRows) : 0);
+  const parts = out16 ? o.dESplits : o.dESplits - 1;
+  // dE's accumulator slabs when dC's storage cannot hold them; dC's f32 scratch when d is odd
+  let bytes = plan.own ? plan.rows.reduce((s, r) => s + _pad(r * spec.d * 4 * parts), 0) : 0;
+  if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
   if (o.filter) bytes += maskBytes(tT, vT);
+  if (o.filter && o.dESplits > 1) bytes += _pad(tT * (o.dESplits + 1) * 4); // split bounds
+  if (o.filter && o.sort && (o.decideOrder ?? true)) {
+    // the order decision: the sorted order's mask, and the entry bits unless dC's first buffer
+    // holds them
+    const hotBytes = tT * Math.ceil(spec.v / 32) * 4;
+    bytes += maskBytes(tT, vT);
+    if (_pad(dCRows[0] * spec.d * out16B) < hotBytes) bytes += _pad(hotBytes);
+  }
   if (o.sort || opts.beta > 0) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
   const cs = opts.beta > 0 ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
@@ -926,7 +1367,15 @@ export async function prepareFusedBackward(
   if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
     throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
   }
-  const splits = o.dESplits ?? (eps !== null ? 1 : defaultDESplits(spec, tile));
+  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  const splits = o.dESplits ??
+    (eps !== null
+      ? defaultFilteredDESplits(
+        spec,
+        tile,
+        (k) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes),
+      )
+      : defaultDESplits(spec, tile));
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
   }
@@ -934,6 +1383,7 @@ export async function prepareFusedBackward(
   const sliceRows = dESliceTile(tile, slices).tokens;
   const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: o.sort };
   const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
+  const decide = o.sort && eps !== null && (o.decideOrder ?? true);
   const filterPass = eps !== null && filterTile
     ? await ctx.pipeline(
       filterPassWgsl({
@@ -941,24 +1391,47 @@ export async function prepareFusedBackward(
         eps,
         filterTile,
         vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
+        sort: decide ? false : o.sort,
+        entryBits: decide,
       }),
       "fused_backward_filter",
     )
     : undefined;
-  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  // with the filter, splits cut the kept tiles of each token tile into equal counts
+  const balanced = eps !== null && splits > 1;
+  const keptBounds = balanced
+    ? await ctx.pipeline(keptBoundsWgsl(splits), "kept_bounds")
+    : undefined;
+  const sortedMask = decide ? await ctx.pipeline(sortedMaskWgsl(tile), "sorted_mask") : undefined;
+  const orderSelect = decide ? await ctx.pipeline(orderSelectWgsl(), "order_select") : undefined;
   // dC in place in 16 bits needs whole words per row (d even); else an f32 scratch and a cast
   const dCInPlace = out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined;
+  // 16-byte loads of bf16 E and C in the tile passes' logits products where d allows
+  const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
+    spec.dtype === "bf16" &&
+    vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
   const dCPass = await ctx.pipeline(
-    tilePassWgsl({ ...base, kind: "dC", out16: dCInPlace }),
+    tilePassWgsl({ ...base, kind: "dC", out16: dCInPlace, vecLoads: tileVec("dC", tile) }),
     "fused_backward_dC",
   );
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
   const dEPass = await ctx.pipeline(
-    tilePassWgsl({ ...base, kind: "dE", rowSlices: slices }),
+    tilePassWgsl({
+      ...base,
+      kind: "dE",
+      rowSlices: slices,
+      vecLoads: tileVec("dE", dESliceTile(tile, slices)),
+      balancedSplits: balanced ? splits : undefined,
+    }),
     "fused_backward_dE",
   );
+  // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
+  // the f32 output (slab parts 0…S−2)
   const reduce = splits > 1
-    ? await ctx.pipeline(splitReduceWgsl(splits - 1), "fused_backward_split_reduce")
+    ? await ctx.pipeline(
+      slabReduceWgsl(splits - 1, out16 !== undefined),
+      "fused_backward_split_reduce",
+    )
     : undefined;
   const sorter: PreparedVocabSort | undefined = o.sort
     ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts })
@@ -972,7 +1445,7 @@ export async function prepareFusedBackward(
   // One buffer of E's column partials serves the sort's Ē and the corrections' Σ_n w_n·E_n.
   const ePartials = sorter !== undefined || corrections.usesEPartials;
   const counter = eps !== null
-    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "workspace", label: "kept tiles" })
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 2, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
   const roundings = { dE: out16 ? 1 : 0, dC: out16 ? 1 : 0 };
@@ -990,6 +1463,7 @@ export async function prepareFusedBackward(
         opts,
         filter: eps !== null,
         sort: o.sort,
+        decideOrder: o.decideOrder,
         tile,
         dESplits: splits,
         gradDtype: o.gradDtype,
@@ -1001,7 +1475,9 @@ export async function prepareFusedBackward(
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
-      const kept = (await download(ctx, counter))[0];
+      // [own order's kept tiles, sorted order's (with the order decision)]: the chosen one's
+      const got = await download(ctx, counter);
+      const kept = decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
       return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
     },
     record(rec, a) {
@@ -1022,8 +1498,10 @@ export async function prepareFusedBackward(
           throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
         }
       }
-      // Gradient tensors: the outputs (f32 or 16-bit) and, with a 16-bit output, the f32 scratch
-      // the passes accumulate dE (and dC when d is odd) in, all sharded alike.
+      // Gradient tensors: the outputs (f32 or 16-bit), dC's f32 scratch (16-bit output, d odd),
+      // and dE's f32 accumulator slabs (16-bit output: the accumulator and the split partials;
+      // f32: the partials), in dC's output buffers when they fit (dE is finished before dC's
+      // storage is first written), else in buffers of their own.
       const per = gradRowsPerBinding(ctx.maxBindingBytes, d, out16 !== undefined);
       const grad = (
         rows: number,
@@ -1033,11 +1511,51 @@ export async function prepareFusedBackward(
       ) => createTensor(ctx, { dtype, rows, cols: d, role, label, maxRowsPerShard: per });
       const dEOut = grad(n, out16 ?? "f32", "dE", "output");
       const dCOut = grad(v, out16 ?? "f32", "dC", "output");
-      const dE = out16 ? grad(n, "f32", "dE f32 scratch", "workspace") : dEOut;
       const dC = out16 && !dCInPlace ? grad(v, "f32", "dC f32 scratch", "workspace") : dCOut;
+      const release: (TrackedBuffer | undefined)[] = [];
+      if (dC !== dCOut) release.push(...dC.shards.map((sh) => sh.buffer));
+      const parts = out16 ? splits : splits - 1;
+      const even = out16 !== undefined && d % 2 === 1;
+      const plan = _slabPlan({
+        dCSizes: dCOut.shards.map((sh) => sh.buffer.size),
+        n,
+        d,
+        parts,
+        even,
+        limit: ctx.maxBindingBytes,
+      });
+      const slabs: _Slab[] = [];
+      {
+        let r0 = 0;
+        plan.rows.forEach((rows, i) => {
+          if (rows === 0) return;
+          const buffer = plan.own
+            ? ctx.createBuffer({
+              size: _pad(rows * d * 4 * parts),
+              role: "workspace",
+              label: "dE f32 slab",
+            })
+            : dCOut.shards[i].buffer;
+          if (plan.own) release.push(buffer);
+          slabs.push({ buffer, r0, rows });
+          r0 += rows;
+        });
+      }
+      const slabOf = (row: number) => slabs.find((sl) => row < sl.r0 + sl.rows)!;
+      // dE's accumulator: the output itself (f32) or part 0 of the slabs (16-bit output)
+      const dE = out16
+        ? new DeviceTensor(
+          "f32",
+          n,
+          d,
+          slabs.map((sl) => ({ buffer: sl.buffer, rowStart: sl.r0, rows: sl.rows })),
+          "dE f32 accumulator",
+        )
+        : dEOut;
       const tok = _segments(n, tile.tokens, [
         e.shards.map((s) => s.rowStart),
-        dE.shards.map((s) => s.rowStart),
+        dEOut.shards.map((s) => s.rowStart),
+        slabs.map((sl) => sl.r0),
       ]);
       const voc = _segments(v, tile.vocab, [
         c.shards.map((s) => s.rowStart),
@@ -1054,10 +1572,6 @@ export async function prepareFusedBackward(
           `fused backward: the tile mask (${maskSize} bytes) exceeds one binding`,
         );
       }
-      const release: (TrackedBuffer | undefined)[] = [];
-      for (const t of new Set([dE, dC])) {
-        if (t !== dEOut && t !== dCOut) release.push(...t.shards.map((sh) => sh.buffer));
-      }
       const partials = ePartials
         ? ctx.createBuffer({
           size: columnPartialsBytes(e.shards.map((s) => s.rows), d),
@@ -1072,13 +1586,28 @@ export async function prepareFusedBackward(
         sorter.record(rec, { e, c, targets, count, perm, segments: voc, partials });
         release.push(perm);
       }
-      corrections.record(rec, { e, c, targets, w, dE, dC, ePartials: partials });
       let mask: TrackedBuffer | undefined;
       if (eps !== null) {
         mask = ctx.createBuffer({ size: maskSize, role: "workspace", label: "tile mask" });
         rec.clear(mask);
         rec.clear(counter!.shards[0].buffer);
         release.push(mask);
+      }
+      // the order decision: entry bits (in dC's first buffer when it holds them: dC is written
+      // only after dE) and the sorted order's mask
+      const hotWords = Math.ceil(v / 32);
+      const hotBytes = tTotal * hotWords * 4;
+      let hot: TrackedBuffer | undefined, maskS: TrackedBuffer | undefined;
+      if (decide) {
+        if (dCOut.shards[0].buffer.size >= hotBytes) hot = dCOut.shards[0].buffer;
+        else {
+          hot = ctx.createBuffer({ size: _pad(hotBytes), role: "workspace", label: "entry bits" });
+          release.push(hot);
+        }
+        rec.clear(hot, 0, Math.ceil(hotBytes / 4) * 4);
+        maskS = ctx.createBuffer({ size: maskSize, role: "workspace", label: "sorted tile mask" });
+        rec.clear(maskS);
+        release.push(maskS);
       }
       const tail = (): (TrackedBuffer | GPUBuffer)[] => {
         const b: TrackedBuffer[] = [lse.shards[0].buffer, w.shards[0].buffer];
@@ -1140,7 +1669,7 @@ export async function prepareFusedBackward(
                   ts.base,
                   vs.base,
                   vTotal,
-                  0,
+                  hotWords,
                   0,
                 ]),
                 "filter params",
@@ -1152,8 +1681,9 @@ export async function prepareFusedBackward(
                 lse.shards[0].buffer,
                 w.shards[0].buffer,
               ];
-              if (perm) bufs.push(perm);
+              if (perm && !decide) bufs.push(perm);
               bufs.push(mask, counter.shards[0].buffer);
+              if (hot) bufs.push(hot);
               // x = token tiles: neighbouring workgroups share a C tile, so C streams from memory
               // about once while E (n×d, small) stays in cache.
               p.dispatch(filterPass, rec.bindGroup(filterPass, bufs), gTok, gVoc);
@@ -1161,6 +1691,143 @@ export async function prepareFusedBackward(
           }
         });
       }
+      if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {
+        rec.pass("fused backward order decision", (p) => {
+          for (const vs of voc) {
+            const u = rec.uniform(
+              new Uint32Array([vs.start, vs.end, vs.base, vTotal, tTotal, hotWords, vs.tiles, 0]),
+              "sorted mask params",
+            );
+            const bufs = [u, perm, hot, maskS, counter.shards[0].buffer];
+            p.dispatch(
+              sortedMask,
+              rec.bindGroup(sortedMask, bufs),
+              Math.ceil(vs.tiles / 64),
+              tTotal,
+            );
+          }
+          const words = maskSize / 4;
+          const u = rec.uniform(new Uint32Array([words, v, 0, 0]), "order select params");
+          const bufs = [u, counter.shards[0].buffer, maskS, mask, perm];
+          p.dispatch(
+            orderSelect,
+            rec.bindGroup(orderSelect, bufs),
+            Math.min(Math.ceil(Math.max(words, v) / 256), 65535),
+          );
+        });
+      }
+      let bounds: TrackedBuffer | undefined;
+      if (keptBounds && mask) {
+        if (tTotal > 65535) throw new GpuError("limits", `fused backward: ${tTotal} token tiles`);
+        bounds = ctx.createBuffer({
+          size: _pad(tTotal * (splits + 1) * 4),
+          role: "workspace",
+          label: "dE split bounds",
+        });
+        release.push(bounds);
+        const kb = keptBounds;
+        rec.pass("fused backward kept bounds", (p) => {
+          const u = rec.uniform(new Uint32Array([vTotal, 0, 0, 0]), "kept bounds params");
+          p.dispatch(kb, rec.bindGroup(kb, [u, mask!, bounds!]), tTotal);
+        });
+      }
+      // dE's exact terms now, dC's after dE is complete (dE's slabs may live in dC's storage)
+      const { coefficients } = corrections.record(rec, {
+        e,
+        c,
+        targets,
+        w,
+        dE,
+        ePartials: partials,
+        part: "dE",
+      });
+      // split partials (parts ≥ 1 of the slabs, or ≥ 0 with an f32 output) start at zero
+      const first = out16 ? 1 : 0;
+      for (const sl of slabs) {
+        if (parts > first) {
+          const bytes = sl.rows * d * 4;
+          rec.clear(sl.buffer, first * bytes, (parts - first) * bytes);
+        }
+      }
+      rec.pass("fused backward dE", (p) => {
+        for (const ts of tok) {
+          const es = e.shardOf(ts.start);
+          const owned = Math.ceil((ts.end - ts.start) / sliceRows);
+          for (let s = 0; s < splits; s++) {
+            // split s accumulates into the output (f32, s = 0) or into slab part j at row offset
+            // j·rows (oR0 wraps around in u32: the kernel's (row − oR0)·d is then the offset)
+            let buffer: TrackedBuffer, oR0: number;
+            if (!out16 && s === 0) {
+              const os = dEOut.shardOf(ts.start);
+              buffer = os.buffer;
+              oR0 = os.rowStart;
+            } else {
+              const sl = slabOf(ts.start);
+              buffer = sl.buffer;
+              oR0 = (sl.r0 - (s - (out16 ? 0 : 1)) * sl.rows) >>> 0;
+            }
+            for (const vs of voc) {
+              // balanced splits: the kernel reads its range (P.lo = split, P.hi = tiles)
+              const lo = bounds ? s : Math.floor((s * vs.tiles) / splits);
+              const hi = bounds ? vs.tiles : Math.floor(((s + 1) * vs.tiles) / splits);
+              if (!bounds && lo >= hi) continue;
+              const cs = c.shardOf(vs.start);
+              const u = params(ts, es.rowStart, vs, cs.rowStart, oR0, owned, lo, hi);
+              const bufs = [u, es.buffer, cs.buffer, buffer, ...tail()];
+              if (bounds) bufs.push(bounds);
+              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
+            }
+          }
+        }
+      });
+      if (reduce) {
+        rec.pass("fused backward dE splits", (p) => {
+          for (const sl of slabs) {
+            const stride = sl.rows * d;
+            if (out16) {
+              // in place: part 0 (the accumulator) += parts 1…S−1
+              const u = rec.uniform(new Uint32Array([stride, stride, stride, 0]), "reduce params");
+              p.dispatch(
+                reduce,
+                rec.bindGroup(reduce, [u, sl.buffer]),
+                Math.min(Math.ceil(stride / 256), 65535),
+              );
+              continue;
+            }
+            // into the f32 output, piece by piece of its shards
+            const cuts = [sl.r0, ...dEOut.shards.map((sh) => sh.rowStart)].filter((r) =>
+              r >= sl.r0 && r < sl.r0 + sl.rows
+            );
+            const starts = [...new Set(cuts)].sort((x, y) => x - y);
+            starts.forEach((r0, i) => {
+              const r1 = i + 1 < starts.length ? starts[i + 1] : sl.r0 + sl.rows;
+              const os = dEOut.shardOf(r0);
+              const count = (r1 - r0) * d;
+              const u = rec.uniform(
+                new Uint32Array([count, stride, (r0 - sl.r0) * d, (r0 - os.rowStart) * d]),
+                "reduce params",
+              );
+              p.dispatch(
+                reduce,
+                rec.bindGroup(reduce, [u, sl.buffer, os.buffer]),
+                Math.min(Math.ceil(count / 256), 65535),
+              );
+            });
+          }
+        });
+      }
+      if (cast && dE !== dEOut) cast.record(rec, { src: dE, dst: dEOut });
+      // dC: its exact terms (overwriting whatever dE's slabs left in its storage), then the tiles
+      corrections.record(rec, {
+        e,
+        c,
+        targets,
+        w,
+        dC,
+        ePartials: partials,
+        part: "dC",
+        coefficients,
+      });
       rec.pass("fused backward dC", (p) => {
         for (const vs of voc) {
           const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
@@ -1172,49 +1839,7 @@ export async function prepareFusedBackward(
           }
         }
       });
-      const parts: DeviceTensor[] = [];
-      for (let s = 1; s < splits; s++) {
-        const t = grad(n, "f32", `dE split ${s}`, "workspace");
-        for (const sh of t.shards) rec.clear(sh.buffer);
-        parts.push(t);
-        release.push(...t.shards.map((sh) => sh.buffer));
-      }
-      rec.pass("fused backward dE", (p) => {
-        for (const ts of tok) {
-          const es = e.shardOf(ts.start);
-          const owned = Math.ceil((ts.end - ts.start) / sliceRows);
-          for (let s = 0; s < splits; s++) {
-            const os = (s === 0 ? dE : parts[s - 1]).shardOf(ts.start);
-            for (const vs of voc) {
-              const lo = Math.floor((s * vs.tiles) / splits);
-              const hi = Math.floor(((s + 1) * vs.tiles) / splits);
-              if (lo >= hi) continue;
-              const cs = c.shardOf(vs.start);
-              const u = params(ts, es.rowStart, vs, cs.rowStart, os.rowStart, owned, lo, hi);
-              const bufs = [u, es.buffer, cs.buffer, os.buffer, ...tail()];
-              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
-            }
-          }
-        }
-      });
-      if (reduce) {
-        rec.pass("fused backward dE splits", (p) => {
-          dE.shards.forEach((sh, i) => {
-            const count = sh.rows * d;
-            const u = rec.uniform(new Uint32Array([count, 0, 0, 0]), "reduce params");
-            const bufs = [u, ...parts.map((t) => t.shards[i].buffer), sh.buffer];
-            p.dispatch(
-              reduce,
-              rec.bindGroup(reduce, bufs),
-              Math.min(Math.ceil(count / 256), 65535),
-            );
-          });
-        });
-      }
-      if (cast) {
-        if (dE !== dEOut) cast.record(rec, { src: dE, dst: dEOut });
-        if (dC !== dCOut) cast.record(rec, { src: dC, dst: dCOut });
-      }
+      if (cast && dC !== dCOut) cast.record(rec, { src: dC, dst: dCOut });
       rec.release(...release);
       return { dE: dEOut, dC: dCOut };
     },

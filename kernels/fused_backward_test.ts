@@ -21,10 +21,13 @@ import {
   type BackwardTile,
   defaultDERowSlices,
   defaultDESplits,
+  defaultFilteredDESplits,
   defaultFilterEps,
+  dESlabsFitDC,
   dESliceTile,
   fusedBackwardWorkspaceBytes,
   prepareFusedBackward,
+  sortedOrderWins,
 } from "./fused_backward.ts";
 
 interface BackwardCase {
@@ -34,6 +37,7 @@ interface BackwardCase {
   dERowSlices?: number;
   filterEps: number | null;
   sort: boolean;
+  decideOrder?: boolean;
   /** Rows per shard of E and C (default one binding). */
   shardRows?: number;
   gradDtype?: "f32" | "input";
@@ -239,6 +243,60 @@ Deno.test({
     assert.deepEqual(runs.false.got.stats, { tilesSkipped: 2, tilesTotal: 10 });
     // sorted, the 5 hot rows come first: only vocab tile 0 is kept for each token tile.
     assert.deepEqual(runs.true.got.stats, { tilesSkipped: 8, tilesTotal: 10 });
+    // the order decision took the sorted order: the same gradients as always sorting
+    const always = await runBackward(ctx, x, o, "f32", {
+      filterEps: eps,
+      sort: true,
+      decideOrder: false,
+      dESplits: 2,
+      tile: BACKWARD_TILE_SMALL,
+      filterTile: TILE_HW,
+    });
+    assert.deepEqual(always.got.stats, runs.true.got.stats);
+    assert.deepEqual(always.got.dE, runs.true.got.dE);
+    assert.deepEqual(always.got.dC, runs.true.got.dC);
+  },
+});
+
+Deno.test({
+  name: "fused backward: the order decision keeps the own order where sorting scatters hot rows",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    // The cce recipe in small: token i's embedding is a scaled copy of classifier row i, so the
+    // hot entries lie on the diagonal (token tile k ↔ vocab tile k in the own order); sorting by
+    // mean logit puts the 130 hot rows first in an order unrelated to their tokens.
+    const n = 130, v = 257, d = 64;
+    const base = caseInputs({ n, v, d, dtype: "f32", beta: 0, seed: 8 });
+    const e = new Float32Array(n * d);
+    for (let i = 0; i < n; i++) {
+      let nrm = 0;
+      for (let k = 0; k < d; k++) nrm += base.c[i * d + k] ** 2;
+      for (let k = 0; k < d; k++) e[i * d + k] = Math.fround((40 / nrm) * base.c[i * d + k]);
+    }
+    const x: HostInputs = { ...base, e };
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    const eps = defaultFilterEps("bf16");
+    const run = (sort: boolean, decideOrder?: boolean) =>
+      runBackward(ctx, x, o, "f32", {
+        filterEps: eps,
+        sort,
+        decideOrder,
+        tile: BACKWARD_TILE_SMALL,
+      });
+    const own = await run(false), always = await run(true, false), decided = await run(true);
+    for (const [tag, r] of [["own", own], ["always", always], ["decided", decided]] as const) {
+      assertGrads(tag, r.got, r.ref, d);
+    }
+    // 3 token tiles × 5 vocab tiles: the own order keeps the 3 diagonal tiles
+    assert.deepEqual(own.got.stats, { tilesSkipped: 12, tilesTotal: 15 });
+    const keptAlways = 15 - always.got.stats.tilesSkipped;
+    assert.ok(keptAlways > 3, `sorting keeps ${keptAlways} tiles`);
+    // the decision takes the own order (identity order): bitwise the no-sorting result
+    assert.deepEqual(decided.got.stats, own.got.stats);
+    assert.deepEqual(decided.got.dE, own.got.dE);
+    assert.deepEqual(decided.got.dC, own.got.dC);
+    assert.deepEqual(decided.again.dC, decided.got.dC);
   },
 });
 
@@ -255,7 +313,28 @@ Deno.test("fused backward: default splits and row slices", () => {
     tokens: 32,
     tokensPerThread: 4,
   });
+  // with the filter: splits of the kept tiles, their slabs inside dC's storage (|V| ≥ 2·S·n)
+  const hw = 2 ** 31 - 4;
+  const fits = (shape: typeof paper, out16: boolean) => (k: number) =>
+    dESlabsFitDC(shape, k, out16, hw);
+  assert.equal(defaultFilteredDESplits(paper, BACKWARD_TILE_WIDE, fits(paper, true)), 4);
+  assert.equal(defaultDERowSlices(paper, BACKWARD_TILE_WIDE, 4), 1);
+  const llm = { n: 4096, v: 24576, d: 2304 };
+  // 32 token tiles want 8 splits; bf16 dC holds 24576·2 bytes per column: 3 f32 copies of dE
+  assert.equal(defaultFilteredDESplits(llm, BACKWARD_TILE_WIDE, fits(llm, true)), 3);
+  // f32 gradients: dC holds 6 partials, dE itself is the output
+  assert.equal(defaultFilteredDESplits(llm, BACKWARD_TILE_WIDE, fits(llm, false)), 7);
+  assert.equal(
+    defaultFilteredDESplits({ n: 70, v: 100, d: 33 }, BACKWARD_TILE_SMALL, () => false),
+    1,
+  );
   assert.throws(() => dESliceTile(BACKWARD_TILE_SMALL, 32), RangeError);
+  // the order decision's margin: sorted only with at least 5% fewer kept tiles
+  assert.equal(sortedOrderWins(5173, 4726), true); // llm fixture, H200, 4096×24,576
+  assert.equal(sortedOrderWins(2044, 2029), false);
+  assert.equal(sortedOrderWins(100, 95), false);
+  assert.equal(sortedOrderWins(100, 94), true);
+  assert.equal(sortedOrderWins(0, 0), false);
   // a 4-token slice cannot be cut further: the default falls back to what the tile allows
   const thin: BackwardTile = { ...BACKWARD_TILE_SMALL, tokens: 8, tokensPerThread: 4 };
   assert.equal(defaultDERowSlices({ n: 70, v: 257, d: 33 }, thin, 1), 2);
@@ -279,11 +358,12 @@ Deno.test("fused backward: workspace ≤ 2 MiB at the paper's shape with the fil
   const eParts = 32 * 2304 * 4, cParts = 32 * 2304 * 4, vec = 2304 * 4;
   const mask = Math.ceil((64 * (3641 + 360)) / 32) * 4 + 8; // 256,064 bits, 16-byte padded
   const target = 8192 * 4 + 8192 * 8; // coefficients, (target, token) pairs
-  // sort: order (|V| u32), Ē, key range; smoothing: ΣC, Σw·E, C's column-sum partials
-  const fused = 256000 * 4 + eParts + vec + 16 + mask + target + 2 * vec + cParts;
+  // sort: order (|V| u32), Ē, key range, the sorted order's mask (the order decision; its entry
+  // bits, 64 × 8000 words, live in dC's storage); smoothing: ΣC, Σw·E, C's column-sum partials
+  const fused = 256000 * 4 + eParts + vec + 16 + 2 * mask + target + 2 * vec + cParts;
   assert.equal(ws(0.1, true, true), fused);
-  assert.equal(fused, 1_771_808);
-  assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + mask + target);
+  assert.equal(fused, 1_803_824);
+  assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + 2 * mask + target);
   assert.equal(ws(0.1, true, false), eParts + mask + target + 2 * vec + cParts);
   assert.equal(ws(0, true, false), mask + target);
   for (const beta of [0.1, 0]) {
@@ -292,9 +372,10 @@ Deno.test("fused backward: workspace ≤ 2 MiB at the paper's shape with the fil
       assert.ok(b + rowWeights <= 2 * MiB, `β ${beta}, sort ${sort}: ${b} bytes`);
     }
   }
-  // without the filter: the default 4 splits keep 3 dE partials (3·n·d·4 = 216 MiB); one split
-  // (row slices only) keeps it within 2 MiB as well
-  assert.equal(ws(0.1, false, true, 4), 3 * 8192 * 2304 * 4 + fused - mask);
+  // without the filter: the default 4 splits' 3 dE partials (3·n·d·4 = 216 MiB) live in dC's
+  // f32 storage (formed and reduced before dC is written), so they cost no workspace; one split
+  // (row slices only) as well
+  assert.equal(ws(0.1, false, true, 4), fused - 2 * mask);
   assert.ok(ws(0.1, false, true, 1) + rowWeights <= 2 * MiB);
 });
 
@@ -321,10 +402,25 @@ Deno.test({
       bwd.workspaceBytes(layout),
       fusedBackwardWorkspaceBytes({ ...base, dESplits: 2, layout }),
     );
-    // one dE partial (75.5 MB) + 128 × 4001 mask bits + the rest as above
+    // the dE partial (75.5 MB) lives in dC's storage: one split's workspace and the split bounds
+    // (128 token tiles × 3 u32)
+    const bounds = 128 * 3 * 4;
     assert.equal(
       bwd.workspaceBytes(layout) - fusedBackwardWorkspaceBytes({ ...base, dESplits: 1, layout }),
-      8192 * 2304 * 4,
+      bounds,
+    );
+    // where dC cannot hold the partials (|V| < S·n for f32 gradients) they get their own buffers
+    const narrow = { n: 8192, v: 8000, d: 2304, dtype: "bf16" } as const;
+    const nb = { ...base, spec: narrow };
+    assert.equal(
+      fusedBackwardWorkspaceBytes({ ...nb, dESplits: 2, layout }) -
+        fusedBackwardWorkspaceBytes({ ...nb, dESplits: 1, layout }),
+      8192 * 2304 * 4 + bounds,
+    );
+    assert.equal(
+      fusedBackwardWorkspaceBytes({ ...nb, dESplits: 2, gradDtype: "input", layout }) -
+        fusedBackwardWorkspaceBytes({ ...nb, dESplits: 1, layout }),
+      2 * 8192 * 2304 * 4 + bounds,
     );
     const here = { maxBindingBytes: ctx.maxBindingBytes };
     assert.equal(
@@ -361,6 +457,8 @@ Deno.test({
       n?: number;
       filter: boolean;
       sort?: boolean;
+      /** dE splits (2 here: |V| < 4n, so dE's accumulator and partial get buffers of their own). */
+      splits?: number;
     }[] = [
       { dtype: "bf16", beta: 0.1, d: 34, filter: true },
       { dtype: "bf16", beta: 0, softcap: 4, d: 33, filter: true },
@@ -370,6 +468,11 @@ Deno.test({
       { dtype: "bf16", beta: 0.1, d: 34, n: 640, filter: false },
       { dtype: f16 as "bf16" | "f16", beta: 0.1, d: 34, n: 640, filter: false },
       { dtype: "bf16", beta: 0.1, d: 33, n: 640, filter: false },
+      { dtype: "bf16", beta: 0.1, softcap: 4, d: 33, filter: true, splits: 2 },
+      { dtype: "bf16", beta: 0.1, d: 34, filter: true, splits: 3 },
+      // d a multiple of 8: the tile passes' logits products load 16 bytes of bf16 at a time
+      { dtype: "bf16", beta: 0.1, softcap: 4, d: 40, filter: true },
+      { dtype: "bf16", beta: 0.1, d: 48, filter: false },
     ];
     const report: string[] = [];
     for (const [i, cs] of cases.entries()) {
@@ -386,6 +489,7 @@ Deno.test({
       const b: BackwardCase = {
         filterEps: cs.filter ? defaultFilterEps(cs.dtype) : null,
         sort: cs.sort ?? true,
+        dESplits: cs.splits,
       };
       const r16 = await runBackward(ctx, x, o, cs.dtype, { ...b, gradDtype: "input" });
       const r32 = await runBackward(ctx, x, o, cs.dtype, b);
@@ -422,26 +526,31 @@ Deno.test({
   },
 });
 
-Deno.test("fused backward: 16-bit gradients at the paper's shape: f32 dE scratch only", () => {
+Deno.test("fused backward: 16-bit gradients at the paper's shape within 2 MiB of the bound", () => {
   const spec = { n: 8192, v: 256000, d: 2304, dtype: "bf16" } as const;
   const layout = { maxBindingBytes: 2 ** 31 - 4 };
-  const ws = (gradDtype: "f32" | "input", d = 2304) =>
+  const ws = (gradDtype: "f32" | "input", d = 2304, dESplits = 1) =>
     fusedBackwardWorkspaceBytes({
       spec: { ...spec, d },
       opts: resolveOptions({ beta: 0.1 }),
       filter: true,
       sort: true,
       tile: BACKWARD_TILE_WIDE,
-      dESplits: 1,
+      dESplits,
       gradDtype,
       layout,
     });
-  assert.equal(ws("input") - ws("f32"), 8192 * 2304 * 4); // the f32 dE scratch
+  // dE's f32 accumulator (n·d·4) lives in dC's 16-bit storage (v·d·2 ≥ n·d·4) until dE is cast
+  assert.equal(ws("input"), ws("f32"));
   const MiB = 2 ** 20;
-  const peak = 8192 * 2304 * 2 + 256000 * 2304 * 2 + ws("input") + 8192 * 4;
-  assert.ok(peak <= 1235 * MiB, `${peak / MiB} MiB`);
-  // d odd: dC's f32 scratch as well (v·d·4), dE and dC scratch rows made even
+  const bound = (8192 + 256000) * 2304 * 2;
+  const peak = bound + ws("input") + 8192 * 4;
+  assert.ok(peak <= bound + 2 * MiB, `${(peak - bound) / MiB} MiB above the bound`);
+  // the default 4 balanced splits: the accumulator and 3 partials in dC's storage, 64 × 5 bounds
+  assert.equal(ws("input", 2304, 4), ws("input") + 64 * 5 * 4);
+  assert.ok(bound + ws("input", 2304, 4) + 8192 * 4 <= bound + 2 * MiB);
+  // d odd: dC's f32 scratch (v·d·4, rows made even); dE's accumulator still in dC's output
   const dOdd = 2303;
   const extra = ws("input", dOdd) - ws("f32", dOdd);
-  assert.ok(extra >= (8192 + 256000) * dOdd * 4 && extra < (8192 + 256000) * dOdd * 4 + MiB);
+  assert.ok(extra >= 256000 * dOdd * 4 && extra < 256000 * dOdd * 4 + MiB);
 });

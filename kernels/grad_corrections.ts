@@ -330,8 +330,19 @@ export interface GradCorrectionArgs {
    * Outputs (n×d and v×d, any row sharding): overwritten with the exact terms. dE is f32; dC is
    * f32, or the prepared 16-bit dtype (see `dC16` of {@link prepareGradCorrections}).
    */
-  dE: DeviceTensor;
-  dC: DeviceTensor;
+  dE?: DeviceTensor;
+  dC?: DeviceTensor;
+  /**
+   * Which outputs to write (default both, needing dE and dC): "dE" or "dC" records only the passes
+   * of that gradient (the target coefficients, needed by both, are then computed by each call), so
+   * that a caller can form dE completely before dC's storage is written.
+   */
+  part?: "dE" | "dC";
+  /**
+   * The target coefficients returned by the "dE" part's record, handed to the "dC" part so that
+   * they are computed and held once (the "dC" part releases them).
+   */
+  coefficients?: DeviceTensor;
   /**
    * Buffer for the column partials of Σ_n w_n·E_n (≥ columnPartialsBytes of E's shards, see
    * kernels/vocab_sort.ts), e.g. shared with the vocab sort; default: allocated by the call.
@@ -341,8 +352,11 @@ export interface GradCorrectionArgs {
 
 /** Compiled correction kernels. */
 export interface PreparedGradCorrections {
-  /** Records the passes that write the exact terms into dE and dC (see module doc). */
-  record(rec: Recorder, a: GradCorrectionArgs): void;
+  /**
+   * Records the passes that write the exact terms into dE and dC (see module doc). The "dE" part
+   * returns the target coefficients (β < 1) for the "dC" part.
+   */
+  record(rec: Recorder, a: GradCorrectionArgs): { coefficients?: DeviceTensor };
   /** {@link gradCorrectionsWorkspaceBytes} for this problem's options. */
   workspaceBytes(
     eShardRows: number[],
@@ -432,9 +446,13 @@ export async function prepareGradCorrections(
     record(rec, x) {
       const { e, c, targets, w, dE, dC } = x;
       const n = e.rows, d = e.cols;
-      if (dE.dtype !== "f32" || dC.dtype !== (dc16 ?? "f32") || (dc16 && d % 2 !== 0)) {
+      const doE = x.part !== "dC", doC = x.part !== "dE";
+      if (
+        (doE && dE?.dtype !== "f32") || (doC && dC?.dtype !== (dc16 ?? "f32")) ||
+        (dc16 && d % 2 !== 0)
+      ) {
         throw new RangeError(
-          `grad corrections: dE ${dE.dtype}, dC ${dC.dtype}, d ${d}; prepared for dC ${
+          `grad corrections: dE ${dE?.dtype}, dC ${dC?.dtype}, d ${d}; prepared for dC ${
             dc16 ?? "f32"
           }`,
         );
@@ -442,10 +460,10 @@ export async function prepareGradCorrections(
       const tg = targets.shards[0].buffer, wb = w.shards[0].buffer;
       const vec = (rows: number, label: string) =>
         createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
-      const a = target ? vec(n, "target coefficients") : undefined;
-      const csum = smooth ? vec(d, "Σ_v C_v") : undefined;
-      const rvec = smooth ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined;
-      if (a && coef) {
+      const a = target ? x.coefficients ?? vec(n, "target coefficients") : undefined;
+      const csum = smooth && doE ? vec(d, "Σ_v C_v") : undefined;
+      const rvec = smooth && doC ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined;
+      if (a && coef && !x.coefficients) {
         rec.pass("target coefficients", (p) => {
           if (!softcap) {
             const u = rec.uniform(new Uint32Array([n, 0, 0, 0]), "coef params");
@@ -471,8 +489,8 @@ export async function prepareGradCorrections(
           }
         });
       }
-      if (csum && rvec && colsum && wsum) {
-        colsum.record(rec, { c, out: csum });
+      if (csum && colsum) colsum.record(rec, { c, out: csum });
+      if (rvec && wsum) {
         wsum.record(rec, {
           x: e,
           weights: w,
@@ -482,27 +500,33 @@ export async function prepareGradCorrections(
         });
       }
       const dummy = w.shards[0].buffer;
-      rec.pass("dE exact terms", (p) => {
-        for (const os of dE.shards) {
-          c.shards.forEach((cs, ci) => {
-            if (ci > 0 && !target) return;
-            const u = rec.uniform(
-              new Uint32Array([os.rows, os.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
-              "dE init params",
-            );
-            const bufs = [
-              u,
-              cs.buffer,
-              tg,
-              a?.shards[0].buffer ?? dummy,
-              wb,
-              csum?.shards[0].buffer ?? dummy,
-              os.buffer,
-            ];
-            p.dispatch(deInit, rec.bindGroup(deInit, bufs), grid(os.rows * d, 256));
-          });
-        }
-      });
+      if (doE && dE) {
+        rec.pass("dE exact terms", (p) => {
+          for (const os of dE.shards) {
+            c.shards.forEach((cs, ci) => {
+              if (ci > 0 && !target) return;
+              const u = rec.uniform(
+                new Uint32Array([os.rows, os.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
+                "dE init params",
+              );
+              const bufs = [
+                u,
+                cs.buffer,
+                tg,
+                a?.shards[0].buffer ?? dummy,
+                wb,
+                csum?.shards[0].buffer ?? dummy,
+                os.buffer,
+              ];
+              p.dispatch(deInit, rec.bindGroup(deInit, bufs), grid(os.rows * d, 256));
+            });
+          }
+        });
+      }
+      if (!doC || !dC) {
+        if (csum) rec.release(csum.shards[0].buffer);
+        return { coefficients: a };
+      }
       rec.pass("dC smoothing term", (p) => {
         for (const ds of dC.shards) {
           const u = rec.uniform(new Uint32Array([ds.rows, d, 0, 0]), "dC init params");
@@ -555,6 +579,7 @@ export async function prepareGradCorrections(
         rec.release(pairs);
       }
       for (const t of [a, csum, rvec]) if (t) rec.release(t.shards[0].buffer);
+      return {};
     },
   };
 }

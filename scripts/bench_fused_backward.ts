@@ -1,0 +1,156 @@
+/**
+ * `deno run -A scripts/bench_fused_backward.ts [--fixture cce|llm] [--n N --v V --d D]
+ * [--dtype bf16|f16|f32] [--beta B] [--reps R] [--warmup W] [--configs a,b,…]`: the fused
+ * backward's configurations side by side, with the per-pass breakdown (GPU ms from timestamp
+ * queries, median over R reps after W warm-ups; each rep's forward runs untimed before it), the
+ * kept tiles and the peak bytes above the inputs and the forward's state.
+ *
+ * Configurations (`--configs`, default all): `ours` (the `fused` method: order decision, balanced
+ * dE splits in dC's storage), `always-sort` (sorted order always: the paper's rule), `nosort`
+ * (`fused-nosort`), `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices),
+ * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`), and any
+ * `s<S>r<R>` (ours with S dE splits and R row slices; more splits than dC's storage holds get
+ * slabs of their own, shown in the MiB column).
+ *
+ * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,
+ * 512 × 8192 × 256 on a software one.
+ * @module
+ */
+import { parseArgs } from "node:util";
+import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { makeDeviceInputs } from "../measure/inputs.ts";
+import { uploadGradOut } from "../methods/run.ts";
+import { fusedMethod, type FusedVariant } from "../methods/fused.ts";
+import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused_backward.ts";
+import type { LceMethod } from "../methods/types.ts";
+
+const BASE: FusedVariant = {
+  name: "bench",
+  label: "bench",
+  description: "bench",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: false,
+  gradDtype: "input",
+};
+
+/** The configurations, by name. */
+const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
+  ours: () => ({}),
+  "always-sort": () => ({ decideOrder: false }),
+  nosort: () => ({ sort: false }),
+  s1r4: (ctx) => ({
+    dESplits: 1,
+    dERowSlices: defaultBackwardTile(ctx) === BACKWARD_TILE_WIDE ? 4 : undefined,
+  }),
+  s8r1: () => ({ dESplits: 8, dERowSlices: 1 }),
+  f32grad: () => ({ gradDtype: "f32" }),
+};
+
+/** A named configuration, or `s<S>r<R>`: ours with S dE splits and R row slices. */
+function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | undefined {
+  if (CONFIGS[name]) return CONFIGS[name];
+  const m = /^s(\d+)r(\d+)$/.exec(name);
+  if (!m) return undefined;
+  return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+}
+
+const _median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
+};
+
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      fixture: { type: "string", default: "cce" },
+      n: { type: "string" },
+      v: { type: "string" },
+      d: { type: "string" },
+      dtype: { type: "string", default: "bf16" },
+      beta: { type: "string", default: "0.1" },
+      reps: { type: "string" },
+      warmup: { type: "string" },
+      configs: { type: "string" },
+    },
+  });
+  const ctx = await GpuContext.create();
+  try {
+    const soft = ctx.report.isFallbackAdapter;
+    const shape = {
+      n: intFlag("n", values.n, soft ? 512 : 8192),
+      v: intFlag("v", values.v, soft ? 8192 : 256000),
+      d: intFlag("d", values.d, soft ? 256 : 2304),
+    };
+    const dtype: Dtype = parseDtype(values.dtype!);
+    const opts = resolveOptions({ beta: numberFlag("beta", values.beta, 0.1) });
+    const reps = intFlag("reps", values.reps, 3), warmup = intFlag("warmup", values.warmup, 1);
+    const names = values.configs ? values.configs.split(",") : Object.keys(CONFIGS);
+    for (const n of names) {
+      if (!_config(n)) {
+        throw new Error(`unknown config '${n}' (${Object.keys(CONFIGS).join(", ")}, s<S>r<R>)`);
+      }
+    }
+    console.log(
+      `${ctx.report.description}: fused backward, ${values.fixture} ${shape.n}×${shape.v}×${shape.d} ` +
+        `${dtype}, β ${opts.beta}, median of ${reps} after ${warmup}`,
+    );
+    const di = await makeDeviceInputs(ctx, { ...shape, dtype, fixture: values.fixture! });
+    const gradOut = uploadGradOut(ctx, shape.n, opts, 1);
+    const spec = { ...shape, dtype };
+    for (const name of names) {
+      const m: LceMethod = fusedMethod({ ...BASE, ..._config(name)!(ctx), name });
+      try {
+        const p = await m.prepare(ctx, spec, opts);
+        const totals: number[] = [];
+        const passes = new Map<string, number[]>();
+        let peak = 0;
+        for (let r = 0; r < warmup + reps; r++) {
+          const frec = new Recorder(ctx);
+          const f = await p.forward(frec, di.inputs);
+          await frec.finish();
+          ctx.resetPeak();
+          const live = ctx.memory().liveBytes;
+          const rec = new Recorder(ctx);
+          const g = await p.backward(rec, di.inputs, f.saved, gradOut);
+          const t = await rec.finish();
+          peak = Math.max(peak, ctx.memory().peakBytes - live);
+          g.dE.destroy();
+          g.dC.destroy();
+          f.loss.destroy();
+          p.dispose(f.saved);
+          if (r < warmup) continue;
+          totals.push(t.gpuMs);
+          const per = new Map<string, number>();
+          for (const x of t.passes) per.set(x.label, (per.get(x.label) ?? 0) + x.gpuMs);
+          for (const [k, ms] of per) passes.set(k, [...(passes.get(k) ?? []), ms]);
+        }
+        const st = await p.stats?.();
+        p.release?.();
+        const kept = st && "tilesTotal" in st
+          ? `kept ${
+            (st.tilesTotal as number) - (st.tilesSkipped as number)
+          } of ${st.tilesTotal} tiles`
+          : "";
+        const mib = (peak / 2 ** 20).toFixed(1);
+        console.log(`\n${name}: bwd ${_median(totals).toFixed(2)} ms, ${mib} MiB, ${kept}`);
+        const rows = [...passes].map(([k, xs]) => [k, _median(xs)] as const)
+          .sort((a, b) => b[1] - a[1]);
+        for (const [k, ms] of rows) {
+          if (ms >= 0.05) console.log(`  ${ms.toFixed(2).padStart(9)}  ${k}`);
+        }
+      } catch (e) {
+        console.log(`\n${name}: failed: ${(e as Error).message}`);
+      }
+    }
+    gradOut.destroy();
+    di.destroy();
+  } finally {
+    ctx.destroy();
+  }
+}
+
+if (import.meta.main) await runCli(main);
