@@ -78,12 +78,15 @@ export class TrackedBuffer {
   get alive(): boolean {
     return this.#alive;
   }
-  /** Frees the buffer (the GPU keeps it until work already submitted is done). Idempotent. */
+  /**
+   * Frees the buffer (the GPU keeps it until work already submitted is done; the context may keep
+   * it for reuse, see {@link GpuContext.cacheLimitBytes}). Idempotent.
+   */
   destroy(): void {
     if (!this.#alive) return;
     this.#alive = false;
-    this.buffer.destroy();
     this.#ctx._untrack(this);
+    this.#ctx._recycle(this.buffer, this.size);
   }
 }
 
@@ -233,7 +236,20 @@ export class GpuContext {
     this.assertAlive();
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST |
       (o.usage ?? 0);
-    const buffer = this.device.createBuffer({ size, usage, label: o.label });
+    const cached = this.#cache.get(`${size}:${usage}`)?.pop();
+    let buffer: GPUBuffer;
+    if (cached) {
+      buffer = cached;
+      this.#cachedBytes -= size;
+      if (o.role !== "params" && !this.poison) {
+        // a new buffer reads as zeros in WebGPU: so does a reused one
+        const enc = this.device.createCommandEncoder();
+        enc.clearBuffer(buffer);
+        this.device.queue.submit([enc.finish()]);
+      }
+    } else {
+      buffer = this.device.createBuffer({ size, usage, label: o.label });
+    }
     const t = new TrackedBuffer(this, buffer, size, o.role);
     if (this.poison && o.role !== "params") {
       const chunk = new Uint8Array(Math.min(size, 1 << 24)).fill(0xff);
@@ -271,6 +287,43 @@ export class GpuContext {
   _untrack(t: TrackedBuffer): void {
     this.#live[t.role] -= t.size;
     this.#liveTotal -= t.size;
+  }
+
+  /**
+   * Freed buffers kept for reuse by a later {@link GpuContext.createBuffer} of the same size and
+   * usage, at most this many bytes (the rest are destroyed), as PyTorch's caching allocator keeps
+   * freed blocks: allocating gigabytes from the driver costs about 50 ms per GB on an H100, which
+   * would otherwise be paid by every repetition of a materialising method. Tracked memory counts
+   * live buffers only (like torch.cuda.memory_allocated); a reused buffer is cleared to zero (or
+   * poisoned), as a new one would be. 0 turns the cache off.
+   */
+  cacheLimitBytes = 0;
+  #cache = new Map<string, GPUBuffer[]>();
+  #cachedBytes = 0;
+
+  /** @internal called by TrackedBuffer.destroy: keeps the buffer for reuse or destroys it. */
+  _recycle(buffer: GPUBuffer, size: number): void {
+    if (this.lostReason || this.#cachedBytes + size > this.cacheLimitBytes) {
+      buffer.destroy();
+      return;
+    }
+    const key = `${size}:${buffer.usage}`;
+    const list = this.#cache.get(key) ?? [];
+    list.push(buffer);
+    this.#cache.set(key, list);
+    this.#cachedBytes += size;
+  }
+
+  /** Bytes of freed buffers kept for reuse now. */
+  get cachedBytes(): number {
+    return this.#cachedBytes;
+  }
+
+  /** Destroys every buffer kept for reuse (e.g. between methods, so one's blocks never crowd another's). */
+  releaseCache(): void {
+    for (const list of this.#cache.values()) for (const b of list) b.destroy();
+    this.#cache.clear();
+    this.#cachedBytes = 0;
   }
 
   /** Live and peak tracked bytes. */
@@ -402,6 +455,7 @@ export class GpuContext {
 
   /** Destroys the device. */
   destroy(): void {
+    this.releaseCache();
     this.device.destroy();
   }
 }

@@ -304,3 +304,68 @@ Deno.test("context: LCE_ADAPTER names a bad adapter choice", () => {
     else Deno.env.set("LCE_ADAPTER", old);
   }
 });
+
+Deno.test({
+  name:
+    "context: freed buffers reused within the cache limit read as zeros (or poison), bytes unchanged",
+  ...GPU_TEST,
+  async fn() {
+    for (const poison of [false, true]) {
+      const ctx = await GpuContext.create({ poison });
+      try {
+        ctx.cacheLimitBytes = 4096;
+        const t = createTensor(ctx, {
+          dtype: "f32",
+          rows: 4,
+          cols: 64,
+          role: "workspace",
+          label: "a",
+        });
+        const first = t.shards[0].buffer.buffer;
+        ctx.device.queue.writeBuffer(first, 0, new Float32Array(256).fill(7));
+        t.destroy();
+        assert.equal(ctx.memory().liveBytes, 0);
+        assert.equal(ctx.cachedBytes, 1024);
+        // same size: the same GPUBuffer, cleared (or poisoned), counted as live again
+        const u = createTensor(ctx, {
+          dtype: "f32",
+          rows: 4,
+          cols: 64,
+          role: "output",
+          label: "b",
+        });
+        assert.equal(u.shards[0].buffer.buffer, first);
+        assert.equal(ctx.cachedBytes, 0);
+        assert.equal(ctx.memory().liveBytes, 1024);
+        const got = await download(ctx, u);
+        assert.ok(got.every((x) => (poison ? Number.isNaN(x) : x === 0)), `poison ${poison}`);
+        // another size is a new buffer; past the limit a freed buffer is destroyed, not kept
+        const big = createTensor(ctx, {
+          dtype: "f32",
+          rows: 32,
+          cols: 64,
+          role: "workspace",
+          label: "c",
+        });
+        assert.notEqual(big.shards[0].buffer.buffer, first);
+        big.destroy();
+        assert.equal(ctx.cachedBytes, 0, "8 KiB exceed the 4 KiB limit");
+        u.destroy();
+        assert.equal(ctx.cachedBytes, 1024);
+        ctx.releaseCache();
+        assert.equal(ctx.cachedBytes, 0);
+        const v = createTensor(ctx, {
+          dtype: "f32",
+          rows: 4,
+          cols: 64,
+          role: "output",
+          label: "d",
+        });
+        assert.notEqual(v.shards[0].buffer.buffer, first);
+        v.destroy();
+      } finally {
+        ctx.destroy();
+      }
+    }
+  },
+});

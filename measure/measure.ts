@@ -129,9 +129,19 @@ export interface MeasureOptions {
    * with an OOM row. Default: {@link defaultMemoryBudget}.
    */
   budgetBytes?: number;
+  /**
+   * Freed bytes the context keeps for reuse while the method is measured (default
+   * {@link HARDWARE_CACHE_BYTES} / {@link SOFTWARE_CACHE_BYTES}; 0: none).
+   */
+  cacheBytes?: number;
   /** Called with each row as soon as it is known (progress output). */
   onRow?: (row: MeasureRow, ms: number) => void;
 }
+
+/** Freed bytes kept for reuse while a method is measured on a hardware adapter. */
+export const HARDWARE_CACHE_BYTES = 20 * 2 ** 30;
+/** The same on a software adapter (host memory). */
+export const SOFTWARE_CACHE_BYTES = 256 * 2 ** 20;
 
 /** Host RAM of the software adapter's machine is assumed to allow this much GPU memory. */
 export const SOFTWARE_BUDGET_BYTES = 8 * 2 ** 30;
@@ -201,31 +211,46 @@ export async function measureMethod(
   } catch (e) {
     return failAll(_errorText(e, ctx, undefined));
   }
-  for (const mode of o.modes) {
-    const t1 = performance.now();
-    const est = _estimateFor(estimate, mode);
-    if (est !== undefined && est > budget) {
-      emit(
-        _row(ctx, method, o, mode, {
-          error: `OOM: needs ${formatMiB(est)} (estimated; budget ${formatMiB(budget)})`,
-        }),
-        t1,
-      );
-      continue;
-    }
-    if (ctx.lostReason) {
-      emit(_row(ctx, method, o, mode, { error: `device lost: ${ctx.lostReason}` }), t1);
-      continue;
-    }
-    try {
-      const m = await _measureMode(ctx, prepared, o, mode);
-      emit(_row(ctx, method, o, mode, m), t1);
-    } catch (e) {
-      emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
-    }
+  // Freed buffers are kept for reuse while this method is measured (GpuContext.cacheLimitBytes:
+  // the repetitions of a materialising method would otherwise pay the driver's allocation of
+  // gigabytes each time, as PyTorch's caching allocator spares it), and released after it.
+  const cacheBefore = ctx.cacheLimitBytes;
+  ctx.cacheLimitBytes = o.cacheBytes ??
+    (ctx.report.isFallbackAdapter ? SOFTWARE_CACHE_BYTES : HARDWARE_CACHE_BYTES);
+  try {
+    await _measureModes();
+  } finally {
+    ctx.releaseCache();
+    ctx.cacheLimitBytes = cacheBefore;
   }
   prepared.release?.();
   return rows;
+
+  async function _measureModes() {
+    for (const mode of o.modes) {
+      const t1 = performance.now();
+      const est = _estimateFor(estimate, mode);
+      if (est !== undefined && est > budget) {
+        emit(
+          _row(ctx, method, o, mode, {
+            error: `OOM: needs ${formatMiB(est)} (estimated; budget ${formatMiB(budget)})`,
+          }),
+          t1,
+        );
+        continue;
+      }
+      if (ctx.lostReason) {
+        emit(_row(ctx, method, o, mode, { error: `device lost: ${ctx.lostReason}` }), t1);
+        continue;
+      }
+      try {
+        const m = await _measureMode(ctx, prepared, o, mode);
+        emit(_row(ctx, method, o, mode, m), t1);
+      } catch (e) {
+        emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
+      }
+    }
+  }
 }
 
 /** A failure of the leak check. */

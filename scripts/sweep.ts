@@ -99,7 +99,7 @@ export const SWEEP_COMMAND = defineCommand({
       type: "int",
       min: 1,
       help: "measured repetitions",
-      defaultText: "as table3: 3 on software; on hardware until 1 s per cell (3 to 20)",
+      defaultText: "as table3: 3 on software; on hardware until 0.6 s per cell (3 to 20)",
     },
     warmup: { type: "int", min: 0, help: "warm-up repetitions", defaultText: "1" },
     external: {
@@ -242,7 +242,7 @@ export async function sweepMain(args: string[]): Promise<void> {
     reduction: flags.reduction,
     reps,
     warmup,
-    // as table3: on hardware without --reps, each cell repeats until 1 s is measured (3 to 20)
+    // as table3: on hardware without --reps, each cell repeats until 0.6 s is measured (3 to 20)
     ...(software || flags.reps !== undefined
       ? {}
       : { targetMs: HARDWARE_TARGET_MS, maxReps: HARDWARE_MAX_REPS }),

@@ -60,7 +60,7 @@ export const SOFTWARE_WARMUP = 1;
  */
 export const HARDWARE_REPS = 3;
 /** GPU time per cell the repetitions aim at on a hardware adapter, ms (without `--reps`). */
-export const HARDWARE_TARGET_MS = 1000;
+export const HARDWARE_TARGET_MS = 600;
 /** Most measured repetitions per cell on a hardware adapter (without `--reps`). */
 export const HARDWARE_MAX_REPS = 20;
 /** Warm-up repetitions on a hardware adapter. */
