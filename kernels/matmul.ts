@@ -437,21 +437,39 @@ export async function prepareMatmul(
   const vaOk = canVec(k.aDtype, k.aTrans, t.bm), vbOk = canVec(k.bDtype, k.bTrans, t.bn);
   // f32 outputs written as vec4s where the tile asks for vector accesses
   const voOk = wide && t.vec === true;
-  // Pipelines by vector loads per operand and vector stores.
+  // Pipelines by vector loads per operand and vector stores: the fastest the tile allows, the same
+  // with scalar stores (outputs of a width not a multiple of 4), and all scalar; a dispatch takes
+  // the first of these its strides and offsets allow (compiling every combination would triple
+  // the preparation time for dispatches that do not occur at aligned shapes).
   const variants = new Map<string, GPUComputePipeline>();
-  for (const va of vaOk ? [false, true] : [false]) {
-    for (const vb of vbOk ? [false, true] : [false]) {
-      for (const vo of voOk ? [false, true] : [false]) {
-        variants.set(
-          `${va}${vb}${vo}`,
-          await ctx.pipeline(
-            matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb, vecOut: vo }),
-            `${label}${va || vb || vo ? "_vec" : ""}`,
-          ),
-        );
-      }
-    }
+  const key = (va: boolean, vb: boolean, vo: boolean) => `${va}${vb}${vo}`;
+  const wanted: [boolean, boolean, boolean][] = [[vaOk, vbOk, voOk], [vaOk, vbOk, false], [
+    false,
+    false,
+    false,
+  ]];
+  for (const [va, vb, vo] of wanted) {
+    if (variants.has(key(va, vb, vo))) continue;
+    variants.set(
+      key(va, vb, vo),
+      await ctx.pipeline(
+        matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb, vecOut: vo }),
+        `${label}${va || vb || vo ? "_vec" : ""}`,
+      ),
+    );
   }
+  const pick = (va: boolean, vb: boolean, vo: boolean) => {
+    const tries: [boolean, boolean, boolean][] = [[va, vb, vo], [va, vb, false], [
+      false,
+      false,
+      false,
+    ]];
+    for (const [a, b, o] of tries) {
+      const pl = variants.get(key(a, b, o));
+      if (pl) return { pl, va: a, vb: b };
+    }
+    throw new Error("matmul: no pipeline variant"); // unreachable: the scalar one exists
+  };
   const reduce = await ctx.pipeline(splitKReduceWgsl(outDtype), `${label} split-K sum`);
   let lastVariant = { vecA: false, vecB: false, splitK: 1 };
   const slicesOf = (m: number, n: number, k: number, splitK: number | "auto" | undefined) =>
@@ -561,8 +579,8 @@ export async function prepareMatmul(
           // vec4 stores: every row of the output region and of the partials starts at a
           // multiple of 4 floats
           const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
-          lastVariant = { vecA: va, vecB: vb, splitK: d.slices };
-          const pl = variants.get(`${va}${vb}${vo}`)!;
+          const { pl, va: usedA, vb: usedB } = pick(va, vb, vo);
+          lastVariant = { vecA: usedA, vecB: usedB, splitK: d.slices };
           const u = rec.uniform(words, "matmul params");
           p.dispatch(
             pl,
