@@ -41,10 +41,12 @@
  *    (jumping to the next kept tile: a skipped tile costs no barrier); for the tiles the mask
  *    keeps (the bit of the backward tile holding the slice: conservative for the slice, so still
  *    exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE
- *    rows, d in chunks of VT columns. Split s accumulates into part s of the f32 slabs (16-bit
- *    output; with an f32 output split 0 into dE itself), zeroed beforehand. With the filter the
- *    splits are runs of equal kept-tile counts (balanced however the kept tiles cluster), without
- *    it S contiguous ranges of vocab tiles.
+ *    rows, d in chunks of VT columns. The splits are the grid's y dimension (one dispatch, so
+ *    they run side by side: dispatches writing one buffer would be ordered one after the other);
+ *    split s accumulates into part s of the f32 slabs (part 0 holds the exact terms with a 16-bit
+ *    output; the other parts, and all with an f32 output, start at zero; one split into f32
+ *    accumulates into dE itself). With the filter the splits are runs of equal kept-tile counts
+ *    (balanced however the kept tiles cluster), without it S contiguous ranges of vocab tiles.
  * 7. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 8. dC's exact terms, then pass `dC`: one workgroup owns a vocab tile (VT classifier rows, in
  *    sorted order when sorting) and walks the token tiles in order; for each tile the mask keeps
@@ -55,7 +57,7 @@
  *
  * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape
  * with 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need
- * (S − 1)·n·d·4 bytes of partials (226 MB at the paper's shape for S = 4), which live in dC's
+ * n·d·4 bytes of partials per split (302 MB at the paper's shape for S = 4), which live in dC's
  * storage while dE is formed (see "Gradient dtype" below), so they cost no workspace where
  * |V| ≥ 2·S·n ({@link dESlabsFitDC}).
  * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
@@ -98,11 +100,12 @@
  *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
  *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
  *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
- *   |V| ≥ 2·S·n in a binding (the paper's shape: 256,000 ≥ 16,384). Only where they do not fit
+ *   |V| ≥ 2·S·n in a binding (the paper's shape, S = 4: 256,000 ≥ 65,536). Only where they do not fit
  *   (small |V|, or many splits) do they get buffers of their own ("slabs", counted as workspace).
- *   The same holds for the split partials of f32 gradients (in dC's f32 storage when |V| ≥
- *   (S − 1)·n). Order of the record: sort, dE's exact terms, filter, dE pass, split reduction,
- *   cast of dE, dC's exact terms, dC pass (and dC's cast when d is odd).
+ *   The same holds for the S split partials of f32 gradients (in dC's f32 storage when |V| ≥
+ *   S·n; they are added to dE at the end). The errors are those of one f32 accumulation and one rounding, as before the
+ *   move (at the gate's shape, bf16, β = 0.1: dE 2.45e-3, dC 4.71e-3 of the max |value|, the
+ *   committed baseline's figures).
  * Measured against float64 (kernels/fused_backward_test.ts, max |error| / max |value|, 70×257,
  * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
  * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
@@ -338,11 +341,19 @@ export interface TilePassKernelOptions {
    */
   rowSlices?: number;
   /**
-   * dE with the filter only: the splits (S > 1) cut each token tile's *kept* tiles into S equal
-   * counts ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then
-   * binds `bounds` after the mask and reads P.lo as the split and P.hi as the segment's tiles.
+   * dE only: splits S (default 1), the grid's y dimension (split = workgroup_id.y, so that the
+   * splits of one dispatch run side by side: separate dispatches writing one buffer are ordered).
+   * Split s walks vocab tiles [⌊s·T/S⌋, ⌊(s+1)·T/S⌋) of the segment's T = P.hi tiles, or with
+   * `balanced` the range from `bounds`, and accumulates into rows (row − P.oR0 + s·P.sRows) of
+   * its output binding (the slab part s).
    */
-  balancedSplits?: number;
+  splits?: number;
+  /**
+   * dE with the filter only: the splits cut each token tile's *kept* tiles into S equal counts
+   * ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then binds
+   * `bounds` after the mask.
+   */
+  balanced?: boolean;
   dtype: Dtype;
   opts: LceOptions;
   /** Vocabulary size |V|. */
@@ -368,8 +379,10 @@ export interface TilePassKernelOptions {
  * WGSL of a tile pass (see the module doc). Params: tS, tE (token segment), eR0 (E shard's first
  * row), vS, vE (vocab segment, positions), cR0 (C shard's first row), oR0 (output shard's first
  * row), d, tBase, vBase (global tile index of the segments' first tiles), vTotal (vocab tiles in
- * all), nOuter (owned tiles or slices), lo, hi (range of walked tiles). Bindings: params, e, c,
- * out, lse, w, [perm], [mask] (read: one bit per backward tile, written by the filter pass).
+ * all), nOuter (owned tiles or slices), lo, hi (range of walked tiles; dE: lo 0, hi the
+ * segment's tiles, cut by the splits), sRows (dE: rows between the splits' slab parts). Bindings:
+ * params, e, c, out, lse, w, [perm], [mask] (read: one bit per backward tile, written by the
+ * filter pass), [bounds] (balanced splits).
  */
 export function tilePassWgsl(o: TilePassKernelOptions): string {
   const dE = o.kind === "dE";
@@ -399,7 +412,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   bind("storage, read> w: array<f32>");
   if (o.sort) bind("storage, read> perm: array<u32>");
   if (filter) bind("storage, read> mask: array<u32>");
-  const balanced = dE && filter && o.balancedSplits !== undefined;
+  const nSplits = dE ? o.splits ?? 1 : 1;
+  const balanced = dE && filter && o.balanced === true && nSplits > 1;
   if (balanced) bind("storage, read> bounds: array<u32>");
   // sorted: the vocab tile's rows perm[v0 … v0 + VT) are read once per tile into s_rows (every
   // C load of the products would otherwise read perm again); x is in [v0, min(v0 + VT, vE))
@@ -442,7 +456,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   );
   const outRows = rowLanes.map((l) =>
     dE
-      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - P.oR0) * P.d, ov_${l.key});`
+      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
       : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
         vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
       } - P.oR0) * P.d, ov_${l.key});`
@@ -493,7 +507,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   // balanced splits: this split's range of global vocab tiles, clamped to the segment
   const range = balanced
     ? `if (lid == 0u) {
-      let b = (P.tBase + ${tokTile}) * ${o.balancedSplits! + 1}u + P.lo;
+      let b = (P.tBase + ${tokTile}) * ${nSplits + 1}u + split;
       let lo = min(max(bounds[b], P.vBase), P.vBase + P.hi) - P.vBase;
       s_range = vec2<u32>(lo, min(max(bounds[b + 1u], P.vBase), P.vBase + P.hi) - P.vBase);
     }
@@ -501,6 +515,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
     workgroupBarrier(); // s_range is rewritten by the next owned tile
     let lo_ = rg.x;
     let hi_ = rg.y;`
+    : nSplits > 1
+    ? `let lo_ = (split * P.hi) / ${nSplits}u;\n    let hi_ = ((split + 1u) * P.hi) / ${nSplits}u;`
     : "let lo_ = P.lo;\n    let hi_ = P.hi;";
   const walk = wordWalk
     ? `${range}
@@ -516,7 +532,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
       if (it >= hi_) { break; }
       let v0 = P.vS + it * ${VT}u;
       ${loadRows}`
-    : `for (var it = P.lo; it < P.hi; it++) {
+    : `${dE ? range : ""}
+    for (var it = ${dE ? "lo_" : "P.lo"}; it < ${dE ? "hi_" : "P.hi"}; it++) {
       let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
       ${filter ? maskIndex : ""}
       ${
@@ -531,7 +548,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
-  tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, _a: u32, _b: u32 };
+  tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, sRows: u32, _b: u32 };
 ${bindings.join("\n")}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${
@@ -551,6 +568,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         @builtin(num_workgroups) nwg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   ${accNames.map((v) => `var ${v}: vec4<f32>;`).join(" ")}
+  ${
+    dE
+      ? "let split = wg.y;\n  let oR0 = P.oR0 - split * P.sRows; // u32 wrap: slab part `split`"
+      : ""
+  }
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
     let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
     ${
@@ -961,8 +983,8 @@ export const DE_TARGET_WORKGROUPS = 256;
  * GPU busy (about {@link DE_TARGET_WORKGROUPS}; with one workgroup per SM the pass ran at a quarter
  * of the GEMM's speed on an H200), at most 4 and at most the vocab tiles, and at most as many
  * partial buffers (S − 1 of n×d f32) as fit in max(3·dE, 64 MiB): S = 4 at the paper's shape with
- * 128-token tiles (226 MB of partials). With the filter the backward uses S = 1 (no partials) and
- * gets its parallelism from row slices ({@link defaultDERowSlices}).
+ * 128-token tiles (the partials live in dC's storage where it holds them). With the filter see
+ * {@link defaultFilteredDESplits}.
  */
 export function defaultDESplits(shape: Shape, tile: BackwardTile): number {
   const tokTiles = Math.ceil(shape.n / tile.tokens);
@@ -1029,7 +1051,7 @@ export function dESlabsFitDC(
   out16: boolean,
   limit: number,
 ): boolean {
-  const parts = out16 ? splits : splits - 1;
+  const parts = _slabParts(out16, splits);
   if (parts === 0) return true;
   const per = gradRowsPerBinding(limit, spec.d, out16);
   const sizes = _shardRows(spec.v, per).map((r) => _pad(r * spec.d * (out16 ? 2 : 4)));
@@ -1053,8 +1075,8 @@ export interface FusedBackwardOptions {
   /** Tile (default {@link defaultBackwardTile}). */
   tile?: BackwardTile;
   /**
-   * Splits S of the dE pass (S − 1 partial n×d f32 buffers; default 1 with the filter,
-   * {@link defaultDESplits} without).
+   * Splits S of the dE pass (n×d f32 partials, in dC's storage where it holds them;
+   * default {@link defaultFilteredDESplits} with the filter, {@link defaultDESplits} without).
    */
   dESplits?: number;
   /** Row slices of the dE pass (default {@link defaultDERowSlices}). */
@@ -1063,8 +1085,8 @@ export interface FusedBackwardOptions {
   filterTile?: GemmTile;
   /**
    * Dtype of the returned gradients (default "f32"): "input" returns them in the input dtype
-   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in an f32
-   * scratch cast at the end; see the module doc), f32 otherwise.
+   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in f32 inside
+   * dC's storage and cast at the end; see the module doc), f32 otherwise.
    */
   gradDtype?: GradDtype;
 }
@@ -1078,11 +1100,14 @@ export function gradOut16(dtype: Dtype, gradDtype: GradDtype | undefined): Dtype
 }
 
 /**
- * Rows per binding of the gradients and their f32 scratch: as createTensor makes f32 rows, made
- * even with a 16-bit output of odd width (its shards start at even elements), so that the f32
- * scratch and the 16-bit output are sharded alike (the cast works shard by shard).
+ * Rows per binding of the gradients (and of dC's f32 scratch): a 16-bit output of even width is
+ * sharded as createTensor makes 16-bit rows (at the paper's shape dC is then one binding, one
+ * vocab segment: one dispatch per pass); otherwise as it makes f32 rows, made even with a
+ * 16-bit output of odd width (its shards start at even elements), so that dC's f32 scratch and
+ * its 16-bit output are sharded alike.
  */
 export function gradRowsPerBinding(limit: number, d: number, out16: boolean): number {
+  if (out16 && d % 2 === 0) return _rowsPer(limit, "bf16", d);
   let per = _rowsPer(limit, "f32", d);
   if (out16 && d % 2 === 1) {
     per -= per % 2;
@@ -1243,6 +1268,14 @@ function _slabPlan(o: {
   return { rows: _ownSlabRows(o.limit, o.n, o.d, o.parts, o.even), own: true };
 }
 
+/**
+ * f32 copies of dE's rows in the slabs: S (the 16-bit output's accumulator and S − 1 partials,
+ * or with an f32 output S partials added to dE at the end), none for one split into f32.
+ */
+function _slabParts(out16: boolean, splits: number): number {
+  return out16 || splits > 1 ? splits : 0;
+}
+
 /** First rows of the non-empty slabs of a plan. */
 function _slabStarts(rows: number[]): number[] {
   const out: number[] = [];
@@ -1318,7 +1351,7 @@ export function fusedBackwardWorkspaceBytes(o: {
     dCSizes: dCRows.map((r) => _pad(r * spec.d * out16B)),
     n: spec.n,
     d: spec.d,
-    parts: out16 ? o.dESplits : o.dESplits - 1,
+    parts: _slabParts(out16, o.dESplits),
     even: out16 && spec.d % 2 === 1,
     limit,
   });
@@ -1330,7 +1363,7 @@ export function fusedBackwardWorkspaceBytes(o: {
   const voc = _segments(spec.v, tile.vocab, [_starts(cRows), _starts(dCRows)]);
   const tT = tok.reduce((s, g) => s + g.tiles, 0), vT = voc.reduce((s, g) => s + g.tiles, 0);
   const f32Bytes = (rows: number[]) => rows.reduce((s, r) => s + _pad(r * spec.d * 4), 0);
-  const parts = out16 ? o.dESplits : o.dESplits - 1;
+  const parts = _slabParts(out16, o.dESplits);
   // dE's accumulator slabs when dC's storage cannot hold them; dC's f32 scratch when d is odd
   let bytes = plan.own ? plan.rows.reduce((s, r) => s + _pad(r * spec.d * 4 * parts), 0) : 0;
   if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
@@ -1421,15 +1454,16 @@ export async function prepareFusedBackward(
       kind: "dE",
       rowSlices: slices,
       vecLoads: tileVec("dE", dESliceTile(tile, slices)),
-      balancedSplits: balanced ? splits : undefined,
+      splits,
+      balanced,
     }),
     "fused_backward_dE",
   );
   // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
-  // the f32 output (slab parts 0…S−2)
+  // the f32 output (slab parts 0…S−1)
   const reduce = splits > 1
     ? await ctx.pipeline(
-      slabReduceWgsl(splits - 1, out16 !== undefined),
+      slabReduceWgsl(out16 !== undefined ? splits - 1 : splits, out16 !== undefined),
       "fused_backward_split_reduce",
     )
     : undefined;
@@ -1514,7 +1548,7 @@ export async function prepareFusedBackward(
       const dC = out16 && !dCInPlace ? grad(v, "f32", "dC f32 scratch", "workspace") : dCOut;
       const release: (TrackedBuffer | undefined)[] = [];
       if (dC !== dCOut) release.push(...dC.shards.map((sh) => sh.buffer));
-      const parts = out16 ? splits : splits - 1;
+      const parts = _slabParts(out16 !== undefined, splits);
       const even = out16 !== undefined && d % 2 === 1;
       const plan = _slabPlan({
         dCSizes: dCOut.shards.map((sh) => sh.buffer.size),
@@ -1624,6 +1658,7 @@ export async function prepareFusedBackward(
         nOuter: number,
         lo: number,
         hi: number,
+        sRows = 0,
       ) =>
         rec.uniform(
           new Uint32Array([
@@ -1641,7 +1676,7 @@ export async function prepareFusedBackward(
             nOuter,
             lo,
             hi,
-            0,
+            sRows,
             0,
           ]),
           "fused backward params",
@@ -1741,7 +1776,7 @@ export async function prepareFusedBackward(
         ePartials: partials,
         part: "dE",
       });
-      // split partials (parts ≥ 1 of the slabs, or ≥ 0 with an f32 output) start at zero
+      // split partials (parts ≥ 1 of the slabs; all parts with an f32 output) start at zero
       const first = out16 ? 1 : 0;
       for (const sl of slabs) {
         if (parts > first) {
@@ -1753,30 +1788,27 @@ export async function prepareFusedBackward(
         for (const ts of tok) {
           const es = e.shardOf(ts.start);
           const owned = Math.ceil((ts.end - ts.start) / sliceRows);
-          for (let s = 0; s < splits; s++) {
-            // split s accumulates into the output (f32, s = 0) or into slab part j at row offset
-            // j·rows (oR0 wraps around in u32: the kernel's (row − oR0)·d is then the offset)
-            let buffer: TrackedBuffer, oR0: number;
-            if (!out16 && s === 0) {
-              const os = dEOut.shardOf(ts.start);
-              buffer = os.buffer;
-              oR0 = os.rowStart;
-            } else {
-              const sl = slabOf(ts.start);
-              buffer = sl.buffer;
-              oR0 = (sl.r0 - (s - (out16 ? 0 : 1)) * sl.rows) >>> 0;
-            }
-            for (const vs of voc) {
-              // balanced splits: the kernel reads its range (P.lo = split, P.hi = tiles)
-              const lo = bounds ? s : Math.floor((s * vs.tiles) / splits);
-              const hi = bounds ? vs.tiles : Math.floor(((s + 1) * vs.tiles) / splits);
-              if (!bounds && lo >= hi) continue;
-              const cs = c.shardOf(vs.start);
-              const u = params(ts, es.rowStart, vs, cs.rowStart, oR0, owned, lo, hi);
-              const bufs = [u, es.buffer, cs.buffer, buffer, ...tail()];
-              if (bounds) bufs.push(bounds);
-              p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535));
-            }
+          // split s (workgroup_id.y) accumulates into slab part s at row offset s·rows (oR0
+          // wraps around in u32: the kernel's (row − oR0 + s·rows)·d is then the offset), or,
+          // with an f32 output and one split, into dE itself
+          let buffer: TrackedBuffer, oR0: number, sRows: number;
+          if (slabs.length === 0) {
+            const os = dEOut.shardOf(ts.start);
+            buffer = os.buffer;
+            oR0 = os.rowStart;
+            sRows = 0;
+          } else {
+            const sl = slabOf(ts.start);
+            buffer = sl.buffer;
+            oR0 = sl.r0;
+            sRows = sl.rows;
+          }
+          for (const vs of voc) {
+            const cs = c.shardOf(vs.start);
+            const u = params(ts, es.rowStart, vs, cs.rowStart, oR0, owned, 0, vs.tiles, sRows);
+            const bufs = [u, es.buffer, cs.buffer, buffer, ...tail()];
+            if (bounds) bufs.push(bounds);
+            p.dispatch(dEPass, rec.bindGroup(dEPass, bufs), Math.min(owned, 65535), splits);
           }
         }
       });
