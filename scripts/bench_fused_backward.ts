@@ -16,8 +16,8 @@
  * 512 × 8192 × 256 on a software one.
  * @module
  */
-import { parseArgs } from "node:util";
-import { intFlag, numberFlag, runCli } from "../core/cli.ts";
+import { defineCommand, parseList, runCli } from "../core/cli.ts";
+import { InputError } from "../core/errors.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
@@ -63,42 +63,58 @@ const _median = (xs: number[]) => {
   return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
 };
 
-async function main() {
-  const { values } = parseArgs({
-    options: {
-      fixture: { type: "string", default: "cce" },
-      n: { type: "string" },
-      v: { type: "string" },
-      d: { type: "string" },
-      dtype: { type: "string", default: "bf16" },
-      beta: { type: "string", default: "0.1" },
-      reps: { type: "string" },
-      warmup: { type: "string" },
-      configs: { type: "string" },
+/** The command line of the fused backward's configuration bench. */
+export const BENCH_FUSED_BACKWARD_COMMAND = defineCommand({
+  name: "deno run -A scripts/bench_fused_backward.ts",
+  summary: "Times the fused backward's configurations (order, dE splits and row slices) pass by " +
+    "pass by GPU timestamps, at one shape (default the paper's on hardware, 512×8192×256 on a " +
+    "software adapter).",
+  flags: {
+    fixture: { type: "string", arg: "NAME", help: "data fixture", default: "cce" },
+    n: { type: "int", min: 1, help: "tokens", defaultText: "8192 (512 on software)" },
+    v: { type: "int", min: 1, help: "vocabulary", defaultText: "256000 (8192 on software)" },
+    d: { type: "int", min: 1, help: "hidden size", defaultText: "2304 (256 on software)" },
+    dtype: { type: "string", arg: "bf16|f16|f32", help: "input dtype", default: "bf16" },
+    beta: { type: "number", min: 0, max: 1, help: "label smoothing β", default: 0.1 },
+    reps: { type: "int", min: 1, help: "timed repetitions", default: 3 },
+    warmup: { type: "int", min: 0, help: "warm-up repetitions", default: 1 },
+    configs: {
+      type: "string",
+      arg: "C1,C2,...",
+      help: `configurations, of ${Object.keys(CONFIGS).join(", ")} or s<S>r<R>`,
+      defaultText: "all named ones",
     },
-  });
+  },
+});
+
+async function main() {
+  const parsed = BENCH_FUSED_BACKWARD_COMMAND.parse(Deno.args);
+  if (!parsed) return;
+  const values = parsed.values;
+  const dtype: Dtype = parseDtype(values.dtype);
+  const opts = resolveOptions({ beta: values.beta });
+  const { reps, warmup } = values;
+  const names = values.configs ? parseList("--configs", values.configs) : Object.keys(CONFIGS);
+  for (const n of names) {
+    if (!_config(n)) {
+      throw new InputError(
+        `--configs: unknown config '${n}' (${Object.keys(CONFIGS).join(", ")}, s<S>r<R>)`,
+      );
+    }
+  }
   const ctx = await GpuContext.create();
   try {
     const soft = ctx.report.isFallbackAdapter;
     const shape = {
-      n: intFlag("n", values.n, soft ? 512 : 8192),
-      v: intFlag("v", values.v, soft ? 8192 : 256000),
-      d: intFlag("d", values.d, soft ? 256 : 2304),
+      n: values.n ?? (soft ? 512 : 8192),
+      v: values.v ?? (soft ? 8192 : 256000),
+      d: values.d ?? (soft ? 256 : 2304),
     };
-    const dtype: Dtype = parseDtype(values.dtype!);
-    const opts = resolveOptions({ beta: numberFlag("beta", values.beta, 0.1) });
-    const reps = intFlag("reps", values.reps, 3), warmup = intFlag("warmup", values.warmup, 1);
-    const names = values.configs ? values.configs.split(",") : Object.keys(CONFIGS);
-    for (const n of names) {
-      if (!_config(n)) {
-        throw new Error(`unknown config '${n}' (${Object.keys(CONFIGS).join(", ")}, s<S>r<R>)`);
-      }
-    }
     console.log(
       `${ctx.report.description}: fused backward, ${values.fixture} ${shape.n}×${shape.v}×${shape.d} ` +
         `${dtype}, β ${opts.beta}, median of ${reps} after ${warmup}`,
     );
-    const di = await makeDeviceInputs(ctx, { ...shape, dtype, fixture: values.fixture! });
+    const di = await makeDeviceInputs(ctx, { ...shape, dtype, fixture: values.fixture });
     const gradOut = uploadGradOut(ctx, shape.n, opts, 1);
     const spec = { ...shape, dtype };
     for (const name of names) {

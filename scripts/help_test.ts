@@ -10,6 +10,7 @@ const SCRIPTS = [
   "scripts/calibrate.ts",
   "scripts/beta_curve.ts",
   "scripts/bench_gemm.ts",
+  "scripts/bench_fused_backward.ts",
   "scripts/train_parity.ts",
   "scripts/fixture_stats.ts",
   "scripts/entropy_bound_figure.ts",
