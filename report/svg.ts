@@ -334,7 +334,17 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
     }
   }
   check(!o.logY || values.length > 0, "a log-scale bar chart needs at least one value");
-  const y = _axisEncoding("value", o.valueLabel, values, o.logY, o.yTicks, undefined, !o.logY);
+  const y = _axisEncoding(
+    "value",
+    o.valueLabel,
+    values,
+    o.logY,
+    o.yTicks,
+    undefined,
+    !o.logY,
+    undefined,
+    true,
+  );
   const base = o.logY ? (y.scale as { domain: number[] }).domain[0] : 0;
   const x = {
     field: "group",
@@ -427,6 +437,8 @@ function _axisEncoding(
   domain: readonly [number, number] | undefined,
   zero = false,
   format?: string,
+  /** Log axes of bars: start a decade lower when the smallest value sits near the first tick. */
+  barFloor = false,
 ): Record<string, unknown> {
   const scale: Record<string, unknown> = log ? { type: "log" } : { type: "linear", zero };
   const axis: Record<string, unknown> = { title, grid: true };
@@ -437,6 +449,8 @@ function _axisEncoding(
     const hi = domain?.[1] ?? data.reduce((a, b) => Math.max(a, b), -Infinity);
     if (data.length > 0 || domain) {
       const t = ticks ? [...ticks] : logTicks(lo, hi);
+      // a bar rises from the axis floor: one whose value is close to it would be invisible
+      if (!ticks && barFloor && lo < 3 * t[0]) t.unshift(t[0] / 10);
       if (!ticks) axis.values = t;
       if (!domain) scale.domain = [Math.min(t[0], lo), Math.max(t[t.length - 1], hi)];
       axis.format = t.every((v) => v >= 1) ? "~s" : "~g";

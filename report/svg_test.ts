@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { InputError } from "../core/errors.ts";
-import { groupedBarChart, lineChart, logTicks } from "./svg.ts";
+import { groupedBarChart, groupedBarChartSpec, lineChart, logTicks } from "./svg.ts";
 import { assertWellFormedXml, svgTexts } from "./svg_xml.ts";
 
 /** Writes the SVG under $SVG_TEST_OUT when set, to look at the pictures of the tests. */
@@ -127,4 +127,15 @@ Deno.test("groupedBarChart: facets, log memory axis, missing bars with a note", 
       }),
     InputError,
   );
+});
+
+Deno.test("groupedBarChart: on a log axis a bar at the smallest decade stays visible", () => {
+  const bars = [
+    { facet: "bwd", group: "β = 0.1", series: "fused-fb", value: 1.0 },
+    { facet: "bwd", group: "β = 0.1", series: "baseline", value: 480 },
+  ];
+  const spec = groupedBarChartSpec({ title: "t", bars, valueLabel: "ms", logY: true });
+  const text = JSON.stringify(spec);
+  // the axis starts a decade below the 1.0 ms bar, so the bar has height
+  assert.match(text, /"domain":\[0\.1,1000\]/);
 });
