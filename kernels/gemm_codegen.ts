@@ -64,6 +64,12 @@ export const TILE_LARGE: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 };
  */
 export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
 /**
+ * {@link TILE_HW} with K-step 32: for products whose operands are both held transposed (dC = Gᵀ·E),
+ * where it ran 209.7 ms against 219.6 ms for the paper's dC on an H100 (it is slower for the
+ * other layouts: 242 against 223 ms for E·Cᵀ).
+ */
+export const TILE_HW_TT: GemmTile = { ...TILE_HW, bk: 32 };
+/**
  * 128×64 with vector loads and [k][row] staging (8×4 per thread): for skinny outputs with a long K
  * (Liger's per-chunk dE = G·C: 128 × 2304, K = 256,000), where it ran 1.5–1.9× faster than
  * {@link TILE_HW} on an H100 at every split (reports/gemm_h100_2026-11-23/liger_de.json).

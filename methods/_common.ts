@@ -11,7 +11,7 @@ import type { Recorder } from "../gpu/recorder.ts";
 import type { ForwardOutput } from "./types.ts";
 import type { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
-import { type GemmTile, TILE_HW, TILE_SMALL } from "../kernels/gemm_codegen.ts";
+import { type GemmTile, TILE_HW, TILE_HW_TT, TILE_SMALL } from "../kernels/gemm_codegen.ts";
 
 /** An n×1 f32 vector. */
 export function vector(ctx: GpuContext, n: number, role: BufferRole, label: string): DeviceTensor {
@@ -26,6 +26,14 @@ export function lossTensor(ctx: GpuContext, n: number, o: LceOptions): DeviceTen
 /** The GEMM tile for plain products: 128×128 on hardware adapters, 64×64 on software ones. */
 export function defaultTile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW;
+}
+
+/**
+ * The GEMM tile for a product whose operands are both held transposed with a long K (dC = Gᵀ·E
+ * over all tokens): {@link TILE_HW_TT} (K-step 32) on hardware adapters, 64×64 on software ones.
+ */
+export function transposedTile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;
 }
 
 /**

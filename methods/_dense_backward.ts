@@ -28,7 +28,7 @@ import { prepareMatmul, rowView } from "../kernels/matmul.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import type { FusedBackwardArgs } from "../kernels/fused_backward.ts";
 import type { Gradients, ProblemSpec } from "./types.ts";
-import { defaultTile } from "./_common.ts";
+import { defaultTile, transposedTile } from "./_common.ts";
 
 /** Bytes of the chunk workspace the dense backward aims at (n·Vc·4). */
 export const DENSE_CHUNK_BYTES = 128 << 20;
@@ -65,6 +65,7 @@ export async function prepareDenseBackward(
 ): Promise<PreparedDenseBackward> {
   const { spec, opts } = o;
   const tile = defaultTile(ctx);
+  const dCTile = transposedTile(ctx);
   const dt = spec.dtype;
   const logitsMm = await prepareMatmul(ctx, {
     tile,
@@ -81,7 +82,7 @@ export async function prepareDenseBackward(
     bTrans: true,
   });
   const dCMm = await prepareMatmul(ctx, {
-    tile,
+    tile: dCTile,
     aDtype: "f32",
     bDtype: dt,
     aTrans: true,

@@ -13,7 +13,7 @@ import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod } from "./types.ts";
-import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
+import { defaultTile, recordLossFromLogits, transposedTile, vector } from "./_common.ts";
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -31,6 +31,7 @@ export const baseline: LceMethod = {
   },
   async prepare(ctx, spec, opts) {
     const tile = defaultTile(ctx);
+    const dCTile = transposedTile(ctx);
     const logitsMm = await prepareMatmul(ctx, {
       tile,
       aDtype: spec.dtype,
@@ -46,7 +47,7 @@ export const baseline: LceMethod = {
       bTrans: true,
     });
     const dCMm = await prepareMatmul(ctx, {
-      tile,
+      tile: dCTile,
       aDtype: "f32",
       bDtype: spec.dtype,
       aTrans: true,
@@ -104,7 +105,7 @@ export const baseline: LceMethod = {
           a: { tensor: g, trans: true },
           b: { tensor: x.e, trans: true },
           out: dC,
-          tile,
+          tile: dCTile,
           label: "dC = Gᵀ·E",
         });
         for (const s of g.shards) rec.release(s.buffer);
