@@ -64,9 +64,10 @@ export const TILE_LARGE: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 };
  */
 export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
 /**
- * {@link TILE_HW} with K-step 32: for products whose operands are both held transposed (dC = Gᵀ·E),
- * where it ran 209.7 ms against 219.6 ms for the paper's dC on an H100 (it is slower for the
- * other layouts: 242 against 223 ms for E·Cᵀ).
+ * {@link TILE_HW} with K-step 32: for products whose operands are both held transposed and whose A
+ * is f32 (dC = Gᵀ·E with an f32 G), where it ran 209.7 ms against 219.6 ms for the paper's dC on an
+ * H100. It is slower elsewhere: 242 against 223 ms for E·Cᵀ, and the dC of a bf16 G (the compiled
+ * and chunked rows' backward) lost 2–3% in their rows.
  */
 export const TILE_HW_TT: GemmTile = { ...TILE_HW, bk: 32 };
 /**

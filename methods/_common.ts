@@ -29,8 +29,9 @@ export function defaultTile(ctx: GpuContext): GemmTile {
 }
 
 /**
- * The GEMM tile for a product whose operands are both held transposed with a long K (dC = Gᵀ·E
- * over all tokens): {@link TILE_HW_TT} (K-step 32) on hardware adapters, 64×64 on software ones.
+ * The GEMM tile for a product whose operands are both held transposed, with an f32 A and a long K
+ * (dC = Gᵀ·E over all tokens with an f32 G: the baseline, the no-filter rows):
+ * {@link TILE_HW_TT} (K-step 32) on hardware adapters, 64×64 on software ones.
  */
 export function transposedTile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;

@@ -26,7 +26,7 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { defaultTile, lossTensor, transposedTile, vector } from "./_common.ts";
+import { defaultTile, lossTensor, vector } from "./_common.ts";
 
 /** torch.chunk's split of n rows into at most `chunks` pieces of ⌈n/chunks⌉ rows: [lo, hi) each. */
 export function chunkRanges(n: number, chunks: number): [number, number][] {
@@ -80,7 +80,6 @@ export function makeChunked(chunks = 8): LceMethod {
       if (why) throw new GpuError("limits", `chunked: ${why}`);
       const per = _rowsPerShard(ctx, spec.v)!;
       const tile = defaultTile(ctx);
-      const dCTile = transposedTile(ctx);
       const ldt = spec.dtype; // logits and their gradient are held in the input dtype
       const wide = ldt === "f32";
       const logitsMm = await prepareMatmul(ctx, {
@@ -99,7 +98,7 @@ export function makeChunked(chunks = 8): LceMethod {
         bTrans: true,
       });
       const dCMm = await prepareMatmul(ctx, {
-        tile: dCTile,
+        tile,
         aDtype: ldt,
         bDtype: ldt,
         aTrans: true,
@@ -198,7 +197,7 @@ export function makeChunked(chunks = 8): LceMethod {
               b: { view: rowView(x.e, lo, hi), trans: true },
               out: rowView(dC),
               accumulate: k !== ranges.length - 1,
-              tile: dCTile,
+              tile,
               label: `dC += Gᵀ·E[chunk ${k}]`,
             });
           }

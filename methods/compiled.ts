@@ -21,7 +21,7 @@ import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { prepareLogitGrad16 } from "../kernels/logit_grad16.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { defaultTile, recordLossFromLogits, transposedTile, vector } from "./_common.ts";
+import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
 
 function _unsupported(ctx: GpuContext, spec: ProblemSpec): string | undefined {
   return spec.dtype === "f16" && !ctx.hasF16 ? "the adapter has no shader-f16" : undefined;
@@ -38,7 +38,6 @@ export const compiled: LceMethod = {
     const why = _unsupported(ctx, spec);
     if (why) throw new GpuError("limits", `compiled: ${why}`);
     const tile = defaultTile(ctx);
-    const dCTile = transposedTile(ctx);
     const ldt = spec.dtype;
     const logitsMm = await prepareMatmul(ctx, {
       tile,
@@ -56,7 +55,7 @@ export const compiled: LceMethod = {
       bTrans: true,
     });
     const dCMm = await prepareMatmul(ctx, {
-      tile: dCTile,
+      tile,
       aDtype: ldt,
       bDtype: ldt,
       aTrans: true,
@@ -106,7 +105,7 @@ export const compiled: LceMethod = {
           a: { view: rowView(g), trans: true },
           b: { view: rowView(x.e), trans: true },
           out: rowView(dC),
-          tile: dCTile,
+          tile,
           label: "dC = Gᵀ·E",
         });
         for (const s of g.shards) rec.release(s.buffer);
