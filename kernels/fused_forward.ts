@@ -210,7 +210,7 @@ export interface FusedTilesKernelOptions {
   softcap?: number;
   /** Sum the (capped) logits per split. */
   sumZ: boolean;
-  /** Track argmax and Σexp(z − m)·z. */
+  /** Track argmax and Σexp(z − m)·(z − m). */
   stats: boolean;
   /** Where the running row state lives between tiles (default `tile`); see {@link TileState}. */
   state?: TileState;
@@ -361,7 +361,11 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
       const lines = rowValues(ss);
       lines.push(`if (mx > st_m_${i}) {
       let sc = exp(st_m_${i} - mx);
-      st_s_${i} *= sc;${o.stats ? ` st_w_${i} *= sc;` : ""}
+      ${
+        o.stats
+          ? `st_w_${i} = sc * (st_w_${i} + select(0.0, (st_m_${i} - mx) * st_s_${i}, st_s_${i} > 0.0));\n      `
+          : ""
+      }st_s_${i} *= sc;
       st_m_${i} = mx;${
         o.stats
           ? `\n      ${argmaxOf(ss)}\n      st_a_${i} = P.vStart + n0 + 4u * tn + u32(am);`
@@ -370,7 +374,9 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
     }`);
       ss.forEach((_, j) => lines.push(`let p${j} = select(0.0, exp(q${j} - st_m_${i}), v${j});`));
       lines.push(`st_s_${i} += ${sum(ss.map((_, j) => `p${j}`))};`);
-      if (o.stats) lines.push(`st_w_${i} += ${sum(ss.map((_, j) => `p${j} * z${j}`))};`);
+      if (o.stats) {
+        lines.push(`st_w_${i} += ${sum(ss.map((_, j) => `p${j} * (z${j} - st_m_${i})`))};`);
+      }
       if (o.sumZ) {
         lines.push(`st_z_${i} += ${sum(ss.map((_, j) => `z${j}`))};`);
       }
@@ -445,17 +451,25 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
         let f = exp(mj - mm);
         ss += scr_s[own_base + j] * f;${o.sumZ ? "\n        zz += scr_z[own_base + j];" : ""}${
       o.stats
-        ? "\n        ww += scr_w[own_base + j] * f;\n        if (mj == mm) { aa = min(aa, scr_a[own_base + j]); }"
+        ? "\n        let sj = scr_s[own_base + j];" +
+          "\n        ww += f * (scr_w[own_base + j] + select(0.0, (max(mj, -1.0e30) - mm) * sj, sj > 0.0));" +
+          "\n        if (mj == mm) { aa = min(aa, scr_a[own_base + j]); }"
         : ""
     }
       }
       if (mm > own_m) {
         let sc = exp(own_m - mm);
-        own_s = own_s * sc + ss;${o.stats ? " own_w = own_w * sc + ww; own_a = aa;" : ""}
+        ${
+      o.stats
+        ? "own_w = sc * (own_w + select(0.0, (own_m - mm) * own_s, own_s > 0.0)) + ww; own_a = aa;\n        "
+        : ""
+    }own_s = own_s * sc + ss;
         own_m = mm;
       } else {
         let sc = exp(mm - own_m);
-        own_s += ss * sc;${o.stats ? " own_w += ww * sc;" : ""}
+        own_s += ss * sc;${
+      o.stats ? " own_w += sc * (ww + select(0.0, (mm - own_m) * ss, ss > 0.0));" : ""
+    }
       }${o.sumZ ? "\n      own_z += zz;" : ""}
     }`;
     const parts: string[] = [];
@@ -475,7 +489,7 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
           lines.push(
             argmaxOf(ss),
             `scr_a[${at}] = P.vStart + n0 + 4u * tn + u32(am);`,
-            `scr_w[${at}] = ${sum(ss.map((_, j) => `p${j} * z${j}`))};`,
+            `scr_w[${at}] = ${sum(ss.map((_, j) => `p${j} * (z${j} - mf)`))};`,
           );
         }
         lines.push(targetWrite(ss, `sh_tg[${row}]`, row));
@@ -570,8 +584,10 @@ function _tree(xs: string[], op: (a: string, b: string) => string): string {
 
 /**
  * `fn stats_merge(a, ax, b, bx) -> vec2<f32>`: merges the calibration partials (argmax bits,
- * Σexp(z − m)·z) of two (max, sumexp) pairs a and b (before a itself is merged): the argmax of the
- * larger max (the smaller index on a tie), and the sums rescaled to the common max.
+ * Σexp(z − m)·(z − m)) of two (max, sumexp) pairs a and b (before a itself is merged): the argmax
+ * of the larger max (the smaller index on a tie), and the sums moved to the common max M:
+ * Σe^{z−M}(z − M) = e^{m−M}·(w + (m − M)·s). Relative to the max, so that the entropy
+ * log s − w/s has no cancellation against the max (LSE − Σ p·z would lose ~ulp(LSE)).
  */
 const STATS_MERGE =
   `fn stats_merge(a: vec2<f32>, ax: vec2<f32>, b: vec2<f32>, bx: vec2<f32>) -> vec2<f32> {
@@ -579,7 +595,9 @@ const STATS_MERGE =
   var arg = ax.x;
   if (b.x > a.x || (b.x == a.x && bitcast<u32>(bx.x) < bitcast<u32>(ax.x))) { arg = bx.x; }
   if (m <= NEG_INF) { return vec2<f32>(arg, 0.0); }
-  return vec2<f32>(arg, ax.y * exp(a.x - m) + bx.y * exp(b.x - m));
+  let wa = select(0.0, exp(a.x - m) * (ax.y + (a.x - m) * a.y), a.y > 0.0);
+  let wb = select(0.0, exp(b.x - m) * (bx.y + (b.x - m) * b.y), b.y > 0.0);
+  return vec2<f32>(arg, wa + wb);
 }
 `;
 
@@ -666,11 +684,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       loss_rows[row] = loss;${
     o.stats
       ? `
-      let pz = ax.y / a.y;
+      let wz = ax.y / a.y;
       token_stats[4u * row] = a.x;
       token_stats[4u * row + 1u] = f32(bitcast<u32>(ax.x));
-      token_stats[4u * row + 2u] = pz;
-      token_stats[4u * row + 3u] = l - pz;`
+      token_stats[4u * row + 2u] = a.x + wz;
+      token_stats[4u * row + 3u] = log(a.y) - wz;`
       : ""
   }
     }
