@@ -4,9 +4,11 @@
  * not one of the inputs), and {@link writeAllOrNothing} writes every file to a temporary name in
  * its target directory, then renames them all into place; if anything fails, the files that
  * were already replaced get their old contents back, so a failure leaves every pre-existing
- * output byte-identical and no temporary file behind.
+ * output byte-identical and no temporary file behind. {@link writeAtomic} does the same for one
+ * file rewritten in place (a report saved after every measured cell).
  * @module
  */
+import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { InputError } from "../core/errors.ts";
 
@@ -137,5 +139,21 @@ export async function writeAllOrNothing(files: readonly OutputFile[]): Promise<v
   } finally {
     for (const t of temps) await Deno.remove(t).catch(() => {});
     for (const b of backups.values()) await Deno.remove(b).catch(() => {});
+  }
+}
+
+/**
+ * Writes `text` to `path` through a temporary file in the same directory renamed over it (the
+ * directory is created if missing): a reader sees the old file or the new one, never a part.
+ */
+export function writeAtomic(path: string, text: string): void {
+  mkdirSync(dirname(path) || ".", { recursive: true });
+  const tmp = `${path}.tmp-${Deno.pid}`;
+  try {
+    writeFileSync(tmp, text);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
   }
 }

@@ -442,33 +442,29 @@ export async function prepareMatmul(
   // the first of these its strides and offsets allow (compiling every combination would triple
   // the preparation time for dispatches that do not occur at aligned shapes).
   const variants = new Map<string, GPUComputePipeline>();
-  const key = (va: boolean, vb: boolean, vo: boolean) => `${va}${vb}${vo}`;
-  const wanted: [boolean, boolean, boolean][] = [[vaOk, vbOk, voOk], [vaOk, vbOk, false], [
+  type Flags = [boolean, boolean, boolean];
+  const key = ([va, vb, vo]: Flags) => `${va}${vb}${vo}`;
+  // in order of preference: as asked, without vector stores, all scalar
+  const ladder = ([va, vb, vo]: Flags): Flags[] => [[va, vb, vo], [va, vb, false], [
     false,
     false,
     false,
   ]];
-  for (const [va, vb, vo] of wanted) {
-    if (variants.has(key(va, vb, vo))) continue;
+  for (const f of ladder([vaOk, vbOk, voOk])) {
+    if (variants.has(key(f))) continue;
+    const [va, vb, vo] = f;
     variants.set(
-      key(va, vb, vo),
+      key(f),
       await ctx.pipeline(
         matmulWgsl({ ...k, outDtype, vecA: va, vecB: vb, vecOut: vo }),
         `${label}${va || vb || vo ? "_vec" : ""}`,
       ),
     );
   }
-  const pick = (va: boolean, vb: boolean, vo: boolean) => {
-    const tries: [boolean, boolean, boolean][] = [[va, vb, vo], [va, vb, false], [
-      false,
-      false,
-      false,
-    ]];
-    for (const [a, b, o] of tries) {
-      const pl = variants.get(key(a, b, o));
-      if (pl) return { pl, va: a, vb: b };
-    }
-    throw new Error("matmul: no pipeline variant"); // unreachable: the scalar one exists
+  /** The first compiled variant on the ladder of what a dispatch allows (the scalar one exists). */
+  const pick = (want: Flags) => {
+    const f = ladder(want).find((x) => variants.has(key(x)))!;
+    return { pl: variants.get(key(f))!, va: f[0], vb: f[1] };
   };
   const reduce = await ctx.pipeline(splitKReduceWgsl(outDtype), `${label} split-K sum`);
   let lastVariant = { vecA: false, vecB: false, splitK: 1 };
@@ -579,7 +575,7 @@ export async function prepareMatmul(
           // vec4 stores: every row of the output region and of the partials starts at a
           // multiple of 4 floats
           const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
-          const { pl, va: usedA, vb: usedB } = pick(va, vb, vo);
+          const { pl, va: usedA, vb: usedB } = pick([va, vb, vo]);
           lastVariant = { vecA: usedA, vecB: usedB, splitK: d.slices };
           const u = rec.uniform(words, "matmul params");
           p.dispatch(

@@ -515,3 +515,18 @@ async function _measureMode(
   }
   return { peakBytes, peakByRole, times, walls, peaks, stats, passes };
 }
+
+/** GPU memory in bytes from nvidia-smi (first GPU), or undefined where it is absent. */
+export async function nvidiaMemoryBytes(): Promise<number | undefined> {
+  try {
+    const out = await new Deno.Command("nvidia-smi", {
+      args: ["--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+      stdout: "piped",
+      stderr: "null",
+    }).output();
+    const mib = Number(new TextDecoder().decode(out.stdout).split("\n")[0].trim());
+    return out.success && Number.isFinite(mib) && mib > 0 ? mib * 2 ** 20 : undefined;
+  } catch {
+    return undefined;
+  }
+}

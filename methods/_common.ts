@@ -11,7 +11,15 @@ import type { Recorder } from "../gpu/recorder.ts";
 import type { ForwardOutput } from "./types.ts";
 import type { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
-import { type GemmTile, TILE_HW, TILE_HW_TT, TILE_SMALL } from "../kernels/gemm_codegen.ts";
+import {
+  type GemmTile,
+  TILE_HW,
+  TILE_HW_SKINNY,
+  TILE_HW_TT,
+  TILE_SMALL,
+} from "../kernels/gemm_codegen.ts";
+import { type PreparedMatmul, prepareMatmul } from "../kernels/matmul.ts";
+import type { TensorDtype } from "../gpu/tensor.ts";
 
 /** An n×1 f32 vector. */
 export function vector(ctx: GpuContext, n: number, role: BufferRole, label: string): DeviceTensor {
@@ -28,13 +36,57 @@ export function defaultTile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW;
 }
 
+/** The three products of a method that materialises logits and their gradient G. */
+export interface LceProducts {
+  /** logits = E·Cᵀ (E and C as held). */
+  logits: PreparedMatmul;
+  /** dE = G·C (C held, read transposed). */
+  dE: PreparedMatmul;
+  /** dC = Gᵀ·E (G and E held, both read transposed). */
+  dC: PreparedMatmul;
+}
+
 /**
- * The GEMM tile for a product whose operands are both held transposed, with an f32 A and a long K
- * (dC = Gᵀ·E over all tokens with an f32 G: the baseline, the no-filter rows):
- * {@link TILE_HW_TT} (K-step 32) on hardware adapters, 64×64 on software ones.
+ * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
+ * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
+ * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), and a skinny dE
+ * (`dE: "skinny"`, Liger's 128-row chunks: K = |V|) TILE_HW_SKINNY; 64×64 on software adapters.
  */
-export function transposedTile(ctx: GpuContext): GemmTile {
-  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;
+export async function prepareLceProducts(
+  ctx: GpuContext,
+  o: {
+    /** Dtype of E and C. */
+    dtype: TensorDtype;
+    /** Dtype of the logits written (default f32). */
+    logitsDtype?: TensorDtype;
+    /** Dtype of G as the gradient products read it. */
+    gradDtype: TensorDtype;
+    /** dE's output is a chunk of rows with K = |V| (Liger's 128-token chunks). */
+    dE?: "skinny";
+    /** dC's K is all tokens (not a chunk's): the K-step-32 tile where G is f32. */
+    dC?: "long-k";
+  },
+): Promise<LceProducts> {
+  const tile = defaultTile(ctx);
+  const hw = !ctx.report.isFallbackAdapter;
+  const dETile = hw && o.dE === "skinny" ? TILE_HW_SKINNY : tile;
+  const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
+  const mm = (
+    k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
+  ) =>
+    prepareMatmul(ctx, {
+      tile: k.tile,
+      aDtype: k.a,
+      bDtype: o.dtype,
+      aTrans: k.aTrans,
+      bTrans: k.bTrans,
+      outDtype: k.out,
+    });
+  // one after the other: each compilation holds an error scope of the device until it is done
+  const logits = await mm({ tile, a: o.dtype, aTrans: false, bTrans: false, out: o.logitsDtype });
+  const dE = await mm({ tile: dETile, a: o.gradDtype, aTrans: false, bTrans: true });
+  const dC = await mm({ tile: dCTile, a: o.gradDtype, aTrans: true, bTrans: true });
+  return { logits, dE, dC };
 }
 
 /**

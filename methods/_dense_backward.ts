@@ -24,11 +24,11 @@ import type { Recorder } from "../gpu/recorder.ts";
 import { createTensor, DeviceTensor, rowsPerBinding } from "../gpu/tensor.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceOptions } from "../core/options.ts";
-import { prepareMatmul, rowView } from "../kernels/matmul.ts";
+import { rowView } from "../kernels/matmul.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import type { FusedBackwardArgs } from "../kernels/fused_backward.ts";
 import type { Gradients, ProblemSpec } from "./types.ts";
-import { defaultTile, transposedTile } from "./_common.ts";
+import { prepareLceProducts } from "./_common.ts";
 
 /** Bytes of the chunk workspace the dense backward aims at (n·Vc·4). */
 export const DENSE_CHUNK_BYTES = 128 << 20;
@@ -64,29 +64,11 @@ export async function prepareDenseBackward(
   },
 ): Promise<PreparedDenseBackward> {
   const { spec, opts } = o;
-  const tile = defaultTile(ctx);
-  const dCTile = transposedTile(ctx);
   const dt = spec.dtype;
-  const logitsMm = await prepareMatmul(ctx, {
-    tile,
-    aDtype: dt,
-    bDtype: dt,
-    aTrans: false,
-    bTrans: false,
-  });
-  const dEMm = await prepareMatmul(ctx, {
-    tile,
-    aDtype: "f32",
-    bDtype: dt,
-    aTrans: false,
-    bTrans: true,
-  });
-  const dCMm = await prepareMatmul(ctx, {
-    tile: dCTile,
-    aDtype: "f32",
-    bDtype: dt,
-    aTrans: true,
-    bTrans: true,
+  const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
+    dtype: dt,
+    gradDtype: "f32",
+    dC: "long-k",
   });
   const grad = await prepareLogitGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true });
   const vc = Math.min(spec.v, o.chunkRows ?? denseChunkRows(spec.n, spec.v));

@@ -6,14 +6,13 @@
  * @module
  */
 import { createTensor } from "../gpu/tensor.ts";
-import { prepareMatmul } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod } from "./types.ts";
-import { defaultTile, recordLossFromLogits, transposedTile, vector } from "./_common.ts";
+import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -30,28 +29,10 @@ export const baseline: LceMethod = {
     };
   },
   async prepare(ctx, spec, opts) {
-    const tile = defaultTile(ctx);
-    const dCTile = transposedTile(ctx);
-    const logitsMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: spec.dtype,
-      bDtype: spec.dtype,
-      aTrans: false,
-      bTrans: false,
-    });
-    const dEMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: "f32",
-      bDtype: spec.dtype,
-      aTrans: false,
-      bTrans: true,
-    });
-    const dCMm = await prepareMatmul(ctx, {
-      tile: dCTile,
-      aDtype: "f32",
-      bDtype: spec.dtype,
-      aTrans: true,
-      bTrans: true,
+    const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
+      dtype: spec.dtype,
+      gradDtype: "f32",
+      dC: "long-k",
     });
     const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
     const reduce = await prepareLossReduce(ctx, opts);
@@ -75,7 +56,6 @@ export const baseline: LceMethod = {
           a: { tensor: x.e, trans: false },
           b: { tensor: x.c, trans: false },
           out: logits,
-          tile,
           label: "logits = E·Cᵀ",
         });
         return Promise.resolve(
@@ -98,14 +78,12 @@ export const baseline: LceMethod = {
           a: { tensor: g, trans: false },
           b: { tensor: x.c, trans: true },
           out: dE,
-          tile,
           label: "dE = G·C",
         });
         dCMm.record(rec, {
           a: { tensor: g, trans: true },
           b: { tensor: x.e, trans: true },
           out: dC,
-          tile: dCTile,
           label: "dC = Gᵀ·E",
         });
         for (const s of g.shards) rec.release(s.buffer);

@@ -19,14 +19,14 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor, rowsPerBinding } from "../gpu/tensor.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmul, rowView } from "../kernels/matmul.ts";
+import { rowView } from "../kernels/matmul.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareCast16 } from "../kernels/cast16.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { defaultTile, lossTensor, vector } from "./_common.ts";
+import { lossTensor, prepareLceProducts, vector } from "./_common.ts";
 
 /** torch.chunk's split of n rows into at most `chunks` pieces of ⌈n/chunks⌉ rows: [lo, hi) each. */
 export function chunkRanges(n: number, chunks: number): [number, number][] {
@@ -79,30 +79,12 @@ export function makeChunked(chunks = 8): LceMethod {
       const why = _unsupported(ctx, spec);
       if (why) throw new GpuError("limits", `chunked: ${why}`);
       const per = _rowsPerShard(ctx, spec.v)!;
-      const tile = defaultTile(ctx);
       const ldt = spec.dtype; // logits and their gradient are held in the input dtype
       const wide = ldt === "f32";
-      const logitsMm = await prepareMatmul(ctx, {
-        tile,
-        aDtype: ldt,
-        bDtype: ldt,
-        aTrans: false,
-        bTrans: false,
-        outDtype: ldt,
-      });
-      const dEMm = await prepareMatmul(ctx, {
-        tile,
-        aDtype: ldt,
-        bDtype: ldt,
-        aTrans: false,
-        bTrans: true,
-      });
-      const dCMm = await prepareMatmul(ctx, {
-        tile,
-        aDtype: ldt,
-        bDtype: ldt,
-        aTrans: true,
-        bTrans: true,
+      const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
+        dtype: ldt,
+        logitsDtype: ldt,
+        gradDtype: ldt,
       });
       const stats = await prepareChunkStats(ctx, { logitsDtype: ldt, opts, v: spec.v });
       const grad = await prepareChunkGrad(ctx, {
@@ -135,7 +117,6 @@ export function makeChunked(chunks = 8): LceMethod {
               a: { view: rowView(x.e, lo, hi), trans: false },
               b: { view: rowView(x.c), trans: false },
               out: rowView(z),
-              tile,
               label: `logits[${k}] = E[chunk]·Cᵀ`,
             });
           });
@@ -189,7 +170,6 @@ export function makeChunked(chunks = 8): LceMethod {
               a: { view: rowView(gIn), trans: false },
               b: { view: rowView(x.c), trans: true },
               out: rowView(dE, lo, hi),
-              tile,
               label: `dE[chunk ${k}] = G·C`,
             });
             dCMm.record(rec, {
@@ -197,7 +177,6 @@ export function makeChunked(chunks = 8): LceMethod {
               b: { view: rowView(x.e, lo, hi), trans: true },
               out: rowView(dC),
               accumulate: k !== ranges.length - 1,
-              tile,
               label: `dC += Gᵀ·E[chunk ${k}]`,
             });
           }

@@ -13,7 +13,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { createTensor } from "../gpu/tensor.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmul, rowView } from "../kernels/matmul.ts";
+import { rowView } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -21,7 +21,7 @@ import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { prepareLogitGrad16 } from "../kernels/logit_grad16.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { defaultTile, recordLossFromLogits, vector } from "./_common.ts";
+import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 
 function _unsupported(ctx: GpuContext, spec: ProblemSpec): string | undefined {
   return spec.dtype === "f16" && !ctx.hasF16 ? "the adapter has no shader-f16" : undefined;
@@ -37,29 +37,11 @@ export const compiled: LceMethod = {
   async prepare(ctx, spec, opts) {
     const why = _unsupported(ctx, spec);
     if (why) throw new GpuError("limits", `compiled: ${why}`);
-    const tile = defaultTile(ctx);
     const ldt = spec.dtype;
-    const logitsMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: ldt,
-      bDtype: ldt,
-      aTrans: false,
-      bTrans: false,
-      outDtype: ldt,
-    });
-    const dEMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: ldt,
-      bDtype: ldt,
-      aTrans: false,
-      bTrans: true,
-    });
-    const dCMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: ldt,
-      bDtype: ldt,
-      aTrans: true,
-      bTrans: true,
+    const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
+      dtype: ldt,
+      logitsDtype: ldt,
+      gradDtype: ldt,
     });
     const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: ldt, opts, v: spec.v });
     const reduce = await prepareLossReduce(ctx, opts);
@@ -79,7 +61,6 @@ export const compiled: LceMethod = {
           a: { view: rowView(x.e), trans: false },
           b: { view: rowView(x.c), trans: false },
           out: rowView(logits),
-          tile,
           label: "logits = E·Cᵀ",
         });
         return Promise.resolve(
@@ -98,14 +79,12 @@ export const compiled: LceMethod = {
           a: { view: rowView(g), trans: false },
           b: { view: rowView(x.c), trans: true },
           out: rowView(dE),
-          tile,
           label: "dE = G·C",
         });
         dCMm.record(rec, {
           a: { view: rowView(g), trans: true },
           b: { view: rowView(x.e), trans: true },
           out: rowView(dC),
-          tile,
           label: "dC = Gᵀ·E",
         });
         for (const s of g.shards) rec.release(s.buffer);

@@ -33,8 +33,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
-import { prepareMatmul, rowView } from "../kernels/matmul.ts";
-import { TILE_HW_SKINNY } from "../kernels/gemm_codegen.ts";
+import { rowView } from "../kernels/matmul.ts";
 import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
@@ -42,7 +41,7 @@ import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
 import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, MethodInputs, ProblemSpec } from "./types.ts";
-import { defaultTile, lossTensor, vector } from "./_common.ts";
+import { lossTensor, prepareLceProducts, vector } from "./_common.ts";
 
 /** The smallest power of two ≥ x (triton.next_power_of_2). */
 function _nextPow2(x: number): number {
@@ -74,32 +73,13 @@ export const liger: LceMethod = {
   async prepare(ctx, spec, opts) {
     const why = _unsupported(ctx, spec);
     if (why) throw new GpuError("limits", `liger: ${why}`);
-    const tile = defaultTile(ctx);
     const dt = spec.dtype;
     const chunk = ligerChunkSize(spec.n, spec.v, spec.d);
     const deferred = opts.reduction === "none";
-    const logitsMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: dt,
-      bDtype: dt,
-      aTrans: false,
-      bTrans: false,
-    });
-    // the skinny chunk product (c×d output, K = |V|) takes the skinny tile on hardware
-    const dETile = ctx.report.isFallbackAdapter ? tile : TILE_HW_SKINNY;
-    const dEMm = await prepareMatmul(ctx, {
-      tile: dETile,
-      aDtype: "f32",
-      bDtype: dt,
-      aTrans: false,
-      bTrans: true,
-    });
-    const dCMm = await prepareMatmul(ctx, {
-      tile,
-      aDtype: "f32",
-      bDtype: dt,
-      aTrans: true,
-      bTrans: true,
+    const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
+      dtype: dt,
+      gradDtype: "f32",
+      dE: "skinny",
     });
     const stats = await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
     const grad = await prepareChunkGrad(ctx, {
@@ -143,7 +123,6 @@ export const liger: LceMethod = {
           a: { view: rowView(x.e, lo, hi), trans: false },
           b: { view: rowView(x.c), trans: false },
           out: rowView(z),
-          tile,
           label: `logits[chunk ${k}] = E[chunk]·Cᵀ`,
           workspace,
         });
@@ -156,7 +135,6 @@ export const liger: LceMethod = {
           b: { view: rowView(x.c), trans: true },
           out: rowView(grads.dE, lo, hi),
           label: `dE[chunk ${k}] = G·C`,
-          tile: dETile,
           workspace,
         });
         dCMm.record(rec, {
@@ -164,7 +142,6 @@ export const liger: LceMethod = {
           b: { view: rowView(x.e, lo, hi), trans: true },
           out: rowView(grads.dC),
           accumulate: k > 0,
-          tile,
           label: `dC += Gᵀ·E[chunk ${k}]`,
           workspace,
         });

@@ -12,7 +12,8 @@
  * dashed lines and CSV rows with method `torch-…`.
  * @module
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
+import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
 import type { ExternalRow, ExternalRows } from "./external.ts";
 import { lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./table3.ts";
@@ -549,17 +550,6 @@ export interface SweepPaths {
   memorySvg?: string;
 }
 
-function _atomicWrite(path: string, text: string): void {
-  const tmp = `${path}.tmp-${Deno.pid}`;
-  try {
-    writeFileSync(tmp, text);
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
-}
-
 /**
  * Writes the JSON and CSV of `r` under `dir` (created if missing), each through a temporary
  * file renamed over the old one, so a run killed at any moment leaves the last complete pair.
@@ -569,8 +559,8 @@ export function writeSweepData(r: SweepReport, dir: string): SweepPaths {
   mkdirSync(dir, { recursive: true });
   const base = join(dir, sweepBaseName(r));
   const paths = { csv: `${base}.csv`, json: `${base}.json` };
-  _atomicWrite(paths.json, formatSweepJson(r));
-  _atomicWrite(paths.csv, formatSweepCsv(r));
+  writeAtomic(paths.json, formatSweepJson(r));
+  writeAtomic(paths.csv, formatSweepCsv(r));
   return paths;
 }
 
@@ -582,7 +572,7 @@ export async function writeSweepReport(r: SweepReport, dir: string): Promise<Swe
   const base = join(dir, sweepBaseName(r));
   paths.timeSvg = `${base}_time.svg`;
   paths.memorySvg = `${base}_memory.svg`;
-  _atomicWrite(paths.timeSvg, time);
-  _atomicWrite(paths.memorySvg, memory);
+  writeAtomic(paths.timeSvg, time);
+  writeAtomic(paths.memorySvg, memory);
   return paths;
 }

@@ -260,6 +260,7 @@ export async function benchGemmMain(args: string[]): Promise<void> {
     }
     out.destroy();
   }
+  ctx.destroy();
   if (values.out !== undefined) {
     await writeAllOrNothing([{
       path: values.out,

@@ -9,9 +9,9 @@
  * Bad flags print one line `error: …` and exit with status 2.
  * @module
  */
-import { dirname } from "node:path";
 import { defineCommand, parseIntValue, parseList, parseNumberValue, runCli } from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
+import { writeAtomic } from "../io/outputs.ts";
 import { figure4Data, figure4Svg } from "../calibration/entropy_figure.ts";
 
 /** The command line of `entropy-figure`. */
@@ -45,8 +45,8 @@ export async function main(args: string[]): Promise<void> {
   const data = figure4Data(opts);
   const svg = await figure4Svg(data);
   const json = opts.out.replace(/\.svg$/i, "") + ".json";
-  await _writeAtomic(opts.out, svg);
-  await _writeAtomic(json, JSON.stringify(data, null, 1) + "\n");
+  writeAtomic(opts.out, svg);
+  writeAtomic(json, JSON.stringify(data, null, 1) + "\n");
   console.log(`wrote ${opts.out} and ${json}`);
 }
 
@@ -84,18 +84,6 @@ function _parse(args: string[]): _Options | "help" {
     throw new InputError(`--d-max (${opts.dMax}) must be ≥ --d-min (${opts.dMin})`);
   }
   return opts;
-}
-
-async function _writeAtomic(path: string, text: string): Promise<void> {
-  await Deno.mkdir(dirname(path), { recursive: true });
-  const tmp = `${path}.tmp-${Deno.pid}`;
-  try {
-    await Deno.writeTextFile(tmp, text);
-    await Deno.rename(tmp, path);
-  } catch (err) {
-    await Deno.remove(tmp).catch(() => {});
-    throw err;
-  }
 }
 
 if (import.meta.main) await runCli(() => main(Deno.args));

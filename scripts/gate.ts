@@ -15,9 +15,9 @@
  * and exit 2 before anything is measured.
  * @module
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
-import { writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { writeAtomic } from "../io/outputs.ts";
+import { join } from "node:path";
 import { paint } from "../core/progress.ts";
 import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
@@ -162,19 +162,6 @@ export function formatBaseline(run: GateRun): string {
     /\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g,
     (_, nums: string) => `[${nums.split(/,\s*/).join(", ")}]`,
   ) + "\n";
-}
-
-/** Writes `text` to `path` through a temporary file renamed over it (no partial file). */
-export function writeAtomic(path: string, text: string): void {
-  mkdirSync(dirname(path) || ".", { recursive: true });
-  const tmp = `${path}.tmp-${Deno.pid}`;
-  try {
-    writeFileSync(tmp, text);
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
 }
 
 /** The baseline to compare with: this adapter's, else another adapter's (noted), else none. */

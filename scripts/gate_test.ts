@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { tmpdir } from "node:os";
 import type { GateRun } from "../measure/gate.ts";
 import type { Table3Env } from "../report/table3.ts";
-import { adapterSlug, baselinePath, formatBaseline, readBaseline, writeAtomic } from "./gate.ts";
+import { adapterSlug, baselinePath, formatBaseline, readBaseline } from "./gate.ts";
+import { writeAtomic } from "../io/outputs.ts";
 
 const SCRIPT = new URL("./gate.ts", import.meta.url).pathname;
 

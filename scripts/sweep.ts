@@ -34,10 +34,9 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
-import { defaultMemoryBudget, type Mode, MODES } from "../measure/measure.ts";
+import { defaultMemoryBudget, type Mode, MODES, nvidiaMemoryBytes } from "../measure/measure.ts";
 import {
   cellWeight,
-  nvidiaMemoryBytes,
   planWeight,
   runSweep,
   SWEEP_AXES,
@@ -54,15 +53,7 @@ import {
   writeSweepData,
   writeSweepReport,
 } from "../report/sweep.ts";
-import {
-  HARDWARE_MAX_REPS,
-  HARDWARE_REPS,
-  HARDWARE_TARGET_MS,
-  HARDWARE_WARMUP,
-  SOFTWARE_REPS,
-  SOFTWARE_SHAPE,
-  SOFTWARE_WARMUP,
-} from "./table3.ts";
+import { defaultRepetitions, repsText, SOFTWARE_SHAPE } from "./table3.ts";
 
 /** The command line of `sweep`. */
 export const SWEEP_COMMAND = defineCommand({
@@ -228,8 +219,8 @@ export async function sweepMain(args: string[]): Promise<void> {
       `so the fixed sizes default to table3's reduced shape ` +
       `${SOFTWARE_SHAPE.n} × ${SOFTWARE_SHAPE.v} × ${SOFTWARE_SHAPE.d}.`
     : undefined;
-  const reps = flags.reps ?? (software ? SOFTWARE_REPS : HARDWARE_REPS);
-  const warmup = flags.warmup ?? (software ? SOFTWARE_WARMUP : HARDWARE_WARMUP);
+  const repetitions = defaultRepetitions(software, flags);
+  const { reps, warmup } = repetitions;
   const plan: SweepPlan = {
     over: flags.over,
     values,
@@ -240,12 +231,8 @@ export async function sweepMain(args: string[]): Promise<void> {
     fixture: flags.fixture,
     seed: flags.seed,
     reduction: flags.reduction,
-    reps,
-    warmup,
     // as table3: on hardware without --reps, each cell repeats until 0.6 s is measured (3 to 20)
-    ...(software || flags.reps !== undefined
-      ? {}
-      : { targetMs: HARDWARE_TARGET_MS, maxReps: HARDWARE_MAX_REPS }),
+    ...repetitions,
   };
   const progress = new Progress({ label: "sweep", total: planWeight(plan) });
   const fixedText = SWEEP_AXES.filter((k) => k !== flags.over).map((k) => `${k}=${base[k]}`)
@@ -256,7 +243,7 @@ export async function sweepMain(args: string[]): Promise<void> {
     }} at ${fixedText} ${base.dtype}, fixture ${flags.fixture}, β ∈ {${flags.betas.join(", ")}}, ` +
       `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
         flags.modes.join(",")
-      }, ${reps} reps after ${warmup} warm-up${reduced ? " (reduced shape)" : ""}`,
+      }, ${repsText(repetitions)} reps after ${warmup} warm-up${reduced ? " (reduced shape)" : ""}`,
   );
   const external = flags.external.filter((x) => {
     const ok = externalMatches(x, plan);

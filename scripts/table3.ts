@@ -30,6 +30,7 @@ import {
   type MeasureRow,
   type Mode,
   MODES,
+  nvidiaMemoryBytes,
 } from "../measure/measure.ts";
 import { type DeviceInputs, makeDeviceInputs } from "../measure/inputs.ts";
 import {
@@ -65,6 +66,40 @@ export const HARDWARE_TARGET_MS = 600;
 export const HARDWARE_MAX_REPS = 20;
 /** Warm-up repetitions on a hardware adapter. */
 export const HARDWARE_WARMUP = 1;
+
+/** The repetitions of a cell: measured (the least with a target), warm-up, and the target. */
+export interface Repetitions {
+  reps: number;
+  warmup: number;
+  /** On hardware without `--reps`: repeat until this many ms are measured (MeasureOptions). */
+  targetMs?: number;
+  maxReps?: number;
+}
+
+/**
+ * The repetitions table3 and the sweep use: `--reps`/`--warmup` as given, else
+ * {@link SOFTWARE_REPS} on a software adapter and, on hardware, {@link HARDWARE_REPS} at least,
+ * as many as fill {@link HARDWARE_TARGET_MS}, at most {@link HARDWARE_MAX_REPS}.
+ */
+export function defaultRepetitions(
+  software: boolean,
+  flags: { reps?: number; warmup?: number },
+): Repetitions {
+  const r: Repetitions = {
+    reps: flags.reps ?? (software ? SOFTWARE_REPS : HARDWARE_REPS),
+    warmup: flags.warmup ?? (software ? SOFTWARE_WARMUP : HARDWARE_WARMUP),
+  };
+  if (!software && flags.reps === undefined) {
+    r.targetMs = HARDWARE_TARGET_MS;
+    r.maxReps = HARDWARE_MAX_REPS;
+  }
+  return r;
+}
+
+/** The repetitions for a progress line: "3" or "3–20". */
+export function repsText(r: Repetitions): string {
+  return r.maxReps === undefined ? `${r.reps}` : `${r.reps}–${r.maxReps}`;
+}
 
 /** The command line of `table3`. */
 export const TABLE3_COMMAND = defineCommand({
@@ -250,21 +285,6 @@ function _parseFlags(args: string[]): _Flags | undefined {
   };
 }
 
-/** GPU memory in bytes from nvidia-smi (first GPU), or undefined. */
-async function _nvidiaMemoryBytes(): Promise<number | undefined> {
-  try {
-    const out = await new Deno.Command("nvidia-smi", {
-      args: ["--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    const mib = Number(new TextDecoder().decode(out.stdout).split("\n")[0].trim());
-    return out.success && Number.isFinite(mib) && mib > 0 ? mib * 2 ** 20 : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Options of {@link measureCells}. */
 export interface MeasureCellsOptions {
   /** Opens a fresh context (after a device loss). */
@@ -380,8 +400,8 @@ export async function table3Main(args: string[]): Promise<void> {
       `${SOFTWARE_SHAPE.n} × ${SOFTWARE_SHAPE.v} × ${SOFTWARE_SHAPE.d}, sized so that the whole ` +
       `table (every method, both β, three modes) finishes in about two minutes there.`
     : undefined;
-  const reps = flags.reps ?? (software ? SOFTWARE_REPS : HARDWARE_REPS);
-  const warmup = flags.warmup ?? (software ? SOFTWARE_WARMUP : HARDWARE_WARMUP);
+  const repetitions = defaultRepetitions(software, flags);
+  const { reps, warmup } = repetitions;
   const betas = flags.betas;
   const plan: Table3Plan = {
     shape,
@@ -406,7 +426,7 @@ export async function table3Main(args: string[]): Promise<void> {
     order.has(cellKey(r.method, r.beta, r.mode))
   );
   const have = new Set(rows.map((r) => cellKey(r.method, r.beta, r.mode)));
-  const gpuBytes = software ? undefined : await _nvidiaMemoryBytes();
+  const gpuBytes = software ? undefined : await nvidiaMemoryBytes();
   // progress with the time left (a bar on a terminal, plain lines otherwise)
   const progress = new Progress({ label: "table3", total: total - rows.length });
   const say = (s: string) => progress.log(s);
@@ -415,9 +435,7 @@ export async function table3Main(args: string[]): Promise<void> {
       `D=${shape.d} ${shape.dtype}, fixture ${flags.fixture}, β ∈ {${betas.join(", ")}}, ` +
       `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
         flags.modes.join(",")
-      }, ${reps}${
-        software || flags.reps !== undefined ? "" : `–${HARDWARE_MAX_REPS}`
-      } reps after ` +
+      }, ${repsText(repetitions)} reps after ` +
       `${warmup} warm-up${reduced ? " (reduced shape for the software adapter)" : ""}` +
       (prior ? `; resuming ${flags.resume!.path}: ${rows.length} of ${total} cells measured` : ""),
   );
@@ -486,11 +504,7 @@ export async function table3Main(args: string[]): Promise<void> {
       methods: flags.methods,
       modes: flags.modes,
       reduction: flags.reduction,
-      warmup,
-      reps,
-      ...(software || flags.reps !== undefined
-        ? {}
-        : { targetMs: HARDWARE_TARGET_MS, maxReps: HARDWARE_MAX_REPS }),
+      ...repetitions,
       measured: (method, beta, mode) => have.has(cellKey(method, beta, mode)),
       onRow(row, ms) {
         rows.push(row);

@@ -16,8 +16,9 @@
  * small one (256 × 4096 × 128) with fewer candidates on a software adapter (< 1 min on lavapipe).
  * @module
  */
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { readFileSync } from "node:fs";
+import { writeAtomic } from "../io/outputs.ts";
+import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { type Dtype, type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
@@ -363,7 +364,7 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
       check: null,
       results: rows.map((x) => ({ ...x, error: x.error ?? null })),
     };
-    _writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
+    writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
   };
 
   const measure = async (
@@ -656,25 +657,12 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
       : "No check (plain matmul skipped).",
     "",
   ].join("\n");
-  _writeAtomic(`${base}.md`, md);
-  _writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
+  writeAtomic(`${base}.md`, md);
+  writeAtomic(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
   console.log(
     `\nbest: ${best.config}, ${best.ms.toFixed(3)} ms, ${best.tflops.toPrecision(3)} TFLOP/s; ` +
       Object.entries(best.passes ?? {}).map(([k, x]) => `${k} ${x.toFixed(3)} ms`).join(", "),
   );
   console.log(`wrote ${base}.json and ${base}.md`);
   ctx.destroy();
-}
-
-/** Writes `text` to `path` through a temporary file in the same directory. */
-function _writeAtomic(path: string, text: string): void {
-  mkdirSync(dirname(path), { recursive: true });
-  const tmp = `${path}.tmp-${Deno.pid}`;
-  try {
-    writeFileSync(tmp, text);
-    renameSync(tmp, path);
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
 }
