@@ -218,15 +218,6 @@ export async function measureMethod(
   ctx.cacheLimitBytes = o.cacheBytes ??
     (ctx.report.isFallbackAdapter ? SOFTWARE_CACHE_BYTES : HARDWARE_CACHE_BYTES);
   try {
-    await _measureModes();
-  } finally {
-    ctx.releaseCache();
-    ctx.cacheLimitBytes = cacheBefore;
-  }
-  prepared.release?.();
-  return rows;
-
-  async function _measureModes() {
     for (const mode of o.modes) {
       const t1 = performance.now();
       const est = _estimateFor(estimate, mode);
@@ -250,7 +241,12 @@ export async function measureMethod(
         emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
       }
     }
+  } finally {
+    ctx.releaseCache();
+    ctx.cacheLimitBytes = cacheBefore;
   }
+  prepared.release?.();
+  return rows;
 }
 
 /** A failure of the leak check. */

@@ -57,8 +57,6 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("error: no CUDA device", file=sys.stderr)
         sys.exit(2)
-    torch.backends.cuda.matmul.allow_tf32 = a.tf32
-    torch.backends.cudnn.allow_tf32 = a.tf32
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
