@@ -17,7 +17,7 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import type { Dtype } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./wgsl_common.ts";
 
 /** Most chunks (pass-1 partials per column) of one shard. */
 export const MAX_CHUNKS = 32;

@@ -163,8 +163,6 @@ import { machineEps } from "../core/dtype.ts";
 import {
   accSlots,
   accVecs,
-  dtypeHelpers,
-  enableDirectives,
   gemmMainloop,
   gemmShared,
   gemmThreadCoords,
@@ -173,9 +171,14 @@ import {
   tileThreads,
   validateTile,
   vecLoadsFit,
-  wgslStorageType,
 } from "./gemm_codegen.ts";
-import { f32Lit, lossConstants } from "./wgsl_common.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  lossConstants,
+  wgslStorageType,
+} from "./wgsl_common.ts";
 import {
   columnPartialsBytes,
   type PreparedVocabSort,

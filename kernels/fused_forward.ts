@@ -54,21 +54,25 @@ import {
   type AccSlot,
   accSlots,
   accVecs,
-  dtypeHelpers,
-  enableDirectives,
   gemmMainloop,
   gemmShared,
   gemmSharedBytes,
   gemmThreadCoords,
   type GemmTile,
-  loadF32,
   TILE_SMALL,
   tileThreads,
   validateTile,
   vecLoadsFit,
-  wgslStorageType,
 } from "./gemm_codegen.ts";
-import { f32Lit, lossConstants, LSE_MERGE } from "./wgsl_common.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  loadF32,
+  lossConstants,
+  LSE_MERGE,
+  wgslStorageType,
+} from "./wgsl_common.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "./column_sum.ts";
 
 /** Shape and storage dtype of the problem. */

@@ -17,6 +17,7 @@
  * @module
  */
 import type { TensorDtype } from "../gpu/tensor.ts";
+import { loadF32, vecWidth, wgslStorageType } from "./wgsl_common.ts";
 
 /** Tile parameters of the generated product. */
 export interface GemmTile {
@@ -107,11 +108,6 @@ export interface OperandSpec {
   vec?: boolean;
 }
 
-/** Elements of `dtype` in one 16-byte vector load (8 for 16-bit types, 4 for 32-bit ones). */
-export function vecWidth(dtype: TensorDtype): number {
-  return dtype === "bf16" || dtype === "f16" ? 8 : 4;
-}
-
 /**
  * Whether an operand of `dtype` with `k` contiguous can use vector loads in a tile: the tile asks
  * for them, its K-step holds whole vectors, and K (and so every row offset) is a multiple of the
@@ -134,62 +130,6 @@ export function validateTile(t: GemmTile): void {
     (t.bm * t.bk) % tileThreads(t) === 0 && (t.bn * t.bk) % tileThreads(t) === 0 &&
     tileThreads(t) <= 1024 && t.bk >= 1;
   if (!ok) throw new RangeError(`unsupported GEMM tile ${JSON.stringify(t)}`);
-}
-
-/** WGSL storage element type for a binding of `dtype` (16-byte vectors with `vec`). */
-export function wgslStorageType(dtype: TensorDtype, vec = false): string {
-  if (vec) return dtype === "f32" ? "vec4<f32>" : "vec4<u32>";
-  if (dtype === "f16") return "f16";
-  if (dtype === "bf16" || dtype === "u32") return "u32";
-  if (dtype === "i32") return "i32";
-  return "f32";
-}
-
-/**
- * A WGSL expression reading element `idx` (a u32 expression) of binding `buf` as f32 (`vec`: the
- * binding is declared as 16-byte vectors and read through its `ld_` helper).
- */
-export function loadF32(buf: string, dtype: TensorDtype, idx: string, vec = false): string {
-  if (vec) return `ld_${buf}(${idx})`;
-  if (dtype === "f32") return `${buf}[${idx}]`;
-  if (dtype === "f16") return `f32(${buf}[${idx}])`;
-  if (dtype === "bf16") return `bf16_${buf}(${idx})`;
-  return `f32(${buf}[${idx}])`;
-}
-
-/** `enable f16;` when any dtype needs it. */
-export function enableDirectives(dtypes: TensorDtype[]): string {
-  return dtypes.includes("f16") ? "enable f16;\n" : "";
-}
-
-/**
- * WGSL helper functions for the bindings that need them: a bf16 reader per bf16 binding, and an
- * element reader `ld_<name>` per binding declared as 16-byte vectors (`vec`).
- */
-export function dtypeHelpers(
-  bindings: { name: string; dtype: TensorDtype; vec?: boolean }[],
-): string {
-  return bindings.map((b) => {
-    if (b.vec) {
-      if (b.dtype === "f32") {
-        return `\nfn ld_${b.name}(i: u32) -> f32 { return ${b.name}[i >> 2u][i & 3u]; }\n`;
-      }
-      const word = `${b.name}[i >> 3u][(i >> 1u) & 3u]`;
-      return b.dtype === "f16"
-        ? `\nfn ld_${b.name}(i: u32) -> f32 { return unpack2x16float(${word})[i & 1u]; }\n`
-        : `\nfn ld_${b.name}(i: u32) -> f32 {
-  let w = ${word};
-  return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
-}\n`;
-    }
-    if (b.dtype !== "bf16") return "";
-    return `
-fn bf16_${b.name}(i: u32) -> f32 {
-  let w = ${b.name}[i >> 1u];
-  return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
-}
-`;
-  }).join("");
 }
 
 /** Names of the accumulators and where they sit in the tile. */

@@ -24,8 +24,14 @@ import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Dtype, LceOptions } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
-import { f32Lit, lossConstants } from "./wgsl_common.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  loadF32,
+  lossConstants,
+  wgslStorageType,
+} from "./wgsl_common.ts";
 import { prepareColumnSum } from "./column_sum.ts";
 import { type Dtype16, wgslFrom16, wgslTo16 } from "./cast16.ts";
 import {

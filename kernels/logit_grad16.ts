@@ -10,8 +10,13 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
-import { lossConstants } from "./wgsl_common.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  loadF32,
+  lossConstants,
+  wgslStorageType,
+} from "./wgsl_common.ts";
 import { type Dtype16, gridStrideGroups, wgslTo16 } from "./cast16.ts";
 
 /** Kernel options. */

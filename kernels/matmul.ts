@@ -22,17 +22,14 @@ import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
 import {
   accSlots,
-  dtypeHelpers,
-  enableDirectives,
   gemmMainloop,
   gemmShared,
   gemmThreadCoords,
   type GemmTile,
   tileThreads,
   validateTile,
-  vecWidth,
-  wgslStorageType,
 } from "./gemm_codegen.ts";
+import { dtypeHelpers, enableDirectives, vecWidth, wgslStorageType } from "./wgsl_common.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
 
 /** Generator options of the product kernel. */

@@ -9,8 +9,14 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
-import { lossConstants, LSE_MERGE } from "./wgsl_common.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  loadF32,
+  lossConstants,
+  LSE_MERGE,
+  wgslStorageType,
+} from "./wgsl_common.ts";
 
 const WG = 256;
 /** Elements each thread loads before merging them (see the kernel). */

@@ -39,7 +39,7 @@ import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./gemm_codegen.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./wgsl_common.ts";
 
 /** Pairs per workgroup in the local (workgroup-memory) bitonic stages. */
 export const SORT_BLOCK = 512;
