@@ -259,6 +259,8 @@ interface _Side {
   stride: number;
   /** Name of the row variable in the load's scope (`m` for A, `n` for B: offsets may use it). */
   rv: string;
+  /** Prefix of the product's names (registers, workgroup arrays). */
+  prefix: string;
 }
 
 /**
@@ -275,15 +277,71 @@ interface _Side {
  * staging (or run the loop again).
  */
 export function gemmMainloop(o: MainloopOptions, declare = true): string {
-  const t = o.tile, p = o.prefix ?? "";
+  const t = o.tile;
+  const sides = _sides(o);
+  _checkVectorSides(t, sides);
   const threads = tileThreads(t);
-  const rg = t.tm / 4, cg = t.tn / 4;
-  const aStride = t.bm / 4 + 1, bStride = t.bn / 4 + 1; // vec4s per k-row (padded)
-  const lines: string[] = [];
-  if (declare) {
-    for (const v of accVecs(t)) lines.push(`var ${v} = vec4<f32>(0.0);`);
+  const loads = [
+    ...sides.filter((sd) => sd.spec.vec !== true).map((sd) => _scalarLoads(o, sd, threads)),
+    ...sides.filter((sd) => sd.spec.vec === true).map((sd) => _vectorLoads(o, sd, threads)),
+  ];
+  const regDecls = loads.flatMap((l) => l.decls).join(" ");
+  const fetchS = loads.flatMap((l) => l.fetch);
+  const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
+  const fetch = (kBase: string) => `{ let KB = ${kBase};\n    ${fetchS.join("\n    ")}\n    }`;
+  const compute = (copy: number) => _compute(t, sides, copy).join("\n    ");
+  const decl = declare ? accVecs(t).map((v) => `var ${v} = vec4<f32>(0.0);`) : [];
+  const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
+  if (!t.dbuf) {
+    return [
+      ...decl,
+      regDecls,
+      `{
+  ${kTiles}
+  ${fetch("0u")}
+  for (var kt = 0u; kt < k_tiles; kt++) {
+    ${stash(0)}
+    workgroupBarrier();
+    ${fetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute(0)}
+    workgroupBarrier();
   }
-  const sides: _Side[] = [
+}`,
+    ].join("\n");
+  }
+  // Two copies, one barrier per K-step; the loop body runs two steps so that every read and
+  // write of the staging has a constant copy index (a dynamic one costs a bounds clamp per read).
+  // A step stashes the next slice into the copy the previous step read: every thread passed the
+  // barrier after that read, so the write is safe.
+  return [
+    ...decl,
+    regDecls,
+    `{
+  ${kTiles}
+  ${fetch("0u")}
+  ${stash(0)}
+  workgroupBarrier();
+  for (var kt = 0u; kt < k_tiles; kt += 2u) {
+    ${fetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute(0)}
+    if (kt + 1u < k_tiles) {
+      ${stash(1)}
+      workgroupBarrier();
+      ${fetch(`(kt + 2u) * ${t.bk}u`)}
+      ${compute(1)}
+      ${stash(0)}
+      workgroupBarrier();
+    }
+  }
+  workgroupBarrier();
+}`,
+  ].join("\n");
+}
+
+/** The two operands' sides of a product. */
+function _sides(o: MainloopOptions): _Side[] {
+  const t = o.tile, p = o.prefix ?? "";
+  return [
     {
       name: "A",
       spec: o.a,
@@ -295,8 +353,9 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       sRow: o.sAm,
       sK: o.sAk,
       arr: `${p}As`,
-      stride: aStride,
+      stride: t.bm / 4 + 1,
       rv: "m",
+      prefix: p,
     },
     {
       name: "B",
@@ -309,14 +368,17 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       sRow: o.sBn,
       sK: o.sBk,
       arr: `${p}Bs`,
-      stride: bStride,
+      stride: t.bn / 4 + 1,
       rv: "n",
+      prefix: p,
     },
   ];
-  const isVec = (sd: _Side) => sd.spec.vec === true;
-  for (const sd of sides) {
+}
+
+function _checkVectorSides(t: GemmTile, sides: _Side[]): void {
+  for (const sd of sides.filter((x) => x.spec.vec === true)) {
     const w = vecWidth(sd.spec.dtype);
-    if (isVec(sd) && (sd.spec.contig === "k" ? t.bk % w !== 0 : sd.rows % w !== 0)) {
+    if (sd.spec.contig === "k" ? t.bk % w !== 0 : sd.rows % w !== 0) {
       throw new RangeError(
         `vector loads of ${sd.name} along ${sd.spec.contig} need the tile's ` +
           `${sd.spec.contig === "k" ? "K-step" : "rows"} to be a multiple of ${w} ` +
@@ -324,81 +386,112 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
       );
     }
   }
-  // element (k-row, vec4 column) of a side's staging, in the copy `sb` with double buffering
-  const at = (sd: _Side, k: string, col: string) => {
-    const kk = t.dbuf ? `${k} + sb` : k;
-    return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
-  };
-  const regDecls: string[] = [];
-  const fetchS: string[] = [];
-  const stashS: string[] = [];
+}
 
-  // Scalar operands: (rows·bk)/threads element loads per thread, as before.
-  // Thread → (row, k) of each global load: contiguous index varies fastest across threads.
-  const coords = (i: number, rows: number, contig: Contig) => {
-    const idx = `(lid + ${i * threads}u)`;
-    return contig === "k"
-      ? { row: `(${idx} / ${t.bk}u)`, k: `(${idx} % ${t.bk}u)` }
-      : { row: `(${idx} % ${rows}u)`, k: `(${idx} / ${rows}u)` };
+/**
+ * Element (k-row, vec4 column) of a side's staging in staging copy `copy` (0, or 1 with `dbuf`):
+ * `k` is a u32 expression, shifted by the K-step in copy 1.
+ */
+function _at(t: GemmTile, sd: _Side, k: string, col: string, copy: number): string {
+  const kk = copy === 0 ? k : `${k} + ${t.bk}u`;
+  return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
+}
+
+/** One side's global loads: register declarations, fetch statements, stash per staging copy. */
+interface _Loads {
+  decls: string[];
+  fetch: string[];
+  stash: (copy: number) => string[];
+}
+
+/**
+ * Scalar operand loads: (rows·bk)/threads element loads per thread, the contiguous index varying
+ * fastest across threads (coalesced).
+ */
+function _scalarLoads(o: MainloopOptions, sd: _Side, threads: number): _Loads {
+  const t = o.tile;
+  const out: _Loads & { stashes: ((copy: number) => string)[] } = {
+    decls: [],
+    fetch: [],
+    stash: (copy) => out.stashes.map((f) => f(copy)),
+    stashes: [],
   };
-  for (const sd of sides.filter((x) => !isVec(x))) {
-    const loads = (sd.rows * t.bk) / threads;
-    const lc = sd.name.toLowerCase();
-    for (let i = 0; i < loads; i++) {
-      const r = `${p}r${lc}${i}`;
-      const c = coords(i, sd.rows, sd.spec.contig);
-      regDecls.push(`var ${r}: f32;`);
-      const m = sd.rv;
-      fetchS.push(
-        `{ let ${m} = ${sd.first} + ${c.row}; let k = KB + ${c.k}; ${r} = 0.0; if (${m} < ${sd.extent} && k < ${o.K}) { ${r} = ${
-          loadF32(sd.buf, sd.spec.dtype, `${sd.off} + ${m} * ${sd.sRow} + k * ${sd.sK}`)
-        }; } }`,
+  const lc = sd.name.toLowerCase(), m = sd.rv;
+  for (let i = 0; i < (sd.rows * t.bk) / threads; i++) {
+    const r = `${sd.prefix}r${lc}${i}`;
+    const idx = `(lid + ${i * threads}u)`;
+    const c = sd.spec.contig === "k"
+      ? { row: `(${idx} / ${t.bk}u)`, k: `(${idx} % ${t.bk}u)` }
+      : { row: `(${idx} % ${sd.rows}u)`, k: `(${idx} / ${sd.rows}u)` };
+    out.decls.push(`var ${r}: f32;`);
+    out.fetch.push(
+      `{ let ${m} = ${sd.first} + ${c.row}; let k = KB + ${c.k}; ${r} = 0.0; if (${m} < ${sd.extent} && k < ${o.K}) { ${r} = ${
+        loadF32(sd.buf, sd.spec.dtype, `${sd.off} + ${m} * ${sd.sRow} + k * ${sd.sK}`)
+      }; } }`,
+    );
+    out.stashes.push((copy) =>
+      `{ let r = ${c.row}; ${_at(t, sd, c.k, "r >> 2u", copy)}[r & 3u] = ${r}; }`
+    );
+  }
+  return out;
+}
+
+/** The f32 values of the elements of a 16-byte vector register `reg` of `dtype`, in order. */
+function _vectorValues(reg: string, dtype: TensorDtype): string[] {
+  const vals: string[] = [];
+  for (let j = 0; j < vecWidth(dtype); j++) {
+    if (dtype === "f32") vals.push(`${reg}[${j}]`);
+    else if (dtype === "f16") vals.push(`unpack2x16float(${reg}[${j >> 1}]).${COMP[j & 1]}`);
+    else {
+      vals.push(
+        j % 2 === 0
+          ? `bitcast<f32>(${reg}[${j >> 1}] << 16u)`
+          : `bitcast<f32>(${reg}[${j >> 1}] & 0xffff0000u)`,
       );
-      stashS.push(`{ let r = ${c.row}; ${at(sd, c.k, "r >> 2u")}[r & 3u] = ${r}; }`);
     }
   }
+  return vals;
+}
 
-  // Vector operands: 16-byte loads, ⌈loads / threads⌉ slots per thread and side. Along k
-  // (`contig: "k"`) a vector holds w consecutive k of one row; along the rows (`contig: "mn"`, the
-  // operand held transposed) it holds w consecutive rows of one k and lands in the staging as
-  // whole vec4s (the [k][row/4] layout keeps rows contiguous).
-  for (const sd of sides.filter(isVec)) {
-    const w = vecWidth(sd.spec.dtype), count = (sd.rows * t.bk) / w;
-    const ty = wgslStorageType(sd.spec.dtype, true);
-    const lc = sd.name.toLowerCase(), m = sd.rv;
-    for (let i = 0; i * threads < count; i++) {
-      const reg = `${p}rv${lc}${i}`;
-      const idx = `(lid + ${i * threads}u)`;
-      const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
-      const alongK = sd.spec.contig === "k";
-      const pos = alongK
-        ? `let row = ${idx} / ${t.bk / w}u; let kv = (${idx} % ${t.bk / w}u) * ${w}u;`
-        : `let row = (${idx} % ${sd.rows / w}u) * ${w}u; let kv = ${idx} / ${sd.rows / w}u;`;
-      const addr = alongK
-        ? `(${sd.off} + ${m} * ${sd.sRow} + k) / ${w}u`
-        : `(${sd.off} + ${m} + k * ${sd.sK}) / ${w}u`;
-      regDecls.push(`var ${reg}: ${ty};`);
-      fetchS.push(
-        `${reg} = ${ty}(0); if (${guard}) { ${pos} let ${m} = ${sd.first} + row; let k = KB + kv; ` +
-          `if (${m} < ${sd.extent} && k < ${o.K}) { ${reg} = ${sd.buf}[${addr}]; } }`,
-      );
-      const vals: string[] = [];
-      for (let j = 0; j < w; j++) {
-        if (sd.spec.dtype === "f32") vals.push(`${reg}[${j}]`);
-        else if (sd.spec.dtype === "f16") {
-          vals.push(`unpack2x16float(${reg}[${j >> 1}]).${COMP[j & 1]}`);
-        } else {
-          vals.push(
-            j % 2 === 0
-              ? `bitcast<f32>(${reg}[${j >> 1}] << 16u)`
-              : `bitcast<f32>(${reg}[${j >> 1}] & 0xffff0000u)`,
-          );
-        }
-      }
+/**
+ * Vector operand loads: 16-byte loads, ⌈loads / threads⌉ slots per thread. Along k
+ * (`contig: "k"`) a vector holds w consecutive k of one row; along the rows (`contig: "mn"`, the
+ * operand held transposed) it holds w consecutive rows of one k and lands in the staging as
+ * whole vec4s (the [k][row/4] layout keeps rows contiguous).
+ */
+function _vectorLoads(o: MainloopOptions, sd: _Side, threads: number): _Loads {
+  const t = o.tile;
+  const w = vecWidth(sd.spec.dtype), count = (sd.rows * t.bk) / w;
+  const ty = wgslStorageType(sd.spec.dtype, true);
+  const lc = sd.name.toLowerCase(), m = sd.rv;
+  const alongK = sd.spec.contig === "k";
+  const out: _Loads & { stashes: ((copy: number) => string)[] } = {
+    decls: [],
+    fetch: [],
+    stash: (copy) => out.stashes.map((f) => f(copy)),
+    stashes: [],
+  };
+  for (let i = 0; i * threads < count; i++) {
+    const reg = `${sd.prefix}rv${lc}${i}`;
+    const idx = `(lid + ${i * threads}u)`;
+    const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
+    const pos = alongK
+      ? `let row = ${idx} / ${t.bk / w}u; let kv = (${idx} % ${t.bk / w}u) * ${w}u;`
+      : `let row = (${idx} % ${sd.rows / w}u) * ${w}u; let kv = ${idx} / ${sd.rows / w}u;`;
+    const addr = alongK
+      ? `(${sd.off} + ${m} * ${sd.sRow} + k) / ${w}u`
+      : `(${sd.off} + ${m} + k * ${sd.sK}) / ${w}u`;
+    out.decls.push(`var ${reg}: ${ty};`);
+    out.fetch.push(
+      `${reg} = ${ty}(0); if (${guard}) { ${pos} let ${m} = ${sd.first} + row; let k = KB + kv; ` +
+        `if (${m} < ${sd.extent} && k < ${o.K}) { ${reg} = ${sd.buf}[${addr}]; } }`,
+    );
+    const vals = _vectorValues(reg, sd.spec.dtype);
+    out.stashes.push((copy) => {
       let st: string;
       if (alongK) {
         st = `let rq = row >> 2u; let rc = row & 3u;\n      ${
-          vals.map((v, j) => `${at(sd, `kv + ${j}u`, "rq")}[rc] = ${v};`).join(" ")
+          vals.map((v, j) => `${_at(t, sd, `kv + ${j}u`, "rq", copy)}[rc] = ${v};`).join(" ")
         }`;
       } else {
         const quads: string[] = [];
@@ -406,60 +499,48 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
           const v4 = sd.spec.dtype === "f32"
             ? reg
             : `vec4<f32>(${vals.slice(4 * q, 4 * q + 4).join(", ")})`;
-          quads.push(`${at(sd, "kv", `(row >> 2u) + ${q}u`)} = ${v4};`);
+          quads.push(`${_at(t, sd, "kv", `(row >> 2u) + ${q}u`, copy)} = ${v4};`);
         }
         st = quads.join(" ");
       }
-      stashS.push(`if (${guard}) { ${pos}\n      ${st} }`);
-    }
+      return `if (${guard}) { ${pos}\n      ${st} }`;
+    });
   }
+  return out;
+}
 
-  const compute: string[] = [];
+/** The unrolled arithmetic of one K-step from staging copy `copy`: vec4 reads and vec4 FMAs. */
+function _compute(t: GemmTile, sides: _Side[], copy: number): string[] {
+  const rg = t.tm / 4, cg = t.tn / 4;
+  const out: string[] = [];
+  const v = (x: string, k: number) => copy === 0 ? `${x}${k}` : `${x}${k}_1`;
   for (let k = 0; k < t.bk; k++) {
     for (let g = 0; g < rg; g++) {
-      compute.push(`let a${g}_${k} = ${at(sides[0], `${k}u`, `${(g * t.bm) / rg / 4}u + tm`)};`);
+      out.push(
+        `let ${v(`a${g}_`, k)} = ${
+          _at(t, sides[0], `${k}u`, `${(g * t.bm) / rg / 4}u + tm`, copy)
+        };`,
+      );
     }
     for (let h = 0; h < cg; h++) {
-      compute.push(`let b${h}_${k} = ${at(sides[1], `${k}u`, `${(h * t.bn) / cg / 4}u + tn`)};`);
+      out.push(
+        `let ${v(`b${h}_`, k)} = ${
+          _at(t, sides[1], `${k}u`, `${(h * t.bn) / cg / 4}u + tn`, copy)
+        };`,
+      );
     }
     for (let g = 0; g < rg; g++) {
       for (let r = 0; r < 4; r++) {
         for (let h = 0; h < cg; h++) {
-          const v = `acc_${g}_${r}_${h}`;
-          compute.push(`${v} = fma(vec4<f32>(a${g}_${k}.${COMP[r]}), b${h}_${k}, ${v});`);
+          const acc = `acc_${g}_${r}_${h}`;
+          out.push(
+            `${acc} = fma(vec4<f32>(${v(`a${g}_`, k)}.${COMP[r]}), ${v(`b${h}_`, k)}, ${acc});`,
+          );
         }
       }
     }
   }
-  const fetch = (kBase: string) => `{ let KB = ${kBase};\n    ${fetchS.join("\n    ")}\n    }`;
-  lines.push(regDecls.join(" "));
-  if (t.dbuf) {
-    lines.push(`{
-  let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;
-  ${fetch("0u")}
-  for (var kt = 0u; kt < k_tiles; kt++) {
-    let sb = (kt & 1u) * ${t.bk}u;
-    ${stashS.join("\n    ")}
-    workgroupBarrier();
-    ${fetch(`(kt + 1u) * ${t.bk}u`)}
-    ${compute.join("\n    ")}
-  }
-  workgroupBarrier();
-}`);
-  } else {
-    lines.push(`{
-  let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;
-  ${fetch("0u")}
-  for (var kt = 0u; kt < k_tiles; kt++) {
-    ${stashS.join("\n    ")}
-    workgroupBarrier();
-    ${fetch(`(kt + 1u) * ${t.bk}u`)}
-    ${compute.join("\n    ")}
-    workgroupBarrier();
-  }
-}`);
-  }
-  return lines.join("\n");
+  return out;
 }
 
 /**

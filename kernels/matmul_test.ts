@@ -196,8 +196,10 @@ Deno.test({
     ];
     for (const tile of tiles) {
       for (const dtype of dtypes) {
-        // K = 40: vector variant (multiple of 8 and 4); K = 37: the scalar fallback
-        for (const K of [40, 37]) {
+        // K = 40, 32: vector variant (multiple of 8 and 4); K = 37: the scalar fallback; with
+        // K-steps 8 and 16 the K-tile counts are odd and even (the double-buffered loop runs two
+        // steps per iteration)
+        for (const K of [40, 37, 32]) {
           for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false]]) {
             await runCase(ctx, { M: 37, N: 70, K, dtype, aTrans, bTrans, tile });
           }

@@ -1,0 +1,271 @@
+/**
+ * WGSL of the GEMM core ({@link matmulWgsl}): the product kernel with its vector-load and
+ * vector-store variants and split-K slices, and the split-K reduction
+ * ({@link splitKReduceWgsl}). The launcher is kernels/matmul.ts.
+ * @module
+ */
+import type { TensorDtype } from "../gpu/tensor.ts";
+import {
+  accSlots,
+  gemmMainloop,
+  gemmShared,
+  gemmThreadCoords,
+  type GemmTile,
+  tileThreads,
+  validateTile,
+} from "./gemm_codegen.ts";
+import { dtypeHelpers, enableDirectives, wgslStorageType } from "./wgsl_common.ts";
+import { type Dtype16, wgslTo16 } from "./cast16.ts";
+
+/** Generator options of the product kernel. */
+export interface MatmulKernelOptions {
+  tile: GemmTile;
+  aDtype: TensorDtype;
+  bDtype: TensorDtype;
+  /** Whether A is held transposed (K×M) / B transposed (K×N). */
+  aTrans: boolean;
+  bTrans: boolean;
+  /** f32 (default), bf16 or f16. */
+  outDtype?: TensorDtype;
+  /** Declare A / B as 16-byte vectors and load them so (along their contiguous index). */
+  vecA?: boolean;
+  vecB?: boolean;
+  /**
+   * f32 output (and split-K partials) declared as vec4s and written 4 columns at a time (the
+   * launcher picks it where N and the output offset are multiples of 4).
+   */
+  vecOut?: boolean;
+}
+
+const PARAMS =
+  `struct Params { M: u32, N: u32, K: u32, aOff: u32, sAm: u32, sAk: u32, bOff: u32, sBn: u32,
+  sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, kPer: u32, first: u32, _p: u32 };
+@group(0) @binding(0) var<uniform> P: Params;`;
+
+/** The f32 store of every accumulator (alpha, optional accumulation into the output). */
+function _storeF32(t: GemmTile, vec: boolean): string {
+  if (vec) {
+    return _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) {
+      let i = (P.cOff + m * P.sCm + n) >> 2u;
+      var v = P.alpha * ${s.vec};
+      if (P.accumulate != 0u) { v = v + outp[i]; }
+      outp[i] = v;
+    } }`
+    ).join("\n  ");
+  }
+  return accSlots(t).map((s) =>
+    `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) {
+      let i = P.cOff + m * P.sCm + n;
+      var v = P.alpha * ${s.expr};
+      if (P.accumulate != 0u) { v = v + outp[i]; }
+      outp[i] = v;
+    } }`
+  ).join("\n  ");
+}
+
+/** The first slot of every vec4 accumulator (4 adjacent columns of one row). */
+function _vecSlots(t: GemmTile) {
+  const seen = new Set<string>();
+  return accSlots(t).filter((s) => !seen.has(s.vec) && seen.add(s.vec) !== undefined);
+}
+
+/**
+ * WGSL of a 16-bit store: `store4(m, nb, v)` writes 4 adjacent columns of one row rounded to
+ * nearest even. Two 16-bit elements share a u32 word, and a word can straddle two threads' columns
+ * (an odd row stride puts every other row on an odd element). A thread writes the words it owns
+ * whole (atomicStore) and the half-words it shares with a neighbour with atomicAnd (clear its half)
+ * then atomicOr (set it): the halves are disjoint bits, so the word ends right whatever the order,
+ * without zeroed memory, and elements outside the output region keep their values.
+ */
+function _store16Fns(dtype: Dtype16): string {
+  return `${wgslTo16(dtype)}
+fn put_half(i: u32, x: f32) {
+  let sh = (i & 1u) * 16u;
+  atomicAnd(&outp[i >> 1u], ~(0xffffu << sh));
+  atomicOr(&outp[i >> 1u], to16(x) << sh);
+}
+fn put_pair(i: u32, x: f32, y: f32) {
+  atomicStore(&outp[i >> 1u], to16(x) | (to16(y) << 16u));
+}
+fn store4(m: u32, nb: u32, v: vec4<f32>) {
+  if (m >= P.M || nb >= P.N) { return; }
+  let cnt = min(P.N - nb, 4u);
+  let base = P.cOff + m * P.sCm + nb;
+  var c = 0u;
+  if ((base & 1u) == 1u) {
+    put_half(base, v[0]);
+    c = 1u;
+  }
+  loop {
+    if (c + 1u >= cnt) { break; }
+    put_pair(base + c, v[c], v[c + 1u]);
+    c = c + 2u;
+  }
+  if (c < cnt) { put_half(base + c, v[c]); }
+}
+`;
+}
+
+/**
+ * WGSL of the product kernel. Params: M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate alpha
+ * (a 16-bit output needs accumulate 0), kPer, first. Bindings: params, a, b, out, part.
+ *
+ * Split-K in one dispatch: workgroup z takes K range [z·kPer, min(K, (z+1)·kPer)). With `first` = 1
+ * slice 0 stores into the output as usual and slice z ≥ 1 its f32 partial product into `part` at
+ * (z − 1)·M·N (dense M×N); with `first` = 0 every slice stores into `part` at z·M·N. Unsplit
+ * products run one slice (kPer = K, first = 1) and never touch `part`.
+ */
+export function matmulWgsl(o: MatmulKernelOptions): string {
+  validateTile(o.tile);
+  const t = o.tile;
+  const out = o.outDtype ?? "f32";
+  if (out !== "f32" && out !== "bf16" && out !== "f16") {
+    throw new RangeError(`matmul: unsupported output dtype ${out}`);
+  }
+  const vo = o.vecOut === true && out === "f32";
+  let outDecl: string, extra = "", stores: string;
+  if (out === "f32") {
+    outDecl = vo ? "array<vec4<f32>>" : "array<f32>";
+    stores = _storeF32(t, vo);
+  } else {
+    outDecl = "array<atomic<u32>>";
+    extra = _store16Fns(out);
+    stores = _vecSlots(t)
+      .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, P.alpha * ${s.vec});`).join("\n  ");
+  }
+  const partStores = vo
+    ? _vecSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) { part[(pb + m * P.N + n) >> 2u] = ${s.vec}; } }`
+    ).join("\n    ")
+    : accSlots(t).map((s) =>
+      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
+    if (m < P.M && n < P.N) { part[pb + m * P.N + n] = ${s.expr}; } }`
+    ).join("\n    ");
+  return `${enableDirectives([o.aDtype, o.bDtype])}
+${PARAMS}
+@group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype, o.vecA)}>;
+@group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype, o.vecB)}>;
+@group(0) @binding(3) var<storage, read_write> outp: ${outDecl};
+@group(0) @binding(4) var<storage, read_write> part: array<${vo ? "vec4<f32>" : "f32"}>;
+${
+    dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
+      name: "b",
+      dtype: o.bDtype,
+      vec: o.vecB,
+    }])
+  }${extra}
+${
+    matmulEntry(
+      o,
+      `if (wg.z == 0u && P.first == 1u) {
+  ${stores}
+  } else {
+    let pb = (wg.z - P.first) * P.M * P.N;
+    ${partStores}
+  }`,
+      { slices: true },
+    )
+  }
+`;
+}
+
+/**
+ * The compute entry point of the product kernels: workgroup staging, the unrolled main loop over
+ * the tile of output (wg.y, wg.x) with operands `a`, `b` and uniform block `P` (fields M, N, K,
+ * aOff, sAm, sAk, bOff, sBn, sBk), then `stores` (statements using m0, n0, tm, tn and the
+ * accumulators).
+ */
+export function matmulEntry(
+  o: MatmulKernelOptions,
+  stores: string,
+  opt: { slices?: boolean } = {},
+): string {
+  const t = o.tile;
+  // with slices: this workgroup's K range starts at ks and is kn deep (see matmulWgsl)
+  const sl = opt.slices === true;
+  return `${gemmShared({ tile: t })}
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  let m0 = wg.y * ${t.bm}u;
+  let n0 = wg.x * ${t.bn}u;
+  ${sl ? "let ks = wg.z * P.kPer;\n  let kn = min(P.K - ks, P.kPer);" : ""}
+  ${
+    gemmMainloop({
+      tile: t,
+      a: { dtype: o.aDtype, contig: o.aTrans ? "mn" : "k", vec: o.vecA },
+      b: { dtype: o.bDtype, contig: o.bTrans ? "mn" : "k", vec: o.vecB },
+      aBuf: "a",
+      bBuf: "b",
+      M: "P.M",
+      N: "P.N",
+      K: sl ? "kn" : "P.K",
+      m0: "m0",
+      n0: "n0",
+      aOff: sl ? "(P.aOff + ks * P.sAk)" : "P.aOff",
+      sAm: "P.sAm",
+      sAk: "P.sAk",
+      bOff: sl ? "(P.bOff + ks * P.sBk)" : "P.bOff",
+      sBn: "P.sBn",
+      sBk: "P.sBk",
+    })
+  }
+  ${stores}
+}`;
+}
+
+/**
+ * WGSL of the split-K reduction: out[m, n] = (out[m, n] +) alpha·Σ_{s<S} part[s][m][n], summed in
+ * slice order. The partials are dense S×M×N; the output region has offset cOff and row stride sCm.
+ * One thread per output element (4 adjacent columns for a 16-bit output, written like the
+ * product's 16-bit store). Params: M, N, S, cOff, sCm, accumulate, alpha.
+ */
+export function splitKReduceWgsl(outDtype: TensorDtype): string {
+  const wide = outDtype === "f32";
+  const head = `struct Params { M: u32, N: u32, S: u32, cOff: u32, sCm: u32, accumulate: u32,
+  alpha: f32, _p0: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> part: array<f32>;`;
+  const sum = `fn total(m: u32, n: u32) -> f32 {
+  var v = 0.0;
+  for (var s = 0u; s < P.S; s++) { v = v + part[(s * P.M + m) * P.N + n]; }
+  return P.alpha * v;
+}`;
+  if (wide) {
+    return `${head}
+@group(0) @binding(2) var<storage, read_write> outp: array<f32>;
+${sum}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+  let i0 = gid.x + gid.y * nw.x * 256u;
+  let n = i0 % P.N;
+  let m = i0 / P.N;
+  if (m >= P.M) { return; }
+  let i = P.cOff + m * P.sCm + n;
+  var v = total(m, n);
+  if (P.accumulate != 0u) { v = v + outp[i]; }
+  outp[i] = v;
+}
+`;
+  }
+  return `${head}
+@group(0) @binding(2) var<storage, read_write> outp: array<atomic<u32>>;
+${sum}
+${_store16Fns(outDtype as Dtype16)}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+  let i0 = gid.x + gid.y * nw.x * 256u;
+  let groups = (P.N + 3u) / 4u;
+  let nb = (i0 % groups) * 4u;
+  let m = i0 / groups;
+  if (m >= P.M) { return; }
+  var v = vec4<f32>(0.0);
+  for (var c = 0u; c < 4u; c++) { if (nb + c < P.N) { v[c] = total(m, nb + c); } }
+  store4(m, nb, v);
+}
+`;
+}
