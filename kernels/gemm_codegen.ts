@@ -71,20 +71,6 @@ export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
  * and chunked rows' backward) lost 2–3% in their rows.
  */
 export const TILE_HW_TT: GemmTile = { ...TILE_HW, bk: 32 };
-/**
- * 128×64 with vector loads and [k][row] staging (8×4 per thread): for skinny outputs with a long K
- * (Liger's per-chunk dE = G·C: 128 × 2304, K = 256,000), where it ran 1.5–1.9× faster than
- * {@link TILE_HW} on an H100 at every split (reports/gemm_h100_2026-11-23/liger_de.json).
- */
-export const TILE_HW_SKINNY: GemmTile = {
-  bm: 128,
-  bn: 64,
-  bk: 16,
-  tm: 8,
-  tn: 4,
-  vec: true,
-  stage2d: true,
-};
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 

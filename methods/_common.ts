@@ -11,13 +11,7 @@ import type { Recorder } from "../gpu/recorder.ts";
 import type { ForwardOutput } from "./types.ts";
 import type { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
-import {
-  type GemmTile,
-  TILE_HW,
-  TILE_HW_SKINNY,
-  TILE_HW_TT,
-  TILE_SMALL,
-} from "../kernels/gemm_codegen.ts";
+import { type GemmTile, TILE_HW, TILE_HW_TT, TILE_SMALL } from "../kernels/gemm_codegen.ts";
 import { type PreparedMatmul, prepareMatmul } from "../kernels/matmul.ts";
 import type { TensorDtype } from "../gpu/tensor.ts";
 
@@ -49,8 +43,10 @@ export interface LceProducts {
 /**
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
  * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
- * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), and a skinny dE
- * (`dE: "skinny"`, Liger's 128-row chunks: K = |V|) TILE_HW_SKINNY; 64×64 on software adapters.
+ * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G); 64×64 on software
+ * adapters. Liger's skinny dE (128-row chunks, K = |V|) takes TILE_HW too: split 14 ways it ran
+ * 3.63 ms a chunk against 4.12 for a 128×64 tile split 7 ways, back to back on an H100
+ * (reports/gemm_h100_2026-11-23/liger_chunks.json).
  */
 export async function prepareLceProducts(
   ctx: GpuContext,
@@ -61,15 +57,12 @@ export async function prepareLceProducts(
     logitsDtype?: TensorDtype;
     /** Dtype of G as the gradient products read it. */
     gradDtype: TensorDtype;
-    /** dE's output is a chunk of rows with K = |V| (Liger's 128-token chunks). */
-    dE?: "skinny";
     /** dC's K is all tokens (not a chunk's): the K-step-32 tile where G is f32. */
     dC?: "long-k";
   },
 ): Promise<LceProducts> {
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
-  const dETile = hw && o.dE === "skinny" ? TILE_HW_SKINNY : tile;
   const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
@@ -84,7 +77,7 @@ export async function prepareLceProducts(
     });
   // one after the other: each compilation holds an error scope of the device until it is done
   const logits = await mm({ tile, a: o.dtype, aTrans: false, bTrans: false, out: o.logitsDtype });
-  const dE = await mm({ tile: dETile, a: o.gradDtype, aTrans: false, bTrans: true });
+  const dE = await mm({ tile, a: o.gradDtype, aTrans: false, bTrans: true });
   const dC = await mm({ tile: dCTile, a: o.gradDtype, aTrans: true, bTrans: true });
   return { logits, dE, dC };
 }

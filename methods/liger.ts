@@ -79,7 +79,6 @@ export const liger: LceMethod = {
     const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
       dtype: dt,
       gradDtype: "f32",
-      dE: "skinny",
     });
     const stats = await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
     const grad = await prepareChunkGrad(ctx, {

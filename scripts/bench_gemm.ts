@@ -29,6 +29,9 @@ import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts
 import { type GemmTile, TILE_HW, TILE_LARGE } from "../kernels/gemm_codegen.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
 
+/** GPU milliseconds of warm-up per product and tile before the timed repetitions. */
+const WARMUP_MS = 500;
+
 /** Tile candidates by name. */
 const TILES: Record<string, GemmTile> = {
   hw: TILE_HW,
@@ -37,6 +40,13 @@ const TILES: Record<string, GemmTile> = {
   skinny_wt: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, stage2d: true, warpTile: true },
   hw_k32: { ...TILE_HW, bk: 32 },
   hw_dbuf: { ...TILE_HW, dbuf: true },
+  hw_k8_dbuf: { ...TILE_HW, bk: 8, dbuf: true },
+  hw_k32_dbuf: { ...TILE_HW, bk: 32, dbuf: true },
+  hw_wt_dbuf: { ...TILE_HW, warpTile: true, dbuf: true },
+  w128x256_k16: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true },
+  w128x256_dbuf: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true, dbuf: true },
+  w256x128_k16: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
+  w256x128_dbuf: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true, dbuf: true },
   w128x256: { bm: 128, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
   w256x128: { bm: 256, bn: 128, bk: 8, tm: 16, tn: 8, vec: true, stage2d: true },
   w64x128: { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8, vec: true, stage2d: true },
@@ -68,7 +78,14 @@ export const BENCH_GEMM_COMMAND = defineCommand({
     v: { type: "int", min: 1, help: "vocabulary", default: 256000 },
     d: { type: "int", min: 1, help: "hidden size", default: 2304 },
     dtype: { type: "string", arg: "bf16|f16|f32", help: "input dtype", default: "bf16" },
-    reps: { type: "int", min: 1, help: "timed repetitions (after one warm-up)", default: 3 },
+    reps: { type: "int", min: 1, help: "timed repetitions (after 500 ms of warm-up)", default: 3 },
+    inner: {
+      type: "int",
+      min: 1,
+      help: "products recorded back to back per repetition (time per product: their total / " +
+        "inner), as a method's chunk loop runs them",
+      default: 1,
+    },
     tiles: {
       type: "string",
       arg: "T1,T2,...",
@@ -97,7 +114,7 @@ export async function benchGemmMain(args: string[]): Promise<void> {
   const parsed = BENCH_GEMM_COMMAND.parse(args);
   if (!parsed) return;
   const values = parsed.values;
-  const { n, v, d, reps } = values;
+  const { n, v, d, reps, inner } = values;
   const dtype = parseDtype(values.dtype);
   const tileNames = parseList("--tiles", values.tiles);
   for (const t of tileNames) {
@@ -226,15 +243,19 @@ export async function benchGemmMain(args: string[]): Promise<void> {
           bTrans: cs.b.trans,
           outDtype: cs.outDtype,
         });
-        const times: number[] = [];
-        for (let i = 0; i < reps + 1; i++) {
-          await ctx.scoped(async () => {
+        const once = () =>
+          ctx.scoped(async () => {
             const rec = new Recorder(ctx);
-            mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
-            const t = await rec.finish();
-            if (i > 0) times.push(t.gpuMs);
+            for (let j = 0; j < inner; j++) {
+              mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
+            }
+            return (await rec.finish()).gpuMs / inner;
           });
-        }
+        // warm-up: at least WARMUP_MS of GPU work, so that a short product measured first does
+        // not run at an idle GPU's clocks (a 4 ms product then took 5× longer)
+        for (let warm = 0, i = 0; warm < WARMUP_MS && i < 1000; i++) warm += await once();
+        const times: number[] = [];
+        for (let i = 0; i < reps; i++) times.push(await once());
         times.sort((x, y) => x - y);
         const ms = times[Math.floor(times.length / 2)];
         const r = {
