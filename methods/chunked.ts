@@ -17,16 +17,29 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
-import { createTensor, type DeviceTensor, rowsPerBinding } from "../gpu/tensor.ts";
+import type { Recorder } from "../gpu/recorder.ts";
+import {
+  createTensor,
+  type DeviceTensor,
+  rowsPerBinding,
+  type TensorDtype,
+} from "../gpu/tensor.ts";
+import type { LceOptions } from "../core/options.ts";
 import { GpuError } from "../core/errors.ts";
 import { rowView } from "../kernels/matmul.ts";
-import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
-import { prepareCast16 } from "../kernels/cast16.ts";
+import {
+  prepareChunkGrad,
+  prepareChunkStats,
+  type PreparedChunkGrad,
+  type PreparedChunkStats,
+  rowPrefix,
+} from "../kernels/chunk_rows.ts";
+import { prepareCast16, type PreparedCast16 } from "../kernels/cast16.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
-import type { LceMethod, ProblemSpec } from "./types.ts";
-import { lossTensor, prepareLceProducts, vector } from "./_common.ts";
+import type { ForwardOutput, LceMethod, MethodInputs, ProblemSpec, SavedState } from "./types.ts";
+import { type LceProducts, lossTensor, prepareLceProducts, vector } from "./_common.ts";
 
 /** torch.chunk's split of n rows into at most `chunks` pieces of ⌈n/chunks⌉ rows: [lo, hi) each. */
 export function chunkRanges(n: number, chunks: number): [number, number][] {
@@ -78,117 +91,147 @@ export function makeChunked(chunks = 8): LceMethod {
     async prepare(ctx, spec, opts) {
       const why = _unsupported(ctx, spec);
       if (why) throw new GpuError("limits", `chunked: ${why}`);
-      const per = _rowsPerShard(ctx, spec.v)!;
-      const ldt = spec.dtype; // logits and their gradient are held in the input dtype
-      const wide = ldt === "f32";
-      const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
-        dtype: ldt,
-        logitsDtype: ldt,
-        gradDtype: ldt,
-      });
-      const stats = await prepareChunkStats(ctx, { logitsDtype: ldt, opts, v: spec.v });
-      const grad = await prepareChunkGrad(ctx, {
-        logitsDtype: ldt,
-        opts,
-        v: spec.v,
-        inPlace: false,
-      });
-      const cast = ldt === "f32" ? undefined : await prepareCast16(ctx, ldt);
-      const reduce = await prepareLossReduce(ctx, opts);
-      const weights = await prepareRowWeights(ctx, opts);
-      const ranges = chunkRanges(spec.n, chunks);
-      const chunkTensor = (dtype: typeof ldt, rows: number, label: string) =>
-        createTensor(ctx, {
-          dtype,
-          rows,
-          cols: spec.v,
-          role: "workspace",
-          label,
-          maxRowsPerShard: per,
-        });
+      const k = await _compile(ctx, spec, opts, chunks);
       return {
-        forward(rec, x) {
-          // The model's chunked output projection: every chunk's logits, in the input dtype.
-          const logits: DeviceTensor[] = [];
-          ranges.forEach(([lo, hi], k) => {
-            const z = chunkTensor(ldt, hi - lo, `logits[${k}]`);
-            logits.push(z);
-            logitsMm.record(rec, {
-              a: { view: rowView(x.e, lo, hi), trans: false },
-              b: { view: rowView(x.c), trans: false },
-              out: rowView(z),
-              label: `logits[${k}] = E[chunk]·Cᵀ`,
-            });
-          });
-          // The loss: each chunk upcast to f32 and reduced; the sum over chunks / count.
-          const lse = vector(ctx, spec.n, "workspace", "lse");
-          const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
-          const count = vector(ctx, 1, "workspace", "count");
-          ranges.forEach(([lo], k) => {
-            stats.record(rec, {
-              logits: logits[k],
-              rowOffset: lo,
-              targets: x.targets,
-              lse,
-              lossRows,
-            });
-          });
-          const loss = lossTensor(ctx, spec.n, opts);
-          reduce.record(rec, { lossRows, targets: x.targets, loss, count });
-          rec.release(lossRows.shards[0].buffer);
-          return Promise.resolve({
-            loss,
-            saved: { tensors: [...logits, lse, count], logits, lse, count },
-          });
-        },
-        backward(rec, x, saved, gradOut) {
-          const logits = saved.logits as DeviceTensor[];
-          const w = vector(ctx, spec.n, "workspace", "row weights");
-          weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
-          const maxRows = Math.max(...ranges.map(([lo, hi]) => hi - lo));
-          const g32 = chunkTensor("f32", maxRows, "dlogits chunk (f32)");
-          const g16 = wide ? undefined : chunkTensor(ldt, maxRows, `dlogits chunk (${ldt})`);
-          const { dE, dC } = gradientOutputs(ctx, spec);
-          // Autograd walks the chunks in reverse order of the forward.
-          for (let k = ranges.length - 1; k >= 0; k--) {
-            const [lo, hi] = ranges[k];
-            const g = rowPrefix(g32, hi - lo);
-            grad.record(rec, {
-              logits: logits[k],
-              rowOffset: lo,
-              targets: x.targets,
-              lse: saved.lse,
-              w,
-              grad: g,
-            });
-            let gIn = g;
-            if (g16 && cast) {
-              gIn = rowPrefix(g16, hi - lo);
-              cast.record(rec, { src: g, dst: gIn });
-            }
-            dEMm.record(rec, {
-              a: { view: rowView(gIn), trans: false },
-              b: { view: rowView(x.c), trans: true },
-              out: rowView(dE, lo, hi),
-              label: `dE[chunk ${k}] = G·C`,
-            });
-            dCMm.record(rec, {
-              a: { view: rowView(gIn), trans: true },
-              b: { view: rowView(x.e, lo, hi), trans: true },
-              out: rowView(dC),
-              accumulate: k !== ranges.length - 1,
-              label: `dC += Gᵀ·E[chunk ${k}]`,
-            });
-          }
-          for (const t of [g32, g16, w]) for (const s of t?.shards ?? []) rec.release(s.buffer);
-          return Promise.resolve({ dE, dC });
-        },
+        forward: (rec, x) => Promise.resolve(_forward(k, rec, x)),
+        backward: (rec, x, saved, gradOut) => Promise.resolve(_backward(k, rec, x, saved, gradOut)),
         dispose(saved) {
           for (const t of saved.tensors) t.destroy();
         },
       };
     },
   };
+}
+
+/** The compiled kernels and the plan of one chunked method. */
+interface _Chunked {
+  ctx: GpuContext;
+  spec: ProblemSpec;
+  opts: LceOptions;
+  products: LceProducts;
+  stats: PreparedChunkStats;
+  grad: PreparedChunkGrad;
+  cast?: PreparedCast16;
+  reduce: Awaited<ReturnType<typeof prepareLossReduce>>;
+  weights: Awaited<ReturnType<typeof prepareRowWeights>>;
+  /** Token ranges of the chunks. */
+  ranges: [number, number][];
+  /** A chunk-of-logits tensor (|V| columns, sharded under the binding limit). */
+  chunkTensor(dtype: TensorDtype, rows: number, label: string): DeviceTensor;
+}
+
+async function _compile(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  chunks: number,
+): Promise<_Chunked> {
+  const per = _rowsPerShard(ctx, spec.v)!;
+  const ldt = spec.dtype; // logits and their gradient are held in the input dtype
+  return {
+    ctx,
+    spec,
+    opts,
+    products: await prepareLceProducts(ctx, { dtype: ldt, logitsDtype: ldt, gradDtype: ldt }),
+    stats: await prepareChunkStats(ctx, { logitsDtype: ldt, opts, v: spec.v }),
+    grad: await prepareChunkGrad(ctx, { logitsDtype: ldt, opts, v: spec.v, inPlace: false }),
+    cast: ldt === "f32" ? undefined : await prepareCast16(ctx, ldt),
+    reduce: await prepareLossReduce(ctx, opts),
+    weights: await prepareRowWeights(ctx, opts),
+    ranges: chunkRanges(spec.n, chunks),
+    chunkTensor: (dtype, rows, label) =>
+      createTensor(ctx, {
+        dtype,
+        rows,
+        cols: spec.v,
+        role: "workspace",
+        label,
+        maxRowsPerShard: per,
+      }),
+  };
+}
+
+/** The forward: every chunk's logits in the input dtype (kept), then each upcast and reduced. */
+function _forward(k: _Chunked, rec: Recorder, x: MethodInputs): ForwardOutput {
+  const { ctx, spec } = k;
+  // The model's chunked output projection: every chunk's logits, in the input dtype.
+  const logits: DeviceTensor[] = [];
+  k.ranges.forEach(([lo, hi], i) => {
+    const z = k.chunkTensor(spec.dtype, hi - lo, `logits[${i}]`);
+    logits.push(z);
+    k.products.logits.record(rec, {
+      a: { view: rowView(x.e, lo, hi), trans: false },
+      b: { view: rowView(x.c), trans: false },
+      out: rowView(z),
+      label: `logits[${i}] = E[chunk]·Cᵀ`,
+    });
+  });
+  // The loss: each chunk upcast to f32 and reduced; the sum over chunks / count.
+  const lse = vector(ctx, spec.n, "workspace", "lse");
+  const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
+  const count = vector(ctx, 1, "workspace", "count");
+  k.ranges.forEach(([lo], i) => {
+    k.stats.record(rec, { logits: logits[i], rowOffset: lo, targets: x.targets, lse, lossRows });
+  });
+  const loss = lossTensor(ctx, spec.n, k.opts);
+  k.reduce.record(rec, { lossRows, targets: x.targets, loss, count });
+  rec.release(lossRows.shards[0].buffer);
+  return { loss, saved: { tensors: [...logits, lse, count], logits, lse, count } };
+}
+
+/**
+ * The backward, chunks in reverse order of the forward (as autograd walks them): per chunk the
+ * f32 gradient of its logits, cast to the input dtype, then dE[chunk] = G·C and dC += Gᵀ·E[chunk].
+ */
+function _backward(
+  k: _Chunked,
+  rec: Recorder,
+  x: MethodInputs,
+  saved: SavedState,
+  gradOut: DeviceTensor,
+): { dE: DeviceTensor; dC: DeviceTensor } {
+  const { ctx, spec, ranges } = k;
+  const logits = saved.logits as DeviceTensor[];
+  const w = vector(ctx, spec.n, "workspace", "row weights");
+  k.weights.record(rec, { gradOut, targets: x.targets, count: saved.count as DeviceTensor, w });
+  const maxRows = Math.max(...ranges.map(([lo, hi]) => hi - lo));
+  const g32 = k.chunkTensor("f32", maxRows, "dlogits chunk (f32)");
+  const g16 = k.cast
+    ? k.chunkTensor(spec.dtype, maxRows, `dlogits chunk (${spec.dtype})`)
+    : undefined;
+  const { dE, dC } = gradientOutputs(ctx, spec);
+  for (let i = ranges.length - 1; i >= 0; i--) {
+    const [lo, hi] = ranges[i];
+    const g = rowPrefix(g32, hi - lo);
+    k.grad.record(rec, {
+      logits: logits[i],
+      rowOffset: lo,
+      targets: x.targets,
+      lse: saved.lse as DeviceTensor,
+      w,
+      grad: g,
+    });
+    let gIn = g;
+    if (g16 && k.cast) {
+      gIn = rowPrefix(g16, hi - lo);
+      k.cast.record(rec, { src: g, dst: gIn });
+    }
+    k.products.dE.record(rec, {
+      a: { view: rowView(gIn), trans: false },
+      b: { view: rowView(x.c), trans: true },
+      out: rowView(dE, lo, hi),
+      label: `dE[chunk ${i}] = G·C`,
+    });
+    k.products.dC.record(rec, {
+      a: { view: rowView(gIn), trans: true },
+      b: { view: rowView(x.e, lo, hi), trans: true },
+      out: rowView(dC),
+      accumulate: i !== ranges.length - 1,
+      label: `dC += Gᵀ·E[chunk ${i}]`,
+    });
+  }
+  for (const t of [g32, g16, w]) for (const s of t?.shards ?? []) rec.release(s.buffer);
+  return { dE, dC };
 }
 
 /** The Table 3 row: 8 chunks. */

@@ -34,14 +34,21 @@ import { createTensor, type DeviceTensor } from "../gpu/tensor.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
 import { rowView } from "../kernels/matmul.ts";
-import { prepareChunkGrad, prepareChunkStats, rowPrefix } from "../kernels/chunk_rows.ts";
+import {
+  prepareChunkGrad,
+  prepareChunkStats,
+  type PreparedChunkGrad,
+  type PreparedChunkStats,
+  rowPrefix,
+} from "../kernels/chunk_rows.ts";
+import type { LceOptions } from "../core/options.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
 import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, MethodInputs, ProblemSpec } from "./types.ts";
-import { lossTensor, prepareLceProducts, vector } from "./_common.ts";
+import { type LceProducts, lossTensor, prepareLceProducts, vector } from "./_common.ts";
 
 /** The smallest power of two ≥ x (triton.next_power_of_2). */
 function _nextPow2(x: number): number {
@@ -73,115 +80,36 @@ export const liger: LceMethod = {
   async prepare(ctx, spec, opts) {
     const why = _unsupported(ctx, spec);
     if (why) throw new GpuError("limits", `liger: ${why}`);
-    const dt = spec.dtype;
-    const chunk = ligerChunkSize(spec.n, spec.v, spec.d);
+    const k = await _compile(ctx, spec, opts);
     const deferred = opts.reduction === "none";
-    const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
-      dtype: dt,
-      gradDtype: "f32",
-    });
-    const stats = await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
-    const grad = await prepareChunkGrad(ctx, {
-      logitsDtype: "f32",
-      opts,
-      v: spec.v,
-      inPlace: true,
-    });
-    const reduce = await prepareLossReduce(ctx, opts);
-    const unitWeights = deferred ? undefined : await prepareUnitRowWeights(ctx, opts);
-    const weights = deferred ? await prepareRowWeights(ctx, opts) : undefined;
-    const scale = deferred ? undefined : await prepareScaleByScalar(ctx);
-
-    /** The chunk loop: loss rows and LSE, and with `grads` the gradients weighted by `w`. */
-    const chunkLoop = (
-      rec: Recorder,
-      x: MethodInputs,
-      v: { lse: DeviceTensor; lossRows: DeviceTensor },
-      grads?: { w: DeviceTensor; dE: DeviceTensor; dC: DeviceTensor },
-    ) => {
-      const buf = createTensor(ctx, {
-        dtype: "f32",
-        rows: chunk,
-        cols: spec.v,
-        role: "workspace",
-        label: "logits chunk",
-      });
-      // one split-K workspace for the chunk products (they run one after the other)
-      const splitBytes = Math.max(
-        logitsMm.workspaceBytes({ m: chunk, n: spec.v, k: spec.d }),
-        grads ? dEMm.workspaceBytes({ m: chunk, n: spec.d, k: spec.v }) : 0,
-        grads ? dCMm.workspaceBytes({ m: spec.v, n: spec.d, k: chunk }) : 0,
-      );
-      const workspace = splitBytes > 0
-        ? ctx.createBuffer({ size: splitBytes, role: "workspace", label: "split-K partials" })
-        : undefined;
-      for (let lo = 0, k = 0; lo < spec.n; lo += chunk, k++) {
-        const hi = Math.min(spec.n, lo + chunk);
-        const z = rowPrefix(buf, hi - lo);
-        logitsMm.record(rec, {
-          a: { view: rowView(x.e, lo, hi), trans: false },
-          b: { view: rowView(x.c), trans: false },
-          out: rowView(z),
-          label: `logits[chunk ${k}] = E[chunk]·Cᵀ`,
-          workspace,
-        });
-        const rows = { logits: z, rowOffset: lo, targets: x.targets };
-        stats.record(rec, { ...rows, lse: v.lse, lossRows: v.lossRows });
-        if (!grads) continue;
-        grad.record(rec, { ...rows, lse: v.lse, w: grads.w, grad: z });
-        dEMm.record(rec, {
-          a: { view: rowView(z), trans: false },
-          b: { view: rowView(x.c), trans: true },
-          out: rowView(grads.dE, lo, hi),
-          label: `dE[chunk ${k}] = G·C`,
-          workspace,
-        });
-        dCMm.record(rec, {
-          a: { view: rowView(z), trans: true },
-          b: { view: rowView(x.e, lo, hi), trans: true },
-          out: rowView(grads.dC),
-          accumulate: k > 0,
-          label: `dC += Gᵀ·E[chunk ${k}]`,
-          workspace,
-        });
-      }
-      for (const s of buf.shards) rec.release(s.buffer);
-      rec.release(workspace);
-    };
-    const gradTensors = () => gradientOutputs(ctx, spec);
-    const perToken = () => ({
-      lse: vector(ctx, spec.n, "workspace", "lse"),
-      lossRows: vector(ctx, spec.n, "workspace", "loss rows"),
-    });
-
     return {
       forward(rec, x) {
         const count = vector(ctx, 1, "workspace", "count");
-        const v = perToken();
+        const v = _perToken(k);
         let saved;
         if (deferred) {
-          chunkLoop(rec, x, v);
+          _chunkLoop(k, rec, x, v);
           saved = { tensors: [count], count };
         } else {
           const w = vector(ctx, spec.n, "workspace", "row weights");
-          unitWeights!.record(rec, { targets: x.targets, w, count });
-          const g = gradTensors();
-          chunkLoop(rec, x, v, { w, ...g });
+          k.unitWeights!.record(rec, { targets: x.targets, w, count });
+          const g = gradientOutputs(ctx, spec);
+          _chunkLoop(k, rec, x, v, { w, ...g });
           rec.release(w.shards[0].buffer);
           saved = { tensors: [g.dE, g.dC, count], ...g, count, consumed: false };
         }
         const loss = lossTensor(ctx, spec.n, opts);
-        reduce.record(rec, { lossRows: v.lossRows, targets: x.targets, loss, count });
+        k.reduce.record(rec, { lossRows: v.lossRows, targets: x.targets, loss, count });
         rec.release(v.lse.shards[0].buffer, v.lossRows.shards[0].buffer);
         return Promise.resolve({ loss, saved });
       },
       backward(rec, x, saved, gradOut) {
         if (deferred) {
           const w = vector(ctx, spec.n, "workspace", "row weights");
-          weights!.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
-          const v = perToken();
-          const g = gradTensors();
-          chunkLoop(rec, x, v, { w, ...g });
+          k.weights!.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
+          const v = _perToken(k);
+          const g = gradientOutputs(ctx, spec);
+          _chunkLoop(k, rec, x, v, { w, ...g });
           rec.release(w.shards[0].buffer, v.lse.shards[0].buffer, v.lossRows.shards[0].buffer);
           return Promise.resolve(g);
         }
@@ -191,8 +119,8 @@ export const liger: LceMethod = {
           );
         }
         saved.consumed = true;
-        scale!.record(rec, { x: saved.dE, scalar: gradOut });
-        scale!.record(rec, { x: saved.dC, scalar: gradOut });
+        k.scale!.record(rec, { x: saved.dE, scalar: gradOut });
+        k.scale!.record(rec, { x: saved.dC, scalar: gradOut });
         return Promise.resolve({ dE: saved.dE, dC: saved.dC });
       },
       dispose(saved) {
@@ -201,3 +129,101 @@ export const liger: LceMethod = {
     };
   },
 };
+
+/** The compiled kernels of the Liger row (the weights' kernels by reduction: see the module doc). */
+interface _Liger {
+  ctx: GpuContext;
+  spec: ProblemSpec;
+  chunk: number;
+  products: LceProducts;
+  stats: PreparedChunkStats;
+  grad: PreparedChunkGrad;
+  reduce: Awaited<ReturnType<typeof prepareLossReduce>>;
+  unitWeights?: Awaited<ReturnType<typeof prepareUnitRowWeights>>;
+  weights?: Awaited<ReturnType<typeof prepareRowWeights>>;
+  scale?: Awaited<ReturnType<typeof prepareScaleByScalar>>;
+}
+
+async function _compile(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): Promise<_Liger> {
+  const deferred = opts.reduction === "none";
+  return {
+    ctx,
+    spec,
+    chunk: ligerChunkSize(spec.n, spec.v, spec.d),
+    products: await prepareLceProducts(ctx, { dtype: spec.dtype, gradDtype: "f32" }),
+    stats: await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v }),
+    grad: await prepareChunkGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true }),
+    reduce: await prepareLossReduce(ctx, opts),
+    unitWeights: deferred ? undefined : await prepareUnitRowWeights(ctx, opts),
+    weights: deferred ? await prepareRowWeights(ctx, opts) : undefined,
+    scale: deferred ? undefined : await prepareScaleByScalar(ctx),
+  };
+}
+
+/** Per-token LSE and loss rows of one chunk loop. */
+function _perToken(k: _Liger): { lse: DeviceTensor; lossRows: DeviceTensor } {
+  return {
+    lse: vector(k.ctx, k.spec.n, "workspace", "lse"),
+    lossRows: vector(k.ctx, k.spec.n, "workspace", "loss rows"),
+  };
+}
+
+/** The chunk loop: loss rows and LSE, and with `grads` the gradients weighted by `w`. */
+function _chunkLoop(
+  k: _Liger,
+  rec: Recorder,
+  x: MethodInputs,
+  v: { lse: DeviceTensor; lossRows: DeviceTensor },
+  grads?: { w: DeviceTensor; dE: DeviceTensor; dC: DeviceTensor },
+): void {
+  const { ctx, spec, chunk } = k;
+  const { logits: logitsMm, dE: dEMm, dC: dCMm } = k.products;
+  const buf = createTensor(ctx, {
+    dtype: "f32",
+    rows: chunk,
+    cols: spec.v,
+    role: "workspace",
+    label: "logits chunk",
+  });
+  // one split-K workspace for the chunk products (they run one after the other)
+  const splitBytes = Math.max(
+    logitsMm.workspaceBytes({ m: chunk, n: spec.v, k: spec.d }),
+    grads ? dEMm.workspaceBytes({ m: chunk, n: spec.d, k: spec.v }) : 0,
+    grads ? dCMm.workspaceBytes({ m: spec.v, n: spec.d, k: chunk }) : 0,
+  );
+  const workspace = splitBytes > 0
+    ? ctx.createBuffer({ size: splitBytes, role: "workspace", label: "split-K partials" })
+    : undefined;
+  for (let lo = 0, i = 0; lo < spec.n; lo += chunk, i++) {
+    const hi = Math.min(spec.n, lo + chunk);
+    const z = rowPrefix(buf, hi - lo);
+    logitsMm.record(rec, {
+      a: { view: rowView(x.e, lo, hi), trans: false },
+      b: { view: rowView(x.c), trans: false },
+      out: rowView(z),
+      label: `logits[chunk ${i}] = E[chunk]·Cᵀ`,
+      workspace,
+    });
+    const rows = { logits: z, rowOffset: lo, targets: x.targets };
+    k.stats.record(rec, { ...rows, lse: v.lse, lossRows: v.lossRows });
+    if (!grads) continue;
+    k.grad.record(rec, { ...rows, lse: v.lse, w: grads.w, grad: z });
+    dEMm.record(rec, {
+      a: { view: rowView(z), trans: false },
+      b: { view: rowView(x.c), trans: true },
+      out: rowView(grads.dE, lo, hi),
+      label: `dE[chunk ${i}] = G·C`,
+      workspace,
+    });
+    dCMm.record(rec, {
+      a: { view: rowView(z), trans: true },
+      b: { view: rowView(x.e, lo, hi), trans: true },
+      out: rowView(grads.dC),
+      accumulate: i > 0,
+      label: `dC += Gᵀ·E[chunk ${i}]`,
+      workspace,
+    });
+  }
+  for (const s of buf.shards) rec.release(s.buffer);
+  rec.release(workspace);
+}
