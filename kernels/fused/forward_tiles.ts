@@ -44,11 +44,13 @@ import {
 } from "../gemm_codegen.ts";
 import { dtypeHelpers, enableDirectives, LSE_MERGE, wgslStorageType } from "../wgsl_common.ts";
 import {
+  type RegisterHooks,
   type RowTerm,
   rowTerms,
   rowValues,
   softcapFn,
   targetWrite,
+  type TileHooks,
   treeSum,
 } from "./forward_epilogue.ts";
 
@@ -210,6 +212,11 @@ function _variant(o: FusedTilesKernelOptions): TilesVariant {
   };
 }
 
+/** The non-empty pieces, each after `sep` (a newline and indent, or a space). */
+function _each(pieces: string[], sep: string): string {
+  return pieces.filter((x) => x !== "").map((x) => `${sep}${x}`).join("");
+}
+
 /** The split partial written to ws[o]: the pair, or its log-sum-exp m + log s. */
 function _lsePartial(v: TilesVariant, pair: string, m: string, s: string): string {
   return v.pairs ? pair : `${m} + log(${s})`;
@@ -308,7 +315,7 @@ export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
 
 /** A thread row's target and running values, before the tile loop. */
 function _registersInit(v: TilesVariant, { i, row }: ThreadRow): string {
-  const extra = v.terms.map((term) => ` ${term.registers.init(i)}`).join("");
+  const extra = _each(v.terms.map((term) => term.registers.init(i)), " ");
   return `var tg_${i} = ${NO_TARGET};
   { let lr = m0 + ${row}; if (lr < P.rows) { tg_${i} = u32(targets[P.rowStart + lr]) - P.vStart; } }
   var st_m_${i} = NEG_INF;
@@ -320,9 +327,9 @@ function _registersTile(v: TilesVariant, { i, row, slots: ss }: ThreadRow): stri
   const hooks = v.terms.map((term) => term.registers);
   const lines = rowValues(v.tile, ss);
   lines.push(`if (mx > st_m_${i}) {
-      let sc = exp(st_m_${i} - mx);
-      ${hooks.map((h) => `${h.rescale(i)}\n      `).join("")}st_s_${i} *= sc;
-      st_m_${i} = mx;${hooks.map((h) => `\n      ${h.newMax(i, ss, v.tile)}`).join("")}
+      let sc = exp(st_m_${i} - mx);${_each(hooks.map((h) => h.rescale(i)), "\n      ")}
+      st_s_${i} *= sc;
+      st_m_${i} = mx;${_each(hooks.map((h) => h.newMax(i, ss, v.tile)), "\n      ")}
     }`);
   ss.forEach((_, j) => lines.push(`let p${j} = select(0.0, exp(q${j} - st_m_${i}), v${j});`));
   lines.push(`st_s_${i} += ${treeSum(ss.map((_, j) => `p${j}`))};`);
@@ -334,8 +341,7 @@ function _registersTile(v: TilesVariant, { i, row, slots: ss }: ThreadRow): stri
 /** A thread row's partials merged across the threads sharing the row, then written out. */
 function _registersFinish(v: TilesVariant, { i, row }: ThreadRow): string {
   const hooks = v.terms.map((term) => term.registers);
-  const each = (f: (h: (typeof hooks)[number]) => string, sep: string) =>
-    hooks.map((h) => `${sep}${f(h)}`).join("");
+  const each = (f: (h: RegisterHooks) => string, sep: string) => _each(hooks.map(f), sep);
   return `red_ms[lid] = vec2<f32>(st_m_${i}, st_s_${i});${each((h) => h.store(i), " ")}
   workgroupBarrier();
   if (tn == 0u) {
@@ -372,7 +378,7 @@ function _registersState(v: TilesVariant): StateCode {
 /** Targets of the block's rows to workgroup memory, the owner's running values and its slot. */
 function _tileInit(v: TilesVariant): string {
   const t = v.tile, R = v.roundRows;
-  const extra = v.terms.map((term) => ` ${term.tile.init}`).join("");
+  const extra = _each(v.terms.map((term) => term.tile.init), " ");
   return `for (var r = lid; r < ${t.bm}u; r += ${v.threads}u) {
     var tg = ${NO_TARGET};
     let lr = m0 + r;
@@ -407,8 +413,7 @@ function _tileRoundRow(v: TilesVariant, { row, slots: ss }: ThreadRow, k: number
 /** The owner folds the partials of the threads sharing its row into its running values. */
 function _tileMerge(v: TilesVariant): string {
   const hooks = v.terms.map((term) => term.tile);
-  const each = (f: (h: (typeof hooks)[number]) => string, sep: string) =>
-    hooks.map((h) => f(h)).filter((x) => x !== "").map((x) => `${sep}${x}`).join("");
+  const each = (f: (h: TileHooks) => string, sep: string) => _each(hooks.map(f), sep);
   return `{
       var mm = scr_m[own_base];
       for (var j = 1u; j < ${v.tx}u; j++) { mm = max(mm, scr_m[own_base + j]); }
@@ -419,8 +424,8 @@ function _tileMerge(v: TilesVariant): string {
         ss += scr_s[own_base + j] * f;${each((h) => h.mergeStep, "\n        ")}
       }
       if (mm > own_m) {
-        let sc = exp(own_m - mm);
-        ${each((h) => `${h.mergeUp}\n        `, "")}own_s = own_s * sc + ss;
+        let sc = exp(own_m - mm);${each((h) => h.mergeUp, "\n        ")}
+        own_s = own_s * sc + ss;
         own_m = mm;
       } else {
         let sc = exp(mm - own_m);
@@ -445,7 +450,7 @@ function _tileState(v: TilesVariant): StateCode {
     // the last round's scratch is next written after the next tile's GEMM barriers
     if (q < rounds - 1) parts.push("workgroupBarrier();");
   }
-  const writes = v.terms.map((term) => `\n      ${term.tile.write}`).join("");
+  const writes = _each(v.terms.map((term) => term.tile.write), "\n      ");
   const finish = `if (lid < ${t.bm}u) {
     let lr = m0 + lid;
     if (lr < P.rows) {
