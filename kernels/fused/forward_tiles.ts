@@ -19,11 +19,13 @@
  * product would re-read n rows of C gathered across shards and round differently. The value is
  * parked in `lossRows[n]`, which the merge pass then overwrites with the loss.
  *
- * The kernel source is composed from small pieces: the header ({@link _header}: softcap, Params,
- * bindings, GEMM staging), the row state (`registers` or `tile`, each one function giving its
- * declarations, per-tile epilogue and write-out), and the optional row terms Σz and the stats
- * (kernels/fused/forward_epilogue.ts), which each state asks for the lines they add. Every switch
- * of a variant is resolved once, in {@link _variant}.
+ * The kernel source is composed from small pieces: the header (softcap, Params, bindings, GEMM
+ * staging), `main` (the tile loop around the GEMM main loop), the row state (`registers` or
+ * `tile`: its declarations, per-tile epilogue and write-out, a few functions each), and the
+ * optional row terms Σz and the stats (kernels/fused/forward_epilogue.ts), which each state asks
+ * for the lines they add at its hooks. Every switch of a variant (state, rounds, terms, pair or
+ * log-sum-exp partials, vector loads) is resolved once, into a `TilesVariant`, before any WGSL is
+ * written.
  * @module
  */
 import type { TrackedBuffer } from "../../gpu/context.ts";
