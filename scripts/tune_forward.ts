@@ -44,7 +44,7 @@ import {
 interface Row {
   config: string;
   tile: GemmTile;
-  /** Tile state and rows per reduction round (kernels/fused/forward.ts). */
+  /** Tile state and rows per reduction round (kernels/fused/forward_tiles.ts). */
   tileState: TileState;
   roundRows?: number;
   threads: number;
