@@ -2,7 +2,7 @@
  * Streaming calibration statistics from the fused forward: ECE, RMS calibration error and the
  * reliability diagram's bins without the n×|V| logits.
  *
- * The fused forward (kernels/fused_forward.ts, prepared with `tokenStats`) walks the vocabulary in
+ * The fused forward (kernels/fused/forward.ts, prepared with `tokenStats`) walks the vocabulary in
  * tiles and keeps per token, besides the running (max, Σexp) pair of the LSE, the argmax (first
  * index of the max, as torch.argmax) and Σexp(z − max)·z. What comes back to the host is n×4 f32
  * values (max logit, argmax, Σ p·z, entropy) plus the n LSEs; the host forms, in float64,
@@ -29,7 +29,7 @@ import {
   resolveOptions,
 } from "../core/options.ts";
 import type { GemmTile } from "../kernels/gemm_codegen.ts";
-import { prepareFusedForward } from "../kernels/fused_forward.ts";
+import { prepareFusedForward } from "../kernels/fused/forward.ts";
 import type { MethodInputs, ProblemSpec } from "../methods/types.ts";
 import { uploadInputs } from "../methods/run.ts";
 import { calibrationMetrics, type CalibrationReport, type TokenStatsArrays } from "./metrics.ts";

@@ -180,18 +180,17 @@ import {
   wgslStorageType,
 } from "./wgsl_common.ts";
 import {
-  columnPartialsBytes,
   type PreparedVocabSort,
   prepareVocabSort,
   type VocabSegment,
   vocabSortWorkspaceBytes,
-} from "./vocab_sort.ts";
+} from "./fused/vocab_order.ts";
 import {
   gradCorrectionsWorkspaceBytes,
   type PreparedGradCorrections,
   prepareGradCorrections,
 } from "./grad_corrections.ts";
-import { columnSumPlan } from "./column_sum.ts";
+import { columnPartialsBytes, columnSumPlan } from "./column_sum.ts";
 import { type Dtype16, prepareCast16, wgslFrom16, wgslTo16 } from "./cast16.ts";
 
 /** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */

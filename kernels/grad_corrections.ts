@@ -32,14 +32,9 @@ import {
   lossConstants,
   wgslStorageType,
 } from "./wgsl_common.ts";
-import { prepareColumnSum } from "./column_sum.ts";
+import { columnPartialsBytes, prepareColumnSum, prepareWeightedColumnSum } from "./column_sum.ts";
 import { type Dtype16, wgslFrom16, wgslTo16 } from "./cast16.ts";
-import {
-  columnPartialsBytes,
-  paddedSortLength,
-  preparePairSort,
-  prepareWeightedColumnSum,
-} from "./vocab_sort.ts";
+import { paddedSortLength, preparePairSort } from "./fused/vocab_order.ts";
 
 const DOT_WG = 64;
 const SCATTER_WG = 128;

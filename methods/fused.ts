@@ -1,7 +1,7 @@
 /**
  * The fused rows of Table 3: the loss and its gradients without the n×|V| logits.
  *
- * - `fused` ("Ours"): fused forward (kernels/fused_forward.ts) saving the LSE and the count; the
+ * - `fused` ("Ours"): fused forward (kernels/fused/forward.ts) saving the LSE and the count; the
  *   backward sorts the vocabulary by mean logit, then runs the tiled backward with the gradient
  *   filter (ε = eps(dtype)/32) and the exact sparse and rank-one terms (kernels/fused_backward.ts).
  *   The sorted order is used only where it keeps 5% fewer tiles than the vocabulary's own order
@@ -27,7 +27,7 @@
  */
 import type { GpuContext } from "../gpu/context.ts";
 import type { LceOptions } from "../core/options.ts";
-import { prepareFusedForward } from "../kernels/fused_forward.ts";
+import { prepareFusedForward } from "../kernels/fused/forward.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";

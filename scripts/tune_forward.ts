@@ -1,7 +1,7 @@
 /**
  * `deno run -A scripts/tune_forward.ts [--n N --v V --d D --dtype bf16|f16|f32] [--beta B]
  * [--softcap S] [--reps R] [--warmup W] [--splits 8,16,32] [--quick] [--no-plain] [--out DIR]`:
- * the tuning harness of the fused forward (kernels/fused_forward.ts).
+ * the tuning harness of the fused forward (kernels/fused/forward.ts).
  *
  * Phase 1 times every candidate GEMM tile (tile sizes, K-step, threads per tile) at the default
  * vocab split S, next to the plain matmul (kernels/matmul.ts, logits into an f32 tensor) with the
@@ -29,20 +29,22 @@ import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codege
 import { prepareMatmul } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import {
-  defaultRoundRows,
   defaultVocabSplits,
   type FusedForwardSpec,
-  fusedTilesWorkgroupBytes,
   prepareFusedForward,
   type SmoothingMode,
+} from "../kernels/fused/forward.ts";
+import {
+  defaultRoundRows,
+  fusedTilesWorkgroupBytes,
   type TileState,
-} from "../kernels/fused_forward.ts";
+} from "../kernels/fused/forward_tiles.ts";
 
 /** One timed configuration. */
 interface Row {
   config: string;
   tile: GemmTile;
-  /** Tile state and rows per reduction round (kernels/fused_forward.ts). */
+  /** Tile state and rows per reduction round (kernels/fused/forward_tiles.ts). */
   tileState: TileState;
   roundRows?: number;
   threads: number;

@@ -5,8 +5,9 @@
  * the GPU, deterministic, and in place in the permutation buffer (v u32, the output): besides it
  * the sort needs only Ē, its column partials and two words.
  *
- * - Ē: a weighted column sum (also used for Σ_n w_n·E_n by kernels/grad_corrections.ts), blocked
- *   into row chunks summed in a fixed order, then chunk partials added in order;
+ * - Ē: a weighted column sum (kernels/column_sum.ts, also used for Σ_n w_n·E_n by
+ *   kernels/grad_corrections.ts), blocked into row chunks summed in a fixed order, then chunk
+ *   partials added in order;
  * - keys: one 64-thread workgroup per classifier row, a tree-reduced dot product, written as f32
  *   bits into the permutation buffer; the largest and smallest key are kept with integer atomics
  *   (max of an order-preserving u32 image: order-independent, so deterministic);
@@ -35,11 +36,12 @@
  * of kernels/grad_corrections.ts (n pairs).
  * @module
  */
-import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
-import type { Recorder } from "../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, type TensorDtype } from "../gpu/tensor.ts";
-import type { LceOptions } from "../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "./wgsl_common.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, type TensorDtype } from "../../gpu/tensor.ts";
+import type { LceOptions } from "../../core/options.ts";
+import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "../wgsl_common.ts";
+import { columnPartialsBytes, prepareWeightedColumnSum } from "../column_sum.ts";
 
 /** Pairs per workgroup in the local (workgroup-memory) bitonic stages. */
 export const SORT_BLOCK = 512;
@@ -286,173 +288,6 @@ export async function prepareU32Sort(ctx: GpuContext): Promise<PreparedU32Sort> 
           p.dispatch(local, rec.bindGroup(local, [u, data]), blocks);
         }
       });
-    },
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Weighted column sums.
-
-/** Rows summed by one pass-1 workgroup of the weighted column sum. */
-export const COLSUM_CHUNK_ROWS = 256;
-const COLSUM_WG = 64;
-
-/**
- * How the rows of a weighted column sum are weighted: `vector` by an f32 vector ω_r, `validMean`
- * by 1/count for non-ignored rows and 0 for ignored ones (Ē).
- */
-export type ColumnWeights = "vector" | "validMean";
-
-/**
- * WGSL of pass 1: partial[chunk·d + col] = Σ_{r in chunk} ω_r·X[r, col], rows in order.
- * Params: rows, rowStart, d, chunkBase. Bindings: params, x shard, weights, targets, partials.
- */
-export function weightedColumnPartialWgsl(
-  o: { dtype: TensorDtype; weights: ColumnWeights; ignoreIndex: number },
-): string {
-  const wt = o.weights === "vector"
-    ? "wts[row]"
-    : `select(1.0, 0.0, targets[row] == ${o.ignoreIndex})`;
-  return `${enableDirectives([o.dtype])}
-struct Params { rows: u32, rowStart: u32, d: u32, chunkBase: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> x: array<${wgslStorageType(o.dtype)}>;
-@group(0) @binding(2) var<storage, read> wts: array<f32>;
-@group(0) @binding(3) var<storage, read> targets: array<i32>;
-@group(0) @binding(4) var<storage, read_write> partials: array<f32>;
-${dtypeHelpers([{ name: "x", dtype: o.dtype }])}
-@compute @workgroup_size(${COLSUM_WG})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>) {
-  let col = gid.x;
-  if (col >= P.d) { return; }
-  let r0 = wg.y * ${COLSUM_CHUNK_ROWS}u;
-  let r1 = min(r0 + ${COLSUM_CHUNK_ROWS}u, P.rows);
-  var s = 0.0;
-  for (var r = r0; r < r1; r++) {
-    let row = P.rowStart + r;
-    let w = ${wt};
-    if (w != 0.0) { s = fma(w, ${loadF32("x", o.dtype, "r * P.d + col")}, s); }
-  }
-  partials[(P.chunkBase + wg.y) * P.d + col] = s;
-}
-`;
-}
-
-/**
- * WGSL of pass 2: out[col] = scale·Σ_chunk partial (in chunk order), divided by count[0] for
- * `validMean`. Params: d, chunks, scale. Bindings: params, partials, count, out.
- */
-export function weightedColumnFinalWgsl(o: { weights: ColumnWeights }): string {
-  return `struct Params { d: u32, chunks: u32, scale: f32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read> count: array<f32>;
-@group(0) @binding(3) var<storage, read_write> outp: array<f32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let col = gid.x;
-  if (col >= P.d) { return; }
-  var s = 0.0;
-  for (var j = 0u; j < P.chunks; j++) { s += partials[j * P.d + col]; }
-  outp[col] = ${o.weights === "validMean" ? "P.scale * s / max(count[0], 1.0)" : "P.scale * s"};
-}
-`;
-}
-
-/** Arguments of {@link PreparedWeightedColumnSum.record}. */
-export interface WeightedColumnSumArgs {
-  /** The matrix (rows sharded). */
-  x: DeviceTensor;
-  /** Row weights ω (n×1 f32, one shard) for `vector`. */
-  weights?: DeviceTensor;
-  /** Targets (n×1 i32, one shard) for `validMean`. */
-  targets?: DeviceTensor;
-  /** Count of non-ignored rows (1×1 f32) for `validMean`. */
-  count?: DeviceTensor;
-  /** Output, d×1 f32 in one shard. */
-  out: DeviceTensor;
-  /** Factor applied to the sum (default 1). */
-  scale?: number;
-  /**
-   * Buffer for the chunk partials (at least {@link columnPartialsBytes} of x's shards), e.g. one
-   * shared by several sums recorded in turn; default: allocated and released by the call.
-   */
-  partials?: TrackedBuffer;
-}
-
-/** Bytes of the chunk partials of a weighted column sum of a matrix with these shard row counts. */
-export function columnPartialsBytes(shardRows: number[], d: number): number {
-  return shardRows.reduce((s, r) => s + Math.max(1, Math.ceil(r / COLSUM_CHUNK_ROWS)), 0) * d * 4;
-}
-
-/** A compiled weighted column sum out = scale·Σ_r ω_r·X_r (deterministic, see module doc). */
-export interface PreparedWeightedColumnSum {
-  record(rec: Recorder, a: WeightedColumnSumArgs): void;
-  /**
-   * Bytes of the partials workspace for a matrix with these shard row counts and d columns
-   * ({@link columnPartialsBytes}; 0 when the caller supplies the partials).
-   */
-  workspaceBytes(shardRows: number[], d: number): number;
-}
-
-/** Compiles a weighted column sum for a dtype of X. */
-export async function prepareWeightedColumnSum(
-  ctx: GpuContext,
-  o: { dtype: TensorDtype; weights: ColumnWeights; ignoreIndex: number },
-): Promise<PreparedWeightedColumnSum> {
-  const p1 = await ctx.pipeline(weightedColumnPartialWgsl(o), "weighted_colsum_partial");
-  const p2 = await ctx.pipeline(weightedColumnFinalWgsl(o), "weighted_colsum_final");
-  const chunksOf = (rows: number[]) =>
-    rows.reduce((s, r) => s + Math.max(1, Math.ceil(r / COLSUM_CHUNK_ROWS)), 0);
-  return {
-    workspaceBytes: columnPartialsBytes,
-    record(rec, a) {
-      const d = a.x.cols;
-      if (a.x.dtype !== o.dtype || a.out.rows * a.out.cols !== d || a.out.shards.length !== 1) {
-        throw new RangeError(`weighted column sum: X ${a.x.dtype} ${a.x.rows}×${d}`);
-      }
-      const chunks = chunksOf(a.x.shards.map((s) => s.rows));
-      if (a.partials && a.partials.size < chunks * d * 4) {
-        throw new RangeError(
-          `weighted column sum: partials of ${a.partials.size} bytes, need ${chunks * d * 4}`,
-        );
-      }
-      const partials = a.partials ?? ctx.createBuffer({
-        size: chunks * d * 4,
-        role: "workspace",
-        label: "weighted column sum partials",
-      });
-      const dummy = a.weights ?? a.targets ?? a.out;
-      const wts = (a.weights ?? dummy).shards[0].buffer;
-      const tg = (a.targets ?? dummy).shards[0].buffer;
-      const cnt = (a.count ?? dummy).shards[0].buffer;
-      if (o.weights === "vector" && !a.weights) throw new RangeError("weights missing");
-      if (o.weights === "validMean" && (!a.targets || !a.count)) {
-        throw new RangeError("targets and count missing");
-      }
-      rec.pass("weighted column sum", (p) => {
-        let base = 0;
-        for (const s of a.x.shards) {
-          const nc = Math.max(1, Math.ceil(s.rows / COLSUM_CHUNK_ROWS));
-          const u = rec.uniform(new Uint32Array([s.rows, s.rowStart, d, base]), "colsum params");
-          p.dispatch(
-            p1,
-            rec.bindGroup(p1, [u, s.buffer, wts, tg, partials]),
-            Math.ceil(d / COLSUM_WG),
-            nc,
-          );
-          base += nc;
-        }
-        const words = new Uint32Array([d, chunks, 0, 0]);
-        new Float32Array(words.buffer)[2] = a.scale ?? 1;
-        const u = rec.uniform(words, "colsum params");
-        p.dispatch(
-          p2,
-          rec.bindGroup(p2, [u, partials, cnt, a.out.shards[0].buffer]),
-          Math.ceil(d / 64),
-        );
-      });
-      if (!a.partials) rec.release(partials);
     },
   };
 }

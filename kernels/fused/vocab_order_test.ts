@@ -1,21 +1,20 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
-import { Recorder } from "../gpu/recorder.ts";
-import type { GpuContext } from "../gpu/context.ts";
-import { createTensor, download, fromHost } from "../gpu/tensor.ts";
-import { roundArray } from "../core/dtype.ts";
-import { IGNORE_INDEX, resolveOptions } from "../core/options.ts";
+import { GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
+import { Recorder } from "../../gpu/recorder.ts";
+import type { GpuContext } from "../../gpu/context.ts";
+import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
+import { roundArray } from "../../core/dtype.ts";
+import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import {
-  columnPartialsBytes,
   paddedSortLength,
   preparePairSort,
   prepareU32Sort,
   prepareVocabSort,
-  prepareWeightedColumnSum,
   SORT_BLOCK,
   sortIndexBits,
   vocabSortWorkspaceBytes,
-} from "./vocab_sort.ts";
+} from "./vocab_order.ts";
+import { columnPartialsBytes } from "../column_sum.ts";
 
 Deno.test({
   name: "pair sort: bitonic sort of (key, index) pairs matches a host sort, with duplicate keys",
@@ -96,66 +95,6 @@ Deno.test({
       want.subarray(off, off + len).sort();
       assert.deepEqual(got, want, `len ${len}`);
       t.destroy();
-    }
-  },
-});
-
-Deno.test({
-  name: "weighted column sum: vector weights and the mean over valid rows, sharded input",
-  ...GPU_TEST,
-  async fn() {
-    const ctx = await testContext();
-    const n = 300, d = 37;
-    const x = roundArray(randomArray(n * d, 5), "bf16");
-    const w = randomArray(n, 6);
-    const targets = Int32Array.from(randomArray(n, 7), (u, i) => (u < -0.5 ? IGNORE_INDEX : i));
-    let valid = 0;
-    for (const t of targets) if (t !== IGNORE_INDEX) valid++;
-    const xt = fromHost(ctx, {
-      dtype: "bf16",
-      rows: n,
-      cols: d,
-      role: "input",
-      label: "x",
-      maxRowsPerShard: 70,
-    }, x);
-    const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
-    const tt = fromHost(
-      ctx,
-      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
-      targets,
-    );
-    const ct = fromHost(
-      ctx,
-      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "c" },
-      Float32Array.of(valid),
-    );
-    const out1 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
-    const out2 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
-    const vec = await prepareWeightedColumnSum(ctx, {
-      dtype: "bf16",
-      weights: "vector",
-      ignoreIndex: IGNORE_INDEX,
-    });
-    const mean = await prepareWeightedColumnSum(ctx, {
-      dtype: "bf16",
-      weights: "validMean",
-      ignoreIndex: IGNORE_INDEX,
-    });
-    const rec = new Recorder(ctx);
-    vec.record(rec, { x: xt, weights: wt, out: out1, scale: -0.25 });
-    mean.record(rec, { x: xt, targets: tt, count: ct, out: out2 });
-    await rec.finish();
-    const g1 = await download(ctx, out1), g2 = await download(ctx, out2);
-    for (let k = 0; k < d; k++) {
-      let s1 = 0, s2 = 0, a = 0;
-      for (let i = 0; i < n; i++) {
-        s1 += w[i] * x[i * d + k];
-        a += Math.abs(x[i * d + k]);
-        if (targets[i] !== IGNORE_INDEX) s2 += x[i * d + k];
-      }
-      assert(Math.abs(g1[k] + 0.25 * s1) <= 1e-5 * a, `vector col ${k}: ${g1[k]} vs ${-0.25 * s1}`);
-      assert(Math.abs(g2[k] - s2 / valid) <= 1e-5 * a / valid, `mean col ${k}`);
     }
   },
 });

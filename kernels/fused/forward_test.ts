@@ -1,21 +1,16 @@
 import assert from "node:assert/strict";
-import { GpuContext } from "../gpu/context.ts";
-import { Recorder } from "../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, download, fromHost } from "../gpu/tensor.ts";
-import type { Dtype, HostInputs } from "../core/options.ts";
-import { resolveOptions } from "../core/options.ts";
-import { lceReference } from "../reference/lce_reference.ts";
-import { assertClose } from "../reference/compare.ts";
-import { caseInputs } from "../testing/parity.ts";
-import { GPU_TEST, testContext } from "../testing/gpu.ts";
-import { type GemmTile, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
-import {
-  FUSED_TILE_HW,
-  prepareFusedForward,
-  type SmoothingMode,
-  splitPlan,
-  type TileState,
-} from "./fused_forward.ts";
+import { GpuContext } from "../../gpu/context.ts";
+import { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, download, fromHost } from "../../gpu/tensor.ts";
+import type { Dtype, HostInputs } from "../../core/options.ts";
+import { resolveOptions } from "../../core/options.ts";
+import { lceReference } from "../../reference/lce_reference.ts";
+import { assertClose } from "../../reference/compare.ts";
+import { caseInputs } from "../../testing/parity.ts";
+import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { type GemmTile, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
+import { FUSED_TILE_HW, prepareFusedForward, type SmoothingMode, splitPlan } from "./forward.ts";
+import type { TileState } from "./forward_tiles.ts";
 
 interface Case {
   n: number;

@@ -1,0 +1,388 @@
+/**
+ * The fused forward of the label-smoothed linear cross-entropy (the paper's "Ours" forward):
+ * per token LSE_n and the loss row LSE_n − (1−β)·z_{n,t_n} − (β/|V|)·Σ_v z_nv, without ever holding
+ * the n×|V| logits. Two passes:
+ *
+ * - `fused tiles` (kernels/fused/forward_tiles.ts): a grid of (vocab split S) × (token block);
+ *   each workgroup walks its range of vocab tiles, computing logit tiles in registers and one
+ *   partial log-sum-exp per row and split (and the target logit, from the tile that holds it).
+ * - `fused merge` (kernels/fused/forward_merge.ts): per token, the S partials merged in split
+ *   order, lse and the loss row written.
+ *
+ * Smoothing term Σ_v z_nv: with `identity` (default, no softcap) it is E_n·colsum(C), a per-token
+ * dot product in the merge pass with colsum(C) from kernels/column_sum.ts; with softcap (where the
+ * sum does not factor) or `in-kernel`, the tiles sum their capped logits and the merge pass adds
+ * the S split partials in order. With β = 0 the term is not computed at all.
+ *
+ * Determinism: no atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
+ * a row's running pair follows its tiles in increasing vocab order, the partials of the threads
+ * sharing a row are merged in thread order, splits in increasing vocab order, and sums (Σz, the
+ * dot product) in fixed trees or orders. The grid's scheduling decides only when each of these
+ * runs, never the order of the operations, so two runs give bitwise-identical results.
+ *
+ * Sharding: E and C may be split by rows; the tiles pass is dispatched once per (E shard, C shard)
+ * with the shard's first token and first vocab index in a uniform block. Each C shard gets its own
+ * share of the S splits (at least one), so a tile never straddles two bindings, and the global
+ * split index orders the workspace. Ragged edges (any n, v, d ≥ 1) are masked in the kernel.
+ * @module
+ */
+import type { GpuContext } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import { type GemmTile, TILE_SMALL, validateTile, vecLoadsFit } from "../gemm_codegen.ts";
+import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
+import {
+  defaultRoundRows,
+  fusedTilesWgsl,
+  fusedTilesWorkgroupBytes,
+  recordTilesPass,
+  type TileState,
+} from "./forward_tiles.ts";
+import { fusedMergeWgsl, recordMergePass, type SmoothingPlan } from "./forward_merge.ts";
+
+/** Shape and storage dtype of the problem. */
+export interface FusedForwardSpec extends Shape {
+  dtype: Dtype;
+}
+
+/**
+ * How Σ_v z_nv is obtained: `identity` as E_n·colsum(C) (only without softcap; with softcap the
+ * tiles sum instead), `in-kernel` by summing the logits inside the tiles.
+ */
+export type SmoothingMode = "identity" | "in-kernel";
+
+/** Options of {@link prepareFusedForward}. */
+export interface FusedForwardOptions {
+  spec: FusedForwardSpec;
+  opts: LceOptions;
+  /** GEMM tile (default {@link defaultFusedTile}: 128×128×8 on hardware, 64×64×16 on software). */
+  tile?: GemmTile;
+  /** Smoothing term variant (default `identity`). */
+  smoothing?: SmoothingMode;
+  /** Vocab splits S (default: {@link defaultVocabSplits}). */
+  vocabSplits?: number;
+  /** Compile the per-token calibration statistics (required to pass `tokenStats` to record). */
+  tokenStats?: boolean;
+  /** Where the tiles keep their running row state (default `tile`). */
+  tileState?: TileState;
+  /** `tile` state: rows of a thread reduced per round (default: defaultRoundRows). */
+  roundRows?: number;
+}
+
+/** Tensors of {@link PreparedFusedForward.record}. */
+export interface FusedForwardArgs {
+  /** n×d and v×d in the prepared dtype, sharded by rows as they are. */
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Outputs, n×1 f32, one shard each: log-sum-exp and loss row (0 for ignored rows). */
+  lse: DeviceTensor;
+  lossRows: DeviceTensor;
+  /**
+   * Optional n×4 f32 output, one shard: max logit, argmax (first index of the max, as an exact
+   * f32 integer), Σ_v p_nv·z_nv, and the entropy LSE − Σ p·z (nats).
+   */
+  tokenStats?: DeviceTensor;
+}
+
+/** A compiled fused forward. */
+export interface PreparedFusedForward {
+  /** Tile in use. */
+  readonly tile: GemmTile;
+  /** How the smoothing term is computed (`none` when β = 0). */
+  readonly smoothing: SmoothingPlan;
+  /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
+  readonly vocabSplits: number;
+  /** `tile` state: rows of a thread reduced per round (undefined in `registers` state). */
+  readonly roundRows: number | undefined;
+  /** Records the passes; workspace buffers are released after the submission. */
+  record(rec: Recorder, a: FusedForwardArgs): void;
+  /**
+   * Workspace bytes that record allocates (and releases) for a problem of `spec` (default: the
+   * prepared one), with C sharded as createTensor shards it by default on this context unless
+   * `cShardRows` gives the shards, and with the token stats when `tokenStats` (default: whether
+   * they were prepared).
+   */
+  workspaceBytes(
+    spec?: FusedForwardSpec,
+    o?: { cShardRows?: number[]; tokenStats?: boolean },
+  ): number;
+}
+
+/** Vocab splits of one C shard. */
+export interface ShardSplits {
+  /** Vocab tiles in the shard. */
+  tiles: number;
+  /** Splits (workgroup columns) of the shard, 1 ≤ splits ≤ tiles. */
+  splits: number;
+  /** Global index of the shard's first split. */
+  base: number;
+}
+
+/**
+ * Splits per C shard: `s` shared out in proportion to each shard's tiles, at least one and at
+ * most one per tile. Returns the per-shard plan and the total S (workspace columns).
+ */
+export function splitPlan(
+  shardRows: number[],
+  bn: number,
+  s: number,
+): { shards: ShardSplits[]; total: number } {
+  const tiles = shardRows.map((r) => Math.ceil(r / bn));
+  const all = tiles.reduce((a, b) => a + b, 0);
+  let base = 0;
+  const shards = tiles.map((t) => {
+    const splits = Math.max(1, Math.min(t, Math.round((s * t) / all)));
+    const out = { tiles: t, splits, base };
+    base += splits;
+    return out;
+  });
+  return { shards, total: base };
+}
+
+/**
+ * Workgroups the tiles pass aims for on a hardware adapter: about two per SM of a 132-SM GPU (on an
+ * H200 at the paper's shape S = 4, 8, 16 ran within 1%, S = 4 fastest; more splits cost more merges).
+ */
+export const TARGET_WORKGROUPS = 256;
+/** Largest split workspace (max, sumexp pairs) the default S allows. */
+export const SPLIT_WORKSPACE_BUDGET = 1 << 20;
+
+/**
+ * The default S: enough splits for about {@link TARGET_WORKGROUPS} workgroups with the token
+ * blocks (16 on a software adapter, which has few cores), at most one per vocab tile, and the
+ * partials' workspace (counted as n·S·8, what the calibration stats need) within
+ * {@link SPLIT_WORKSPACE_BUDGET}. At the paper's shape (n = 8192, 64 token blocks of 128) this
+ * gives S = 4 and a 128 KiB workspace (n·S·4).
+ */
+export function defaultVocabSplits(
+  ctx: GpuContext,
+  spec: Shape,
+  tile: GemmTile,
+): number {
+  const blocks = Math.ceil(spec.n / tile.bm);
+  const target = ctx.report.isFallbackAdapter ? 16 : TARGET_WORKGROUPS;
+  const want = Math.ceil(target / blocks);
+  const budget = Math.floor(SPLIT_WORKSPACE_BUDGET / (spec.n * 8));
+  return Math.max(1, Math.min(want, budget, Math.ceil(spec.v / tile.bn)));
+}
+
+/**
+ * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
+ * staging: the fused forward's best tile on an H200 at the paper's shape
+ * (reports/tune_forward_nvidia-h200.md: 225.7 ms, 42.8 TFLOP/s effective with S = 4 and 8 rows
+ * per round, 0.99× the plain GEMM with the same tile; flat staging 252.6 ms; scalar loads at best
+ * 311 ms with K-step 8, 423 ms with K-step 16). Where d is not a multiple of the vector width the
+ * kernel falls back to scalar loads.
+ */
+export const FUSED_TILE_HW: GemmTile = {
+  bm: 128,
+  bn: 128,
+  bk: 16,
+  tm: 8,
+  tn: 8,
+  vec: true,
+  stage2d: true,
+};
+
+/** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
+export function defaultFusedTile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : FUSED_TILE_HW;
+}
+
+const bytes4 = (b: number) => Math.max(4, Math.ceil(b / 4) * 4);
+const tensorBytes = (b: number) => bytes4(Math.ceil(b / 16) * 16);
+
+/** The resolved configuration of a fused forward. */
+interface ForwardPlan {
+  tile: GemmTile;
+  stats: boolean;
+  smoothing: SmoothingPlan;
+  sumZ: boolean;
+  state: TileState;
+  roundRows: number | undefined;
+  splits: number;
+}
+
+/** Resolves the options against the context; throws where they cannot run. */
+function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
+  const { spec, opts } = o;
+  const tile = o.tile ?? defaultFusedTile(ctx);
+  validateTile(tile);
+  const stats = o.tokenStats ?? false;
+  const smoothing: SmoothingPlan = opts.beta === 0
+    ? "none"
+    : opts.softcap !== undefined || o.smoothing === "in-kernel"
+    ? "in-kernel"
+    : "identity";
+  const sumZ = smoothing === "in-kernel";
+  const state = o.tileState ?? "tile";
+  const wgLimit = ctx.device.limits.maxComputeWorkgroupStorageSize;
+  const roundRows = state === "tile"
+    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats }, wgLimit)
+    : undefined;
+  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows });
+  if (wgMem > wgLimit) {
+    throw new RangeError(
+      `fused forward: tile ${JSON.stringify(tile)} needs ${wgMem} bytes of workgroup memory, ` +
+        `more than the ${wgLimit} available`,
+    );
+  }
+  const splits = o.vocabSplits ?? defaultVocabSplits(ctx, spec, tile);
+  if (!Number.isInteger(splits) || splits < 1) {
+    throw new RangeError(`fused forward: vocabSplits must be a positive integer, got ${splits}`);
+  }
+  return { tile, stats, smoothing, sumZ, state, roundRows, splits };
+}
+
+/** The workspace bytes of one call: split partials, [Σz], [stats], [colsum and its partials]. */
+function _workspaceBytes(
+  ctx: GpuContext,
+  p: ForwardPlan,
+  s: FusedForwardSpec,
+  cRows: number[],
+  withStats: boolean,
+): number {
+  const sTotal = splitPlan(cRows, p.tile.bn, p.splits).total;
+  let bytes = bytes4(s.n * sTotal * (withStats ? 8 : 4));
+  if (p.smoothing === "in-kernel") bytes += bytes4(s.n * sTotal * 4);
+  if (withStats) bytes += bytes4(s.n * sTotal * 8);
+  if (p.smoothing === "identity") {
+    bytes += tensorBytes(s.d * 4) + columnSumPlan(cRows, s.d, ctx.maxBindingBytes).workspaceBytes;
+  }
+  return bytes;
+}
+
+/** Throws unless the call's tensors are what the forward was prepared for. */
+function _checkArgs(spec: FusedForwardSpec, stats: boolean, a: FusedForwardArgs): void {
+  const { e, c } = a;
+  const n = e.rows, d = e.cols, v = c.rows;
+  const one = (t: DeviceTensor, rows: number, cols: number, dt: string, name: string) => {
+    if (t.rows !== rows || t.cols !== cols || t.dtype !== dt || t.shards.length !== 1) {
+      throw new RangeError(
+        `fused forward: ${name} is ${t.rows}×${t.cols} ${t.dtype} in ${t.shards.length} shards, expected ${rows}×${cols} ${dt} in one`,
+      );
+    }
+  };
+  if (
+    e.dtype !== spec.dtype || c.dtype !== spec.dtype || c.cols !== d || n !== spec.n ||
+    v !== spec.v || d !== spec.d
+  ) {
+    throw new RangeError(
+      `fused forward: E ${n}×${d} ${e.dtype}, C ${v}×${c.cols} ${c.dtype}, prepared for ${
+        JSON.stringify(spec)
+      }`,
+    );
+  }
+  one(a.targets, n, 1, "i32", "targets");
+  one(a.lse, n, 1, "f32", "lse");
+  one(a.lossRows, n, 1, "f32", "lossRows");
+  if (a.tokenStats) {
+    if (!stats) throw new RangeError("fused forward: prepared without tokenStats");
+    one(a.tokenStats, n, 4, "f32", "tokenStats");
+  }
+}
+
+/** Compiles the fused forward for a problem. */
+export async function prepareFusedForward(
+  ctx: GpuContext,
+  o: FusedForwardOptions,
+): Promise<PreparedFusedForward> {
+  const { spec, opts } = o;
+  const p = _plan(ctx, o);
+  const { tile, smoothing, splits } = p;
+  const compile = async (withStats: boolean) => ({
+    tiles: await ctx.pipeline(
+      fusedTilesWgsl({
+        tile,
+        dtype: spec.dtype,
+        softcap: opts.softcap,
+        sumZ: p.sumZ,
+        stats: withStats,
+        state: p.state,
+        roundRows: p.roundRows,
+        vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
+      }),
+      "fused_forward_tiles",
+    ),
+    merge: await ctx.pipeline(
+      fusedMergeWgsl({ dtype: spec.dtype, opts, v: spec.v, smoothing, stats: withStats }),
+      "fused_forward_merge",
+    ),
+  });
+  const plain = await compile(false);
+  const withStats = p.stats ? await compile(true) : undefined;
+  const colsum: PreparedColumnSum | undefined = smoothing === "identity"
+    ? await prepareColumnSum(ctx, { dtype: spec.dtype })
+    : undefined;
+  return {
+    tile,
+    smoothing,
+    vocabSplits: splits,
+    roundRows: p.roundRows,
+    workspaceBytes(s = spec, w = {}) {
+      let cRows = w.cShardRows;
+      if (!cRows) {
+        const per = rowsPerBinding(ctx, s.dtype, s.d);
+        cRows = [];
+        for (let r = 0; r < s.v; r += per) cRows.push(Math.min(per, s.v - r));
+      }
+      return _workspaceBytes(ctx, p, s, cRows, w.tokenStats ?? p.stats);
+    },
+    record(rec, a) {
+      _checkArgs(spec, p.stats, a);
+      const { e, c, targets } = a;
+      const n = e.rows, d = e.cols;
+      const pipes = a.tokenStats ? withStats! : plain;
+      const plan = splitPlan(c.shards.map((s) => s.rows), tile.bn, splits);
+      const sTotal = plan.total;
+      const ws = ctx.createBuffer({
+        size: n * sTotal * (a.tokenStats ? 8 : 4),
+        role: "workspace",
+        label: "lse partials",
+      });
+      const wsz = smoothing === "in-kernel"
+        ? ctx.createBuffer({ size: n * sTotal * 4, role: "workspace", label: "Σz partials" })
+        : undefined;
+      const wsx = a.tokenStats
+        ? ctx.createBuffer({ size: n * sTotal * 8, role: "workspace", label: "stats partials" })
+        : undefined;
+      let cs: DeviceTensor | undefined;
+      if (colsum) {
+        cs = createTensor(ctx, {
+          dtype: "f32",
+          rows: d,
+          cols: 1,
+          role: "workspace",
+          label: "colsum",
+        });
+        colsum.record(rec, { c, out: cs });
+      }
+      const zt = a.lossRows.shards[0].buffer;
+      const work = { ws, wsz, wsx, sTotal };
+      recordTilesPass(rec, {
+        pipeline: pipes.tiles,
+        tile,
+        e,
+        c,
+        targets,
+        shards: plan.shards,
+        zt,
+        ...work,
+      });
+      recordMergePass(rec, {
+        pipeline: pipes.merge,
+        e,
+        targets,
+        colsum: cs,
+        lse: a.lse,
+        lossRows: a.lossRows,
+        tokenStats: a.tokenStats,
+        ...work,
+      });
+      rec.release(ws, wsz, wsx, cs?.shards[0].buffer);
+    },
+  };
+}
