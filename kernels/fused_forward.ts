@@ -34,6 +34,12 @@
  * their capped logits and the merge pass adds the S split partials in order. With β = 0 the term is
  * not computed at all.
  *
+ * Tile map (option `tileMax`, the `fused-tilemap` row): each tile also leaves its largest capped
+ * logit in a map of one u32 per (token block, vocab tile), reduced over the tile's rows with a
+ * workgroup integer atomicMax (order independent: the one atomic of the forward, so the
+ * determinism below holds); the backward's map filter reads the map instead of recomputing the
+ * tiles (kernels/fused_tile_map.ts).
+ *
  * Determinism: no atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
  * a row's running pair follows its tiles in increasing vocab order, the partials of the threads
  * sharing a row are merged in thread order, splits in increasing vocab order, and sums (Σz, the
@@ -74,6 +80,7 @@ import {
   wgslStorageType,
 } from "./wgsl_common.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "./column_sum.ts";
+import { checkTileMap, tileMapForwardWgsl } from "./fused_tile_map.ts";
 
 /** Shape and storage dtype of the problem. */
 export interface FusedForwardSpec extends Shape {
@@ -102,6 +109,8 @@ export interface FusedForwardOptions {
   tileState?: TileState;
   /** `tile` state: rows of a thread reduced per round (default {@link tileRowsPerRound}). */
   roundRows?: number;
+  /** Keep the tile map (kernels/fused_tile_map.ts; record then needs `tileMax`). */
+  tileMax?: boolean;
 }
 
 /** Tensors of {@link PreparedFusedForward.record}. */
@@ -119,6 +128,11 @@ export interface FusedForwardArgs {
    * f32 integer), Σ_v p_nv·z_nv, and the entropy LSE − Σ p·z (nats).
    */
   tokenStats?: DeviceTensor;
+  /**
+   * The tile map (kernels/fused_tile_map.ts, createTileMap: one u32 per forward tile), written
+   * with each tile's largest capped logit; required when prepared with `tileMax`.
+   */
+  tileMax?: DeviceTensor;
 }
 
 /** What the smoothing term costs where: resolved from the options. */
@@ -225,6 +239,11 @@ export interface FusedTilesKernelOptions {
    * the vector width; see {@link vecLoadsFit}).
    */
   vecLoads?: boolean;
+  /**
+   * Write each tile's largest capped logit into the tile map `tmap` (kernels/fused_tile_map.ts;
+   * Params mapRow0, mapCol0, mapCols).
+   */
+  tileMax?: boolean;
 }
 
 /**
@@ -266,7 +285,7 @@ export function tileRowsPerRound(t: GemmTile): number {
  */
 export function defaultRoundRows(
   t: GemmTile,
-  o: { sumZ: boolean; stats: boolean },
+  o: { sumZ: boolean; stats: boolean; tileMax?: boolean },
   limitBytes: number,
 ): number {
   let r = t.tm;
@@ -311,6 +330,7 @@ export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
   if (o.sumZ) bind("var<storage, read_write> wsz: array<f32>");
   if (o.stats) bind("var<storage, read_write> wsx: array<vec2<f32>>");
   bind("var<storage, read_write> zt: array<f32>");
+  if (o.tileMax) bind(tileMapForwardWgsl.binding);
   // Σz sums every column unmasked: off the vocab edge the GEMM loaded zeros, so z = softcap(0) = 0.
   const sum = (xs: string[]) => _tree(xs, (a, b) => `(${a} + ${b})`);
   // A slot's column minus 4·tn, as an i32 literal: comparing it with per-tile values (vlim − 4·tn)
@@ -318,13 +338,14 @@ export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
   const cc = (s: AccSlot) => `${s.h * (t.bn / (t.tn / 4)) + s.c}i`;
 
   /** Statements computing z_j (capped), v_j (in range), q_j (masked) and the row max mx. */
-  const rowValues = (ss: AccSlot[]) => {
+  const rowValues = (ss: AccSlot[], row: string) => {
     const lines = ss.map((s, j) =>
       `let z${j} = softcap(${s.expr}); let v${j} = ${
         cc(s)
       } < lim; let q${j} = select(NEG_INF, z${j}, v${j});`
     );
     lines.push(`let mx = ${_tree(ss.map((_, j) => `q${j}`), (a, b) => `max(${a}, ${b})`)};`);
+    if (o.tileMax) lines.push(tileMapForwardWgsl.row(row));
     return lines;
   };
   /** `am`: the first of the thread's columns (minus 4·tn) holding mx. */
@@ -362,7 +383,7 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
       }`
     ).join("\n  ");
     epilogue = rows.map(({ i, row, slots: ss }) => {
-      const lines = rowValues(ss);
+      const lines = rowValues(ss, row);
       lines.push(`if (mx > st_m_${i}) {
       let sc = exp(st_m_${i} - mx);
       ${
@@ -481,7 +502,7 @@ ${o.stats ? `var<workgroup> red_x: array<vec2<f32>, ${threads}>;` : ""}`;
       for (let k = 0; k < R; k++) {
         const { slots: ss, row } = rows[q * R + k];
         const at = `${k * threads}u + lid`;
-        const lines = rowValues(ss);
+        const lines = rowValues(ss, row);
         // q = NEG_INF off the vocab edge; mf keeps exp(q − mf) = 0 there when no column is valid
         lines.push("let mf = max(mx, -1.0e30);");
         ss.forEach((_, j) => lines.push(`let p${j} = exp(q${j} - mf);`));
@@ -527,11 +548,12 @@ fn softcap(x: f32) -> f32 { return SOFTCAP - (2.0 * SOFTCAP) / (exp(x * (2.0 / S
 ${state === "registers" ? LSE_MERGE : ""}
 ${o.stats && state === "registers" ? STATS_MERGE : ""}
 struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
-  splitBase: u32, sTotal: u32, _a: u32, _b: u32, _c: u32 };
+  splitBase: u32, sTotal: u32, mapRow0: u32, mapCol0: u32, mapCols: u32 };
 ${bindings.join("\n")}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 ${decls}
+${o.tileMax ? tileMapForwardWgsl.decls : ""}
 @compute @workgroup_size(${threads})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
@@ -566,7 +588,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let vlim = P.vRows - n0;
     let vcap = min(vlim, ${t.bn}u);
     let lim = i32(vlim) - i32(4u * tn);
+  ${o.tileMax ? tileMapForwardWgsl.init : ""}
   ${epilogue}
+  ${o.tileMax ? tileMapForwardWgsl.store : ""}
   }
   ${finish}
 }
@@ -705,10 +729,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 /** Workgroup memory of the tiles kernel in bytes (GEMM staging plus the row reductions). */
 export function fusedTilesWorkgroupBytes(
   t: GemmTile,
-  o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number },
+  o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number; tileMax?: boolean },
 ): number {
   const threads = tileThreads(t);
-  const staging = gemmSharedBytes(t);
+  const staging = gemmSharedBytes(t) + (o.tileMax ? 4 : 0);
   const perPartial = 8 + (o.sumZ ? 4 : 0) + (o.stats ? 8 : 0);
   if ((o.state ?? "tile") === "registers") return staging + threads * perPartial;
   return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
@@ -756,11 +780,12 @@ export async function prepareFusedForward(
     : "identity";
   const sumZ = smoothing === "in-kernel";
   const state = o.tileState ?? "tile";
+  const tileMax = o.tileMax ?? false;
   const wgLimit = ctx.device.limits.maxComputeWorkgroupStorageSize;
   const roundRows = state === "tile"
-    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats }, wgLimit)
+    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats, tileMax }, wgLimit)
     : undefined;
-  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows });
+  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows, tileMax });
   if (wgMem > ctx.device.limits.maxComputeWorkgroupStorageSize) {
     throw new RangeError(
       `fused forward: tile ${JSON.stringify(tile)} needs ${wgMem} bytes of workgroup memory, ` +
@@ -782,6 +807,7 @@ export async function prepareFusedForward(
         state,
         roundRows,
         vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
+        tileMax,
       }),
       "fused_forward_tiles",
     ),
@@ -846,6 +872,11 @@ export async function prepareFusedForward(
         if (!stats) throw new RangeError("fused forward: prepared without tokenStats");
         one(a.tokenStats, n, 4, "f32", "tokenStats");
       }
+      if (tileMax !== (a.tileMax !== undefined)) {
+        throw new RangeError(`fused forward: prepared ${tileMax ? "with" : "without"} tileMax`);
+      }
+      const map = a.tileMax && checkTileMap(a.tileMax, e, c, tile);
+      if (a.tileMax) rec.clear(a.tileMax.shards[0].buffer);
       const pipes = a.tokenStats ? withStats! : plain;
       const plan = splitPlan(c.shards.map((s) => s.rows), tile.bn, splits);
       const sTotal = plan.total;
@@ -889,9 +920,9 @@ export async function prepareFusedForward(
                 sp.splits,
                 sp.base,
                 sTotal,
-                0,
-                0,
-                0,
+                map ? map.rowBase[e.shards.indexOf(es)] : 0,
+                map ? map.colBase[i] : 0,
+                map ? map.cols : 0,
               ]),
               "fused tiles params",
             );
@@ -899,6 +930,7 @@ export async function prepareFusedForward(
             if (wsz) bufs.push(wsz);
             if (wsx) bufs.push(wsx);
             bufs.push(zt);
+            if (a.tileMax) bufs.push(a.tileMax.shards[0].buffer);
             p.dispatch(pipes.tiles, rec.bindGroup(pipes.tiles, bufs), sp.splits, blocks);
           });
         }
