@@ -14,6 +14,7 @@ import {
   type BackwardTile,
   defaultFilterEps,
   filterPassWgsl,
+  prepareFusedBackward,
 } from "./fused_backward.ts";
 import {
   createTileMap,
@@ -371,5 +372,68 @@ Deno.test({
     );
     assert.deepEqual(m.map, []);
     assert.equal(m.mapCount, 0);
+  },
+});
+
+Deno.test({
+  name: "tile map: a missing or mis-shaped map, or the map filter with sorting, is refused",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const x = caseInputs({ n: 70, v: 257, d: 33, dtype: "f32", beta: 0.1, seed: 9 });
+    const spec = { n: x.n, v: x.v, d: x.d, dtype: "f32" as const };
+    const opts = resolveOptions({ beta: 0.1 });
+    const t = (rows: number, cols: number, dtype: "f32" | "i32" | "u32", label: string) =>
+      createTensor(ctx, { dtype, rows, cols, role: "input", label });
+    const e = t(x.n, x.d, "f32", "E"), c = t(x.v, x.d, "f32", "C");
+    const targets = t(x.n, 1, "i32", "targets");
+    const lse = t(x.n, 1, "f32", "lse"), lossRows = t(x.n, 1, "f32", "loss rows");
+    const withMap = await prepareFusedForward(ctx, { spec, opts, tileMax: true });
+    const plain = await prepareFusedForward(ctx, { spec, opts });
+    const map = createTileMap(ctx, e, c, withMap.tile);
+    const wrong = t(map.rows, map.cols + 1, "u32", "wrong map");
+    const rec = new Recorder(ctx);
+    const live = ctx.memory().liveBytes;
+    assert.throws(
+      () => withMap.record(rec, { e, c, targets, lse, lossRows }),
+      /fused forward: prepared with tileMax/,
+    );
+    assert.throws(
+      () => plain.record(rec, { e, c, targets, lse, lossRows, tileMax: map }),
+      /fused forward: prepared without tileMax/,
+    );
+    assert.throws(
+      () => withMap.record(rec, { e, c, targets, lse, lossRows, tileMax: wrong }),
+      /tile map is 2×6 u32 in 1 shards, expected 2×5 u32 in one/,
+    );
+    assert.equal(ctx.memory().liveBytes, live, "nothing allocated");
+    await rec.finish();
+    await assert.rejects(
+      () =>
+        prepareFusedBackward(ctx, {
+          spec,
+          opts,
+          filterEps: defaultFilterEps("f32"),
+          sort: true,
+          mapFilter: { tile: withMap.tile },
+        }),
+      /the map filter needs the filter and no sorting/,
+    );
+    const bwd = await prepareFusedBackward(ctx, {
+      spec,
+      opts,
+      filterEps: defaultFilterEps("f32"),
+      sort: false,
+      mapFilter: { tile: withMap.tile },
+    });
+    const w = t(x.n, 1, "f32", "w"), count = t(1, 1, "f32", "count");
+    const rec2 = new Recorder(ctx);
+    assert.throws(
+      () => bwd.record(rec2, { e, c, targets, lse, w, count }),
+      /the map filter needs the forward's tile map/,
+    );
+    await rec2.finish();
+    bwd.release();
+    for (const d of [e, c, targets, lse, lossRows, map, wrong, w, count]) d.destroy();
   },
 });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { fusedNoSort, fusedTileMap } from "./fused.ts";
+import { fusedMethod, fusedNoSort, fusedTileMap } from "./fused.ts";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
 import { assertParity } from "../testing/parity.ts";
@@ -13,11 +13,25 @@ import { defaultFilterEps } from "../kernels/fused_backward.ts";
 import { defaultFusedTile } from "../kernels/fused_forward.ts";
 import { tileMapLayout } from "../kernels/fused_tile_map.ts";
 
-Deno.test("fused-tilemap: registered, labelled, after the other fused rows", () => {
+Deno.test("fused-tilemap: registered, labelled, after the other fused rows; bad variants refused", () => {
   const names = METHODS.map((m) => m.name);
   assert.ok(names.includes("fused-tilemap"));
   assert.ok(names.indexOf("fused-tilemap") > names.indexOf("fused-nosort"));
   assert.equal(fusedTileMap.label, "Ours + tile map");
+  assert.throws(
+    () =>
+      fusedMethod({
+        name: "x",
+        label: "x",
+        description: "x",
+        filter: true,
+        sort: true,
+        fusedForwardBackward: false,
+        gradDtype: "input",
+        tileMap: true,
+      }),
+    /the tile map needs the filter, no sorting, no Fused Version/,
+  );
 });
 
 Deno.test({
