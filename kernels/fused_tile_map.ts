@@ -14,18 +14,19 @@
  * β > 0 (the middle term of P, bounded by (β/|V|)·1; see the module doc of
  * kernels/fused_backward.ts), else 0. The map filter keeps a backward tile when that bound
  * reaches ε (with M the largest over the forward tiles covering it), so it keeps every tile the
- * exact filter keeps, and drops a tile only where every element has g < ε: the exact filter's
- * error bound holds unchanged. Tiles whose rows are all ignored (w_n = 0) are skipped, as the
- * exact filter skips them. The pass reads n floats of LSE and weights and a few map entries per
- * backward tile: a few microseconds instead of one forward.
+ * exact filter keeps (up to the rounding slack below), and drops a tile only where every element
+ * has g < ε: the exact filter's error bound holds unchanged. Tiles whose rows are all ignored
+ * (w_n = 0) are skipped, as the exact filter skips them. The pass has one thread per backward
+ * tile reading a map entry or a few (and each workgroup the LSE of one token tile): no products,
+ * where the exact filter recomputes one forward's worth.
  *
  * Rounding slack. The forward's logits come from its own GEMM tile and its own softcap formula,
  * the backward's from another tile and `s·tanh(z/s)`: both are f32 dot products of the same
  * inputs, accumulated in increasing k with fma, so they agree to a few ulps (the classic bound is
  * 2·γ_d·Σ_k|e_k·c_k|, γ_d ≈ d·2⁻²⁴). The bound is taken at M + δ with
  * δ = {@link MAP_SLACK_ABS} + {@link MAP_SLACK_REL}·|M| (1/32 + |M|/1024): it covers the classic
- * bound wherever Σ_k|e_k·c_k| ≤ 113 at d = 2304 (it is ≈ 30 on the `cce` recipe at the paper's
- * shape), and costs a factor e^δ ≈ 1.03 on the bound (tiles that near ε are rare).
+ * bound wherever Σ_k|e_k·c_k| ≤ 113 + 3.5·|M| at d = 2304 (on the `cce` recipe at the paper's
+ * shape it is ≈ 30, √d = 48 on the diagonal), and costs a factor e^δ ≈ 1.03 on the bound.
  *
  * Map entries: the order-preserving u32 key of the f32 value ({@link tileMapKey}: sign bit set
  * for non-negative floats, all bits flipped for negative ones), so that an integer max is the
@@ -34,10 +35,15 @@
  * tile) belongs to one workgroup). Key 0 (below every float) marks an entry never written (the
  * record zeroes the map); the map filter keeps such tiles.
  *
+ * Vocabulary order: the forward walks the vocabulary in its own order, so the map's tiles are
+ * ranges of that order, and the backward of this row works in it too (no sorting: a sorted
+ * order's tiles gather rows from many forward tiles, whose maxima would bound them only loosely).
+ * On the `cce` recipe the own order is also the one `fused` picks (it keeps fewer tiles there);
+ * on LLM-like data sorting would keep fewer.
+ *
  * Layout ({@link tileMapLayout}): rows are the forward's token blocks, E shard after E shard
- * (ceil(rows/BM) each), columns its vocab tiles, C shard after C shard (ceil(rows/BN) each), in the
- * vocabulary's own order: the map filter works in that order (no vocabulary sorting with the
- * map). At the paper's shape with 128×128 forward tiles: 64 × 2,000 entries, 500 KiB, kept from
+ * (ceil(rows/BM) each), columns its vocab tiles, C shard after C shard (ceil(rows/BN) each).
+ * At the paper's shape with 128×128 forward tiles: 64 × 2,000 entries, 500 KiB, kept from
  * the forward to the backward (the row counts it in the forward's memory).
  * @module
  */
