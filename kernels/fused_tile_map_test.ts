@@ -6,7 +6,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download, fromHost } from "../gpu/tensor.ts";
 import { type Dtype, type HostInputs, type LceOptions, resolveOptions } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
-import { type GemmTile, TILE_SMALL } from "./gemm_codegen.ts";
+import { type GemmTile, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import { prepareFusedForward, type TileState } from "./fused_forward.ts";
 import {
   BACKWARD_TILE_SMALL,
@@ -238,9 +238,10 @@ async function _masks(
   bt: BackwardTile,
   w: Float32Array,
   eps = defaultFilterEps(dtype),
+  fwdTile: GemmTile = TILE_SMALL,
 ) {
   const { n, v, d } = x;
-  const r = await _forward(ctx, x, o, dtype);
+  const r = await _forward(ctx, x, o, dtype, { tile: fwdTile });
   assert.equal(r.e.shards.length, 1);
   assert.equal(r.c.shards.length, 1);
   const lse = fromHost(
@@ -324,6 +325,8 @@ Deno.test({
       eps?: number;
       /** The map filter keeps at most this many of the 44 tiles. */
       most: number;
+      /** The forward's tile (default TILE_SMALL, as the backward's 64×64). */
+      fwdTile?: GemmTile;
     }[] = [
       { dtype: "bf16", beta: 0.1, reduction: "mean", d: 512, most: 4 },
       // f32's own ε (2⁻²⁸) keeps every tile at these d: the bf16 one
@@ -333,6 +336,9 @@ Deno.test({
       { dtype: "bf16", beta: 0.1, reduction: "mean", d: 200, most: 33 },
       { dtype: "f32", beta: 0, reduction: "sum", d: 176, eps: defaultFilterEps("bf16"), most: 44 },
       { dtype: "bf16", beta: 0.1, softcap: 12, reduction: "mean", d: 512, most: 44 },
+      // 128×128 forward tiles over 64×64 backward tiles: each of the 2 diagonal forward tiles
+      // keeps the 4 backward tiles it covers
+      { dtype: "bf16", beta: 0.1, reduction: "mean", d: 512, most: 8, fwdTile: TILE_LARGE },
     ];
     let strict = 0;
     for (const cs of cases) {
@@ -347,7 +353,7 @@ Deno.test({
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: cs.reduction });
       const w = new Float32Array(n);
       for (let i = 0; i < n; i++) w[i] = x.targets[i] === o.ignoreIndex ? 0 : 0.7;
-      const m = await _masks(ctx, x, o, cs.dtype, BACKWARD_TILE_SMALL, w, cs.eps);
+      const m = await _masks(ctx, x, o, cs.dtype, BACKWARD_TILE_SMALL, w, cs.eps, cs.fwdTile);
       const tag = JSON.stringify(cs);
       console.log(`${tag}: exact keeps ${m.exact.length}, map ${m.map.length} of ${m.total}`);
       const kept = new Set(m.map);
