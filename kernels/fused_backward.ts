@@ -30,7 +30,9 @@
  *    workgroup recomputes its logits, tests g ≥ ε per element, and sets one bit per kept backward
  *    tile in a zeroed mask of one bit per (token tile, vocab tile) (integer atomicOr: workgroups
  *    share mask words); kept tiles are counted with an integer atomic (order-independent) for the
- *    statistics. With the order decision it works in the own order and also records entry bits,
+ *    statistics. (With `mapFilter`, the `fused-tilemap` row, in the own order only, the `map
+ *    filter` pass sets the mask from the forward's tile maxima instead, kernels/fused/tile_map.ts:
+ *    no products.) With the order decision it works in the own order and also records entry bits,
  * 3. from which the `order decision` pass forms the sorted order's mask and picks the order that
  *    keeps fewer tiles (see "Order decision" below).
  * 4. With dE splits and the filter, the `kept bounds` pass cuts each token tile's kept tiles into
@@ -192,6 +194,7 @@ import {
 } from "./grad_corrections.ts";
 import { columnPartialsBytes, columnSumPlan } from "./column_sum.ts";
 import { type Dtype16, prepareCast16, wgslFrom16, wgslTo16 } from "./cast16.ts";
+import { prepareMapFilter, type TileMapTile } from "./fused/tile_map.ts";
 
 /** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */
 export interface BackwardTile {
@@ -1091,6 +1094,12 @@ export interface FusedBackwardOptions {
    * dC's storage and cast at the end; see the module doc), f32 otherwise.
    */
   gradDtype?: GradDtype;
+  /**
+   * Replace the `filter` pass by the `map filter` pass (kernels/fused/tile_map.ts): the mask is
+   * set from the forward's tile map (kept at this forward tile; record then needs `tileMap`)
+   * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
+   */
+  mapFilter?: { tile: TileMapTile };
 }
 
 /** Dtype option of the fused backward's gradients. */
@@ -1132,6 +1141,8 @@ export interface FusedBackwardArgs {
   w: DeviceTensor;
   /** Count of non-ignored tokens (1×1 f32): needed by the sort (Ē). */
   count: DeviceTensor;
+  /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
+  tileMap?: DeviceTensor;
 }
 
 /** Filter statistics of the last recorded backward. */
@@ -1417,7 +1428,15 @@ export async function prepareFusedBackward(
   const slices = o.dERowSlices ?? defaultDERowSlices(spec, tile, splits);
   const sliceRows = dESliceTile(tile, slices).tokens;
   const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: o.sort };
-  const filterTile = eps !== null ? o.filterTile ?? defaultFilterTile(ctx, tile) : null;
+  if (o.mapFilter && (eps === null || o.sort)) {
+    throw new RangeError("fused backward: the map filter needs the filter and no sorting");
+  }
+  const mapFilter = o.mapFilter && eps !== null
+    ? await prepareMapFilter(ctx, { tile, mapTile: o.mapFilter.tile, opts, v: spec.v, eps })
+    : undefined;
+  const filterTile = eps !== null && !mapFilter
+    ? o.filterTile ?? defaultFilterTile(ctx, tile)
+    : null;
   const decide = o.sort && eps !== null && (o.decideOrder ?? true);
   const filterPass = eps !== null && filterTile
     ? await ctx.pipeline(
@@ -1533,6 +1552,9 @@ export async function prepareFusedBackward(
         if (t.rows !== n || t.shards.length !== 1) {
           throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
         }
+      }
+      if (mapFilter && !a.tileMap) {
+        throw new RangeError("fused backward: the map filter needs the forward's tile map");
       }
       // Gradient tensors: the outputs (f32 or 16-bit), dC's f32 scratch (16-bit output, d odd),
       // and dE's f32 accumulator slabs (16-bit output: the accumulator and the split partials;
@@ -1683,6 +1705,11 @@ export async function prepareFusedBackward(
           ]),
           "fused backward params",
         );
+      if (mapFilter && mask && counter) {
+        const { tileMap } = a as Required<FusedBackwardArgs>;
+        const cb = counter.shards[0].buffer;
+        mapFilter.record(rec, { e, c, tileMap, lse, w, tok, voc, vTotal, mask, counter: cb });
+      }
       if (filterPass && filterTile && mask && counter) {
         rec.pass("fused backward filter", (p) => {
           for (const vs of voc) {

@@ -8,6 +8,11 @@
  *   (counted exactly from the filter pass on the GPU: the order decision), so sorting never costs
  *   more than the sort itself and the decision (a few ms at the paper's shape).
  * - `fused-nosort`, `fused-nofilter`: the same without the sort / without the filter.
+ * - `fused-tilemap` ("Ours + tile map"): `fused-nosort` whose forward also keeps each 128×128
+ *   tile's largest capped logit (a u32 per tile, 500 KiB at the paper's shape, counted in the
+ *   forward's memory and saved for the backward), and whose backward sets the filter mask from
+ *   those maxima and the LSE (kernels/fused/tile_map.ts) instead of recomputing every tile: it
+ *   keeps every tile the exact filter keeps, in the vocabulary's own order (the forward's).
  * - `fused-fb`, `fused-fb-nofilter` ("Fused Version"): the forward computes the loss and, after a
  *   dispatch boundary, both gradients for a unit upstream gradient (w_n = 1/count for mean, 1 for
  *   sum); the backward only scales them in place by the upstream gradient and hands the
@@ -42,6 +47,7 @@ import {
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
 import { lossTensor, vector } from "./_common.ts";
+import { createTileMap } from "../kernels/fused/tile_map.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -59,6 +65,11 @@ export interface FusedVariant {
   decideOrder?: boolean;
   /** Gradients computed in the forward (the "Fused Version"). */
   fusedForwardBackward: boolean;
+  /**
+   * The forward keeps the tile map and the backward's filter reads it instead of recomputing the
+   * tiles (kernels/fused/tile_map.ts); needs the filter, no sorting, not the Fused Version.
+   */
+  tileMap?: boolean;
   /** Backward tile override (tests). */
   tile?: BackwardTile;
   /** dE split override (tests, tuning). */
@@ -76,6 +87,9 @@ export interface FusedVariant {
 
 /** Builds an {@link LceMethod} for a fused variant. */
 export function fusedMethod(f: FusedVariant): LceMethod {
+  if (f.tileMap && (!f.filter || f.sort || f.fusedForwardBackward)) {
+    throw new RangeError(`${f.name}: the tile map needs the filter, no sorting, no Fused Version`);
+  }
   return {
     name: f.name,
     label: f.label,
@@ -97,7 +111,7 @@ async function _prepare(
   opts: LceOptions,
   f: FusedVariant,
 ): Promise<PreparedMethod> {
-  const fwd = await prepareFusedForward(ctx, { spec, opts });
+  const fwd = await prepareFusedForward(ctx, { spec, opts, tileMax: f.tileMap });
   const reduce = await prepareLossReduce(ctx, opts);
   // Without the filter: the dense backward on the GEMM core (methods/_dense_backward.ts).
   const bwd: PreparedFusedBackward | PreparedDenseBackward = f.filter
@@ -111,6 +125,7 @@ async function _prepare(
       dESplits: f.dESplits,
       dERowSlices: f.dERowSlices,
       gradDtype: f.gradDtype,
+      mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
     })
     : await prepareDenseBackward(ctx, { spec, opts, chunkRows: f.denseChunkRows });
   // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
@@ -126,19 +141,23 @@ async function _prepare(
     const weights = await prepareRowWeights(ctx, opts);
     return {
       forward(rec, x) {
+        // the tile map (fused-tilemap) lives from the forward to the backward, like the LSE
+        const tileMax = f.tileMap ? createTileMap(ctx, x.e, x.c, fwd.tile) : undefined;
         const lse = vector(ctx, spec.n, "workspace", "lse");
         const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
         const count = vector(ctx, 1, "workspace", "count");
-        fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows });
+        fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows, tileMax });
         const loss = lossTensor(ctx, spec.n, opts);
         reduce.record(rec, { lossRows, targets: x.targets, loss, count });
         rec.release(lossRows.shards[0].buffer);
-        return Promise.resolve({ loss, saved: { tensors: [lse, count], lse, count } });
+        const tensors = tileMax ? [lse, count, tileMax] : [lse, count];
+        return Promise.resolve({ loss, saved: { tensors, lse, count, tileMap: tileMax } });
       },
       backward(rec, x, saved, gradOut) {
         const w = vector(ctx, spec.n, "workspace", "row weights");
         weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
-        const g = bwd.record(rec, { ...x, lse: saved.lse, w, count: saved.count });
+        const tileMap = saved.tileMap;
+        const g = bwd.record(rec, { ...x, lse: saved.lse, w, count: saved.count, tileMap });
         rec.release(w.shards[0].buffer);
         return Promise.resolve(g);
       },
@@ -260,4 +279,20 @@ export const fusedF32Grad: LceMethod = fusedMethod({
   sort: true,
   fusedForwardBackward: false,
   gradDtype: "f32",
+});
+
+/**
+ * "Ours + tile map": the no-sorting row whose forward keeps each tile's largest logit and whose
+ * backward filters from those maxima instead of recomputing every tile.
+ */
+export const fusedTileMap: LceMethod = fusedMethod({
+  name: "fused-tilemap",
+  label: "Ours + tile map",
+  description: "Ours without sorting; the forward keeps each tile's largest logit, and the " +
+    "backward's gradient filter reads those maxima instead of recomputing the tiles",
+  filter: true,
+  sort: false,
+  fusedForwardBackward: false,
+  gradDtype: "input",
+  tileMap: true,
 });

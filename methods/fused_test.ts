@@ -7,6 +7,7 @@ import {
   fusedFbNoFilter,
   fusedNoFilter,
   fusedNoSort,
+  fusedTileMap,
 } from "./fused.ts";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
@@ -251,7 +252,7 @@ Deno.test({
     const colSum = new Float64Array(x.d);
     for (let j = 0; j < x.v; j++) for (let k = 0; k < x.d; k++) colSum[k] += x.c[j * x.d + k];
     const skipped: Record<string, number> = {};
-    for (const m of [...FILTERED, fusedF32Grad]) {
+    for (const m of [...FILTERED, fusedF32Grad, fusedTileMap]) {
       const r = await _assertFilterBound(ctx, m, x, o, "bf16", 1.7);
       skipped[m.name] = r.stats.tilesSkipped!;
       assert.ok(r.ghat < 1e-9, `ĝ ${r.ghat}: the dropped softmax mass is negligible here`);
@@ -272,6 +273,8 @@ Deno.test({
     assert.equal(skipped["fused-f32grad"], tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-fb"], tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-nosort"], tokTiles * (vocTiles - hotTiles));
+    // the tile map's bound: a tile without hot rows has z ≤ z_hot − 2α/3 everywhere
+    assert.equal(skipped["fused-tilemap"], tokTiles * (vocTiles - hotTiles));
   },
 });
 

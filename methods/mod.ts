@@ -15,6 +15,7 @@ import {
   fusedFbNoFilter,
   fusedNoFilter,
   fusedNoSort,
+  fusedTileMap,
 } from "./fused.ts";
 
 export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
@@ -31,6 +32,7 @@ export const METHODS: readonly LceMethod[] = [
   fusedFb,
   fusedFbNoFilter,
   fusedF32Grad,
+  fusedTileMap,
 ];
 
 /** The method called `name`; InputError naming the known ones otherwise. */

@@ -110,6 +110,7 @@ export const METHOD_ORDER: readonly string[] = [
   "fused-fb",
   "fused-fb-nofilter",
   "fused-f32grad",
+  "fused-tilemap",
   "liger",
   "chunked",
   "compiled",

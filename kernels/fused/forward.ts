@@ -14,7 +14,13 @@
  * sum does not factor) or `in-kernel`, the tiles sum their capped logits and the merge pass adds
  * the S split partials in order. With β = 0 the term is not computed at all.
  *
- * Determinism: no atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
+ * Tile map (option `tileMax`, the `fused-tilemap` row): each tile also leaves its largest capped
+ * logit in a map of one u32 per (token block, vocab tile), reduced over the tile's rows with a
+ * workgroup integer atomicMax (order independent: the one atomic of the forward, so the
+ * determinism below holds); the backward's map filter reads the map instead of recomputing the
+ * tiles (kernels/fused/tile_map.ts).
+ *
+ * Determinism: no float atomics anywhere. Every value is produced by a fixed sequence of f32 operations:
  * a row's running pair follows its tiles in increasing vocab order, the partials of the threads
  * sharing a row are merged in thread order, splits in increasing vocab order, and sums (Σz, the
  * dot product) in fixed trees or orders. The grid's scheduling decides only when each of these
@@ -40,6 +46,7 @@ import {
   type TileState,
 } from "./forward_tiles.ts";
 import { fusedMergeWgsl, recordMergePass, type SmoothingPlan } from "./forward_merge.ts";
+import { checkTileMap } from "./tile_map.ts";
 
 /** Shape and storage dtype of the problem. */
 export interface FusedForwardSpec extends Shape {
@@ -68,6 +75,8 @@ export interface FusedForwardOptions {
   tileState?: TileState;
   /** `tile` state: rows of a thread reduced per round (default: defaultRoundRows). */
   roundRows?: number;
+  /** Keep the tile map (kernels/fused/tile_map.ts; record then needs `tileMax`). */
+  tileMax?: boolean;
 }
 
 /** Tensors of {@link PreparedFusedForward.record}. */
@@ -85,6 +94,11 @@ export interface FusedForwardArgs {
    * f32 integer), Σ_v p_nv·z_nv, and the entropy LSE − Σ p·z (nats).
    */
   tokenStats?: DeviceTensor;
+  /**
+   * The tile map (kernels/fused/tile_map.ts, createTileMap: one u32 per forward tile), written
+   * with each tile's largest capped logit; required when prepared with `tileMax`.
+   */
+  tileMax?: DeviceTensor;
 }
 
 /** A compiled fused forward. */
@@ -204,6 +218,7 @@ interface ForwardPlan {
   state: TileState;
   roundRows: number | undefined;
   splits: number;
+  tileMax: boolean;
 }
 
 /** Resolves the options against the context; throws where they cannot run. */
@@ -219,11 +234,12 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
     : "identity";
   const sumZ = smoothing === "in-kernel";
   const state = o.tileState ?? "tile";
+  const tileMax = o.tileMax ?? false;
   const wgLimit = ctx.device.limits.maxComputeWorkgroupStorageSize;
   const roundRows = state === "tile"
-    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats }, wgLimit)
+    ? o.roundRows ?? defaultRoundRows(tile, { sumZ, stats, tileMax }, wgLimit)
     : undefined;
-  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows });
+  const wgMem = fusedTilesWorkgroupBytes(tile, { sumZ, stats, state, roundRows, tileMax });
   if (wgMem > wgLimit) {
     throw new RangeError(
       `fused forward: tile ${JSON.stringify(tile)} needs ${wgMem} bytes of workgroup memory, ` +
@@ -234,7 +250,7 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused forward: vocabSplits must be a positive integer, got ${splits}`);
   }
-  return { tile, stats, smoothing, sumZ, state, roundRows, splits };
+  return { tile, stats, smoothing, sumZ, state, roundRows, splits, tileMax };
 }
 
 /** The workspace bytes of one call: split partials, [Σz], [stats], [colsum and its partials]. */
@@ -256,7 +272,11 @@ function _workspaceBytes(
 }
 
 /** Throws unless the call's tensors are what the forward was prepared for. */
-function _checkArgs(spec: FusedForwardSpec, stats: boolean, a: FusedForwardArgs): void {
+function _checkArgs(
+  spec: FusedForwardSpec,
+  p: { stats: boolean; tileMax: boolean },
+  a: FusedForwardArgs,
+): void {
   const { e, c } = a;
   const n = e.rows, d = e.cols, v = c.rows;
   const one = (t: DeviceTensor, rows: number, cols: number, dt: string, name: string) => {
@@ -280,8 +300,11 @@ function _checkArgs(spec: FusedForwardSpec, stats: boolean, a: FusedForwardArgs)
   one(a.lse, n, 1, "f32", "lse");
   one(a.lossRows, n, 1, "f32", "lossRows");
   if (a.tokenStats) {
-    if (!stats) throw new RangeError("fused forward: prepared without tokenStats");
+    if (!p.stats) throw new RangeError("fused forward: prepared without tokenStats");
     one(a.tokenStats, n, 4, "f32", "tokenStats");
+  }
+  if (p.tileMax !== (a.tileMax !== undefined)) {
+    throw new RangeError(`fused forward: prepared ${p.tileMax ? "with" : "without"} tileMax`);
   }
 }
 
@@ -304,6 +327,7 @@ export async function prepareFusedForward(
         state: p.state,
         roundRows: p.roundRows,
         vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
+        tileMax: p.tileMax,
       }),
       "fused_forward_tiles",
     ),
@@ -332,7 +356,11 @@ export async function prepareFusedForward(
       return _workspaceBytes(ctx, p, s, cRows, w.tokenStats ?? p.stats);
     },
     record(rec, a) {
-      _checkArgs(spec, p.stats, a);
+      _checkArgs(spec, p, a);
+      const map = a.tileMax
+        ? { buffer: a.tileMax.shards[0].buffer, layout: checkTileMap(a.tileMax, a.e, a.c, tile) }
+        : undefined;
+      if (map) rec.clear(map.buffer);
       const { e, c, targets } = a;
       const n = e.rows, d = e.cols;
       const pipes = a.tokenStats ? withStats! : plain;
@@ -370,6 +398,7 @@ export async function prepareFusedForward(
         targets,
         shards: plan.shards,
         zt,
+        map,
         ...work,
       });
       recordMergePass(rec, {

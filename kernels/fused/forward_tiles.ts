@@ -55,6 +55,7 @@ import {
   type TileHooks,
   treeSum,
 } from "./forward_epilogue.ts";
+import { tileMapForwardWgsl, type TileMapLayout } from "./tile_map.ts";
 
 /**
  * Where the tiles kernel keeps the running (max, sumexp) state of its rows across its vocab tiles:
@@ -91,6 +92,11 @@ export interface FusedTilesKernelOptions {
    * the vector width; see vecLoadsFit of kernels/gemm_codegen.ts).
    */
   vecLoads?: boolean;
+  /**
+   * Write each tile's largest capped logit into the tile map `tmap` (kernels/fused/tile_map.ts;
+   * Params mapRow0, mapCol0, mapCols).
+   */
+  tileMax?: boolean;
 }
 
 const NO_TARGET = "0xffffffffu"; // a local target no tile holds
@@ -116,7 +122,7 @@ export function tileRowsPerRound(t: GemmTile): number {
  */
 export function defaultRoundRows(
   t: GemmTile,
-  o: { sumZ: boolean; stats: boolean },
+  o: { sumZ: boolean; stats: boolean; tileMax?: boolean },
   limitBytes: number,
 ): number {
   let r = t.tm;
@@ -131,10 +137,10 @@ export function defaultRoundRows(
 /** Workgroup memory of the tiles kernel in bytes (GEMM staging plus the row reductions). */
 export function fusedTilesWorkgroupBytes(
   t: GemmTile,
-  o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number },
+  o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number; tileMax?: boolean },
 ): number {
   const threads = tileThreads(t);
-  const staging = gemmSharedBytes(t);
+  const staging = gemmSharedBytes(t) + (o.tileMax ? 4 : 0);
   const perPartial = rowTerms(o).reduce((b, term) => b + term.partialBytes, 8);
   if ((o.state ?? "tile") === "registers") return staging + threads * perPartial;
   return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
@@ -160,6 +166,8 @@ interface TilesVariant {
   terms: RowTerm[];
   /** Split partials kept as (max, Σexp) pairs rather than max + log Σexp. */
   pairs: boolean;
+  /** Keep the tile map (each tile's largest capped logit). */
+  tileMax: boolean;
   threads: number;
   /** Threads sharing a row (BN/TN). */
   tx: number;
@@ -208,6 +216,7 @@ function _variant(o: FusedTilesKernelOptions): TilesVariant {
     roundRows,
     terms,
     pairs: terms.some((term) => term.keepsPairs),
+    tileMax: o.tileMax === true,
     threads,
     tx: t.bn / t.tn,
     rows,
@@ -235,6 +244,7 @@ function _bindings(v: TilesVariant): string {
     `var<storage, read_write> ws: array<${v.pairs ? "vec2<f32>" : "f32"}>`,
     ...v.terms.map((term) => term.binding),
     "var<storage, read_write> zt: array<f32>",
+    ...(v.tileMax ? [tileMapForwardWgsl.binding] : []),
   ];
   return decls.map((d, b) => `@group(0) @binding(${b}) ${d};`).join("\n");
 }
@@ -251,11 +261,12 @@ const NEG_INF: f32 = -3.0e38;
 ${softcapFn(v.softcap)}
 ${s.helpers}
 struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
-  splitBase: u32, sTotal: u32, _a: u32, _b: u32, _c: u32 };
+  splitBase: u32, sTotal: u32, mapRow0: u32, mapCol0: u32, mapCols: u32 };
 ${_bindings(v)}
 ${dtypeHelpers(ops)}
 ${gemmShared({ tile: v.tile })}
-${s.decls}`;
+${s.decls}
+${v.tileMax ? tileMapForwardWgsl.decls : ""}`;
 }
 
 /** `main`: the workgroup's vocab tiles in order, each a GEMM then the state's epilogue. */
@@ -295,7 +306,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let vlim = P.vRows - n0;
     let vcap = min(vlim, ${t.bn}u);
     let lim = i32(vlim) - i32(4u * tn);
+  ${v.tileMax ? tileMapForwardWgsl.init : ""}
   ${s.epilogue}
+  ${v.tileMax ? tileMapForwardWgsl.store : ""}
   }
   ${s.finish}
 }
@@ -328,6 +341,7 @@ function _registersInit(v: TilesVariant, { i, row }: ThreadRow): string {
 function _registersTile(v: TilesVariant, { i, row, slots: ss }: ThreadRow): string {
   const hooks = v.terms.map((term) => term.registers);
   const lines = rowValues(v.tile, ss);
+  if (v.tileMax) lines.push(tileMapForwardWgsl.row(row));
   lines.push(`if (mx > st_m_${i}) {
       let sc = exp(st_m_${i} - mx);${_each(hooks.map((h) => h.rescale(i)), "\n      ")}
       st_s_${i} *= sc;
@@ -403,6 +417,7 @@ function _tileInit(v: TilesVariant): string {
 function _tileRoundRow(v: TilesVariant, { row, slots: ss }: ThreadRow, k: number): string {
   const at = `${k * v.threads}u + lid`;
   const lines = rowValues(v.tile, ss);
+  if (v.tileMax) lines.push(tileMapForwardWgsl.row(row));
   // q = NEG_INF off the vocab edge; mf keeps exp(q − mf) = 0 there when no column is valid
   lines.push("let mf = max(mx, -1.0e30);");
   ss.forEach((_, j) => lines.push(`let p${j} = exp(q${j} - mf);`));
@@ -490,6 +505,8 @@ export interface TilesPassArgs {
   wsx?: TrackedBuffer;
   /** Where the target logits go (n f32). */
   zt: TrackedBuffer;
+  /** The tile map and its layout (kernels with `tileMax`). */
+  map?: { buffer: TrackedBuffer; layout: TileMapLayout };
 }
 
 /** Records the tiles pass: one dispatch of splits × token blocks per (E shard, C shard). */
@@ -512,9 +529,9 @@ export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
             sp.splits,
             sp.base,
             a.sTotal,
-            0,
-            0,
-            0,
+            a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
+            a.map ? a.map.layout.colBase[i] : 0,
+            a.map ? a.map.layout.cols : 0,
           ]),
           "fused tiles params",
         );
@@ -522,6 +539,7 @@ export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
         if (a.wsz) bufs.push(a.wsz);
         if (a.wsx) bufs.push(a.wsx);
         bufs.push(a.zt);
+        if (a.map) bufs.push(a.map.buffer);
         p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), sp.splits, blocks);
       });
     }
