@@ -3,23 +3,20 @@ import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 import { createTensor, download, upload } from "../gpu/tensor.ts";
 import type { LceMethod, PreparedMethod } from "../methods/types.ts";
 import { baseline } from "../methods/baseline.ts";
+import { runGate } from "./gate.ts";
 import {
-  binomialTail,
-  compareRuns,
-  formatComparison,
   GATE_THRESHOLDS,
   type GateAdapter,
   type GateResult,
   type GateRun,
   type GateSuite,
-  judgeParity,
-  judgeTime,
-  median,
   resultKey,
-  runGate,
-  signTestCount,
   TINY_SUITE,
-} from "./gate.ts";
+} from "./gate_suites.ts";
+import { binomialTail, judgeParity, judgeTime, signTestCount } from "./gate_stats.ts";
+import { compareRuns } from "./gate_compare.ts";
+import { formatComparison } from "./gate_format.ts";
+import { median } from "./timing.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Pure: statistics

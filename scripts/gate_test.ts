@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import type { GateRun } from "../measure/gate.ts";
+import type { GateRun } from "../measure/gate_suites.ts";
 import type { Table3Env } from "../report/table3.ts";
 import { adapterSlug, baselinePath, formatBaseline, readBaseline } from "./gate.ts";
 import { writeAtomic } from "../io/outputs.ts";
