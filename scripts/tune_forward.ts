@@ -410,7 +410,7 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
     try {
       const ff = await prepareFusedForward(ctx, {
         spec,
-        opts: { ...opts, softcap: cap },
+        opts: resolveOptions({ ...opts, softcap: cap }),
         tile,
         vocabSplits,
         smoothing: o.smoothing,
