@@ -1,47 +1,46 @@
 /**
  * lce-webgpu: label-smoothed linear cross-entropy kernels in WGSL, run through WebGPU, measured
- * and checked against a float64 reference. The public API, layer by layer:
+ * and checked against a float64 reference. The user's API, and nothing internal:
  *
- * - GPU context and tensors: {@link GpuContext}, {@link Recorder}, {@link createTensor}, ...
- * - Methods (the Table 3 rows): {@link METHODS}, {@link methodByName}, {@link runMethod}
- * - Reference and fixtures: {@link lceReference}, {@link makeFixture}
- * - Calibration: {@link calibrationMetrics}, {@link entropyLowerBound}
+ * - Methods (the Table 3 rows): {@link METHODS}, {@link methodByName}
+ * - Running one on your tensors: {@link GpuContext}, {@link resolveOptions}, {@link runMethod}
+ *   (bad input throws {@link InputError}, a GPU failure {@link GpuError})
+ * - The float64 reference: {@link lceReference}
+ * - Table 3 reports (a saved JSON report rendered again): {@link formatMarkdown},
+ *   {@link formatCsv}, {@link writeReport}
+ * - `.npy` files: {@link readNpy}, {@link writeNpy}
  *
  * @example
  * ```ts
- * import { GpuContext, makeFixture, methodByName, resolveOptions, runMethod } from "./mod.ts";
+ * import { GpuContext, methodByName, resolveOptions, runMethod } from "./mod.ts";
  * const ctx = await GpuContext.create();
- * const x = makeFixture("cce", { n: 64, v: 500, d: 32, dtype: "bf16", seed: 1 });
- * const r = await runMethod(ctx, methodByName("baseline"), x, resolveOptions({ beta: 0.1 }), { dtype: "bf16" });
- * console.log(r.loss[0]);
+ * const n = 4, v = 10, d = 8;
+ * const x = {
+ *   n, v, d,
+ *   e: Float32Array.from({ length: n * d }, (_, i) => Math.sin(i)),
+ *   c: Float32Array.from({ length: v * d }, (_, i) => Math.cos(i)),
+ *   targets: Int32Array.from([1, 3, -100, 7]),
+ * };
+ * const r = await runMethod(ctx, methodByName("fused"), x, resolveOptions({ beta: 0.1 }), { dtype: "bf16" });
+ * console.log(r.loss[0], r.dE.length, r.dC.length);
+ * ctx.destroy();
  * ```
  * @module
  */
 export { GpuError, InputError } from "./core/errors.ts";
 export {
-  checkInputs,
   type Dtype,
   type HostInputs,
   IGNORE_INDEX,
   type LceOptions,
+  type LossOptions,
   type Reduction,
   resolveOptions,
-  type Shape,
 } from "./core/options.ts";
-export { type AdapterReport, GpuContext, type MemoryStats } from "./gpu/context.ts";
-export { Recorder, type Timing } from "./gpu/recorder.ts";
-export { createTensor, DeviceTensor, download, fromHost, upload } from "./gpu/tensor.ts";
+export { type AdapterChoice, GpuContext } from "./gpu/context.ts";
 export { methodByName, METHODS } from "./methods/mod.ts";
-export type {
-  Gradients,
-  LceMethod,
-  MethodInputs,
-  PreparedMethod,
-  ProblemSpec,
-} from "./methods/types.ts";
-export { runMethod, type RunResult } from "./methods/run.ts";
-export { lceReference } from "./reference/lce_reference.ts";
-export { FIXTURES, makeFixture } from "./fixtures/mod.ts";
+export type { LceMethod } from "./methods/types.ts";
+export { runMethod, type RunOptions, type RunResult } from "./methods/run.ts";
+export { lceReference, type LceReferenceResult } from "./reference/lce_reference.ts";
+export { formatCsv, formatMarkdown, type Table3Report, writeReport } from "./report/table3.ts";
 export { readNpy, writeNpy } from "./io/npy.ts";
-export { calibrationMetrics } from "./calibration/metrics.ts";
-export { entropyLowerBound } from "./calibration/entropy_bound.ts";

@@ -1,17 +1,17 @@
 import assert from "node:assert/strict";
+import * as api from "./mod.ts";
 import {
-  checkInputs,
   type HostInputs,
   IGNORE_INDEX,
   InputError,
-  type LceOptions,
-  makeFixture,
+  type LossOptions,
   methodByName,
   METHODS,
   resolveOptions,
   runMethod,
 } from "./mod.ts";
-import { parseDtype } from "./core/options.ts";
+import { checkInputs, parseDtype } from "./core/options.ts";
+import { makeFixture } from "./fixtures/mod.ts";
 import { GPU_TEST, testContext } from "./testing/gpu.ts";
 
 const n = 6, v = 11, d = 5;
@@ -22,6 +22,25 @@ const good = (): HostInputs => ({
   e: Float32Array.from({ length: n * d }, (_, i) => Math.sin(i) * 0.7),
   c: Float32Array.from({ length: v * d }, (_, i) => Math.cos(i * 1.3) * 0.6),
   targets: Int32Array.from([0, 3, IGNORE_INDEX, 10, 5, 7]),
+});
+
+Deno.test("public API: mod.ts exports the user's API and nothing internal", () => {
+  assert.deepEqual(Object.keys(api).sort(), [
+    "GpuContext",
+    "GpuError",
+    "IGNORE_INDEX",
+    "InputError",
+    "METHODS",
+    "formatCsv",
+    "formatMarkdown",
+    "lceReference",
+    "methodByName",
+    "readNpy",
+    "resolveOptions",
+    "runMethod",
+    "writeNpy",
+    "writeReport",
+  ]);
 });
 
 /** Asserts `fn` throws an InputError whose one-line message matches `re`. */
@@ -35,7 +54,7 @@ function assertInputError(fn: () => unknown, re: RegExp, what = ""): void {
 }
 
 /** Bad host inputs and the message naming each (shared by checkInputs and runMethod). */
-function badInputs(): [string, HostInputs, Partial<LceOptions>, RegExp][] {
+function badInputs(): [string, HostInputs, Partial<LossOptions>, RegExp][] {
   const nanE = good(), infC = good(), negInfE = good();
   nanE.e[7] = NaN;
   infC.c[13] = Infinity;
@@ -117,7 +136,7 @@ Deno.test("public API: checkInputs names each bad shape or value", () => {
 });
 
 Deno.test("public API: resolveOptions names a bad β, softcap, reduction or ignore_index", () => {
-  const cases: [Partial<LceOptions>, RegExp][] = [
+  const cases: [Partial<LossOptions>, RegExp][] = [
     [{ beta: 1.5 }, /^beta must be in \[0, 1\], got 1.5$/],
     [{ beta: -0.1 }, /^beta must be in \[0, 1\], got -0.1$/],
     [{ beta: NaN }, /^beta must be in \[0, 1\], got NaN$/],

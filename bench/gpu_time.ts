@@ -30,13 +30,8 @@ import { check, oneLine } from "../core/errors.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { ForwardOutput, LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
-import {
-  defaultMemoryBudget,
-  type EstimatingMethod,
-  formatMiB,
-  type Mode,
-  MODES,
-} from "../measure/measure.ts";
+import { defaultMemoryBudget, formatMiB } from "../measure/measure.ts";
+import { defaultTimeSource, type Mode, MODES, timeMode, timeOf } from "../measure/timing.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { PAPER_SHAPE } from "../report/table3.ts";
 
@@ -142,30 +137,22 @@ function _addTask(
     f.loss.destroy();
   };
   bench.add(name, async () => {
-    const p = s.prepared!;
-    const t = await ctx.scoped(async () => {
-      const rec = new Recorder(ctx);
-      if (mode === "fwd") {
-        const f = await p.forward(rec, x.inputs);
-        const t = await rec.finish();
-        drop(f);
-        return t;
-      }
-      const f = mode === "bwd" ? s.fwd! : await p.forward(rec, x.inputs);
-      const g = await p.backward(rec, x.inputs, f.saved, gradOut);
-      const t = await rec.finish();
-      g.dE.destroy();
-      g.dC.destroy();
-      if (mode === "fwd+bwd") drop(f);
-      return t;
-    });
-    return { overriddenDuration: ctx.hasTimestamps ? t.gpuMs : t.wallMs };
+    const t = await ctx.scoped(() =>
+      timeMode(ctx, {
+        mode,
+        prepared: s.prepared!,
+        inputs: x.inputs,
+        gradOut,
+        fwd: mode === "bwd" ? s.fwd : undefined,
+      })
+    );
+    return { overriddenDuration: timeOf(t, defaultTimeSource(ctx)) };
   }, {
     async beforeAll() {
       if (s.prepared) return;
       const why = method.unsupported?.(ctx, spec, opts);
       if (why !== undefined) throw new Error(`unsupported: ${why}`);
-      const est = (method as EstimatingMethod).estimateBytes?.(spec, opts);
+      const est = method.estimateBytes?.(spec, opts);
       const bytes = typeof est === "number" ? est : est?.[mode];
       const budget = defaultMemoryBudget(ctx);
       if (bytes !== undefined && bytes > budget) {

@@ -1,17 +1,9 @@
 import assert from "node:assert/strict";
+import { runScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("./gpu_time.ts", import.meta.url).pathname;
 
-async function _run(args: string[], env: Record<string, string> = {}) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1", ...env },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (args: string[], env: Record<string, string> = {}) => runScript(SCRIPT, args, { env });
 
 Deno.test("bench-gpu: --help and bad flags never start the benchmark", async () => {
   const help = await _run(["--help"]);

@@ -40,6 +40,7 @@
  * @module
  */
 import { check } from "../core/errors.ts";
+import { Rng } from "../fixtures/rng.ts";
 
 /** Options of {@link twoLevelEntropy}. */
 export interface TwoLevelOptions {
@@ -378,27 +379,8 @@ function _randomUnit(x: Float64Array, rand: () => number): void {
   for (let j = 0; j < x.length; j++) x[j] /= n;
 }
 
-/** Standard normal samples from a seeded mulberry32 stream (Box–Muller). */
+/** Standard normal samples from a seeded {@link Rng} stream (Box–Muller). */
 function _gaussian(seed: number): () => number {
-  let a = seed >>> 0;
-  const uniform = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  let spare: number | undefined;
-  return () => {
-    if (spare !== undefined) {
-      const s = spare;
-      spare = undefined;
-      return s;
-    }
-    const u = 1 - uniform();
-    const t = 2 * Math.PI * uniform();
-    const m = Math.sqrt(-2 * Math.log(u));
-    spare = m * Math.sin(t);
-    return m * Math.cos(t);
-  };
+  const rng = new Rng(seed);
+  return () => rng.normal();
 }

@@ -3,6 +3,7 @@ import { InputError } from "../core/errors.ts";
 import { assertWellFormedXml, svgTexts } from "../report/svg_xml.ts";
 import { entropyLowerBound } from "./entropy_bound.ts";
 import { figure4Data, figure4Svg, hiddenSizeGrid } from "./entropy_figure.ts";
+import { runScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("../scripts/entropy_bound_figure.ts", import.meta.url).pathname;
 
@@ -57,24 +58,13 @@ Deno.test("figure4Svg: well-formed, series labels, axis titles, power-of-two tic
   }
 });
 
-async function runScript(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr),
-  };
-}
+const run = (args: string[]) => runScript(SCRIPT, args);
 
 Deno.test("script writes the SVG and JSON atomically into a new folder", async () => {
   const dir = await Deno.makeTempDir();
   try {
     const svgPath = `${dir}/sub/fig4.svg`;
-    const r = await runScript(["--out", svgPath, "--points", "5", "--vocab", "1000,50000"]);
+    const r = await run(["--out", svgPath, "--points", "5", "--vocab", "1000,50000"]);
     assert.equal(r.code, 0, r.stderr);
     assertWellFormedXml(await Deno.readTextFile(svgPath));
     const json = JSON.parse(await Deno.readTextFile(`${dir}/sub/fig4.json`));
@@ -101,7 +91,7 @@ Deno.test("script: bad flags print one error line and exit 2", async () => {
       ["positional"],
     ]
   ) {
-    const r = await runScript(args);
+    const r = await run(args);
     assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
     const lines = r.stderr.trim().split("\n");
     assert.equal(lines.length, 1, r.stderr);

@@ -144,7 +144,7 @@ export async function prepareStreamingCalibration(
   o: StreamingCalibrationOptions,
 ): Promise<PreparedStreamingCalibration> {
   const { spec } = o;
-  const opts = { ...o.opts, reduction: "none" as const };
+  const opts = resolveOptions({ ...o.opts, reduction: "none" });
   const ff = await prepareFusedForward(ctx, {
     spec,
     opts,

@@ -151,7 +151,7 @@ export async function prepareTemperatureScan(
     if (p === undefined) {
       p = await prepareStreamingCalibration(ctx, {
         spec,
-        opts: { ...opts, softcap: cap },
+        opts: resolveOptions({ ...opts, softcap: cap }),
         tile: o.tile,
         vocabSplits: o.vocabSplits,
       });

@@ -361,16 +361,3 @@ export async function runCli(fn: () => Promise<void | number> | void | number): 
   }
   if (typeof code === "number" && code !== 0) Deno.exit(code);
 }
-
-/**
- * Parses an optional number value (see {@link parseNumberValue}): `fallback` when undefined.
- * For values outside a command's flags (list entries, computed defaults).
- */
-export function numberFlag(name: string, value: string | undefined, fallback: number): number {
-  return value === undefined ? fallback : parseNumberValue(`--${name}`, value);
-}
-
-/** Parses an optional positive integer value (see {@link parseIntValue}). */
-export function intFlag(name: string, value: string | undefined, fallback: number): number {
-  return value === undefined ? fallback : parseIntValue(`--${name}`, value, { min: 1 });
-}

@@ -1,5 +1,12 @@
 /**
  * The problem every method solves: shapes, dtypes and the loss options, with their validation.
+ *
+ * The loss options are described once ({@link LossOptions}: β, softcap, ignore_index,
+ * reduction) and resolved once by {@link resolveOptions} into an {@link LceOptions}: validated,
+ * defaults filled in, and what they decide for every method and kernel (whether the β/|V|
+ * smoothing terms exist, whether the target terms exist, whether logits are capped), so that no
+ * method or kernel decides it again. The storage dtype of E and C is the other half of a problem
+ * ({@link Dtype}, parsed once by {@link parseDtype}; methods read it from their ProblemSpec).
  * @module
  */
 import { check } from "./errors.ts";
@@ -29,8 +36,8 @@ export interface Shape {
   d: number;
 }
 
-/** Options of the label-smoothed loss. */
-export interface LceOptions {
+/** Options of the label-smoothed loss, as a user gives them. */
+export interface LossOptions {
   /** Label smoothing β ∈ [0, 1]. */
   beta: number;
   /** Softcap s > 0 (z ← s·tanh(z/s)), or undefined for none. */
@@ -41,18 +48,39 @@ export interface LceOptions {
   reduction: Reduction;
 }
 
+/**
+ * The loss options resolved once ({@link resolveOptions}): validated, with the defaults filled in
+ * and what they decide. Methods and kernels read the decisions here instead of testing β or the
+ * softcap themselves. Make a changed copy with `resolveOptions({ ...o, softcap })`, never by
+ * spreading alone (the decisions would not follow).
+ */
+export interface LceOptions extends LossOptions {
+  /** The smoothing terms −(β/|V|)·Σ_v z_v of the loss and −β/|V| of ∂L/∂z exist: β > 0. */
+  readonly smoothing: boolean;
+  /** The target terms −(1 − β)·z_t of the loss and −(1 − β) of ∂L/∂z_t exist: β < 1. */
+  readonly targetTerm: boolean;
+  /** Logits are capped (z ← s·tanh(z/s)): a softcap is set. */
+  readonly capped: boolean;
+}
+
 /** Defaults: β = 0, no softcap, ignore_index −100, mean. */
-export const DEFAULT_OPTIONS: LceOptions = {
+export const DEFAULT_OPTIONS: Readonly<LossOptions> = {
   beta: 0,
   softcap: undefined,
   ignoreIndex: IGNORE_INDEX,
   reduction: "mean",
 };
 
-/** Fills in defaults and validates; throws InputError naming the bad value. */
-export function resolveOptions(opts: Partial<LceOptions> = {}): LceOptions {
-  const given = Object.fromEntries(Object.entries(opts).filter(([, x]) => x !== undefined));
-  const o: LceOptions = { ...DEFAULT_OPTIONS, ...given };
+/**
+ * Fills in defaults, validates and resolves what the options decide ({@link LceOptions}); throws
+ * InputError naming the bad value. Decisions present in `opts` (a resolved copy) are recomputed.
+ */
+export function resolveOptions(opts: Partial<LossOptions> = {}): LceOptions {
+  const { beta, softcap, ignoreIndex, reduction } = opts;
+  const given = Object.fromEntries(
+    Object.entries({ beta, softcap, ignoreIndex, reduction }).filter(([, x]) => x !== undefined),
+  );
+  const o: LossOptions = { ...DEFAULT_OPTIONS, ...given };
   check(
     typeof o.beta === "number" && Number.isFinite(o.beta) && o.beta >= 0 && o.beta <= 1,
     `beta must be in [0, 1], got ${o.beta}`,
@@ -66,7 +94,7 @@ export function resolveOptions(opts: Partial<LceOptions> = {}): LceOptions {
     (REDUCTIONS as readonly string[]).includes(o.reduction),
     `unknown reduction '${o.reduction}' (expected mean, sum or none)`,
   );
-  return o;
+  return { ...o, smoothing: o.beta > 0, targetTerm: o.beta < 1, capped: o.softcap !== undefined };
 }
 
 /** Validates a shape: positive integers. */
@@ -99,7 +127,7 @@ export interface HostInputs extends Shape {
  * Validates host inputs against the options: sizes, finite values, targets in [0, v) or
  * ignore_index, and at least one non-ignored target. Throws InputError naming the first problem.
  */
-export function checkInputs(x: HostInputs, o: LceOptions): void {
+export function checkInputs(x: HostInputs, o: LossOptions): void {
   checkShape(x);
   check(x.e.length === x.n * x.d, `E has ${x.e.length} values, expected n·d = ${x.n}·${x.d}`);
   check(x.c.length === x.v * x.d, `C has ${x.c.length} values, expected v·d = ${x.v}·${x.d}`);

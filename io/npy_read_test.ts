@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { InputError } from "../core/errors.ts";
 import { encodeNpy, MAX_HEADER_BYTES, type NpyArray, readNpy } from "./npy.ts";
+import { Rng } from "../fixtures/rng.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>) {
   const dir = await Deno.makeTempDir({ prefix: "npy_read_test_" });
@@ -124,17 +125,11 @@ Deno.test("npy read: FIFOs, character devices and directories are refused withou
   });
 });
 
-/** mulberry32: a small seeded generator. */
+/** A seeded source of the fuzz cases (fixtures/rng.ts). */
 function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (n: number) => Math.floor(next() * n);
+  const r = new Rng(seed);
+  const next = () => r.uniform();
+  const int = (n: number) => r.int(n);
   const pick = <T>(xs: readonly T[]): T => xs[int(xs.length)];
   return { next, int, pick };
 }

@@ -21,15 +21,15 @@ export function f32Lit(x: number): string {
  * capped value z; 1 without softcap).
  */
 export function lossConstants(o: LceOptions, v: number): string {
-  const cap = o.softcap ?? 0;
+  const cap = o.capped ? o.softcap! : 0;
   return `const BETA: f32 = ${f32Lit(o.beta)};
 const SOFTCAP: f32 = ${f32Lit(cap)};
 const IGNORE: i32 = ${o.ignoreIndex};
 const VOCAB: f32 = ${f32Lit(v)};
 const NEG_INF: f32 = -3.0e38;
-fn softcap(x: f32) -> f32 { ${cap > 0 ? `return SOFTCAP * tanh(x / SOFTCAP);` : "return x;"} }
+fn softcap(x: f32) -> f32 { ${o.capped ? `return SOFTCAP * tanh(x / SOFTCAP);` : "return x;"} }
 fn softcap_grad(z: f32) -> f32 { ${
-    cap > 0 ? "let q = z / SOFTCAP; return 1.0 - q * q;" : "return 1.0;"
+    o.capped ? "let q = z / SOFTCAP; return 1.0 - q * q;" : "return 1.0;"
   } }
 `;
 }

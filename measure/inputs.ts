@@ -21,6 +21,7 @@ import { check } from "../core/errors.ts";
 import { f32ToBf16Bits, f32ToF16Bits } from "../core/dtype.ts";
 import { checkShape, type Dtype, IGNORE_INDEX, type Shape } from "../core/options.ts";
 import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
+import { counterKey, counterU32 } from "../fixtures/rng.ts";
 import type { MethodInputs } from "../methods/types.ts";
 import { uploadInputs } from "../methods/run.ts";
 
@@ -183,7 +184,6 @@ export class CceGenerator {
   constructor(o: CceGeneratorOptions) {
     checkShape(o);
     const seed = o.seed ?? 0;
-    check(Number.isSafeInteger(seed), `seed must be an integer, got ${seed}`);
     check(o.v * o.d < 2 ** 32, `v·d = ${o.v * o.d} must be below 2^32 for the cce generator`);
     this.n = o.n;
     this.v = o.v;
@@ -195,8 +195,7 @@ export class CceGenerator {
         this.ignoreFraction <= 1,
       `ignore fraction must be in [0, 1], got ${this.ignoreFraction}`,
     );
-    const base = _hash(_hash((seed >>> 0) ^ 0x5bd1e995) ^ Math.floor(seed / 2 ** 32));
-    const key = (stream: number) => _hash(base ^ _hash(stream + 0x632be5ab));
+    const key = (stream: number) => counterKey(seed, stream);
     this.#keys = { e: key(1), c: key(2), targets: key(3), ignore: key(4) };
     const scale = o.d ** -0.25;
     const size = 1 << TABLE_BITS;
@@ -242,7 +241,7 @@ export class CceGenerator {
       const t = this.#table32;
       const f = new Float32Array(out.buffer, out.byteOffset, out.length);
       for (let i = from; i < to; i++) {
-        const h = _hash(_hash(i) ^ key);
+        const h = counterU32(key, i);
         const k = h >>> 16;
         f[i - start] = t[k] + (t[k + 1] - t[k]) * ((h & 0xffff) / 65536);
       }
@@ -253,17 +252,17 @@ export class CceGenerator {
     if (i % 2 === 1) {
       // the high half of a word whose low half an earlier range wrote
       const w = (i - start) >> 1;
-      out[w] = (out[w] & 0xffff) | (t[_hash(_hash(i) ^ key) >>> 16] << 16);
+      out[w] = (out[w] & 0xffff) | (t[counterU32(key, i) >>> 16] << 16);
       i++;
     }
     for (; i + 1 < to; i += 2) {
-      const lo = t[_hash(_hash(i) ^ key) >>> 16];
-      const hi = t[_hash(_hash(i + 1) ^ key) >>> 16];
+      const lo = t[counterU32(key, i) >>> 16];
+      const hi = t[counterU32(key, i + 1) >>> 16];
       out[(i - start) >> 1] = (lo | (hi << 16)) >>> 0;
     }
     if (i < to) {
       // a trailing single element: the high half is the next range's (or zero padding)
-      out[(i - start) >> 1] = t[_hash(_hash(i) ^ key) >>> 16];
+      out[(i - start) >> 1] = t[counterU32(key, i) >>> 16];
     }
   }
 
@@ -272,27 +271,17 @@ export class CceGenerator {
     const out = new Int32Array(this.n);
     const key = this.#keys.targets;
     for (let i = 0; i < this.n; i++) {
-      out[i] = Math.floor((_hash(_hash(i) ^ key) / 2 ** 32) * this.v);
+      out[i] = Math.floor((counterU32(key, i) / 2 ** 32) * this.v);
     }
     const ignored = Math.round(this.ignoreFraction * this.n);
     if (ignored > 0) {
       const order = Array.from({ length: this.n }, (_, i) => i);
-      const rank = order.map((i) => _hash(_hash(i) ^ this.#keys.ignore));
+      const rank = order.map((i) => counterU32(this.#keys.ignore, i));
       order.sort((a, b) => rank[a] - rank[b] || a - b);
       for (let k = 0; k < ignored; k++) out[order[k]] = IGNORE_INDEX;
     }
     return out;
   }
-}
-
-/** A 32-bit integer hash (lowbias32, a bijection of u32). */
-function _hash(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
 }
 
 /** Φ⁻¹(p) for p in (0, 1) (Acklam's rational approximation, relative error < 1.2e-9). */

@@ -21,6 +21,15 @@
  */
 import type { BufferRole, GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
+import {
+  defaultTimeSource,
+  type Mode,
+  quantiles,
+  type Repetitions,
+  timeMode,
+  timeRepetitions,
+  type TimeSource,
+} from "./timing.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import { GpuError, InputError, oneLine } from "../core/errors.ts";
 import type { LceOptions } from "../core/options.ts";
@@ -33,26 +42,17 @@ import type {
   ProblemSpec,
 } from "../methods/types.ts";
 
-/** What is measured: the forward, the backward given a saved forward, or both in one recorder. */
-export type Mode = "fwd" | "bwd" | "fwd+bwd";
-/** All modes, in the table's column order. */
-export const MODES: readonly Mode[] = ["fwd", "bwd", "fwd+bwd"];
-
-/** Where a row's times come from. */
-export type TimeSource = "gpu" | "wall";
+export { type Mode, MODES, type TimeSource } from "./timing.ts";
 
 /** Bytes per buffer role. */
 export type RoleBytes = Record<BufferRole, number>;
 
 /**
  * A method's memory estimate for a problem, in bytes above the inputs: one number for every mode
- * (the largest), or one per mode. Methods may export it as `estimateBytes` (see
- * {@link EstimatingMethod}); it only serves the pre-flight check, never the reported figures.
+ * (the largest), or one per mode ({@link LceMethod.estimateBytes}); it only serves the pre-flight
+ * check, never the reported figures.
  */
 export type MemoryEstimate = number | Partial<Record<Mode, number>>;
-
-/** An {@link LceMethod} that may estimate its memory before running. */
-export type EstimatingMethod = LceMethod;
 
 /** One measured (or failed) cell of the table. */
 export interface MeasureRow {
@@ -200,7 +200,7 @@ export async function measureMethod(
   const budget = o.budgetBytes ?? defaultMemoryBudget(ctx);
   let estimate: MemoryEstimate | undefined;
   try {
-    estimate = (method as EstimatingMethod).estimateBytes?.(o.spec, o.opts);
+    estimate = method.estimateBytes?.(o.spec, o.opts);
   } catch {
     estimate = undefined; // an estimate that fails is no reason to skip: try and catch instead
   }
@@ -279,7 +279,7 @@ function _row(
     mode,
     peakBytes: m.error ? null : m.peakBytes ?? null,
     timeMs: m.error ? null : q?.median ?? null,
-    timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    timeSource: defaultTimeSource(ctx),
     timeMsMin: m.error ? null : q?.min ?? null,
     timeMsMax: m.error ? null : q?.max ?? null,
     timeMsIqr: m.error ? null : q ? q.q3 - q.q1 : null,
@@ -299,37 +299,6 @@ function _row(
   }
   if (m.error) row.error = m.error;
   return row;
-}
-
-/** Median, quartiles (linear interpolation), min and max of a non-empty list. */
-export function quantiles(xs: readonly number[]): {
-  min: number;
-  q1: number;
-  median: number;
-  q3: number;
-  max: number;
-} {
-  if (xs.length === 0) throw new RangeError("quantiles of an empty list");
-  const s = [...xs].sort((a, b) => a - b);
-  const at = (p: number) => {
-    const x = p * (s.length - 1);
-    const lo = Math.floor(x), hi = Math.ceil(x);
-    return s[lo] + (s[hi] - s[lo]) * (x - lo);
-  };
-  return { min: s[0], q1: at(0.25), median: at(0.5), q3: at(0.75), max: s[s.length - 1] };
-}
-
-/**
- * The p-quantile (0 ≤ p ≤ 1) of a non-empty list, interpolated linearly between order statistics
- * as {@link quantiles} does: `percentile(xs, 0.2)` is p20.
- */
-export function percentile(xs: readonly number[], p: number): number {
-  if (xs.length === 0) throw new RangeError("percentile of an empty list");
-  if (!(p >= 0 && p <= 1)) throw new RangeError(`percentile needs 0 ≤ p ≤ 1, got ${p}`);
-  const s = [...xs].sort((a, b) => a - b);
-  const x = p * (s.length - 1);
-  const lo = Math.floor(x), hi = Math.ceil(x);
-  return s[lo] + (s[hi] - s[lo]) * (x - lo);
 }
 
 function _estimateFor(e: MemoryEstimate | undefined, mode: Mode): number | undefined {
@@ -414,20 +383,27 @@ async function _measureMode(
   o: MeasureOptions,
   mode: Mode,
 ): Promise<_Measured> {
-  const times: number[] = [], walls: number[] = [], peaks: number[] = [];
-  const passes = new Map<string, number[]>();
+  const peaks: number[] = [];
   let peakBytes = -1;
   let peakByRole: RoleBytes | undefined;
   let stats: MethodStats | null = null;
-  let total = o.warmup + o.reps;
   // bwd: one forward serves every repetition (backward does not consume the saved state), unless
   // the backward hands over tensors of the saved state as its gradients; then a fresh one each.
   let fwd: ForwardOutput | undefined;
   const start = ctx.memory();
+  let r: Repetitions;
   try {
-    for (let rep = 0; rep < total; rep++) {
-      const repT0 = performance.now();
-      const measured = rep >= o.warmup;
+    r = await timeRepetitions({
+      warmup: o.warmup,
+      reps: o.reps,
+      source: defaultTimeSource(ctx),
+      // the whole repetition's time, with what it needs besides the call (a fresh forward)
+      adapt: o.targetMs === undefined ? undefined : (ms) =>
+        Math.min(
+          Math.max(o.reps, Math.ceil(o.targetMs! / Math.max(ms, 1e-3))),
+          Math.max(o.reps, o.maxReps ?? 20),
+        ),
+    }, async (rep, measured, last) => {
       const repStart = ctx.memory();
       if (mode === "bwd" && !fwd) {
         fwd = await _scoped(ctx, repStart.liveBytes, async () => {
@@ -439,77 +415,49 @@ async function _measureMode(
       }
       const before = ctx.memory();
       let handedOver = 0;
-      const measurePeak = () => {
-        if (!measured) return;
-        const p = _peakAbove(ctx, before.liveBytes, before.liveByRole);
-        const peak = p.peak + handedOver;
-        peaks.push(peak);
-        if (peak > peakBytes) {
-          peakBytes = peak;
-          peakByRole = p.byRole;
-          peakByRole.output += handedOver;
-        }
-      };
-      const timing = await _scoped(ctx, before.liveBytes, async () => {
-        const rec = new Recorder(ctx);
-        if (mode === "fwd") {
-          const f = await prepared.forward(rec, o.inputs);
-          const t = await rec.finish();
-          measurePeak();
-          _destroyForward(prepared, f);
-          return t;
-        }
-        if (mode === "bwd") {
-          const savedBufs = _buffersOf([...fwd!.saved.tensors, fwd!.loss]);
-          const g = await prepared.backward(rec, o.inputs, fwd!.saved, o.gradOut);
-          const t = await rec.finish();
-          for (const b of _buffersOf([g.dE, g.dC])) if (savedBufs.has(b)) handedOver += b.size;
-          measurePeak();
-          if (measured && rep === total - 1) stats = (await prepared.stats?.()) ?? null;
-          g.dE.destroy();
-          g.dC.destroy();
-          if (handedOver > 0) {
-            _destroyForward(prepared, fwd);
-            fwd = undefined;
-          }
-          return t;
-        }
-        const f = await prepared.forward(rec, o.inputs);
-        const g = await prepared.backward(rec, o.inputs, f.saved, o.gradOut);
-        const t = await rec.finish();
-        measurePeak();
-        if (measured && rep === total - 1) stats = (await prepared.stats?.()) ?? null;
-        g.dE.destroy();
-        g.dC.destroy();
-        _destroyForward(prepared, f);
-        return t;
-      });
-      if (o.targetMs !== undefined && rep === 0) {
-        // the whole repetition's time, with what it needs besides the call (a fresh forward)
-        const want = Math.ceil(o.targetMs / Math.max(performance.now() - repT0, 1e-3));
-        total = o.warmup + Math.min(Math.max(o.reps, want), Math.max(o.reps, o.maxReps ?? 20));
-      }
-      if (measured) {
-        times.push(ctx.hasTimestamps ? timing.gpuMs : timing.wallMs);
-        walls.push(timing.wallMs);
-        const sums = new Map<string, number>();
-        for (const p of timing.passes) sums.set(p.label, (sums.get(p.label) ?? 0) + p.gpuMs);
-        for (const [label, ms] of sums) {
-          if (!passes.has(label)) passes.set(label, []);
-          passes.get(label)!.push(ms);
-        }
+      const timing = await _scoped(ctx, before.liveBytes, () =>
+        timeMode(ctx, {
+          mode,
+          prepared,
+          inputs: o.inputs,
+          gradOut: o.gradOut,
+          fwd,
+          async afterFinish({ g }) {
+            if (mode === "bwd") {
+              const savedBufs = _buffersOf([...fwd!.saved.tensors, fwd!.loss]);
+              for (const b of _buffersOf([g!.dE, g!.dC])) {
+                if (savedBufs.has(b)) handedOver += b.size;
+              }
+            }
+            if (measured) {
+              const p = _peakAbove(ctx, before.liveBytes, before.liveByRole);
+              const peak = p.peak + handedOver;
+              peaks.push(peak);
+              if (peak > peakBytes) {
+                peakBytes = peak;
+                peakByRole = p.byRole;
+                peakByRole.output += handedOver;
+              }
+            }
+            if (mode !== "fwd" && measured && last) stats = (await prepared.stats?.()) ?? null;
+          },
+        }));
+      if (handedOver > 0) {
+        _destroyForward(prepared, fwd);
+        fwd = undefined;
       }
       const when = `repetition ${rep + 1}`;
       if (mode === "bwd" && fwd) _checkLeak(ctx, before.liveBytes, before.liveByRole, when);
       else _checkLeak(ctx, repStart.liveBytes, repStart.liveByRole, when);
-    }
+      return timing;
+    });
   } finally {
     if (fwd) _destroyForward(prepared, fwd);
   }
   if (mode === "bwd") {
     _checkLeak(ctx, start.liveBytes, start.liveByRole, "the forward's saved state was disposed");
   }
-  return { peakBytes, peakByRole, times, walls, peaks, stats, passes };
+  return { peakBytes, peakByRole, times: r.times, walls: r.walls, peaks, stats, passes: r.passes };
 }
 
 /** GPU memory in bytes from nvidia-smi (first GPU), or undefined where it is absent. */

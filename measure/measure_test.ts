@@ -5,15 +5,10 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { GpuError } from "../core/errors.ts";
 import { resolveOptions } from "../core/options.ts";
-import type { PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
-import {
-  type EstimatingMethod,
-  measureMethod,
-  type MeasureOptions,
-  percentile,
-  quantiles,
-} from "./measure.ts";
+import type { LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
+import { measureMethod, type MeasureOptions } from "./measure.ts";
+import { percentile, quantiles } from "./timing.ts";
 
 const SPEC: ProblemSpec = { n: 8, v: 16, d: 8, dtype: "f32" };
 const OPTS = resolveOptions({ beta: 0.1 });
@@ -40,7 +35,7 @@ interface FakeOptions {
 }
 
 /** A method with known allocations and no kernels. */
-function fakeMethod(f: FakeOptions = {}): EstimatingMethod {
+function fakeMethod(f: FakeOptions = {}): LceMethod {
   const calls = f.calls ?? { prepare: 0, forward: 0, backward: 0 };
   return {
     name: f.name ?? "fake",

@@ -21,7 +21,9 @@ export interface RunOptions {
 export interface RunResult {
   /** 1 value (mean/sum) or n (none). */
   loss: Float32Array;
+  /** dE (n×d, row-major), widened to f32 from the dtype the method computed it in. */
   dE: Float32Array;
+  /** dC (v×d, row-major), widened to f32 from the dtype the method computed it in. */
   dC: Float32Array;
   /** Statistics the method reported for its backward. */
   stats?: MethodStats;

@@ -42,7 +42,12 @@ export interface SavedState {
   [key: string]: any;
 }
 
-/** Gradients of the loss with respect to E and C, f32 (n×d and v×d). */
+/**
+ * Gradients of the loss with respect to E (n×d) and C (v×d), in the dtype the method produces:
+ * the input dtype for the filtered fused rows (`fused`, `fused-nosort`, `fused-fb`: bf16 or f16
+ * for 16-bit inputs), f32 for the materialised rows, the no-filter rows and `fused-f32grad`.
+ * runMethod downloads them widened to f32.
+ */
 export interface Gradients {
   dE: DeviceTensor;
   dC: DeviceTensor;

@@ -20,7 +20,7 @@ import { lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./tab
 import { logTicks, PALETTE, renderVegaLite, type TopLevelSpec } from "./svg.ts";
 import type { Reduction } from "../core/options.ts";
 import type { ProblemSpec } from "../methods/types.ts";
-import { type Mode, MODES, percentile, type TimeSource } from "../measure/measure.ts";
+import { type Mode, MODES, percentile, type TimeSource } from "../measure/timing.ts";
 import type { SweepAxis, SweepCell } from "../measure/sweep.ts";
 
 /** Everything a sweep report holds (also its JSON form). */

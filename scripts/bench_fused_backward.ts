@@ -22,6 +22,7 @@ import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
+import { passMedians, timeMode, timeRepetitions } from "../measure/timing.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { fusedMethod, type FusedVariant } from "../methods/fused.ts";
 import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused_backward.ts";
@@ -57,11 +58,6 @@ function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | u
   if (!m) return undefined;
   return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
 }
-
-const _median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN;
-};
 
 /** The command line of the fused backward's configuration bench. */
 export const BENCH_FUSED_BACKWARD_COMMAND = defineCommand({
@@ -121,29 +117,29 @@ async function main() {
       const m: LceMethod = fusedMethod({ ...BASE, ..._config(name)!(ctx), name });
       try {
         const p = await m.prepare(ctx, spec, opts);
-        const totals: number[] = [];
-        const passes = new Map<string, number[]>();
         let peak = 0;
-        for (let r = 0; r < warmup + reps; r++) {
+        const r = await timeRepetitions({ warmup, reps }, async () => {
           const frec = new Recorder(ctx);
           const f = await p.forward(frec, di.inputs);
           await frec.finish();
           ctx.resetPeak();
           const live = ctx.memory().liveBytes;
-          const rec = new Recorder(ctx);
-          const g = await p.backward(rec, di.inputs, f.saved, gradOut);
-          const t = await rec.finish();
-          peak = Math.max(peak, ctx.memory().peakBytes - live);
-          g.dE.destroy();
-          g.dC.destroy();
-          f.loss.destroy();
-          p.dispose(f.saved);
-          if (r < warmup) continue;
-          totals.push(t.gpuMs);
-          const per = new Map<string, number>();
-          for (const x of t.passes) per.set(x.label, (per.get(x.label) ?? 0) + x.gpuMs);
-          for (const [k, ms] of per) passes.set(k, [...(passes.get(k) ?? []), ms]);
-        }
+          try {
+            return await timeMode(ctx, {
+              mode: "bwd",
+              prepared: p,
+              inputs: di.inputs,
+              gradOut,
+              fwd: f,
+              afterFinish: () => {
+                peak = Math.max(peak, ctx.memory().peakBytes - live);
+              },
+            });
+          } finally {
+            f.loss.destroy();
+            p.dispose(f.saved);
+          }
+        });
         const st = await p.stats?.();
         p.release?.();
         const kept = st && "tilesTotal" in st
@@ -152,8 +148,8 @@ async function main() {
           } of ${st.tilesTotal} tiles`
           : "";
         const mib = (peak / 2 ** 20).toFixed(1);
-        console.log(`\n${name}: bwd ${_median(totals).toFixed(2)} ms, ${mib} MiB, ${kept}`);
-        const rows = [...passes].map(([k, xs]) => [k, _median(xs)] as const)
+        console.log(`\n${name}: bwd ${r.median.toFixed(2)} ms, ${mib} MiB, ${kept}`);
+        const rows = Object.entries(passMedians(r.passes))
           .sort((a, b) => b[1] - a[1]);
         for (const [k, ms] of rows) {
           if (ms >= 0.05) console.log(`  ${ms.toFixed(2).padStart(9)}  ${k}`);

@@ -1,21 +1,11 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { runScript } from "../testing/run_script.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "bench_gemm_test_" });
 
-async function benchGemm(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "scripts/bench_gemm.ts", ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr).trim(),
-  };
-}
+const benchGemm = (args: string[]) =>
+  runScript("scripts/bench_gemm.ts", args, { trimStderr: true });
 
 Deno.test("bench_gemm: one row per case, tile and split-K count, JSON written", async () => {
   const path = join(dir, "ok", "gemm.json");

@@ -1,22 +1,12 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
+import { runScript } from "../testing/run_script.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "beta_curve_test_" });
 
-async function betaCurve(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "scripts/beta_curve.ts", ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr).trim(),
-  };
-}
+const betaCurve = (args: string[]) =>
+  runScript("scripts/beta_curve.ts", args, { trimStderr: true });
 
 Deno.test("beta-curve: one row per β from the same start, figure and JSON written", async () => {
   const out = join(dir, "ok");

@@ -10,22 +10,11 @@ import {
   tokenStatsFromLogits,
 } from "../calibration/metrics.ts";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
+import { runScript } from "../testing/run_script.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "calibrate_test_" });
 
-async function calibrate(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "scripts/calibrate.ts", ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr).trim(),
-  };
-}
+const calibrate = (args: string[]) => runScript("scripts/calibrate.ts", args, { trimStderr: true });
 
 /** ECE etc. of the float64 full logits. */
 function reference(x: HostInputs, bins: number, softcap?: number) {

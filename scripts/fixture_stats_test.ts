@@ -1,15 +1,7 @@
 import assert from "node:assert/strict";
+import { runScript } from "../testing/run_script.ts";
 
-/** Runs the script with `args`; returns status, stdout and stderr. */
-async function run(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "scripts/fixture_stats.ts", ...args],
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const run = (args: string[]) => runScript("scripts/fixture_stats.ts", args);
 
 Deno.test("fixture_stats: a Markdown table with one row per fixture", async () => {
   const r = await run(["--n", "20", "--v", "300", "--d", "8", "--tile", "16", "--seed", "3"]);

@@ -25,19 +25,18 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
+import { gateTimeSource, runGate } from "../measure/gate.ts";
 import {
-  compareRuns,
-  formatComparison,
   GATE_THRESHOLDS,
   type GateAdapter,
   type GateResult,
   type GateRun,
   type GateSuite,
-  gateTimeSource,
-  runGate,
   SUITES,
   UPDATE_ROUNDS_FACTOR,
-} from "../measure/gate.ts";
+} from "../measure/gate_suites.ts";
+import { compareRuns } from "../measure/gate_compare.ts";
+import { formatComparison } from "../measure/gate_format.ts";
 
 /** The command line of `gate`. */
 export const GATE_COMMAND = defineCommand({

@@ -2,23 +2,15 @@ import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import type { GateRun } from "../measure/gate.ts";
+import type { GateRun } from "../measure/gate_suites.ts";
 import type { Table3Env } from "../report/table3.ts";
 import { adapterSlug, baselinePath, formatBaseline, readBaseline } from "./gate.ts";
 import { writeAtomic } from "../io/outputs.ts";
+import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("./gate.ts", import.meta.url).pathname;
 
-async function _run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (args: string[]) => runScript(SCRIPT, args);
 
 Deno.test("gate script: adapter slug and baseline path follow the report names", () => {
   const env = {
@@ -164,22 +156,8 @@ Deno.test({
       const want: GateRun = JSON.parse(readFileSync(whole, "utf8"));
       assert.equal(want.complete, true);
 
-      const child = new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", SCRIPT, ...common, "--baseline", file],
-        stdout: "null",
-        stderr: "piped",
-        env: { NO_COLOR: "1" },
-      }).spawn();
-      const reader = child.stderr.getReader();
-      let text = "";
-      while (!/^gate: \[1\/3\]/m.test(text)) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += new TextDecoder().decode(value);
-      }
-      child.kill("SIGKILL");
-      await reader.cancel();
-      await child.status;
+      const child = spawnScript(SCRIPT, [...common, "--baseline", file], "stderr");
+      await readUntil(child, "stderr", (text) => /^gate: \[1\/3\]/m.test(text));
       assert.ok(!existsSync(file), "no baseline written by the killed run");
       const partial: GateRun = JSON.parse(readFileSync(`${file}.partial`, "utf8"));
       assert.equal(partial.complete, false);

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { runScript } from "../testing/run_script.ts";
 
 /** Every command-line entry point; each declares its flags with core/cli.ts. */
 const SCRIPTS = [
@@ -20,16 +21,7 @@ const SCRIPTS = [
   "bench/gpu_time.ts",
 ];
 
-async function _run(script: string, args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL(`../${script}`, import.meta.url).pathname, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (script: string, args: string[]) => runScript(script, args);
 
 Deno.test("every command: --help lists each flag with its default; unknown flags exit 2", async () => {
   for (const script of SCRIPTS) {

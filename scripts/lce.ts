@@ -15,7 +15,7 @@
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
-import { checkInputs, type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
+import { type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
 import { roundInput } from "../core/dtype.ts";
 import { encodeNpy, readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
@@ -109,7 +109,7 @@ export async function lceMain(args: string[]): Promise<void> {
       c: roundInput(toFloat32(cNpy, f.c), dtype, { tensor: "C", cols: d }),
       targets: toInt32Targets(tNpy, f.targets),
     };
-    checkInputs(x, opts);
+    // runMethod validates x (sizes, targets, finite values) once, before anything is allocated
     const r = await runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] });
     for (const [name, a] of [["loss", r.loss], ["dE", r.dE], ["dC", r.dC]] as const) {
       const bad = a.findIndex((z) => !Number.isFinite(z));

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { encodeNpy, writeNpy } from "../io/npy.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { parseNpy } from "../io/npy.ts";
+import { runScript } from "../testing/run_script.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "lce_test_" });
 const n = 6, v = 11, d = 5;
@@ -13,19 +14,7 @@ await writeNpy(join(dir, "E.npy"), e, [n, d]);
 await writeNpy(join(dir, "C.npy"), c, [v, d]);
 await writeNpy(join(dir, "T.npy"), t, [n]);
 
-async function lce(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "scripts/lce.ts", ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  return {
-    code: out.code,
-    stdout: new TextDecoder().decode(out.stdout),
-    stderr: new TextDecoder().decode(out.stderr).trim(),
-  };
-}
+const lce = (args: string[]) => runScript("scripts/lce.ts", args, { trimStderr: true });
 
 const base = (
   out: string,

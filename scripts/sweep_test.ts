@@ -4,28 +4,14 @@ import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
 import { defaultValues } from "./sweep.ts";
+import { runScript } from "../testing/run_script.ts";
 
 const SWEEP = new URL("./sweep.ts", import.meta.url).pathname;
 const TABLE3 = new URL("./table3.ts", import.meta.url).pathname;
 
 /** Runs a script with piped (non-terminal) output; `env` adds to (or, as "", unsets in) ours. */
-async function _run(
-  script: string,
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const base = { ...Deno.env.toObject(), ...env };
-  for (const [k, v] of Object.entries(env)) if (v === "") delete base[k];
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", script, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: base,
-    clearEnv: true,
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (script: string, args: string[], env: Record<string, string> = {}) =>
+  runScript(script, args, { env });
 
 const TINY = [
   "--n",

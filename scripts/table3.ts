@@ -17,7 +17,13 @@ import { paint, Progress } from "../core/progress.ts";
 import { type ExternalRows, readExternalRows } from "../report/external.ts";
 import { ADAPTER_FLAG, defineCommand, parseList, parseNumberValue, runCli } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
-import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
+import {
+  type Dtype,
+  type LceOptions,
+  parseDtype,
+  type Reduction,
+  resolveOptions,
+} from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
@@ -116,9 +122,7 @@ export const TABLE3_COMMAND = defineCommand({
     dtype: { type: "string", help: "input dtype", default: "bf16", arg: "bf16|f16|f32" },
     beta: {
       type: "number",
-      min: 0,
-      max: 1,
-      help: "label smoothing of the β > 0 section",
+      help: "label smoothing of the β > 0 section, in [0, 1]",
       default: 0.1,
     },
     betas: {
@@ -164,6 +168,8 @@ interface _Flags {
   beta: number;
   /** Sections to run (default [beta, 0], or [0] when beta is 0). */
   betas: number[];
+  /** The loss options of each section, resolved (and β validated) once. */
+  sections: LceOptions[];
   /** JSON of external rows (scripts/torch_reference.py) to merge, or undefined. */
   external?: ExternalRows;
   methods: LceMethod[];
@@ -213,12 +219,10 @@ function _parseFlags(args: string[]): _Flags | undefined {
   const given = parsed.given;
   const beta = f.beta;
   const reduction = f.reduction as Reduction;
-  resolveOptions({ beta, reduction });
+  // β is validated once, where the sections are resolved (_withSections)
   const betas = f.betas === undefined
     ? (beta > 0 ? [beta, 0] : [0])
-    : parseList("--betas", f.betas).map((b) =>
-      parseNumberValue("--betas entries", b, { min: 0, max: 1 })
-    );
+    : parseList("--betas", f.betas).map((b) => parseNumberValue("--betas entries", b));
   const external = f.external === undefined ? undefined : readExternalRows(f.external);
   const methods = f.methods === undefined
     ? [...METHODS]
@@ -230,7 +234,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     );
     return m as Mode;
   });
-  const flags: _Flags = {
+  const flags: Omit<_Flags, "sections"> = {
     n: f.n,
     v: f.v,
     d: f.d,
@@ -248,7 +252,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     out: f.out,
     adapter: f.adapter as AdapterChoice,
   };
-  if (f.resume === undefined) return flags;
+  if (f.resume === undefined) return _withSections(flags);
   // flags given must match the report's plan; the others are taken from it
   const path = f.resume;
   const report = _readResume(path);
@@ -264,7 +268,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
   if (given.has("reduction")) _same(path, "reduction", reduction, p.reduction);
   if (given.has("reps")) _same(path, "reps", flags.reps, p.reps);
   if (given.has("warmup")) _same(path, "warm-up", flags.warmup, p.warmup);
-  return {
+  return _withSections({
     ...flags,
     n: p.shape.n,
     v: p.shape.v,
@@ -282,6 +286,14 @@ function _parseFlags(args: string[]): _Flags | undefined {
     // by default the finished reports go next to the one resumed
     out: given.has("out") ? flags.out : dirname(path),
     resume: { path, report },
+  });
+}
+
+/** The flags with each β section's loss options resolved (the one validation of β). */
+function _withSections(f: Omit<_Flags, "sections">): _Flags {
+  return {
+    ...f,
+    sections: f.betas.map((beta) => resolveOptions({ beta, reduction: f.reduction })),
   };
 }
 
@@ -294,10 +306,10 @@ export interface MeasureCellsOptions {
   /** The memory budget of a context, given the bytes of its inputs. */
   budget: (ctx: GpuContext, inputBytes: number) => number;
   spec: Table3Shape;
-  betas: readonly number[];
+  /** The loss options of each β section, in order (resolveOptions). */
+  sections: readonly LceOptions[];
   methods: readonly LceMethod[];
   modes: readonly Mode[];
-  reduction: Reduction;
   warmup: number;
   reps: number;
   /** Time per cell the repetitions aim at, and the most of them (see MeasureOptions.targetMs). */
@@ -325,8 +337,8 @@ export async function measureCells(
 ): Promise<{ ctx: GpuContext; inputBytes: number }> {
   let inputs: DeviceInputs | undefined;
   let inputBytes = 0, budget = 0;
-  for (const beta of o.betas) {
-    const opts = resolveOptions({ beta, reduction: o.reduction });
+  for (const opts of o.sections) {
+    const beta = opts.beta;
     for (const method of o.methods) {
       const missing = o.modes.filter((m) => !o.measured(method.name, beta, m));
       if (missing.length === 0) continue;
@@ -500,10 +512,9 @@ export async function table3Main(args: string[]): Promise<void> {
       budget: (c, bytes) =>
         gpuBytes !== undefined ? gpuBytes - bytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
       spec: shape,
-      betas,
+      sections: flags.sections,
       methods: flags.methods,
       modes: flags.modes,
-      reduction: flags.reduction,
       ...repetitions,
       measured: (method, beta, mode) => have.has(cellKey(method, beta, mode)),
       onRow(row, ms) {

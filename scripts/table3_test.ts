@@ -3,24 +3,17 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { measureCells } from "./table3.ts";
+import { resolveOptions } from "../core/options.ts";
 import { baseline } from "../methods/baseline.ts";
 import type { LceMethod } from "../methods/types.ts";
 import type { MeasureRow } from "../measure/measure.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { GpuContext } from "../gpu/context.ts";
+import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("./table3.ts", import.meta.url).pathname;
 
-async function _run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (args: string[]) => runScript(SCRIPT, args);
 
 Deno.test("table3: a tiny shape writes the four reports and prints the table", async () => {
   const dir = mkdtempSync(join(tmpdir(), "table3-script-"));
@@ -68,7 +61,8 @@ Deno.test("table3: bad flags exit 2 with one line and write nothing", async () =
       [["--methods", "nope"], /^error: unknown method 'nope'/],
       [["--dtype", "f8"], /^error: unknown dtype 'f8'/],
       [["--fixture", "zipf"], /^error: unknown fixture 'zipf'/],
-      [["--beta", "1.5"], /^error: --beta must be a number in \[0, 1\], got '1\.5'$/],
+      [["--beta", "1.5"], /^error: beta must be in \[0, 1\], got 1\.5$/],
+      [["--betas", "0.1,-1"], /^error: beta must be in \[0, 1\], got -1$/],
       [["--n", "2.5"], /^error: --n must be a positive integer, got '2\.5'$/],
       [["--n", "3e3"], /^error: --n must be a positive integer, got '3e3'$/],
       [["--beta", "0x1"], /^error: --beta must be a plain decimal number, got '0x1'$/],
@@ -116,30 +110,10 @@ function _readJson(dir: string) {
 
 /** Starts table3 and kills it with `signal` once `cells` progress lines were printed. */
 async function _runKilled(args: string[], cells: number, signal: Deno.Signal) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "null",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).spawn();
-  let text = "";
-  const dec = new TextDecoder();
-  const reader = child.stderr.getReader();
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += dec.decode(value);
-    if ((text.match(/^table3: \[\d+\/\d+\]/gm) ?? []).length >= cells) {
-      child.kill(signal);
-      break;
-    }
-  }
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += dec.decode(value);
-  }
-  return { status: await child.status, stderr: text };
+  const child = spawnScript(SCRIPT, args, "stderr");
+  const enough = (text: string) => (text.match(/^table3: \[\d+\/\d+\]/gm) ?? []).length >= cells;
+  const { text, status } = await readUntil(child, "stderr", enough, { signal, drain: true });
+  return { status, stderr: text };
 }
 
 const _cells = (rows: _Row[]) =>
@@ -248,10 +222,9 @@ Deno.test({
       openInputs: (c) => makeDeviceInputs(c, { fixture: "cce", ...spec, seed: 0 }),
       budget: () => Infinity,
       spec,
-      betas: [0.1],
+      sections: [resolveOptions({ beta: 0.1, reduction: "mean" })],
       methods: [baseline, lossy, baseline],
       modes: ["fwd", "bwd"],
-      reduction: "mean",
       warmup: 0,
       reps: 1,
       measured: () => false,

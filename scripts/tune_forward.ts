@@ -24,6 +24,7 @@ import { check, InputError, oneLine } from "../core/errors.ts";
 import { type Dtype, type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
+import { median, passMedians, timeRecorder, timeRepetitions } from "../measure/timing.ts";
 import { createTensor, type DeviceTensor, download, upload } from "../gpu/tensor.ts";
 import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
 import { prepareMatmul } from "../kernels/matmul.ts";
@@ -100,11 +101,6 @@ const _tileName = (t: GemmTile) =>
     t.dbuf ? " dbuf" : ""
   }${t.stage2d ? " 2d" : ""}`;
 
-const _median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-
 /** Lower-case letters and digits joined by '-', for file names. */
 function _adapterSlug(description: string): string {
   return description.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "") || "adapter";
@@ -169,27 +165,17 @@ async function _time(
   o: { warmup: number; reps: number; pass: string },
   record: (rec: Recorder) => void,
 ): Promise<{ ms: number; passMs: number; passes: Record<string, number> }> {
-  const all: number[] = [], part: number[] = [];
-  const byLabel = new Map<string, number[]>();
-  for (let i = 0; i < o.warmup + o.reps; i++) {
-    await ctx.scoped(async () => {
-      const rec = new Recorder(ctx);
-      record(rec);
-      const t = await rec.finish();
-      if (i < o.warmup) return;
-      all.push(t.gpuMs);
-      for (const p of t.passes) {
-        if (!byLabel.has(p.label)) byLabel.set(p.label, []);
-        byLabel.get(p.label)!.push(p.gpuMs);
-      }
-      part.push(
-        t.passes.filter((p) => p.label.includes(o.pass)).reduce((s, p) => s + p.gpuMs, 0),
-      );
-    });
-  }
-  const passes: Record<string, number> = {};
-  for (const [label, xs] of byLabel) passes[label] = _median(xs);
-  return { ms: _median(all), passMs: _median(part), passes };
+  const r = await timeRepetitions(
+    { warmup: o.warmup, reps: o.reps },
+    () => ctx.scoped(() => timeRecorder(ctx, record)),
+  );
+  const n = r.times.length;
+  const part = Array.from({ length: n }, (_, i) => {
+    let sum = 0;
+    for (const [label, xs] of r.passes) if (label.includes(o.pass)) sum += xs[i];
+    return sum;
+  });
+  return { ms: r.median, passMs: median(part), passes: passMedians(r.passes) };
 }
 
 /** The command line of `tune-forward`. */
@@ -426,7 +412,7 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
     try {
       const ff = await prepareFusedForward(ctx, {
         spec,
-        opts: { ...opts, softcap: cap },
+        opts: resolveOptions({ ...opts, softcap: cap }),
         tile,
         vocabSplits,
         smoothing: o.smoothing,

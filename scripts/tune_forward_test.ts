@@ -2,20 +2,12 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
+import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("./tune_forward.ts", import.meta.url).pathname;
 const TINY = ["--n", "24", "--v", "130", "--d", "16", "--quick", "--reps", "1", "--warmup", "0"];
 
-async function _run(args: string[]) {
-  const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", SCRIPT, ...args],
-    stdout: "piped",
-    stderr: "piped",
-    env: { NO_COLOR: "1" },
-  }).output();
-  const dec = new TextDecoder();
-  return { code: out.code, stdout: dec.decode(out.stdout), stderr: dec.decode(out.stderr) };
-}
+const _run = (args: string[]) => runScript(SCRIPT, args);
 
 Deno.test({
   name: "tune-forward: bad flags exit 2; --resume re-uses the configurations of a partial JSON",
@@ -41,22 +33,9 @@ Deno.test({
       assert.match(help.stdout, /--reps N +measured repetitions \(default: 5; 3 on software\)/);
 
       // killed outright after three timed configurations
-      const child = new Deno.Command(Deno.execPath(), {
-        args: ["run", "-A", SCRIPT, ...TINY, "--splits", "1", "--no-plain", "--out", dir],
-        stdout: "piped",
-        stderr: "null",
-        env: { NO_COLOR: "1" },
-      }).spawn();
-      const reader = child.stdout.getReader();
-      let text = "";
-      while ((text.match(/ ms \(tiles /g) ?? []).length < 3) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += new TextDecoder().decode(value);
-      }
-      child.kill("SIGKILL");
-      await reader.cancel();
-      await child.status;
+      const args = [...TINY, "--splits", "1", "--no-plain", "--out", dir];
+      const child = spawnScript(SCRIPT, args, "stdout");
+      await readUntil(child, "stdout", (text) => (text.match(/ ms \(tiles /g) ?? []).length >= 3);
       const file = join(dir, readdirSync(dir).find((f) => f.endsWith(".json"))!);
       const partial = JSON.parse(readFileSync(file, "utf8"));
       assert.equal(partial.complete, false);

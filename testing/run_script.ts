@@ -1,0 +1,105 @@
+/**
+ * The one way tests run a command-line entry point: `deno run -A <script> ...args` as a
+ * subprocess, with colour off, either to completion ({@link runScript}) or watched line by line
+ * until it has printed enough to be killed ({@link spawnScript}, {@link readUntil}).
+ * @module
+ */
+
+/** How a script run ended and what it printed. */
+export interface ScriptRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Options of {@link runScript} and {@link spawnScript}. */
+export interface ScriptOptions {
+  /** Added to this process's environment (after NO_COLOR=1); a value "" unsets the variable. */
+  env?: Record<string, string>;
+  /** Trim stderr (for matching a one-line error with `$`). Default false. */
+  trimStderr?: boolean;
+}
+
+/** A script's path, from the repository root (`scripts/lce.ts`) or absolute. */
+function _path(script: string): string {
+  return script.startsWith("/") ? script : new URL(`../${script}`, import.meta.url).pathname;
+}
+
+function _env(o: ScriptOptions): Record<string, string> {
+  const env: Record<string, string> = { ...Deno.env.toObject(), NO_COLOR: "1", ...o.env };
+  for (const [k, v] of Object.entries(o.env ?? {})) if (v === "") delete env[k];
+  return env;
+}
+
+/** Runs `script` with `args` to completion; returns its exit code, stdout and stderr. */
+export async function runScript(
+  script: string,
+  args: readonly string[],
+  o: ScriptOptions = {},
+): Promise<ScriptRun> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", _path(script), ...args],
+    stdout: "piped",
+    stderr: "piped",
+    env: _env(o),
+    clearEnv: true,
+  }).output();
+  const dec = new TextDecoder();
+  const stderr = dec.decode(out.stderr);
+  return {
+    code: out.code,
+    stdout: dec.decode(out.stdout),
+    stderr: o.trimStderr ? stderr.trim() : stderr,
+  };
+}
+
+/** Starts `script` with `args`, piping only the stream `watch` (the other is discarded). */
+export function spawnScript(
+  script: string,
+  args: readonly string[],
+  watch: "stdout" | "stderr",
+  o: ScriptOptions = {},
+): Deno.ChildProcess {
+  return new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", _path(script), ...args],
+    stdout: watch === "stdout" ? "piped" : "null",
+    stderr: watch === "stderr" ? "piped" : "null",
+    env: _env(o),
+    clearEnv: true,
+  }).spawn();
+}
+
+/**
+ * Reads the watched stream of a {@link spawnScript} child until `enough(text so far)` holds or
+ * the stream ends, then kills the child with `o.signal` (default SIGKILL), reads on to the end
+ * with `o.drain` (what a signalled script prints on its way out), waits for it and returns the
+ * text read and the exit status.
+ */
+export async function readUntil(
+  child: Deno.ChildProcess,
+  watch: "stdout" | "stderr",
+  enough: (text: string) => boolean,
+  o: { signal?: Deno.Signal; drain?: boolean } = {},
+): Promise<{ text: string; status: Deno.CommandStatus }> {
+  const reader = child[watch].getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  while (!enough(text)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += dec.decode(value);
+  }
+  try {
+    child.kill(o.signal ?? "SIGKILL");
+  } catch {
+    // already exited
+  }
+  if (o.drain) {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += dec.decode(value);
+    }
+  } else await reader.cancel();
+  return { text, status: await child.status };
+}
