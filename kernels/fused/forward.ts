@@ -227,9 +227,9 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   const tile = o.tile ?? defaultFusedTile(ctx);
   validateTile(tile);
   const stats = o.tokenStats ?? false;
-  const smoothing: SmoothingPlan = opts.beta === 0
+  const smoothing: SmoothingPlan = !opts.smoothing
     ? "none"
-    : opts.softcap !== undefined || o.smoothing === "in-kernel"
+    : opts.capped || o.smoothing === "in-kernel"
     ? "in-kernel"
     : "identity";
   const sumZ = smoothing === "in-kernel";

@@ -223,7 +223,7 @@ export function mapFilterWgsl(o: MapFilterKernelOptions): string {
   if (!(o.eps > 0 && Number.isFinite(o.eps))) {
     throw new RangeError(`map filter: eps must be > 0, got ${o.eps}`);
   }
-  const middle = o.opts.softcap !== undefined && o.opts.beta > 0 ? o.opts.beta / o.v : 0;
+  const middle = o.opts.capped && o.opts.smoothing ? o.opts.beta / o.v : 0;
   const TT = o.tile.tokens, VT = o.tile.vocab;
   return `const EPS: f32 = ${f32Lit(o.eps)};
 const MIDDLE: f32 = ${f32Lit(middle)};
