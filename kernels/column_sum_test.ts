@@ -92,6 +92,57 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "column_sum: 16-byte loads (d a multiple of the width) give the scalar kernel's bits",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
+    for (const dtype of dtypes) {
+      // d = 40: vector loads; the same columns inside a d = 41 matrix: scalar loads. Each column's
+      // sum depends on its own values and the row chunking only, so the two agree bit for bit.
+      for (const [v, shardRows] of [[6001, undefined], [999, 300]] as const) {
+        await check(ctx, { v, d: 40, dtype, shardRows });
+        const base = roundArray(randomArray(v * 40, v + 7), dtype);
+        const wide = new Float32Array(v * 41);
+        for (let r = 0; r < v; r++) {
+          wide.set(base.subarray(r * 40, r * 40 + 40), r * 41);
+          wide[r * 41 + 40] = 1;
+        }
+        const sums = async (host: Float32Array, d: number) => {
+          const c = fromHost(ctx, {
+            dtype,
+            rows: v,
+            cols: d,
+            role: "input",
+            label: "C",
+            maxRowsPerShard: shardRows,
+          }, host);
+          const out = createTensor(ctx, {
+            dtype: "f32",
+            rows: d,
+            cols: 1,
+            role: "output",
+            label: "s",
+          });
+          const cs = await prepareColumnSum(ctx, { dtype });
+          await ctx.scoped(async () => {
+            const rec = new Recorder(ctx);
+            cs.record(rec, { c, out });
+            await rec.finish();
+          });
+          const got = await download(ctx, out);
+          c.destroy();
+          out.destroy();
+          return got;
+        };
+        const vec = await sums(base, 40), scalar = await sums(wide, 41);
+        assert.deepEqual(vec, scalar.subarray(0, 40), `${dtype} v ${v}`);
+      }
+    }
+  },
+});
+
 Deno.test("column_sum: plan keeps chunks ≥ 256 rows, ≤ MAX_CHUNKS per shard, within a binding", () => {
   const p = columnSumPlan([256000], 2304, 2 ** 31 - 4);
   assert.equal(p.chunkRows, 8000);
