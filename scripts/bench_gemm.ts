@@ -29,7 +29,7 @@ import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts
 import { type GemmTile, TILE_HW, TILE_LARGE } from "../kernels/gemm_codegen.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
 
-/** GPU milliseconds of warm-up per product and tile before the timed repetitions. */
+/** Wall-clock milliseconds of warm-up per product and tile before the timed repetitions. */
 const WARMUP_MS = 500;
 
 /** Tile candidates by name. */
@@ -251,9 +251,10 @@ export async function benchGemmMain(args: string[]): Promise<void> {
             }
             return (await rec.finish()).gpuMs / inner;
           });
-        // warm-up: at least WARMUP_MS of GPU work, so that a short product measured first does
-        // not run at an idle GPU's clocks (a 4 ms product then took 5× longer)
-        for (let warm = 0, i = 0; warm < WARMUP_MS && i < 1000; i++) warm += await once();
+        // warm-up: repetitions for WARMUP_MS of wall time (at least one), so that a short product
+        // measured first does not run at an idle GPU's clocks (a 4 ms product then took 5× longer)
+        const t0 = performance.now();
+        do await once(); while (performance.now() - t0 < WARMUP_MS);
         const times: number[] = [];
         for (let i = 0; i < reps; i++) times.push(await once());
         times.sort((x, y) => x - y);
