@@ -32,18 +32,17 @@
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 6. dC's exact terms, then pass `dC` (kernels/fused/kept_tiles.ts): the kept tiles' Pᵀ·E.
  *
- * The plan (tiles, splits, row slices, segments, slabs, workspace): kernels/fused/backward_plan.ts.
- *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
- * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all).
+ * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all). The plan
+ * (tiles, splits, row slices, segments, slabs, workspace, peak memory): backward_plan.ts.
  *
  * Gradient dtype ({@link FusedBackwardOptions.gradDtype}). "f32" (the kernel's default):
  * dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16 inputs returns both in the
  * input dtype (half the output memory):
  * - dC, d even: packed 16-bit, accumulated in place. The exact terms are added in f32 and
- *   rounded once (kernels/fused/corrections.ts); each kept tile's f32 contribution Pᵀ·E is added by
- *   a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
+ *   rounded once (kernels/fused/corrections.ts); each kept tile's f32 contribution Pᵀ·E is
+ *   added by a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
  *   every word it writes (its columns come in aligned groups of 4, rows start at even elements),
  *   so ownership and bitwise reproducibility are kept. An element sees 1 + (kept token tiles of
  *   its vocab tile) roundings: ~3 at the paper's shape with the filter and sorting.
@@ -54,12 +53,12 @@
  *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
  *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
  *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
- *   |V| ≥ 2·S·n in a binding (the paper's shape, S = 4: 256,000 ≥ 65,536). Only where they do not fit
- *   (small |V|, or many splits) do they get buffers of their own ("slabs", counted as workspace).
- *   The same holds for the S split partials of f32 gradients (in dC's f32 storage when |V| ≥
- *   S·n; they are added to dE at the end). The errors are those of one f32 accumulation and one rounding, as before the
- *   move (at the gate's shape, bf16, β = 0.1: dE 2.45e-3, dC 4.71e-3 of the max |value|, the
- *   committed baseline's figures).
+ *   |V| ≥ 2·S·n in a binding (the paper's shape, S = 4: 256,000 ≥ 65,536). Only where they do not
+ *   fit (small |V|, or many splits) do they get buffers of their own ("slabs", counted as
+ *   workspace). The same holds for the S split partials of f32 gradients (in dC's f32 storage
+ *   when |V| ≥ S·n; they are added to dE at the end). The errors are those of one f32
+ *   accumulation and one rounding, as before the move (at the gate's shape, bf16, β = 0.1: dE
+ *   2.45e-3, dC 4.71e-3 of the max |value|, the committed baseline's figures).
  * Measured against float64 (kernels/fused/backward_test.ts, max |error| / max |value|, 70×257,
  * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
  * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
@@ -67,11 +66,10 @@
  * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
  * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
  * keep f32 gradients; "input" stays available to them with that error.
- * Peak of the backward at the paper's shape: see kernels/fused/backward_plan.ts.
  *
  * Vocabulary sorting (kernels/vocab_sort.ts) gives a permutation of the classifier rows; vocab
- * tiles are ranges of positions in that order, and C/dC rows are addressed through it.
- * Order decision: see kernels/fused/filter.ts.
+ * tiles are ranges of positions in that order, and C/dC rows are addressed through it (whether
+ * the sorted order is used: "Order decision" in kernels/fused/filter.ts).
  *
  * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
  * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
@@ -87,9 +85,9 @@ import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { type GemmTile, vecLoadsFit } from "../gemm_codegen.ts";
-import { columnPartialsBytes, type PreparedVocabSort, prepareVocabSort } from "../vocab_sort.ts";
-import { type Dtype16, prepareCast16, type PreparedCast16 } from "../cast16.ts";
-import { type PreparedGradCorrections, prepareGradCorrections } from "./corrections.ts";
+import { columnPartialsBytes, prepareVocabSort } from "../vocab_sort.ts";
+import { type Dtype16, prepareCast16 } from "../cast16.ts";
+import { prepareGradCorrections } from "./corrections.ts";
 import {
   allocateGradients,
   backwardGemmTiles,
@@ -140,8 +138,8 @@ export interface FusedBackwardOptions {
   sort: boolean;
   /**
    * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
-   * vocabulary's own order (default true; see the module doc, "Order decision"); false: always
-   * the sorted order (the paper's rule).
+   * vocabulary's own order (default true; see "Order decision" in kernels/fused/filter.ts);
+   * false: always the sorted order (the paper's rule).
    */
   decideOrder?: boolean;
   /** Tile (default {@link defaultBackwardTile}). */
@@ -253,14 +251,9 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
   }
   const out16 = gradOut16(spec.dtype, o.gradDtype);
+  const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
   const splits = o.dESplits ??
-    (eps !== null
-      ? defaultFilteredDESplits(
-        spec,
-        tile,
-        (k) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes),
-      )
-      : defaultDESplits(spec, tile));
+    (eps !== null ? defaultFilteredDESplits(spec, tile, fits) : defaultDESplits(spec, tile));
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
   }
@@ -284,18 +277,7 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
 }
 
 /** The compiled pieces of a backward (undefined where the plan does not use them). */
-interface _Pipelines {
-  filterPass?: GPUComputePipeline;
-  keptBounds?: GPUComputePipeline;
-  sortedMask?: GPUComputePipeline;
-  orderSelect?: GPUComputePipeline;
-  dCPass: GPUComputePipeline;
-  cast?: PreparedCast16;
-  dEPass: GPUComputePipeline;
-  reduce?: GPUComputePipeline;
-  sorter?: PreparedVocabSort;
-  corrections: PreparedGradCorrections;
-}
+type _Pipelines = Awaited<ReturnType<typeof _pipelines>>;
 
 /** The filter and order-decision pipelines of a plan. */
 async function _filterPipelines(ctx: GpuContext, p: _Plan) {
@@ -325,10 +307,11 @@ async function _filterPipelines(ctx: GpuContext, p: _Plan) {
 }
 
 /** Compiles every pipeline of a plan. */
-async function _pipelines(ctx: GpuContext, p: _Plan): Promise<_Pipelines> {
+async function _pipelines(ctx: GpuContext, p: _Plan) {
   const { spec, opts, tile, eps, out16, splits } = p;
   const filter = await _filterPipelines(ctx, p);
-  const base = { tile, dtype: spec.dtype, opts, v: spec.v, eps, sort: p.sort };
+  const problem = { dtype: spec.dtype, opts, v: spec.v };
+  const base = { ...problem, tile, eps, sort: p.sort };
   // 16-byte loads of bf16 E and C in the tile passes' logits products where d allows
   const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
     spec.dtype === "bf16" &&
@@ -358,12 +341,7 @@ async function _pipelines(ctx: GpuContext, p: _Plan): Promise<_Pipelines> {
     )
     : undefined;
   const sorter = p.sort ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts }) : undefined;
-  const corrections = await prepareGradCorrections(ctx, {
-    dtype: spec.dtype,
-    opts,
-    v: spec.v,
-    dC16: p.dCInPlace,
-  });
+  const corrections = await prepareGradCorrections(ctx, { ...problem, dC16: p.dCInPlace });
   return { ...filter, dCPass, cast, dEPass, reduce, sorter, corrections };
 }
 
@@ -406,21 +384,11 @@ interface _Record {
   release: (TrackedBuffer | undefined)[];
 }
 
-/** Buffers of the sort and the filter. */
-interface _Masks {
-  /** E's column partials (the sort's Ē and the corrections' Σ_n w_n·E_n). */
-  partials?: TrackedBuffer;
-  perm?: TrackedBuffer;
-  mask?: TrackedBuffer;
-  maskSize: number;
-  /** The order decision's entry bits and sorted mask. */
-  hot?: TrackedBuffer;
-  maskS?: TrackedBuffer;
-  hotWords: number;
-}
+/** Buffers of the sort and the filter (E's column partials, order, masks, entry bits). */
+type _Masks = ReturnType<typeof _recordSortAndMasks>;
 
 /** Allocates the sort's and the filter's buffers and records the sort. */
-function _recordSortAndMasks(r: _Record): _Masks {
+function _recordSortAndMasks(r: _Record) {
   const { ctx, rec, p, a, g } = r;
   const { v, d } = p.spec;
   const maskSize = p.eps !== null ? maskBytes(r.tTotal, r.vTotal) : 0;
@@ -543,15 +511,8 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   if (m.perm) tail.push(m.perm);
   if (m.mask) tail.push(m.mask);
   const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
-  recordDEPass({
-    ...base,
-    pipeline: pipes.dEPass,
-    sliceRows: p.sliceRows,
-    splits: p.splits,
-    slabs: g.slabs,
-    dEOut: g.dEOut,
-    bounds,
-  });
+  const { sliceRows, splits } = p;
+  recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
     recordSlabReduce({ rec, pipeline: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });

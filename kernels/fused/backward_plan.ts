@@ -214,8 +214,9 @@ export const MAX_FILTERED_DE_SPLITS = 8;
  * dE splits S with the filter: enough token tiles × splits to reach {@link DE_TARGET_WORKGROUPS}
  * (at most {@link MAX_FILTERED_DE_SPLITS}: S = 4 at the paper's shape with 128-token tiles), and
  * no more than dC's output storage holds as dE's f32 slabs (`fits(S)`), so that the splits cost no
- * workspace. The splits cut each token tile's kept tiles into equal counts (keptBoundsWgsl, kernels/fused/filter.ts),
- * so they stay balanced however the kept tiles cluster in the vocabulary.
+ * workspace. The splits cut each token tile's kept tiles into equal counts (keptBoundsWgsl in
+ * kernels/fused/filter.ts), so they stay balanced however the kept tiles cluster in the
+ * vocabulary.
  */
 export function defaultFilteredDESplits(
   shape: Shape,
@@ -437,7 +438,7 @@ export function fusedBackwardWorkspaceBytes(o: {
   opts: LceOptions;
   filter: boolean;
   sort: boolean;
-  /** The order decision (default true; see FusedBackwardOptions.decideOrder in kernels/fused/backward.ts). */
+  /** The order decision (default true; FusedBackwardOptions.decideOrder, kernels/fused/backward.ts). */
   decideOrder?: boolean;
   tile: BackwardTile;
   dESplits: number;

@@ -1,42 +1,42 @@
 /**
- * The gradient passes of the fused backward (kernels/fused/backward.ts): they recompute the
- * logits of the tiles the filter keeps (every tile without it) and add their products into dE
- * and dC, each output element owned by one workgroup.
+ * The gradient passes of the fused backward (kernels/fused/backward.ts): they recompute the logits
+ * of the tiles the filter keeps (every tile without it) and add their products into dE and dC, each
+ * output element owned by one workgroup.
  *
- * - pass `dE` ({@link tilePassWgsl}, kind "dE"): one workgroup owns a *row slice* of a token tile (TT/R tokens, R "row slices" per
- *    backward tile) and one split, and walks its vocab tiles in order, 32 mask bits at a time
- *    (jumping to the next kept tile: a skipped tile costs no barrier); for the tiles the mask
- *    keeps (the bit of the backward tile holding the slice: conservative for the slice, so still
- *    exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile, :] into its dE
- *    rows, d in chunks of VT columns. The splits are the grid's y dimension (one dispatch, so
- *    they run side by side: dispatches writing one buffer would be ordered one after the other);
- *    split s accumulates into part s of the f32 slabs (part 0 holds the exact terms with a 16-bit
- *    output; the other parts, and all with an f32 output, start at zero; one split into f32
- *    accumulates into dE itself). With the filter the splits are runs of equal kept-tile counts
- *    (balanced however the kept tiles cluster), without it S contiguous ranges of vocab tiles.
+ * - pass `dE` ({@link tilePassWgsl}, kind "dE"): one workgroup owns a *row slice* of a token tile
+ *   (TT/R tokens, R "row slices" per backward tile) and one split, and walks its vocab tiles in
+ *   order, 32 mask bits at a time (jumping to the next kept tile: a skipped tile costs no barrier);
+ *   for the tiles the mask keeps (the bit of the backward tile holding the slice: conservative for
+ *   the slice, so still exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile,
+ *   :] into its dE rows, d in chunks of VT columns. The splits are the grid's y dimension (one
+ *   dispatch, so they run side by side: dispatches writing one buffer would be ordered one after
+ *   the other); split s accumulates into part s of the f32 slabs (part 0 holds the exact terms with
+ *   a 16-bit output; the other parts, and all with an f32 output, start at zero; one split into f32
+ *   accumulates into dE itself). With the filter the splits are runs of equal kept-tile counts
+ *   (balanced however the kept tiles cluster), without it S contiguous ranges of vocab tiles.
  * - the partials are added to dE in split order, and dE is cast to its 16-bit output.
- * - after dC's exact terms, pass `dC` ({@link tilePassWgsl}, kind "dC"): one workgroup owns a vocab tile (VT classifier rows, in
- *    sorted order when sorting) and walks the token tiles in order; for each tile the mask keeps
- *    (every tile without the filter) it recomputes the VT×TT logits with the generated GEMM over
- *    d, forms Pᵀ in registers, stages it in workgroup memory and adds Pᵀ·E[token tile, :] into its
- *    own dC rows, d in chunks of TT columns (read-modify-write: the rows belong to this
- *    workgroup only).
+ * - after dC's exact terms, pass `dC` ({@link tilePassWgsl}, kind "dC"): one workgroup owns a vocab
+ *   tile (VT classifier rows, in sorted order when sorting) and walks the token tiles in order; for
+ *   each tile the mask keeps (every tile without the filter) it recomputes the VT×TT logits with
+ *   the generated GEMM over d, forms Pᵀ in registers, stages it in workgroup memory and adds
+ *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks of TT columns (read-modify-write: the
+ *   rows belong to this workgroup only).
  *
- * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape
- * with 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need
- * n·d·4 bytes of partials per split (302 MB at the paper's shape for S = 4), which live in dC's
- * storage while dE is formed (see "Gradient dtype" below), so they cost no workspace where
- * |V| ≥ 2·S·n ({@link dESlabsFitDC}).
- * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all:
- * the slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each
- * slice recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read
- * by R workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup
- * has fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
- * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once
- * per column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the
- * splits first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256
- * workgroups of the full 8×4-per-thread tile; before the slabs moved into dC's storage it was
- * S = 1, R = 4, measured 64.9 ms on the H200), as many as dC's storage holds, then row slices
+ * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape with
+ * 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need n·d·4
+ * bytes of partials per split (302 MB at the paper's shape for S = 4), which live in dC's storage
+ * while dE is formed (see "Gradient dtype" in kernels/fused/backward.ts), so they cost no workspace
+ * where |V| ≥ 2·S·n ({@link dESlabsFitDC}).
+ * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all: the
+ * slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each slice
+ * recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read by R
+ * workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup has
+ * fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
+ * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once per
+ * column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the splits
+ * first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256 workgroups of the
+ * full 8×4-per-thread tile; before the slabs moved into dC's storage it was S = 1, R = 4, measured
+ * 64.9 ms on the H200), as many as dC's storage holds, then row slices
  * ({@link defaultDERowSlices}); without the filter S = 4 (R = 1, {@link defaultDESplits}).
  * @module
  */
