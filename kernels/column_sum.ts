@@ -13,7 +13,7 @@
  * addition is fixed, so the result is bitwise reproducible.
  *
  * Weighted column sums out = scale·Σ_r ω_r·X_r ({@link prepareWeightedColumnSum}: Ē for the
- * vocabulary order of kernels/fused/vocab_order.ts, Σ_n w_n·E_n for kernels/grad_corrections.ts)
+ * vocabulary order of kernels/fused/vocab_order.ts, Σ_n w_n·E_n for kernels/fused/corrections.ts)
  * are blocked into chunks of {@link COLSUM_CHUNK_ROWS} rows summed in order, then the chunk
  * partials are added in order.
  * @module

@@ -26,7 +26,7 @@ import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceOptions } from "../core/options.ts";
 import { rowView } from "../kernels/matmul.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
-import type { FusedBackwardArgs } from "../kernels/fused_backward.ts";
+import type { FusedBackwardArgs } from "../kernels/fused/backward.ts";
 import type { Gradients, ProblemSpec } from "./types.ts";
 import { prepareLceProducts } from "./_common.ts";
 

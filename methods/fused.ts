@@ -3,7 +3,7 @@
  *
  * - `fused` ("Ours"): fused forward (kernels/fused/forward.ts) saving the LSE and the count; the
  *   backward sorts the vocabulary by mean logit, then runs the tiled backward with the gradient
- *   filter (ε = eps(dtype)/32) and the exact sparse and rank-one terms (kernels/fused_backward.ts).
+ *   filter (ε = eps(dtype)/32) and the exact sparse and rank-one terms (kernels/fused/backward.ts).
  *   The sorted order is used only where it keeps 5% fewer tiles than the vocabulary's own order
  *   (counted exactly from the filter pass on the GPU: the order decision), so sorting never costs
  *   more than the sort itself and the decision (a few ms at the paper's shape).
@@ -21,7 +21,7 @@
  *   unsupported there: a per-token upstream gradient cannot be applied to dC after the fact.
  *
  * Gradient dtype: with bf16/f16 inputs, fused, fused-nosort and fused-fb return dE and dC in the
- * input dtype (gradDtype "input", kernels/fused_backward.ts: dC accumulated in place in 16 bits,
+ * input dtype (gradDtype "input", kernels/fused/backward.ts: dC accumulated in place in 16 bits,
  * dE in f32 inside dC's storage (formed before dC) and cast at the end: the lower bound + 1.75 MiB); `fused-f32grad` is "Ours"
  * with f32 gradients. The no-filter rows keep f32 gradients: every token tile would add one more
  * rounding to dC (64 at the paper's shape). Their stats report gradDtype and the roundings per
@@ -41,9 +41,8 @@ import {
   type BackwardTile,
   defaultFilterEps,
   type GradDtype,
-  type PreparedFusedBackward,
-  prepareFusedBackward,
-} from "../kernels/fused_backward.ts";
+} from "../kernels/fused/backward_plan.ts";
+import { type PreparedFusedBackward, prepareFusedBackward } from "../kernels/fused/backward.ts";
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
 import { lossTensor, vector } from "./_common.ts";
@@ -60,7 +59,7 @@ export interface FusedVariant {
   sort: boolean;
   /**
    * With sorting and the filter: keep the sorted order only where it keeps fewer tiles than the
-   * own order (default true, kernels/fused_backward.ts "Order decision"); false: always sorted.
+   * own order (default true, kernels/fused/filter.ts "Order decision"); false: always sorted.
    */
   decideOrder?: boolean;
   /** Gradients computed in the forward (the "Fused Version"). */
@@ -79,7 +78,7 @@ export interface FusedVariant {
   /** Vocabulary rows per chunk of the no-filter rows' dense backward (tests). */
   denseChunkRows?: number;
   /**
-   * Dtype of the gradients (kernels/fused_backward.ts): "input" (bf16/f16 gradients for 16-bit
+   * Dtype of the gradients (kernels/fused/backward.ts): "input" (bf16/f16 gradients for 16-bit
    * inputs, f32 for f32 inputs) or "f32" (f32 accumulation and output whatever the input).
    */
   gradDtype: GradDtype;

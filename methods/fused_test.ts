@@ -31,8 +31,8 @@ import {
   defaultBackwardTile,
   defaultFilterEps,
   gradRowsPerBinding,
-  prepareFusedBackward,
-} from "../kernels/fused_backward.ts";
+} from "../kernels/fused/backward_plan.ts";
+import { prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
 
 const ALL: LceMethod[] = [fused, fusedNoSort, fusedNoFilter, fusedFb, fusedFbNoFilter];

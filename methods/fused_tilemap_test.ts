@@ -9,7 +9,7 @@ import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { type Dtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
-import { defaultFilterEps } from "../kernels/fused_backward.ts";
+import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { defaultFusedTile } from "../kernels/fused/forward.ts";
 import { tileMapLayout } from "../kernels/fused/tile_map.ts";
 

@@ -8,7 +8,7 @@ import { resolveOptions } from "../core/options.ts";
 import { assertParity, caseInputs, type ParityCase } from "../testing/parity.ts";
 import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
 import { caseGradOutput, caseOptions } from "../testing/rounded_logits_tol.ts";
-import { defaultFilterEps } from "../kernels/fused_backward.ts";
+import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { GPU_TEST } from "../testing/gpu.ts";
 import { rowsPerBinding, type TensorDtype } from "../gpu/tensor.ts";
 

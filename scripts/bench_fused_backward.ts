@@ -25,7 +25,7 @@ import { makeDeviceInputs } from "../measure/inputs.ts";
 import { passMedians, timeMode, timeRepetitions } from "../measure/timing.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { fusedMethod, type FusedVariant } from "../methods/fused.ts";
-import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused_backward.ts";
+import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused/backward_plan.ts";
 import type { LceMethod } from "../methods/types.ts";
 
 const BASE: FusedVariant = {

@@ -29,7 +29,7 @@ import { caseGradOutput, caseOptions, roundedLogitsTolerance } from "./rounded_l
 import { runMethod, type RunResult } from "../methods/run.ts";
 import { lceReference, type LceReferenceResult } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
-import { defaultFilterEps } from "../kernels/fused_backward.ts";
+import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { GpuError } from "../core/errors.ts";
 
 /** Sizes drawn often: 1, small primes, GEMM K-steps and tiles ± 1 (16, 64, 128, 256). */
@@ -257,7 +257,7 @@ export function termScales(
     for (let j = 0; j < v; j++) {
       const a = (j === x.targets[i] ? 1 - o.beta : 0) + o.beta / v;
       const p = Math.exp(z[j] - t.lse[i]);
-      // What the gradient filter compares with ε (kernels/fused_backward.ts): p·σ' + (β/v)(z/s)².
+      // What the gradient filter compares with ε (kernels/fused/backward.ts): p·σ' + (β/v)(z/s)².
       const q = o.softcap === undefined ? 0 : z[j] / o.softcap;
       const f = p * (1 - q * q) + (o.beta / v) * q * q;
       if (f < filterEps) ghat = Math.max(ghat, f);

@@ -2,7 +2,7 @@
  * The tile map of the fused forward and the `map filter` pass of the fused backward (the
  * "Ours + tile map" row, method `fused-tilemap`).
  *
- * The fused backward's gradient filter (kernels/fused_backward.ts, pass `filter`) recomputes every
+ * The fused backward's gradient filter (kernels/fused/backward.ts, pass `filter`) recomputes every
  * logit tile (one forward's worth of products) only to decide which (token tile, vocab tile)
  * pairs hold some g = p·f' + (β/|V|)(z/s)² ≥ ε. The forward has already computed every tile, so
  * it can leave behind what that decision needs: one value per forward tile (token block BM ×
@@ -12,7 +12,7 @@
  *
  * and with f' = 1 − (z/s)² ∈ [0, 1], g ≤ exp(M − L_min) + b, where b = β/|V| with softcap and
  * β > 0 (the middle term of P, bounded by (β/|V|)·1; see the module doc of
- * kernels/fused_backward.ts), else 0. The map filter keeps a backward tile when that bound
+ * kernels/fused/backward.ts), else 0. The map filter keeps a backward tile when that bound
  * reaches ε (with M the largest over the forward tiles covering it), so it keeps every tile the
  * exact filter keeps (up to the rounding slack below), and drops a tile only where every element
  * has g < ε: the exact filter's error bound holds unchanged. Tiles whose rows are all ignored

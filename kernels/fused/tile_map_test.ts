@@ -19,9 +19,9 @@ import {
   backwardGemmTiles,
   type BackwardTile,
   defaultFilterEps,
-  filterPassWgsl,
-  prepareFusedBackward,
-} from "../fused_backward.ts";
+} from "./backward_plan.ts";
+import { filterPassWgsl } from "./filter.ts";
+import { prepareFusedBackward } from "./backward.ts";
 import {
   createTileMap,
   prepareMapFilter,

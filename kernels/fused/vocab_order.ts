@@ -6,7 +6,7 @@
  * the sort needs only Ē, its column partials and two words.
  *
  * - Ē: a weighted column sum (kernels/column_sum.ts, also used for Σ_n w_n·E_n by
- *   kernels/grad_corrections.ts), blocked into row chunks summed in a fixed order, then chunk
+ *   kernels/fused/corrections.ts), blocked into row chunks summed in a fixed order, then chunk
  *   partials added in order;
  * - keys: one 64-thread workgroup per classifier row, a tree-reduced dot product, written as f32
  *   bits into the permutation buffer; the largest and smallest key are kept with integer atomics
@@ -29,11 +29,11 @@
  * other, which does not matter to the filter: it asks which rows share a 64-row tile.
  *
  * Sorting is done within vocabulary *segments* (row ranges that lie in one binding of C and one
- * of dC, see kernels/fused_backward.ts): a vocab tile must not straddle two bindings. With C and
+ * of dC, see kernels/fused/backward.ts): a vocab tile must not straddle two bindings. With C and
  * dC in one binding each the sort is global.
  *
  * The pair sort (64-bit (key, value) pairs in a power-of-two buffer) is kept for the target sort
- * of kernels/grad_corrections.ts (n pairs).
+ * of kernels/fused/corrections.ts (n pairs).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";

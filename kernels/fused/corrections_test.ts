@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
-import { Recorder } from "../gpu/recorder.ts";
-import { createTensor, download, fromHost } from "../gpu/tensor.ts";
-import { roundArray } from "../core/dtype.ts";
-import { type Dtype, IGNORE_INDEX, type LceOptions, resolveOptions } from "../core/options.ts";
-import { prepareGradCorrections } from "./grad_corrections.ts";
+import { GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
+import { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
+import { roundArray } from "../../core/dtype.ts";
+import { type Dtype, IGNORE_INDEX, type LceOptions, resolveOptions } from "../../core/options.ts";
+import { prepareGradCorrections } from "./corrections.ts";
 
-/** The exact terms in float64 (see the module doc of grad_corrections.ts). */
+/** The exact terms in float64 (see the module doc of corrections.ts). */
 function _reference(
   e: Float32Array,
   c: Float32Array,

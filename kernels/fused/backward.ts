@@ -1,0 +1,631 @@
+/**
+ * The fused backward of the label-smoothed linear cross-entropy (the paper's "Ours" backward):
+ * dE and dC without the n×|V| logits, with an optional gradient filter and vocabulary sorting.
+ *
+ * Split of the gradient. With w_n the per-token weight, f' = 1 − (z/s)² the softcap derivative
+ * (1 without softcap) and p = softmax(z_n):
+ *
+ *   ∂L/∂x_nv = w_n·[p_nv·f' + (β/|V|)(z_nv/s)²]   (dense, tiled, may be filtered: "P")
+ *            − (β/|V|)·w_n                          (rank one, exact: kernels/fused/corrections.ts)
+ *            − (1−β)·w_n·f'(z_{n,t_n})·[v = t_n]    (sparse, exact: kernels/fused/corrections.ts)
+ *
+ * (the three add up to w_n·f'·(p − β/|V| − (1−β)[v = t])). Only P is tiled. The middle term of P
+ * exists only with softcap and β > 0 and is bounded by (β/|V|)·w_n; it is kept inside P, so the
+ * filter treats it like the softmax: a skipped tile drops at most ε·|w_n| per element, for both
+ * parts. The filter tests the unweighted value g = P/w_n (as the reference CCE code does before it
+ * multiplies by the upstream gradient): a tile is skipped when every g in it is < ε, so the error
+ * of a filtered gradient is bounded by |ΔdE_nk| ≤ ε·|w_n|·Σ_{v skipped} |C_vk| and
+ * |ΔdC_vk| ≤ ε·Σ_{n skipped} |w_n·E_nk|. Ignored tokens (w_n = 0) never keep a tile alive.
+ *
+ * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible (every
+ * output element is written by one workgroup, its terms added in a fixed order; the only atomics
+ * are integer ones: OR into the mask, counts, max of the sort keys' range).
+ *
+ * The record, in order (dE is formed completely before dC's storage is first written: see
+ * "Gradient dtype" for why):
+ *
+ * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts).
+ * 2. With a filter, pass `filter`, then with the order decision the `order decision` pass, and
+ *    with dE splits the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
+ * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
+ * 4. Pass `dE` (kernels/fused/kept_tiles.ts): the kept tiles' P·C into dE's rows, split by S.
+ * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
+ * 6. dC's exact terms, then pass `dC` (kernels/fused/kept_tiles.ts): the kept tiles' Pᵀ·E.
+ *
+ * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
+ * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
+ * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all). The plan
+ * (tiles, splits, row slices, segments, slabs, workspace, peak memory): backward_plan.ts.
+ *
+ * Gradient dtype ({@link FusedBackwardOptions.gradDtype}). "f32" (the kernel's default):
+ * dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16 inputs returns both in the
+ * input dtype (half the output memory):
+ * - dC, d even: packed 16-bit, accumulated in place. The exact terms are added in f32 and
+ *   rounded once (kernels/fused/corrections.ts); each kept tile's f32 contribution Pᵀ·E is
+ *   added by a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
+ *   every word it writes (its columns come in aligned groups of 4, rows start at even elements),
+ *   so ownership and bitwise reproducibility are kept. An element sees 1 + (kept token tiles of
+ *   its vocab tile) roundings: ~3 at the paper's shape with the filter and sorting.
+ * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
+ *   workspace) and cast once at the end.
+ * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
+ *   accumulation would round ~125 times; dE is accumulated in f32 and cast once. The f32
+ *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
+ *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
+ *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
+ *   |V| ≥ 2·S·n in a binding (the paper's shape, S = 4: 256,000 ≥ 65,536). Only where they do not
+ *   fit (small |V|, or many splits) do they get buffers of their own ("slabs", counted as
+ *   workspace). The same holds for the S split partials of f32 gradients (in dC's f32 storage
+ *   when |V| ≥ S·n; they are added to dE at the end). The errors are those of one f32
+ *   accumulation and one rounding, as before the move (at the gate's shape, bf16, β = 0.1: dE
+ *   2.45e-3, dC 4.71e-3 of the max |value|, the committed baseline's figures).
+ * Measured against float64 (kernels/fused/backward_test.ts, max |error| / max |value|, 70×257,
+ * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
+ * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
+ * token tile is added: at n = 640 (10 token tiles, 11 roundings) bf16 dC reaches 8.9e-3 (2.0e-3
+ * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
+ * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
+ * keep f32 gradients; "input" stays available to them with that error.
+ *
+ * Vocabulary sorting (kernels/fused/vocab_order.ts) gives a permutation of the classifier rows; vocab
+ * tiles are ranges of positions in that order, and C/dC rows are addressed through it (whether
+ * the sorted order is used: "Order decision" in kernels/fused/filter.ts).
+ *
+ * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
+ * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
+ * both tensors' shard boundaries), and tiles never straddle segments. One dispatch per (vocab
+ * segment, token segment) pair; the sort permutes rows within each vocab segment only. (With
+ * bindings of a few rows, as in the forced-sharding tests, tiles shrink to a few elements, and the
+ * filter decides per element: still within the bound above.)
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
+import { GpuError } from "../../core/errors.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import { type GemmTile, vecLoadsFit } from "../gemm_codegen.ts";
+import { columnPartialsBytes } from "../column_sum.ts";
+import { prepareVocabSort } from "./vocab_order.ts";
+import { type Dtype16, prepareCast16 } from "../cast16.ts";
+import { prepareGradCorrections } from "./corrections.ts";
+import {
+  allocateGradients,
+  backwardGemmTiles,
+  type BackwardGradients,
+  backwardSharedBytes,
+  type BackwardTile,
+  defaultBackwardTile,
+  defaultDERowSlices,
+  defaultDESplits,
+  defaultFilteredDESplits,
+  dESlabsFitDC,
+  dESliceTile,
+  fusedBackwardWorkspaceBytes,
+  type GradDtype,
+  gradOut16,
+  maskBytes,
+  paddedBytes,
+  type TileSegment,
+  tileSegments,
+  type WorkspaceLayout,
+} from "./backward_plan.ts";
+import {
+  defaultFilterTile,
+  filterPassWgsl,
+  keptBoundsWgsl,
+  orderSelectWgsl,
+  recordFilterPass,
+  recordKeptBounds,
+  recordOrderDecision,
+  sortedMaskWgsl,
+  sortedOrderWins,
+} from "./filter.ts";
+import {
+  recordDCPass,
+  recordDEPass,
+  recordSlabReduce,
+  slabReduceWgsl,
+  tilePassWgsl,
+} from "./kept_tiles.ts";
+import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
+
+/** Options of {@link prepareFusedBackward}. */
+export interface FusedBackwardOptions {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  /** Filter threshold ε (see {@link defaultFilterEps}), or null for no gradient filter. */
+  filterEps: number | null;
+  /** Sort the vocabulary by mean logit. */
+  sort: boolean;
+  /**
+   * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
+   * vocabulary's own order (default true; see "Order decision" in kernels/fused/filter.ts);
+   * false: always the sorted order (the paper's rule).
+   */
+  decideOrder?: boolean;
+  /** Tile (default {@link defaultBackwardTile}). */
+  tile?: BackwardTile;
+  /**
+   * Splits S of the dE pass (n×d f32 partials, in dC's storage where it holds them;
+   * default {@link defaultFilteredDESplits} with the filter, {@link defaultDESplits} without).
+   */
+  dESplits?: number;
+  /** Row slices of the dE pass (default {@link defaultDERowSlices}). */
+  dERowSlices?: number;
+  /** GEMM tile of the filter pass (default {@link defaultFilterTile}). */
+  filterTile?: GemmTile;
+  /**
+   * Dtype of the returned gradients (default "f32"): "input" returns them in the input dtype
+   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in f32 inside
+   * dC's storage and cast at the end; see the module doc), f32 otherwise.
+   */
+  gradDtype?: GradDtype;
+  /**
+   * Replace the `filter` pass by the `map filter` pass (kernels/fused/tile_map.ts): the mask is
+   * set from the forward's tile map (kept at this forward tile; record then needs `tileMap`)
+   * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
+   */
+  mapFilter?: { tile: TileMapTile };
+}
+
+/** Tensors of {@link PreparedFusedBackward.record}. */
+export interface FusedBackwardArgs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Log-sum-exp per token from the forward (n×1 f32, one shard). */
+  lse: DeviceTensor;
+  /** Per-token weights w_n (n×1 f32, one shard; see kernels/row_weights.ts). */
+  w: DeviceTensor;
+  /** Count of non-ignored tokens (1×1 f32): needed by the sort (Ē). */
+  count: DeviceTensor;
+  /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
+  tileMap?: DeviceTensor;
+}
+
+/** Filter statistics of the last recorded backward. */
+export interface FusedBackwardStats {
+  tilesSkipped: number;
+  tilesTotal: number;
+}
+
+/** A compiled fused backward. */
+export interface PreparedFusedBackward {
+  readonly tile: BackwardTile;
+  /** GEMM tile of the filter pass (null without filter). */
+  readonly filterTile: GemmTile | null;
+  readonly dESplits: number;
+  readonly dERowSlices: number;
+  readonly filterEps: number | null;
+  /** Dtype of the returned gradients. */
+  readonly gradDtype: "f32" | Dtype16;
+  /**
+   * Upper bound on the roundings of one element to the 16-bit output in the last record (0 with
+   * f32 output): dE 1 (the final cast); dC 1 + the walked token tiles when accumulated in place
+   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
+   */
+  readonly roundings: { dE: number; dC: number };
+  /**
+   * Records the backward; returns new dE (n×d) and dC (v×d), valid after submission: f32, or in
+   * the input dtype with gradDtype "input" ({@link PreparedFusedBackward.gradDtype}).
+   */
+  record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
+  /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
+  stats(): Promise<FusedBackwardStats>;
+  /** Frees the buffers made at prepare time (the kept-tile counter). */
+  release(): void;
+  /**
+   * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
+   * of `layout` (default: as createTensor makes them on this context).
+   */
+  workspaceBytes(layout?: WorkspaceLayout): number;
+}
+
+/** The problem, options and defaults a backward is prepared for. */
+interface _Plan {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  sort: boolean;
+  tile: BackwardTile;
+  eps: number | null;
+  /** The 16-bit gradient dtype, or undefined for f32 gradients. */
+  out16?: Dtype16;
+  /** dC accumulated in place in 16 bits (d even), else an f32 scratch and a cast. */
+  dCInPlace?: Dtype16;
+  splits: number;
+  slices: number;
+  /** Tokens per row slice of the dE pass. */
+  sliceRows: number;
+  filterTile: GemmTile | null;
+  /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
+  mapTile?: TileMapTile;
+  /** The order decision runs (sorting with the filter, decideOrder). */
+  decide: boolean;
+  /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
+  balanced: boolean;
+}
+
+/** Validates the options and fills in the defaults. */
+function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
+  const { spec } = o;
+  const tile = o.tile ?? defaultBackwardTile(ctx);
+  const shared = backwardSharedBytes(tile);
+  if (shared > ctx.device.limits.maxComputeWorkgroupStorageSize) {
+    throw new GpuError(
+      "limits",
+      `fused backward: tile ${JSON.stringify(tile)} needs ${shared} bytes of workgroup memory`,
+    );
+  }
+  const eps = o.filterEps;
+  if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
+    throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
+  }
+  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
+  const splits = o.dESplits ??
+    (eps !== null ? defaultFilteredDESplits(spec, tile, fits) : defaultDESplits(spec, tile));
+  if (!Number.isInteger(splits) || splits < 1) {
+    throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
+  }
+  const slices = o.dERowSlices ?? defaultDERowSlices(spec, tile, splits);
+  const sliceRows = dESliceTile(tile, slices).tokens;
+  if (o.mapFilter && (eps === null || o.sort)) {
+    throw new RangeError("fused backward: the map filter needs the filter and no sorting");
+  }
+  const mapTile = o.mapFilter?.tile;
+  return {
+    spec,
+    opts: o.opts,
+    sort: o.sort,
+    tile,
+    eps,
+    out16,
+    dCInPlace: out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined,
+    splits,
+    slices,
+    sliceRows,
+    filterTile: eps !== null && !mapTile ? o.filterTile ?? defaultFilterTile(ctx, tile) : null,
+    mapTile,
+    decide: o.sort && eps !== null && (o.decideOrder ?? true),
+    balanced: eps !== null && splits > 1,
+  };
+}
+
+/** The compiled pieces of a backward (undefined where the plan does not use them). */
+type _Pipelines = Awaited<ReturnType<typeof _pipelines>>;
+
+/** The filter and order-decision pipelines of a plan. */
+async function _filterPipelines(ctx: GpuContext, p: _Plan) {
+  const { spec, eps, filterTile, decide, tile } = p;
+  const filterPass = eps !== null && filterTile
+    ? await ctx.pipeline(
+      filterPassWgsl({
+        tile,
+        dtype: spec.dtype,
+        opts: p.opts,
+        v: spec.v,
+        eps,
+        filterTile,
+        vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
+        sort: decide ? false : p.sort,
+        entryBits: decide,
+      }),
+      "fused_backward_filter",
+    )
+    : undefined;
+  const keptBounds = p.balanced
+    ? await ctx.pipeline(keptBoundsWgsl(p.splits), "kept_bounds")
+    : undefined;
+  const sortedMask = decide ? await ctx.pipeline(sortedMaskWgsl(tile), "sorted_mask") : undefined;
+  const orderSelect = decide ? await ctx.pipeline(orderSelectWgsl(), "order_select") : undefined;
+  const mapFilter = eps !== null && p.mapTile
+    ? await prepareMapFilter(ctx, { tile, mapTile: p.mapTile, opts: p.opts, v: spec.v, eps })
+    : undefined;
+  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter };
+}
+
+/** Compiles every pipeline of a plan. */
+async function _pipelines(ctx: GpuContext, p: _Plan) {
+  const { spec, opts, tile, eps, out16, splits } = p;
+  const filter = await _filterPipelines(ctx, p);
+  const problem = { dtype: spec.dtype, opts, v: spec.v };
+  const base = { ...problem, tile, eps, sort: p.sort };
+  // 16-byte loads of bf16 E and C in the tile passes' logits products where d allows
+  const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
+    spec.dtype === "bf16" &&
+    vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
+  const dCPass = await ctx.pipeline(
+    tilePassWgsl({ ...base, kind: "dC", out16: p.dCInPlace, vecLoads: tileVec("dC", tile) }),
+    "fused_backward_dC",
+  );
+  const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
+  const dEPass = await ctx.pipeline(
+    tilePassWgsl({
+      ...base,
+      kind: "dE",
+      rowSlices: p.slices,
+      vecLoads: tileVec("dE", dESliceTile(tile, p.slices)),
+      splits,
+      balanced: p.balanced,
+    }),
+    "fused_backward_dE",
+  );
+  // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
+  // the f32 output (slab parts 0…S−1)
+  const reduce = splits > 1
+    ? await ctx.pipeline(
+      slabReduceWgsl(out16 !== undefined ? splits - 1 : splits, out16 !== undefined),
+      "fused_backward_split_reduce",
+    )
+    : undefined;
+  const sorter = p.sort ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts }) : undefined;
+  const corrections = await prepareGradCorrections(ctx, { ...problem, dC16: p.dCInPlace });
+  return { ...filter, dCPass, cast, dEPass, reduce, sorter, corrections };
+}
+
+/** Checks the record's tensors against the prepared problem. */
+function _checkArgs(p: _Plan, a: FusedBackwardArgs): void {
+  const { spec } = p;
+  const { e, c } = a;
+  const { n, v, d } = spec;
+  if (
+    e.rows !== n || e.cols !== d || c.rows !== v || c.cols !== d || e.dtype !== spec.dtype ||
+    c.dtype !== spec.dtype
+  ) {
+    throw new RangeError(
+      `fused backward: E ${e.rows}×${e.cols} ${e.dtype}, C ${c.rows}×${c.cols} ${c.dtype}, prepared for ${
+        JSON.stringify(spec)
+      }`,
+    );
+  }
+  for (const [name, t] of [["targets", a.targets], ["lse", a.lse], ["w", a.w]] as const) {
+    if (t.rows !== n || t.shards.length !== 1) {
+      throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
+    }
+  }
+  if (p.mapTile && p.eps !== null && !a.tileMap) {
+    throw new RangeError("fused backward: the map filter needs the forward's tile map");
+  }
+}
+
+/** The state of one record. */
+interface _Record {
+  ctx: GpuContext;
+  rec: Recorder;
+  p: _Plan;
+  pipes: _Pipelines;
+  /** The kept-tile counters (with the filter). */
+  counter?: TrackedBuffer;
+  a: FusedBackwardArgs;
+  g: BackwardGradients;
+  tok: TileSegment[];
+  voc: TileSegment[];
+  tTotal: number;
+  vTotal: number;
+  /** Workspace released after the record. */
+  release: (TrackedBuffer | undefined)[];
+}
+
+/** Buffers of the sort and the filter (E's column partials, order, masks, entry bits). */
+type _Masks = ReturnType<typeof _recordSortAndMasks>;
+
+/** Allocates the sort's and the filter's buffers and records the sort. */
+function _recordSortAndMasks(r: _Record) {
+  const { ctx, rec, p, a, g } = r;
+  const { v, d } = p.spec;
+  const maskSize = p.eps !== null ? maskBytes(r.tTotal, r.vTotal) : 0;
+  if (maskSize > ctx.maxBindingBytes) {
+    throw new GpuError(
+      "limits",
+      `fused backward: the tile mask (${maskSize} bytes) exceeds one binding`,
+    );
+  }
+  // One buffer of E's column partials serves the sort's Ē and the corrections' Σ_n w_n·E_n.
+  const partials = r.pipes.sorter !== undefined || r.pipes.corrections.usesEPartials
+    ? ctx.createBuffer({
+      size: columnPartialsBytes(a.e.shards.map((s) => s.rows), d),
+      role: "workspace",
+      label: "E column partials",
+    })
+    : undefined;
+  r.release.push(partials);
+  let perm: TrackedBuffer | undefined;
+  if (r.pipes.sorter) {
+    perm = ctx.createBuffer({ size: v * 4, role: "workspace", label: "vocab order" });
+    const { e, c, targets, count } = a;
+    r.pipes.sorter.record(rec, { e, c, targets, count, perm, segments: r.voc, partials });
+    r.release.push(perm);
+  }
+  let mask: TrackedBuffer | undefined;
+  if (p.eps !== null) {
+    mask = ctx.createBuffer({ size: maskSize, role: "workspace", label: "tile mask" });
+    rec.clear(mask);
+    rec.clear(r.counter!);
+    r.release.push(mask);
+  }
+  // the order decision: entry bits (in dC's first buffer when it holds them: dC is written only
+  // after dE) and the sorted order's mask
+  const hotWords = Math.ceil(v / 32);
+  const hotBytes = r.tTotal * hotWords * 4;
+  let hot: TrackedBuffer | undefined, maskS: TrackedBuffer | undefined;
+  if (p.decide) {
+    const inDC = g.dCOut.shards[0].buffer.size >= hotBytes;
+    const bits = inDC
+      ? g.dCOut.shards[0].buffer
+      : ctx.createBuffer({ size: paddedBytes(hotBytes), role: "workspace", label: "entry bits" });
+    if (!inDC) r.release.push(bits);
+    rec.clear(bits, 0, Math.ceil(hotBytes / 4) * 4);
+    hot = bits;
+    maskS = ctx.createBuffer({ size: maskSize, role: "workspace", label: "sorted tile mask" });
+    rec.clear(maskS);
+    r.release.push(maskS);
+  }
+  return { partials, perm, mask, maskSize, hot, maskS, hotWords };
+}
+
+/** Records the filter, the order decision and the kept bounds; returns the split bounds. */
+function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
+  const { ctx, rec, p, a, pipes, counter } = r;
+  const { filterPass, sortedMask, orderSelect, keptBounds } = pipes;
+  const { perm, mask, hot, maskS } = m;
+  const base = { rec, e: a.e, c: a.c, tok: r.tok, voc: r.voc, tTotal: r.tTotal, vTotal: r.vTotal };
+  if (pipes.mapFilter && mask && counter) {
+    const { tileMap } = a as Required<FusedBackwardArgs>;
+    pipes.mapFilter.record(rec, {
+      ...base,
+      tileMap,
+      lse: a.lse,
+      w: a.w,
+      mask,
+      counter,
+    });
+  }
+  if (filterPass && p.filterTile && mask && counter) {
+    recordFilterPass({
+      ...base,
+      mask,
+      counter,
+      hotWords: m.hotWords,
+      pipeline: filterPass,
+      filterTile: p.filterTile,
+      lse: a.lse.shards[0].buffer,
+      w: a.w.shards[0].buffer,
+      d: p.spec.d,
+      perm: p.decide ? undefined : perm,
+      hot,
+    });
+  }
+  if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {
+    recordOrderDecision({
+      ...base,
+      mask,
+      counter,
+      hotWords: m.hotWords,
+      sortedMask,
+      orderSelect,
+      v: p.spec.v,
+      perm,
+      hot,
+      maskS,
+      maskSize: m.maskSize,
+    });
+  }
+  if (!keptBounds || !mask) return undefined;
+  if (r.tTotal > 65535) throw new GpuError("limits", `fused backward: ${r.tTotal} token tiles`);
+  const bounds = ctx.createBuffer({
+    size: paddedBytes(r.tTotal * (p.splits + 1) * 4),
+    role: "workspace",
+    label: "dE split bounds",
+  });
+  r.release.push(bounds);
+  recordKeptBounds({ rec, pipeline: keptBounds, mask, bounds, tTotal: r.tTotal, vTotal: r.vTotal });
+  return bounds;
+}
+
+/**
+ * Records dE (its exact terms, the dE pass, the split partials' sum, the cast), then dC (its exact
+ * terms, overwriting whatever dE's slabs left in its storage, then the dC pass and the cast).
+ */
+function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefined): void {
+  const { rec, p, a, g, pipes } = r;
+  const { e, c, targets, w } = a;
+  const d = p.spec.d;
+  const exact = { e, c, targets, w, ePartials: m.partials };
+  const { coefficients } = pipes.corrections.record(rec, { ...exact, dE: g.dE, part: "dE" });
+  // split partials (parts ≥ 1 of the slabs; all parts with an f32 output) start at zero
+  const first = p.out16 ? 1 : 0;
+  for (const sl of g.slabs) {
+    if (g.parts > first) {
+      const bytes = sl.rows * d * 4;
+      rec.clear(sl.buffer, first * bytes, (g.parts - first) * bytes);
+    }
+  }
+  const tail: TrackedBuffer[] = [a.lse.shards[0].buffer, w.shards[0].buffer];
+  if (m.perm) tail.push(m.perm);
+  if (m.mask) tail.push(m.mask);
+  const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
+  const { sliceRows, splits } = p;
+  recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
+  if (pipes.reduce) {
+    const { slabs, dEOut } = g;
+    recordSlabReduce({ rec, pipeline: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
+  }
+  if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
+  pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC", coefficients });
+  recordDCPass({ ...base, pipeline: pipes.dCPass, dC: g.dC });
+  if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
+}
+
+/** Compiles the fused backward for a problem. */
+export async function prepareFusedBackward(
+  ctx: GpuContext,
+  o: FusedBackwardOptions,
+): Promise<PreparedFusedBackward> {
+  const p = _plan(ctx, o);
+  const pipes = await _pipelines(ctx, p);
+  const { spec, tile } = p;
+  const counter = p.eps !== null
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 2, role: "workspace", label: "kept tiles" })
+    : undefined;
+  let lastTotal = 0;
+  const roundings = { dE: p.out16 ? 1 : 0, dC: p.out16 ? 1 : 0 };
+  return {
+    tile,
+    filterTile: p.filterTile,
+    dESplits: p.splits,
+    dERowSlices: p.slices,
+    filterEps: p.eps,
+    gradDtype: p.out16 ?? "f32",
+    roundings,
+    workspaceBytes(layout = {}) {
+      return fusedBackwardWorkspaceBytes({
+        spec,
+        opts: p.opts,
+        filter: p.eps !== null,
+        sort: p.sort,
+        decideOrder: o.decideOrder,
+        tile,
+        dESplits: p.splits,
+        gradDtype: o.gradDtype,
+        layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
+      });
+    },
+    release() {
+      counter?.destroy();
+    },
+    async stats() {
+      if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
+      // [own order's kept tiles, sorted order's (with the order decision)]: the chosen one's
+      const got = await download(ctx, counter);
+      const kept = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
+      return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
+    },
+    record(rec, a) {
+      _checkArgs(p, a);
+      const release: (TrackedBuffer | undefined)[] = [];
+      const g = allocateGradients(ctx, { ...p, release });
+      const tok = tileSegments(spec.n, tile.tokens, [
+        a.e.shards.map((s) => s.rowStart),
+        g.dEOut.shards.map((s) => s.rowStart),
+        g.slabs.map((sl) => sl.r0),
+      ]);
+      const voc = tileSegments(spec.v, tile.vocab, [
+        a.c.shards.map((s) => s.rowStart),
+        g.dC.shards.map((s) => s.rowStart),
+      ]);
+      const tTotal = tok.reduce((s, t) => s + t.tiles, 0);
+      const vTotal = voc.reduce((s, t) => s + t.tiles, 0);
+      lastTotal = tTotal * vTotal;
+      roundings.dC = p.dCInPlace ? 1 + tTotal : p.out16 ? 1 : 0;
+      const cb = counter?.shards[0].buffer;
+      const r = { ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release };
+      const m = _recordSortAndMasks(r);
+      const bounds = _recordFilter(r, m);
+      _recordGradients(r, m, bounds);
+      rec.release(...release);
+      return { dE: g.dEOut, dC: g.dCOut };
+    },
+  };
+}

@@ -1,0 +1,350 @@
+/**
+ * The exact sparse and rank-one parts of the gradient, which the tiled (filtered) kernels of
+ * kernels/fused/backward.ts never see, so a gradient filter can never drop them.
+ *
+ * With the per-token weight w_n, the target coefficient a_n = −w_n·(1−β)·f'(z_{n,t_n}) (f' the
+ * softcap derivative 1 − (z/s)², 1 without softcap) and b_n = −(β/|V|)·w_n:
+ *
+ * - dE_n = a_n·C_{t_n} + b_n·Σ_v C_v   (written: this initialises dE);
+ * - dC_v = −(β/|V|)·Σ_n w_n·E_n         (written: initialises dC), then
+ * - dC_{t_n} += a_n·E_n                  (the target scatter).
+ *
+ * With softcap, z_{n,t_n} is recomputed per token as softcap(E_n·C_{t_n}) (a tree-reduced dot
+ * product). Σ_v C_v comes from kernels/column_sum.ts, Σ_n w_n·E_n from the weighted column sum of
+ * kernels/fused/vocab_order.ts.
+ *
+ * The scatter is deterministic without float atomics: the (target, token) pairs are sorted with
+ * the bitonic pair sort of kernels/fused/vocab_order.ts, and one workgroup per run of equal targets adds
+ * the run's a_n·E_n in token order into that row of dC (each row is owned by exactly one run).
+ * With E or dC split into several bindings, one dispatch per (E shard, dC shard) adds the tokens
+ * of that E shard, shards in order. Everything here is bitwise reproducible.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor } from "../../gpu/tensor.ts";
+import type { Dtype, LceOptions } from "../../core/options.ts";
+import { columnPartialsBytes, prepareColumnSum, prepareWeightedColumnSum } from "../column_sum.ts";
+import type { Dtype16 } from "../cast16.ts";
+import { paddedSortLength, preparePairSort } from "./vocab_order.ts";
+import {
+  correctionTerms,
+  dCInit16Wgsl,
+  dCInitWgsl,
+  dEInitWgsl,
+  targetCoefPlainWgsl,
+  targetCoefSoftcapWgsl,
+  targetPairsWgsl,
+  targetScatter16Wgsl,
+  targetScatterWgsl,
+} from "./corrections_wgsl.ts";
+
+/** Arguments of {@link PreparedGradCorrections.record}. */
+export interface GradCorrectionArgs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Per-token weights w_n (n×1 f32, one shard; 0 for ignored tokens). */
+  w: DeviceTensor;
+  /**
+   * Outputs (n×d and v×d, any row sharding): overwritten with the exact terms. dE is f32; dC is
+   * f32, or the prepared 16-bit dtype (see `dC16` of {@link prepareGradCorrections}).
+   */
+  dE?: DeviceTensor;
+  dC?: DeviceTensor;
+  /**
+   * Which outputs to write (default both, needing dE and dC): "dE" or "dC" records only the passes
+   * of that gradient (the target coefficients, needed by both, are then computed by each call), so
+   * that a caller can form dE completely before dC's storage is written.
+   */
+  part?: "dE" | "dC";
+  /**
+   * The target coefficients returned by the "dE" part's record, handed to the "dC" part so that
+   * they are computed and held once (the "dC" part releases them).
+   */
+  coefficients?: DeviceTensor;
+  /**
+   * Buffer for the column partials of Σ_n w_n·E_n (≥ columnPartialsBytes of E's shards, see
+   * kernels/fused/vocab_order.ts), e.g. shared with the vocab sort; default: allocated by the call.
+   */
+  ePartials?: TrackedBuffer;
+}
+
+/** Compiled correction kernels. */
+export interface PreparedGradCorrections {
+  /**
+   * Records the passes that write the exact terms into dE and dC (see module doc). The "dE" part
+   * returns the target coefficients (β < 1) for the "dC" part.
+   */
+  record(rec: Recorder, a: GradCorrectionArgs): { coefficients?: DeviceTensor };
+  /** {@link gradCorrectionsWorkspaceBytes} for this problem's options. */
+  workspaceBytes(
+    eShardRows: number[],
+    d: number,
+    cColumnSumBytes: number,
+    ownPartials?: boolean,
+  ): number;
+  /** Whether the record uses E's column partials (β > 0). */
+  readonly usesEPartials: boolean;
+}
+
+/**
+ * Workspace bytes of one corrections record for E's shard rows and hidden size d, given the bytes
+ * of C's column-sum partials (kernels/column_sum.ts): the target coefficients and pairs (β < 1);
+ * Σ_v C_v, Σ_n w_n·E_n, both partials (β > 0; E's only with `ownPartials`, see
+ * {@link GradCorrectionArgs.ePartials}).
+ */
+export function gradCorrectionsWorkspaceBytes(
+  opts: LceOptions,
+  eShardRows: number[],
+  d: number,
+  cColumnSumBytes: number,
+  ownPartials = true,
+): number {
+  const { target, smooth } = correctionTerms(opts);
+  const n = eShardRows.reduce((s, r) => s + r, 0);
+  const vec = (k: number) => Math.ceil((k * 4) / 16) * 16;
+  let b = 0;
+  if (target) b += vec(n) + paddedSortLength(n) * 8;
+  if (smooth) {
+    b += 2 * vec(d) + cColumnSumBytes + (ownPartials ? columnPartialsBytes(eShardRows, d) : 0);
+  }
+  return b;
+}
+
+const grid = (elems: number, per: number) => Math.min(Math.max(1, Math.ceil(elems / per)), 65535);
+
+/** Options of {@link prepareGradCorrections}. */
+export interface GradCorrectionsOptions {
+  dtype: Dtype;
+  opts: LceOptions;
+  v: number;
+  /**
+   * dC is packed 16-bit of this dtype (d even): the smoothing row and the target scatter are
+   * added in f32 and rounded once per element (twice for a target row when E spans several
+   * bindings).
+   */
+  dC16?: Dtype16;
+}
+
+/** The compiled pieces of the corrections (undefined where the terms do not exist). */
+type _Kernels = Awaited<ReturnType<typeof _kernels>>;
+
+async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
+  const { opts } = o;
+  const { target, smooth } = correctionTerms(opts);
+  const softcap = opts.capped;
+  const coef = target
+    ? await ctx.pipeline(
+      softcap ? targetCoefSoftcapWgsl(o) : targetCoefPlainWgsl(opts),
+      "target_coef",
+    )
+    : undefined;
+  const deInit = await ctx.pipeline(dEInitWgsl(o), "dE_init");
+  const dc16 = o.dC16;
+  const dcInit = await ctx.pipeline(
+    dc16 ? dCInit16Wgsl(opts, dc16) : dCInitWgsl(opts),
+    dc16 ? `dC_init→${dc16}` : "dC_init",
+  );
+  const fill = target ? await ctx.pipeline(targetPairsWgsl(opts), "target_pairs") : undefined;
+  const scatter = target
+    ? await ctx.pipeline(
+      dc16 ? targetScatter16Wgsl(o.dtype, dc16, smooth) : targetScatterWgsl(o.dtype),
+      dc16 ? `target_scatter→${dc16}` : "target_scatter",
+    )
+    : undefined;
+  const sort = target ? await preparePairSort(ctx) : undefined;
+  const colsum = smooth ? await prepareColumnSum(ctx, { dtype: o.dtype }) : undefined;
+  const wsum = smooth
+    ? await prepareWeightedColumnSum(ctx, {
+      dtype: o.dtype,
+      weights: "vector",
+      ignoreIndex: opts.ignoreIndex,
+    })
+    : undefined;
+  const k = { o, target, smooth, softcap, deInit, dcInit };
+  return { ...k, coef, fill, scatter, sort, colsum, wsum };
+}
+
+/** The vectors of one record (f32, one shard each). */
+interface _Vectors {
+  /** Target coefficients a_n (β < 1). */
+  a?: DeviceTensor;
+  /** Σ_v C_v (β > 0, dE part). */
+  csum?: DeviceTensor;
+  /** −(β/|V|)·Σ_n w_n E_n (β > 0, dC part). */
+  rvec?: DeviceTensor;
+}
+
+/** Records the target coefficients a_n into `a`. */
+function _recordCoefficients(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, a: DeviceTensor) {
+  const coef = k.coef!;
+  const { e, c } = x;
+  const n = e.rows, d = e.cols;
+  const tg = x.targets.shards[0].buffer, wb = x.w.shards[0].buffer;
+  rec.pass("target coefficients", (p) => {
+    if (!k.softcap) {
+      const u = rec.uniform(new Uint32Array([n, 0, 0, 0]), "coef params");
+      p.dispatch(coef, rec.bindGroup(coef, [u, tg, wb, a.shards[0].buffer]), Math.ceil(n / 256));
+      return;
+    }
+    for (const es of e.shards) {
+      c.shards.forEach((cs, ci) => {
+        const u = rec.uniform(
+          new Uint32Array([es.rows, es.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
+          "coef params",
+        );
+        p.dispatch(
+          coef,
+          rec.bindGroup(coef, [u, es.buffer, cs.buffer, tg, wb, a.shards[0].buffer]),
+          Math.min(es.rows, 65535),
+        );
+      });
+    }
+  });
+}
+
+/** Records dE's exact terms: a_n·C_{t_n} + b_n·Σ_v C_v, per (dE shard, C shard). */
+function _recordDE(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, t: _Vectors) {
+  const { c, dE } = x;
+  const d = x.e.cols;
+  const tg = x.targets.shards[0].buffer, wb = x.w.shards[0].buffer, dummy = wb;
+  const deInit = k.deInit;
+  rec.pass("dE exact terms", (p) => {
+    for (const os of dE!.shards) {
+      c.shards.forEach((cs, ci) => {
+        if (ci > 0 && !k.target) return;
+        const u = rec.uniform(
+          new Uint32Array([os.rows, os.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
+          "dE init params",
+        );
+        const bufs = [
+          u,
+          cs.buffer,
+          tg,
+          t.a?.shards[0].buffer ?? dummy,
+          wb,
+          t.csum?.shards[0].buffer ?? dummy,
+          os.buffer,
+        ];
+        p.dispatch(deInit, rec.bindGroup(deInit, bufs), grid(os.rows * d, 256));
+      });
+    }
+  });
+}
+
+/** Records the target scatter dC_{t_n} += a_n·E_n (pairs sorted by target, runs in order). */
+function _recordScatter(
+  k: _Kernels,
+  ctx: GpuContext,
+  rec: Recorder,
+  x: GradCorrectionArgs,
+  t: _Vectors,
+) {
+  const { e, dC } = x;
+  const fill = k.fill!, scatter = k.scatter!, a = t.a!;
+  const n = e.rows, d = e.cols;
+  const tg = x.targets.shards[0].buffer, dummy = x.w.shards[0].buffer;
+  const count = paddedSortLength(n);
+  const pairs = ctx.createBuffer({ size: count * 8, role: "workspace", label: "target pairs" });
+  rec.pass("target pairs", (p) => {
+    const u = rec.uniform(new Uint32Array([n, count, 0, 0]), "pairs params");
+    p.dispatch(fill, rec.bindGroup(fill, [u, tg, pairs]), grid(count, 256));
+  });
+  k.sort!.record(rec, pairs, count, "target sort");
+  rec.pass("dC target scatter", (p) => {
+    e.shards.forEach((es, ei) => {
+      for (const ds of dC!.shards) {
+        const u = rec.uniform(
+          new Uint32Array([es.rows, es.rowStart, ds.rows, ds.rowStart, d, n, ei === 0 ? 1 : 0, 0]),
+          "scatter params",
+        );
+        const bufs = k.o.dC16
+          ? [u, pairs, a.shards[0].buffer, es.buffer, t.rvec?.shards[0].buffer ?? dummy, ds.buffer]
+          : [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer];
+        p.dispatch(scatter, rec.bindGroup(scatter, bufs), Math.min(n, 65535));
+      }
+    });
+  });
+  rec.release(pairs);
+}
+
+/** Records dC's smoothing row into every row of dC (overwriting it). */
+function _recordDCInit(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, t: _Vectors) {
+  const d = x.e.cols, dummy = x.w.shards[0].buffer, dcInit = k.dcInit;
+  rec.pass("dC smoothing term", (p) => {
+    for (const ds of x.dC!.shards) {
+      const u = rec.uniform(new Uint32Array([ds.rows, d, 0, 0]), "dC init params");
+      const bufs = [u, t.rvec?.shards[0].buffer ?? dummy, ds.buffer];
+      p.dispatch(dcInit, rec.bindGroup(dcInit, bufs), grid(ds.rows * d, 256));
+    }
+  });
+}
+
+/** Throws when the outputs do not match the prepared dtypes. */
+function _checkOutputs(k: _Kernels, x: GradCorrectionArgs): void {
+  const { dE, dC } = x;
+  const d = x.e.cols, dc16 = k.o.dC16;
+  const doE = x.part !== "dC", doC = x.part !== "dE";
+  if (
+    (doE && dE?.dtype !== "f32") || (doC && dC?.dtype !== (dc16 ?? "f32")) ||
+    (dc16 && d % 2 !== 0)
+  ) {
+    throw new RangeError(
+      `grad corrections: dE ${dE?.dtype}, dC ${dC?.dtype}, d ${d}; prepared for dC ${
+        dc16 ?? "f32"
+      }`,
+    );
+  }
+}
+
+/** Records the corrections' passes (see {@link PreparedGradCorrections.record}). */
+function _record(
+  k: _Kernels,
+  ctx: GpuContext,
+  rec: Recorder,
+  x: GradCorrectionArgs,
+): { coefficients?: DeviceTensor } {
+  _checkOutputs(k, x);
+  const { e, c, w, dE, dC } = x;
+  const { target, smooth, o } = k;
+  const n = e.rows, d = e.cols;
+  const doE = x.part !== "dC", doC = x.part !== "dE";
+  const vec = (rows: number, label: string) =>
+    createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
+  const t: _Vectors = {
+    a: target ? x.coefficients ?? vec(n, "target coefficients") : undefined,
+    csum: smooth && doE ? vec(d, "Σ_v C_v") : undefined,
+    rvec: smooth && doC ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined,
+  };
+  if (t.a && k.coef && !x.coefficients) _recordCoefficients(k, rec, x, t.a);
+  if (t.csum && k.colsum) k.colsum.record(rec, { c, out: t.csum });
+  if (t.rvec && k.wsum) {
+    const scale = -o.opts.beta / o.v;
+    k.wsum.record(rec, { x: e, weights: w, out: t.rvec, scale, partials: x.ePartials });
+  }
+  if (doE && dE) _recordDE(k, rec, x, t);
+  if (!doC || !dC) {
+    if (t.csum) rec.release(t.csum.shards[0].buffer);
+    return { coefficients: t.a };
+  }
+  _recordDCInit(k, rec, x, t);
+  if (t.a && k.fill && k.sort && k.scatter) _recordScatter(k, ctx, rec, x, t);
+  for (const v of [t.a, t.csum, t.rvec]) if (v) rec.release(v.shards[0].buffer);
+  return {};
+}
+
+/** Compiles the corrections for a problem. */
+export async function prepareGradCorrections(
+  ctx: GpuContext,
+  o: GradCorrectionsOptions,
+): Promise<PreparedGradCorrections> {
+  const k = await _kernels(ctx, o);
+  const { opts } = o;
+  return {
+    usesEPartials: k.smooth,
+    workspaceBytes: (eRows, d, cs, own) => gradCorrectionsWorkspaceBytes(opts, eRows, d, cs, own),
+    record: (rec, x) => _record(k, ctx, rec, x),
+  };
+}

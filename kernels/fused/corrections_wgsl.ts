@@ -1,0 +1,298 @@
+/**
+ * WGSL of the exact terms of the gradient (kernels/fused/corrections.ts): the target
+ * coefficients, dE's and dC's initial rows, the (target, token) pairs and the target scatter.
+ * @module
+ */
+import type { Dtype, LceOptions } from "../../core/options.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  loadF32,
+  lossConstants,
+  wgslStorageType,
+} from "../wgsl_common.ts";
+import { type Dtype16, wgslFrom16, wgslTo16 } from "../cast16.ts";
+
+const DOT_WG = 64;
+const SCATTER_WG = 128;
+
+/** Whether the target terms exist (β < 1) and the smoothing terms exist (β > 0). */
+export function correctionTerms(o: LceOptions): { target: boolean; smooth: boolean } {
+  return { target: o.targetTerm, smooth: o.smoothing };
+}
+
+/**
+ * WGSL of the target coefficients a_n = −w_n(1−β)·f'(z_t) without softcap (f' = 1): elementwise.
+ * Params: n. Bindings: params, targets, w, a.
+ */
+export function targetCoefPlainWgsl(o: LceOptions): string {
+  return `struct Params { n: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> targets: array<i32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> a: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let i = gid.x;
+  if (i >= P.n) { return; }
+  a[i] = select(-w[i] * ${f32Lit(1 - o.beta)}, 0.0, targets[i] == ${o.ignoreIndex});
+}
+`;
+}
+
+/**
+ * WGSL of the target coefficients with softcap: one workgroup per token recomputes
+ * z_t = softcap(E_n·C_{t_n}) when t_n lies in the bound C shard. Params: eRows, eR0, cRows, cR0,
+ * d, first (write 0 for ignored tokens). Bindings: params, e, c, targets, w, a.
+ */
+export function targetCoefSoftcapWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { eRows: u32, eR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> e: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(2) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(3) var<storage, read> targets: array<i32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read_write> a: array<f32>;
+${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
+var<workgroup> red: array<f32, ${DOT_WG}>;
+var<workgroup> s_t: i32;
+@compute @workgroup_size(${DOT_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var r = wg.x; r < P.eRows; r += nwg.x) {
+    let n = P.eR0 + r;
+    if (lid == 0u) { s_t = targets[n]; }
+    let t = workgroupUniformLoad(&s_t);
+    workgroupBarrier(); // s_t is rewritten by the next row
+    if (t == IGNORE) {
+      if (lid == 0u && P.first != 0u) { a[n] = 0.0; }
+      continue;
+    }
+    let tu = u32(t);
+    if (tu < P.cR0 || tu >= P.cR0 + P.cRows) { continue; }
+    var acc = 0.0;
+    for (var k = lid; k < P.d; k += ${DOT_WG}u) {
+      acc = fma(${loadF32("e", o.dtype, "r * P.d + k")}, ${
+    loadF32("c", o.dtype, "(tu - P.cR0) * P.d + k")
+  }, acc);
+    }
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var s = ${DOT_WG / 2}u; s > 0u; s >>= 1u) {
+      if (lid < s) { red[lid] += red[lid + s]; }
+      workgroupBarrier();
+    }
+    if (lid == 0u) { a[n] = -w[n] * (1.0 - BETA) * softcap_grad(softcap(red[0])); }
+    workgroupBarrier();
+  }
+}
+`;
+}
+
+/**
+ * WGSL initialising dE: dE_n = b_n·ΣC + a_n·C_{t_n} (the C row added by the dispatch of the C shard
+ * holding it). Params: rows, oR0 (dE shard), cRows, cR0, d, first. Bindings: params, c, targets, a,
+ * w, csum, dE.
+ */
+export function dEInitWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
+  const { target, smooth } = correctionTerms(o.opts);
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { rows: u32, oR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+@group(0) @binding(3) var<storage, read> a: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@group(0) @binding(5) var<storage, read> csum: array<f32>;
+@group(0) @binding(6) var<storage, read_write> de: array<f32>;
+${dtypeHelpers([{ name: "c", dtype: o.dtype }])}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let total = P.rows * P.d;
+  for (var i = gid.x; i < total; i += nwg.x * 256u) {
+    let r = i / P.d;
+    let k = i % P.d;
+    let n = P.oR0 + r;
+    let t = targets[n];
+    let inC = ${target ? "t != IGNORE && u32(t) >= P.cR0 && u32(t) < P.cR0 + P.cRows" : "false"};
+    var val = 0.0;
+    if (P.first != 0u) {
+      ${smooth ? "val = -(BETA / VOCAB) * w[n] * csum[k];" : ""}
+    } else {
+      val = de[i];
+    }
+    ${
+    target
+      ? `if (inC) { val = fma(a[n], ${loadF32("c", o.dtype, "(u32(t) - P.cR0) * P.d + k")}, val); }`
+      : ""
+  }
+    if (P.first != 0u || inC) { de[i] = val; }
+  }
+}
+`;
+}
+
+/** WGSL initialising dC: every row = r (or 0 when β = 0). Params: rows, d. Bindings: params, r, dC. */
+export function dCInitWgsl(o: LceOptions): string {
+  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> rvec: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dc: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let total = P.rows * P.d;
+  for (var i = gid.x; i < total; i += nwg.x * 256u) {
+    dc[i] = ${correctionTerms(o).smooth ? "rvec[i % P.d]" : "0.0"};
+  }
+}
+`;
+}
+
+/**
+ * WGSL initialising a packed 16-bit dC (d even: a word never straddles rows): every row = r
+ * rounded to nearest even (or 0 when β = 0); one thread per word. Params: rows, d. Bindings:
+ * params, r, dC.
+ */
+export function dCInit16Wgsl(o: LceOptions, dtype: Dtype16): string {
+  const smooth = correctionTerms(o).smooth;
+  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> rvec: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dc: array<u32>;
+${wgslTo16(dtype)}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let words = P.rows * P.d / 2u;
+  for (var i = gid.x; i < words; i += nwg.x * 256u) {
+    ${
+    smooth
+      ? "let k = (2u * i) % P.d; dc[i] = to16(rvec[k]) | (to16(rvec[k + 1u]) << 16u);"
+      : "dc[i] = 0u;"
+  }
+  }
+}
+`;
+}
+
+/**
+ * WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index).
+ * Params: n, count. Bindings: params, targets, pairs.
+ */
+export function targetPairsWgsl(o: LceOptions): string {
+  return `struct Params { n: u32, count: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> targets: array<i32>;
+@group(0) @binding(2) var<storage, read_write> pairs: array<vec2<u32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
+    var p = vec2<u32>(0xffffffffu, 0xffffffffu);
+    if (i < P.n) {
+      let t = targets[i];
+      p = vec2<u32>(select(u32(t), 0xffffffffu, t == ${o.ignoreIndex} || t < 0), i);
+    }
+    pairs[i] = p;
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
+ * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t. Params: eRows, eR0,
+ * dRows, dR0, d, n. Bindings: params, pairs, a, e, dC.
+ */
+export function targetScatterWgsl(dtype: Dtype): string {
+  return `${enableDirectives([dtype])}
+struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+@group(0) @binding(4) var<storage, read_write> dc: array<f32>;
+${dtypeHelpers([{ name: "e", dtype }])}
+@compute @workgroup_size(${SCATTER_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = wg.x; i < P.n; i += nwg.x) {
+    let key = pairs[i].x;
+    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+    for (var k = lid; k < P.d; k += ${SCATTER_WG}u) {
+      var acc = 0.0;
+      var hit = false;
+      for (var j = i; j < P.n; j++) {
+        let p = pairs[j];
+        if (p.x != key) { break; }
+        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
+          acc = fma(a[p.y], ${loadF32("e", dtype, "(p.y - P.eR0) * P.d + k")}, acc);
+          hit = true;
+        }
+      }
+      if (hit) {
+        let o = (key - P.dR0) * P.d + k;
+        dc[o] = dc[o] + acc;
+      }
+    }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the target scatter into a packed 16-bit dC (d even): as {@link targetScatterWgsl}, one
+ * thread per word (columns k, k + 1). The first E shard's dispatch (first ≠ 0) adds the run's sum to
+ * the f32 smoothing row r instead of the stored value, so a target row is rounded once (with E in
+ * one binding). Params: eRows, eR0, dRows, dR0, d, n, first. Bindings: params, pairs, a, e, r, dC.
+ */
+export function targetScatter16Wgsl(dtype: Dtype, out: Dtype16, smooth: boolean): string {
+  return `${enableDirectives([dtype])}
+struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, first: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+@group(0) @binding(4) var<storage, read> rvec: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dc: array<u32>;
+${dtypeHelpers([{ name: "e", dtype }])}
+${wgslTo16(out)}${wgslFrom16(out)}
+@compute @workgroup_size(${SCATTER_WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = wg.x; i < P.n; i += nwg.x) {
+    let key = pairs[i].x;
+    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+    for (var k = 2u * lid; k < P.d; k += ${2 * SCATTER_WG}u) {
+      var acc0 = 0.0;
+      var acc1 = 0.0;
+      var hit = false;
+      for (var j = i; j < P.n; j++) {
+        let p = pairs[j];
+        if (p.x != key) { break; }
+        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
+          let eo = (p.y - P.eR0) * P.d + k;
+          acc0 = fma(a[p.y], ${loadF32("e", dtype, "eo")}, acc0);
+          acc1 = fma(a[p.y], ${loadF32("e", dtype, "eo + 1u")}, acc1);
+          hit = true;
+        }
+      }
+      if (hit) {
+        let o = ((key - P.dR0) * P.d + k) >> 1u;
+        let old = dc[o];
+        var b0 = from16(old & 0xffffu);
+        var b1 = from16(old >> 16u);
+        if (P.first != 0u) { b0 = ${smooth ? "rvec[k]" : "0.0"}; b1 = ${
+    smooth ? "rvec[k + 1u]" : "0.0"
+  }; }
+        dc[o] = to16(b0 + acc0) | (to16(b1 + acc1) << 16u);
+      }
+    }
+  }
+}
+`;
+}

@@ -1,0 +1,518 @@
+/**
+ * The filter of the fused backward (kernels/fused/backward.ts) and what it decides before the
+ * gradient passes:
+ *
+ * - pass `filter` ({@link filterPassWgsl}): the grid covers every (token, vocab) tile pair with
+ *   the GEMM's fast tile (128×128 on hardware, covering several TT×VT backward tiles); each
+ *   workgroup recomputes its logits, tests g ≥ ε per element, and sets one bit per kept backward
+ *   tile in a zeroed mask of one bit per (token tile, vocab tile) (integer atomicOr: workgroups
+ *   share mask words); kept tiles are counted with an integer atomic (order-independent) for the
+ *   statistics. With the order decision it works in the own order and also records entry bits,
+ * - from which the `order decision` pass ({@link sortedMaskWgsl}, {@link orderSelectWgsl}) forms
+ *   the sorted order's mask and picks the order that keeps fewer tiles (below);
+ * - with dE splits, the `kept bounds` pass ({@link keptBoundsWgsl}) cuts each token tile's kept
+ *   tiles into S runs of equal count.
+ *
+ * Order decision (sorting with the filter, FusedBackwardOptions.decideOrder, default on).
+ * Sorting by mean logit gathers the rows that many tokens keep (LLM-like data: a Zipf head), but
+ * it scatters rows that are hot for *neighbouring tokens only*: on the `cce` recipe token n's
+ * peak is row n, so in the own order a token tile's hot rows fill one or two vocab tiles, and
+ * sorting spreads them over many (96.9% of tiles skipped instead of 99.95% at the paper's shape,
+ * and a 45% slower backward). The choice is made exactly, on the GPU, from the filter pass itself:
+ * the filter runs in the own order and, besides the own order's tile mask, records one bit per
+ * (token tile, vocabulary row) for "some token of the tile keeps this entry" (tT·|V|/8 bytes: 2 MB
+ * at the paper's shape, held in dC's output storage, which is written only after dE). A small
+ * pass forms the sorted order's tile mask from these bits (a tile is kept when any of its rows
+ * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps at least 5% fewer
+ * tiles than the own order ({@link SORT_MARGIN}: C read through the permutation costs a little
+ * per tile), else the order is reset to the identity. The dE and dC
+ * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
+ * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
+ * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
+ * non-zero word), and tT·(|V|/VT) lookups of VT bits each (the sorted mask, ~16 M bit reads).
+ * The kept-tile count is the right proxy: the dE and dC work is proportional to the kept tiles,
+ * and the filter's cost does not depend on the order.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import type { DeviceTensor } from "../../gpu/tensor.ts";
+import { GpuError } from "../../core/errors.ts";
+import type { Dtype, LceOptions } from "../../core/options.ts";
+import {
+  type AccSlot,
+  accSlots,
+  gemmShared,
+  gemmThreadCoords,
+  type GemmTile,
+  TILE_HW,
+  tileThreads,
+  validateTile,
+} from "../gemm_codegen.ts";
+import {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  lossConstants,
+  wgslStorageType,
+} from "../wgsl_common.ts";
+import { backwardGemmTiles, type BackwardTile, type TileSegment } from "./backward_plan.ts";
+import {
+  colKey,
+  gradValue,
+  laneValues,
+  logitsMainloop,
+  rowKey,
+  tileLanes,
+  WgslBindings,
+} from "./backward_wgsl.ts";
+
+/** Options of {@link filterPassWgsl}. */
+export interface FilterPassKernelOptions {
+  /** The backward tile: the mask has one bit per (TT tokens, VT vocab) tile. */
+  tile: BackwardTile;
+  /** GEMM tile of the filter pass; its bm and bn are multiples of TT and VT (≤ 32 tiles each). */
+  filterTile: GemmTile;
+  dtype: Dtype;
+  opts: LceOptions;
+  v: number;
+  eps: number;
+  sort: boolean;
+  /**
+   * Also record, per token tile and vocabulary row, whether any of the tile's tokens keeps the
+   * entry (g ≥ ε): one bit per (token tile, row) in `hot` (row-major, P.hotWords words per token
+   * tile, zeroed beforehand; integer atomicOr). The pass then works in the vocabulary's own order
+   * (`sort` must be false): {@link sortedMaskWgsl} derives the sorted order's mask from the bits.
+   */
+  entryBits?: boolean;
+  /**
+   * E and C bound as 16-byte vectors and read 16 bytes at a time along k (only where
+   * vecLoadsFit(filterTile, dtype, d) holds: the caller's promise).
+   */
+  vecLoads?: boolean;
+}
+
+/** What the filter pass's pieces are decided from (one place per switch). */
+interface _FilterShape {
+  o: FilterPassKernelOptions;
+  t: GemmTile;
+  TT: number;
+  VT: number;
+  /** Backward tiles per filter tile along tokens and vocabulary. */
+  subT: number;
+  subV: number;
+  /** Entry bits recorded ({@link FilterPassKernelOptions.entryBits}). */
+  hot: boolean;
+  vec: boolean;
+  /** Words of the workgroup's entry bits per token sub-tile (columns v0 … v0 + bn − 1). */
+  HW: number;
+}
+
+function _filterShape(o: FilterPassKernelOptions): _FilterShape {
+  const t = o.filterTile;
+  validateTile(t);
+  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const subT = t.bm / TT, subV = t.bn / VT;
+  if (!Number.isInteger(subT) || !Number.isInteger(subV) || subT * subV > 32) {
+    throw new RangeError(`filter tile ${JSON.stringify(t)} does not cover whole backward tiles`);
+  }
+  const hot = o.entryBits === true;
+  if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
+  return { o, t, TT, VT, subT, subV, hot, vec: o.vecLoads === true, HW: t.bn / 32 + 1 };
+}
+
+/** Bindings: params, e, c, lse, w, [perm], mask, counter, [hot]. */
+function _filterBindings(s: _FilterShape): string {
+  const b = new WgslBindings();
+  const vst = wgslStorageType(s.o.dtype, s.vec);
+  b.add("uniform> P: Params");
+  b.add(`storage, read> e: array<${vst}>`);
+  b.add(`storage, read> c: array<${vst}>`);
+  b.add("storage, read> lse: array<f32>");
+  b.add("storage, read> w: array<f32>");
+  if (s.o.sort) b.add("storage, read> perm: array<u32>");
+  b.add("storage, read_write> mask: array<atomic<u32>>");
+  b.add("storage, read_write> counter: array<atomic<u32>>");
+  if (s.hot) b.add("storage, read_write> hot: array<atomic<u32>>");
+  return b.toString();
+}
+
+/** The entry bit of slot `x` in the workgroup's bit set (with entry bits only). */
+function _entryBit(s: _FilterShape, x: AccSlot): string {
+  if (!s.hot) return "";
+  return ` let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
+}
+
+/** The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). */
+function _filterTest(s: _FilterShape): string {
+  const slots = accSlots(s.t);
+  const lanes = tileLanes(slots);
+  const test = slots.map((x) => {
+    const r = rowKey(x), c = colKey(x);
+    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
+      gradValue(s.o.opts, "z", `tl_${r}`)
+    }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));${
+      _entryBit(s, x)
+    } } }`;
+  });
+  return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test].join("\n  ");
+}
+
+/** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
+function _entryBitsFlush(s: _FilterShape): string {
+  if (!s.hot) return "";
+  return `if (lid < ${s.subT * s.HW}u) {
+    let word = atomicLoad(&s_hot[lid]);
+    let ts = t0 + (lid / ${s.HW}u) * ${s.TT}u;
+    if (word != 0u && ts < P.tE) {
+      let row = P.tBase + (ts - P.tS) / ${s.TT}u;
+      atomicOr(&hot[row * P.hotWords + (v0 >> 5u) + lid % ${s.HW}u], word);
+    }
+  }`;
+}
+
+/** The kept backward tiles' bits set in the mask and counted (thread 0). */
+function _keptTilesFlush(s: _FilterShape): string {
+  return `if (lid == 0u) {
+    let flags = atomicLoad(&s_any);
+    var kept = 0u;
+    for (var a = 0u; a < ${s.subT}u; a++) {
+      let ts = t0 + a * ${s.TT}u;
+      if (ts >= P.tE) { break; }
+      for (var b = 0u; b < ${s.subV}u; b++) {
+        let vs = v0 + b * ${s.VT}u;
+        if (vs >= P.vE) { break; }
+        let bit = (flags >> (a * ${s.subV}u + b)) & 1u;
+        if (bit != 0u) {
+          let mi = (P.tBase + (ts - P.tS) / ${s.TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${s.VT}u;
+          atomicOr(&mask[mi >> 5u], 1u << (mi & 31u));
+        }
+        kept += bit;
+      }
+    }
+    if (kept != 0u) { atomicAdd(&counter[0], kept); }
+  }`;
+}
+
+/**
+ * WGSL of the filter pass: one workgroup per filter tile (bm tokens × bn vocab, the GEMM's fast
+ * tile) computes the logits, tests g = p·f' + (β/|V|)(z/s)² ≥ ε per element (only for tokens with
+ * w_n ≠ 0), ORs the verdicts of the (bm/TT)·(bn/VT) backward tiles it covers into a workgroup
+ * atomic bit set, sets the kept tiles' bits of the zeroed mask (integer atomicOr: several
+ * workgroups share a mask word, and OR does not depend on their order) and counts the kept ones
+ * (integer atomic).
+ * Params: tS, tE, eR0, vS, vE, cR0, d, tBase, vBase, vTotal. Bindings: params, e, c, lse, w,
+ * [perm], mask, counter.
+ */
+export function filterPassWgsl(o: FilterPassKernelOptions): string {
+  const s = _filterShape(o);
+  const { t, hot, vec } = s;
+  const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+const EPS: f32 = ${f32Lit(o.eps)};
+struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
+  vBase: u32, vTotal: u32, hotWords: u32, _b: u32 };
+${_filterBindings(s)}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${gemmShared({ tile: t })}
+var<workgroup> s_any: atomic<u32>;
+${hot ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  let t0 = P.tS + wg.x * ${t.bm}u;
+  let v0 = P.vS + wg.y * ${t.bn}u;
+  if (lid == 0u) { atomicStore(&s_any, 0u); }
+  ${hot ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
+  ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
+  ${_filterTest(s)}
+  if (bits != 0u) { atomicOr(&s_any, bits); }
+  workgroupBarrier();
+  ${_entryBitsFlush(s)}
+  ${_keptTilesFlush(s)}
+}
+`;
+}
+
+/**
+ * The filter pass's GEMM tile: the plain product's fastest tile on hardware adapters
+ * ({@link TILE_HW}: 128×128, 16-byte loads where d allows, [k][row] staging) when TT and VT divide
+ * 128, else the dE pass's own tile.
+ */
+export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
+  if (!ctx.report.isFallbackAdapter && 128 % bt.tokens === 0 && 128 % bt.vocab === 0) {
+    return TILE_HW;
+  }
+  return backwardGemmTiles(bt).dE;
+}
+
+/**
+ * WGSL of the balanced dE splits: one workgroup per token tile counts the kept tiles of its mask
+ * row (K), and writes S + 1 bounds: b_0 = 0, b_S = vTotal, and b_s = the global vocab tile index
+ * of its kept tile of rank ⌊s·K/S⌋ (vTotal when there is none), so split s walks the tiles [b_s,
+ * b_{s+1}) holding ⌊(s+1)·K/S⌋ − ⌊s·K/S⌋ kept tiles. Integer counts and a fixed-order
+ * workgroup scan: deterministic. Params: vTotal. Bindings: params, mask, bounds. Grid: tTotal.
+ */
+export function keptBoundsWgsl(splits: number): string {
+  const S = splits;
+  return `struct Params { vTotal: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> mask: array<u32>;
+@group(0) @binding(2) var<storage, read_write> bounds: array<u32>;
+var<workgroup> s_scan: array<u32, 256>;
+fn bit(i: u32) -> u32 { return (mask[i >> 5u] >> (i & 31u)) & 1u; }
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  let r = wg.x;
+  let row = r * P.vTotal;
+  let per = (P.vTotal + 255u) / 256u;
+  let a = min(lid * per, P.vTotal);
+  let b = min(a + per, P.vTotal);
+  var cnt = 0u;
+  for (var j = a; j < b; j++) { cnt += bit(row + j); }
+  s_scan[lid] = cnt;
+  workgroupBarrier();
+  for (var off = 1u; off < 256u; off = off << 1u) {
+    var x = 0u;
+    if (lid >= off) { x = s_scan[lid - off]; }
+    workgroupBarrier();
+    s_scan[lid] = s_scan[lid] + x;
+    workgroupBarrier();
+  }
+  let incl = s_scan[lid];
+  let excl = incl - cnt;
+  let K = s_scan[255];
+  let o = r * ${S + 1}u;
+  if (lid == 0u) {
+    bounds[o] = 0u;
+    bounds[o + ${S}u] = P.vTotal;
+  }
+  for (var s = 1u; s < ${S}u; s++) {
+    let rank = (s * K) / ${S}u;
+    if (rank >= K) {
+      if (lid == 0u) { bounds[o + s] = P.vTotal; }
+    } else if (excl <= rank && rank < incl) {
+      var seen = excl;
+      for (var j = a; j < b; j++) {
+        if (bit(row + j) != 0u) {
+          if (seen == rank) { bounds[o + s] = j; break; }
+          seen += 1u;
+        }
+      }
+    }
+  }
+}
+`;
+}
+
+/**
+ * WGSL of the sorted order's mask, from the filter's entry bits (see
+ * {@link FilterPassKernelOptions.entryBits}): one thread per (token tile, vocab tile of the sorted
+ * order in one segment) keeps the tile when any of its rows perm[p] has its bit set for the token
+ * tile; sets the tile's bit in the zeroed `maskS` and counts the kept tiles in counter[1] (integer
+ * atomics). Params: vS, vE, vBase, vTotal, tTotal, hotWords, tiles (of the segment). Bindings:
+ * params, perm, hot, maskS, counter. Grid: (⌈tiles/64⌉, tTotal).
+ */
+export function sortedMaskWgsl(tile: BackwardTile): string {
+  return `struct Params { vS: u32, vE: u32, vBase: u32, vTotal: u32, tTotal: u32, hotWords: u32,
+  tiles: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> perm: array<u32>;
+@group(0) @binding(2) var<storage, read> hot: array<u32>;
+@group(0) @binding(3) var<storage, read_write> maskS: array<atomic<u32>>;
+@group(0) @binding(4) var<storage, read_write> counter: array<atomic<u32>>;
+var<workgroup> s_count: atomic<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  if (lid == 0u) { atomicStore(&s_count, 0u); }
+  workgroupBarrier();
+  let j = wg.x * 64u + lid;
+  let r = wg.y;
+  if (j < P.tiles) {
+    let p0 = P.vS + j * ${tile.vocab}u;
+    let p1 = min(p0 + ${tile.vocab}u, P.vE);
+    var kept = false;
+    for (var p = p0; p < p1; p++) {
+      let row = perm[p];
+      if (((hot[r * P.hotWords + (row >> 5u)] >> (row & 31u)) & 1u) != 0u) { kept = true; break; }
+    }
+    if (kept) {
+      let mi = r * P.vTotal + P.vBase + j;
+      atomicOr(&maskS[mi >> 5u], 1u << (mi & 31u));
+      atomicAdd(&s_count, 1u);
+    }
+  }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let k = atomicLoad(&s_count);
+    if (k != 0u) { atomicAdd(&counter[1], k); }
+  }
+}
+`;
+}
+
+/**
+ * The order decision's margin [a, b]: the sorted order is used when it keeps fewer than a/b of
+ * the own order's tiles (5% fewer). Reading C through the permutation scatters its rows, and the
+ * sort itself takes time, so a tie-level gain is not worth it (on lavapipe, `llm` fixture at
+ * 1024×8192×64, a sorted order keeping 0.7% fewer tiles ran the dE pass 30% slower; on the H200
+ * at 4096×24,576×2304 sorting keeps 8.6% fewer tiles and was 13% faster).
+ */
+export const SORT_MARGIN: readonly [number, number] = [19, 20];
+
+/** Whether the order decision takes the sorted order, from the two kept-tile counts. */
+export function sortedOrderWins(ownKept: number, sortedKept: number): boolean {
+  return SORT_MARGIN[1] * sortedKept < SORT_MARGIN[0] * ownKept;
+}
+
+/**
+ * WGSL of the order decision: the sorted order is kept when it keeps fewer tiles than the own
+ * order by the margin ({@link sortedOrderWins}, counts counter[0] of the filter pass and
+ * counter[1] of {@link sortedMaskWgsl}); then mask = maskS, else perm = identity (mask stays the
+ * own order's). Params: maskWords, v. Bindings: params, counter, maskS, mask, perm.
+ */
+export function orderSelectWgsl(): string {
+  return `struct Params { maskWords: u32, v: u32, _a: u32, _b: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> counter: array<u32>;
+@group(0) @binding(2) var<storage, read> maskS: array<u32>;
+@group(0) @binding(3) var<storage, read_write> mask: array<u32>;
+@group(0) @binding(4) var<storage, read_write> perm: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let sorted = ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0];
+  for (var i = gid.x; i < max(P.maskWords, P.v); i += nwg.x * 256u) {
+    if (sorted) {
+      if (i < P.maskWords) { mask[i] = maskS[i]; }
+    } else if (i < P.v) {
+      perm[i] = i;
+    }
+  }
+}
+`;
+}
+
+/** Buffers and layout shared by the filter's record functions. */
+export interface FilterRecordOptions {
+  rec: Recorder;
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** Token and vocabulary segments ({@link TileSegment}) and the tiles in all. */
+  tok: TileSegment[];
+  voc: TileSegment[];
+  tTotal: number;
+  vTotal: number;
+  /** The tile mask (zeroed) and the kept-tile counters (zeroed). */
+  mask: TrackedBuffer;
+  counter: TrackedBuffer;
+  /** Words of entry bits per token tile (⌈|V|/32⌉). */
+  hotWords: number;
+}
+
+/**
+ * Records pass `filter`: one dispatch per (vocab segment, token segment), x = token tiles
+ * (neighbouring workgroups share a C tile, so C streams from memory about once while E stays in
+ * cache). `perm` is bound when the pass works in the sorted order, `hot` with entry bits.
+ */
+export function recordFilterPass(
+  o: FilterRecordOptions & {
+    pipeline: GPUComputePipeline;
+    filterTile: GemmTile;
+    lse: TrackedBuffer;
+    w: TrackedBuffer;
+    d: number;
+    perm?: TrackedBuffer;
+    hot?: TrackedBuffer;
+  },
+): void {
+  const { rec, e, c, filterTile, pipeline } = o;
+  rec.pass("fused backward filter", (p) => {
+    for (const vs of o.voc) {
+      const cs = c.shardOf(vs.start);
+      const gVoc = Math.ceil((vs.end - vs.start) / filterTile.bn);
+      for (const ts of o.tok) {
+        const es = e.shardOf(ts.start);
+        const gTok = Math.ceil((ts.end - ts.start) / filterTile.bm);
+        if (gVoc > 65535 || gTok > 65535) {
+          throw new GpuError("limits", `fused backward: filter grid ${gTok}×${gVoc}`);
+        }
+        const u = rec.uniform(
+          new Uint32Array([
+            ts.start,
+            ts.end,
+            es.rowStart,
+            vs.start,
+            vs.end,
+            cs.rowStart,
+            o.d,
+            ts.base,
+            vs.base,
+            o.vTotal,
+            o.hotWords,
+            0,
+          ]),
+          "filter params",
+        );
+        const bufs: TrackedBuffer[] = [u, es.buffer, cs.buffer, o.lse, o.w];
+        if (o.perm) bufs.push(o.perm);
+        bufs.push(o.mask, o.counter);
+        if (o.hot) bufs.push(o.hot);
+        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), gTok, gVoc);
+      }
+    }
+  });
+}
+
+/**
+ * Records the `order decision`: the sorted order's mask `maskS` (zeroed) from the entry bits
+ * `hot`, then the choice ({@link orderSelectWgsl}): mask = maskS, or perm = identity.
+ */
+export function recordOrderDecision(
+  o: FilterRecordOptions & {
+    sortedMask: GPUComputePipeline;
+    orderSelect: GPUComputePipeline;
+    v: number;
+    perm: TrackedBuffer;
+    hot: TrackedBuffer;
+    maskS: TrackedBuffer;
+    /** Bytes of the mask. */
+    maskSize: number;
+  },
+): void {
+  const { rec, sortedMask, orderSelect, perm, hot, maskS, mask, counter } = o;
+  rec.pass("fused backward order decision", (p) => {
+    for (const vs of o.voc) {
+      const u = rec.uniform(
+        new Uint32Array([vs.start, vs.end, vs.base, o.vTotal, o.tTotal, o.hotWords, vs.tiles, 0]),
+        "sorted mask params",
+      );
+      const bufs = [u, perm, hot, maskS, counter];
+      p.dispatch(sortedMask, rec.bindGroup(sortedMask, bufs), Math.ceil(vs.tiles / 64), o.tTotal);
+    }
+    const words = o.maskSize / 4;
+    const u = rec.uniform(new Uint32Array([words, o.v, 0, 0]), "order select params");
+    const bufs = [u, counter, maskS, mask, perm];
+    p.dispatch(
+      orderSelect,
+      rec.bindGroup(orderSelect, bufs),
+      Math.min(Math.ceil(Math.max(words, o.v) / 256), 65535),
+    );
+  });
+}
+
+/** Records the `kept bounds` pass ({@link keptBoundsWgsl}) into `bounds`. */
+export function recordKeptBounds(o: {
+  rec: Recorder;
+  pipeline: GPUComputePipeline;
+  mask: TrackedBuffer;
+  bounds: TrackedBuffer;
+  tTotal: number;
+  vTotal: number;
+}): void {
+  const { rec, pipeline } = o;
+  rec.pass("fused backward kept bounds", (p) => {
+    const u = rec.uniform(new Uint32Array([o.vTotal, 0, 0, 0]), "kept bounds params");
+    p.dispatch(pipeline, rec.bindGroup(pipeline, [u, o.mask, o.bounds]), o.tTotal);
+  });
+}

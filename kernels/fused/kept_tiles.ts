@@ -1,0 +1,599 @@
+/**
+ * The gradient passes of the fused backward (kernels/fused/backward.ts): they recompute the logits
+ * of the tiles the filter keeps (every tile without it) and add their products into dE and dC, each
+ * output element owned by one workgroup.
+ *
+ * - pass `dE` ({@link tilePassWgsl}, kind "dE"): one workgroup owns a *row slice* of a token tile
+ *   (TT/R tokens, R "row slices" per backward tile) and one split, and walks its vocab tiles in
+ *   order, 32 mask bits at a time (jumping to the next kept tile: a skipped tile costs no barrier);
+ *   for the tiles the mask keeps (the bit of the backward tile holding the slice: conservative for
+ *   the slice, so still exact) it recomputes the slice's logits, forms P and adds P·C[vocab tile,
+ *   :] into its dE rows, d in chunks of VT columns. The splits are the grid's y dimension (one
+ *   dispatch, so they run side by side: dispatches writing one buffer would be ordered one after
+ *   the other); split s accumulates into part s of the f32 slabs (part 0 holds the exact terms with
+ *   a 16-bit output; the other parts, and all with an f32 output, start at zero; one split into f32
+ *   accumulates into dE itself). With the filter the splits are runs of equal kept-tile counts
+ *   (balanced however the kept tiles cluster), without it S contiguous ranges of vocab tiles.
+ * - the partials are added to dE in split order, and dE is cast to its 16-bit output.
+ * - after dC's exact terms, pass `dC` ({@link tilePassWgsl}, kind "dC"): one workgroup owns a vocab
+ *   tile (VT classifier rows, in sorted order when sorting) and walks the token tiles in order; for
+ *   each tile the mask keeps (every tile without the filter) it recomputes the VT×TT logits with
+ *   the generated GEMM over d, forms Pᵀ in registers, stages it in workgroup memory and adds
+ *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks of TT columns (read-modify-write: the
+ *   rows belong to this workgroup only).
+ *
+ * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape with
+ * 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need n·d·4
+ * bytes of partials per split (302 MB at the paper's shape for S = 4), which live in dC's storage
+ * while dE is formed (see "Gradient dtype" in kernels/fused/backward.ts), so they cost no workspace
+ * where |V| ≥ 2·S·n ({@link dESlabsFitDC}).
+ * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all: the
+ * slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each slice
+ * recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read by R
+ * workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup has
+ * fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
+ * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once per
+ * column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the splits
+ * first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256 workgroups of the
+ * full 8×4-per-thread tile; before the slabs moved into dC's storage it was S = 1, R = 4, measured
+ * 64.9 ms on the H200), as many as dC's storage holds, then row slices
+ * ({@link defaultDERowSlices}); without the filter S = 4 (R = 1, {@link defaultDESplits}).
+ * @module
+ */
+import type { TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import type { DeviceTensor } from "../../gpu/tensor.ts";
+import type { Dtype, LceOptions } from "../../core/options.ts";
+import {
+  accSlots,
+  accVecs,
+  gemmMainloop,
+  gemmThreadCoords,
+  type GemmTile,
+  tileThreads,
+  validateTile,
+} from "../gemm_codegen.ts";
+import { dtypeHelpers, enableDirectives, lossConstants, wgslStorageType } from "../wgsl_common.ts";
+import { type Dtype16, wgslFrom16, wgslTo16 } from "../cast16.ts";
+import {
+  backwardGemmTiles,
+  backwardGradTiles,
+  backwardStaging,
+  type BackwardTile,
+  type DESlab,
+  dESliceTile,
+  type TileSegment,
+} from "./backward_plan.ts";
+import {
+  colKey,
+  gradValue,
+  laneValues,
+  logitsMainloop,
+  rowKey,
+  tileLanes,
+  WgslBindings,
+} from "./backward_wgsl.ts";
+
+/** Options of {@link tilePassWgsl}. */
+export interface TilePassKernelOptions {
+  /**
+   * `dC`: a workgroup owns a vocab tile; `dE`: owns a row slice of a token tile (see
+   * {@link TilePassKernelOptions.rowSlices}).
+   */
+  kind: "dC" | "dE";
+  tile: BackwardTile;
+  /**
+   * dE only: row slices per TT-token backward tile (default 1): a workgroup owns TT/rowSlices
+   * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
+   */
+  rowSlices?: number;
+  /**
+   * dE only: splits S (default 1), the grid's y dimension (split = workgroup_id.y, so that the
+   * splits of one dispatch run side by side: separate dispatches writing one buffer are ordered).
+   * Split s walks vocab tiles [⌊s·T/S⌋, ⌊(s+1)·T/S⌋) of the segment's T = P.hi tiles, or with
+   * `balanced` the range from `bounds`, and accumulates into rows (row − P.oR0 + s·P.sRows) of
+   * its output binding (the slab part s).
+   */
+  splits?: number;
+  /**
+   * dE with the filter only: the splits cut each token tile's *kept* tiles into S equal counts
+   * ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then binds
+   * `bounds` after the mask.
+   */
+  balanced?: boolean;
+  dtype: Dtype;
+  opts: LceOptions;
+  /** Vocabulary size |V|. */
+  v: number;
+  /** Filter threshold ε, or null for no filter. */
+  eps: number | null;
+  /** Address classifier rows through the permutation `perm`. */
+  sort: boolean;
+  /**
+   * E and C bound as 16-byte vectors, the logits product reading 16 bytes along k (bf16 only, and
+   * only where vecLoadsFit(tile with vec, "bf16", d) holds: the caller's promise).
+   */
+  vecLoads?: boolean;
+  /**
+   * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
+   * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
+   * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
+   */
+  out16?: Dtype16;
+}
+
+/** What the tile pass's pieces are decided from (one place per switch). */
+interface _TileShape {
+  o: TilePassKernelOptions;
+  dE: boolean;
+  slices: number;
+  TT: number;
+  VT: number;
+  /** Logits and gradient-product GEMM tiles. */
+  t: GemmTile;
+  gt: GemmTile;
+  filter: boolean;
+  vec: boolean;
+  /** dC only: the packed 16-bit output. */
+  out16?: Dtype16;
+  nSplits: number;
+  balanced: boolean;
+  /** The dE pass with the filter walks its mask row 32 bits at a time. */
+  wordWalk: boolean;
+  /** WGSL of the owned tile's token tile index. */
+  tokTile: string;
+}
+
+function _tileShape(o: TilePassKernelOptions): _TileShape {
+  const dE = o.kind === "dE";
+  const slices = dE ? o.rowSlices ?? 1 : 1;
+  const tile = dE ? dESliceTile(o.tile, slices) : o.tile;
+  const t = backwardGemmTiles(tile)[o.kind];
+  const gt = backwardGradTiles(tile)[o.kind];
+  validateTile(t);
+  validateTile(gt);
+  const filter = o.eps !== null;
+  // bf16 with d a multiple of 8: E and C bound as 16-byte vectors, the logits product loads 16
+  // bytes along k; the gradient product's scalar loads read them through bf16_e/bf16_c
+  const vec = o.vecLoads === true;
+  if (vec && o.dtype !== "bf16") throw new RangeError("tile pass: vector loads only for bf16");
+  const nSplits = dE ? o.splits ?? 1 : 1;
+  return {
+    o,
+    dE,
+    slices,
+    TT: tile.tokens,
+    VT: tile.vocab,
+    t,
+    gt,
+    filter,
+    vec,
+    out16: !dE ? o.out16 : undefined,
+    nSplits,
+    balanced: dE && filter && o.balanced === true && nSplits > 1,
+    // The dE pass walks a row of the mask (consecutive bits): it reads 32 tiles' bits at once and
+    // jumps to the next kept tile, so a skipped tile costs no barrier (the dC pass walks a column:
+    // one bit per token tile, a few dozen at most).
+    wordWalk: filter && dE,
+    tokTile: dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it",
+  };
+}
+
+/** Bindings: params, e, c, out, lse, w, [perm], [mask], [bounds]. */
+function _tileBindings(s: _TileShape): string {
+  const b = new WgslBindings();
+  const st = wgslStorageType(s.o.dtype, s.vec);
+  b.add("uniform> P: Params");
+  b.add(`storage, read> e: array<${st}>`);
+  b.add(`storage, read> c: array<${st}>`);
+  b.add(`storage, read_write> outp: array<${s.out16 ? "u32" : "f32"}>`);
+  b.add("storage, read> lse: array<f32>");
+  b.add("storage, read> w: array<f32>");
+  if (s.o.sort) b.add("storage, read> perm: array<u32>");
+  if (s.filter) b.add("storage, read> mask: array<u32>");
+  if (s.balanced) b.add("storage, read> bounds: array<u32>");
+  return b.toString();
+}
+
+/**
+ * Vocabulary rows: sorted, the vocab tile's rows perm[v0 … v0 + VT) are read once per tile into
+ * s_rows (every C load of the products would otherwise read perm again); x is in
+ * [v0, min(v0 + VT, vE)). `loadRows` fills s_rows (empty without sorting).
+ */
+function _vocabRows(s: _TileShape) {
+  const vrow = (x: string) => (s.o.sort ? `s_rows[(${x}) - v0]` : `(${x})`);
+  const crow = (x: string) => `(${vrow(x)} - P.cR0)`;
+  const loadRows = s.o.sort
+    ? `for (var i = lid; i < ${s.VT}u; i += ${
+      tileThreads(s.t)
+    }u) { s_rows[i] = perm[min(v0 + i, P.vE - 1u)]; }
+      workgroupBarrier();`
+    : "";
+  return { vrow, crow, loadRows };
+}
+
+/** Lane values, w_n·g per logit, and P staged in workgroup memory. */
+function _tileEpilogue(s: _TileShape): string {
+  const slots = accSlots(s.t);
+  const lanes = tileLanes(slots);
+  const [tok, voc] = s.dE ? [lanes.rows, lanes.cols] : [lanes.cols, lanes.rows];
+  const [tokKey, vocKey] = s.dE ? [rowKey, colKey] : [colKey, rowKey];
+  const epilogue = slots.map((x) => {
+    const tk = tokKey(x), vk = vocKey(x);
+    return `{ let z = softcap(${x.expr}); var g = 0.0;
+        if (tw_${tk} != 0.0 && vv_${vk}) { g = ${gradValue(s.o.opts, "z", `tl_${tk}`)}; }
+        ${x.expr} = tw_${tk} * g; }`;
+  });
+  const stage = slots.map((x) => `Ps[${x.row} * ${s.t.bn}u + ${x.col}] = ${x.expr};`);
+  return [...laneValues(tok, voc), ...epilogue, ...stage].join("\n      ");
+}
+
+/** Per output row lane: ov_ (inside the segment) and ob_ (its offset in the output binding). */
+function _outRows(s: _TileShape, vrow: (x: string) => string): string {
+  return tileLanes(accSlots(s.t)).rows.map((l) =>
+    s.dE
+      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
+      : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
+        vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
+      } - P.oR0) * P.d, ov_${l.key});`
+  ).join("\n    ");
+}
+
+/**
+ * The gradient product's read-modify-write of the output: f32, or packed 16-bit pairs (c, c + 1),
+ * c even: the word (ob + col)/2 holds both (ob and col are even, so col < d implies col + 1 < d).
+ */
+function _readModifyWrite(s: _TileShape): string {
+  const gSlots = accSlots(s.gt);
+  if (s.out16) {
+    return gSlots.filter((x) => x.comp % 2 === 0).map((x) => {
+      const hi = gSlots.find((y) => y.vec === x.vec && y.comp === x.comp + 1)!;
+      return `{ let col = dc + ${x.col}; if (ov_${rowKey(x)} && col < P.d) { let wi = (ob_${
+        rowKey(x)
+      } + col) >> 1u; let old = outp[wi]; outp[wi] = to16(from16(old & 0xffffu) + ${x.expr}) | (to16(from16(old >> 16u) + ${hi.expr}) << 16u); } }`;
+    }).join("\n        ");
+  }
+  return gSlots.map((x) =>
+    `{ let col = dc + ${x.col}; if (ov_${rowKey(x)} && col < P.d) { let i = ob_${
+      rowKey(x)
+    } + col; outp[i] = outp[i] + ${x.expr}; } }`
+  ).join("\n        ");
+}
+
+/** The gradient product: P·C chunk (dE) or Pᵀ·E chunk (dC), columns [dc, dc + gt.bn). */
+function _gradProduct(s: _TileShape, crow: (x: string) => string): string {
+  return gemmMainloop({
+    tile: s.gt,
+    a: { dtype: "f32", contig: "k" },
+    b: { dtype: s.o.dtype, contig: "mn" },
+    aBuf: "Ps",
+    bBuf: s.dE ? "c" : "e",
+    M: `${s.t.bm}u`,
+    N: "P.d",
+    K: "kv",
+    m0: "0u",
+    n0: "dc",
+    aOff: "0u",
+    sAm: `${s.t.bn}u`,
+    sAk: "1u",
+    bOff: s.dE ? `${crow("v0 + k")} * P.d` : "(t0 + k - P.eR0) * P.d",
+    sBn: "1u",
+    sBk: "0u",
+  }, false);
+}
+
+/**
+ * dE: the split's range [lo_, hi_) of the segment's vocab tiles: with balanced splits from
+ * `bounds` (global tile indices, clamped to the segment), else the split's share of P.hi.
+ */
+function _splitRange(s: _TileShape): string {
+  if (s.balanced) {
+    return `if (lid == 0u) {
+      let b = (P.tBase + ${s.tokTile}) * ${s.nSplits + 1}u + split;
+      let lo = min(max(bounds[b], P.vBase), P.vBase + P.hi) - P.vBase;
+      s_range = vec2<u32>(lo, min(max(bounds[b + 1u], P.vBase), P.vBase + P.hi) - P.vBase);
+    }
+    let rg = workgroupUniformLoad(&s_range);
+    workgroupBarrier(); // s_range is rewritten by the next owned tile
+    let lo_ = rg.x;
+    let hi_ = rg.y;`;
+  }
+  return s.nSplits > 1
+    ? `let lo_ = (split * P.hi) / ${s.nSplits}u;\n    let hi_ = ((split + 1u) * P.hi) / ${s.nSplits}u;`
+    : "let lo_ = P.lo;\n    let hi_ = P.hi;";
+}
+
+/** The walk over the tiles of the owned row or column, up to the kept tile's first line. */
+function _tileWalk(s: _TileShape, loadRows: string): string {
+  const { dE, filter, VT, TT } = s;
+  const maskIndex = `let mi = (P.tBase + ${s.tokTile}) * P.vTotal + P.vBase + ${dE ? "it" : "ot"};`;
+  if (s.wordWalk) {
+    return `${_splitRange(s)}
+    var it = lo_;
+    loop {
+      if (it >= hi_) { break; }
+      ${maskIndex}
+      if (lid == 0u) { s_keep = mask[mi >> 5u] >> (mi & 31u); }
+      let bits = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next word
+      if (bits == 0u) { it = it + 32u - (mi & 31u); continue; }
+      it = it + countTrailingZeros(bits);
+      if (it >= hi_) { break; }
+      let v0 = P.vS + it * ${VT}u;
+      ${loadRows}`;
+  }
+  const keep = filter
+    ? `${maskIndex}
+      if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
+      let kept = workgroupUniformLoad(&s_keep);
+      workgroupBarrier(); // s_keep is rewritten by the next tile
+      if (kept == 0u) { continue; }`
+    : "";
+  return `${dE ? _splitRange(s) : ""}
+    for (var it = ${dE ? "lo_" : "P.lo"}; it < ${dE ? "hi_" : "P.hi"}; it++) {
+      let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
+      ${keep}
+      ${dE ? loadRows : ""}`;
+}
+
+/** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
+function _tileDecls(s: _TileShape): string {
+  const { o, vec, out16 } = s;
+  const staging = backwardStaging(s.t, s.gt);
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
+  tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, sRows: u32, _b: u32 };
+${_tileBindings(s)}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${
+    vec
+      ? "fn bf16_e(i: u32) -> f32 { return ld_e(i); }\nfn bf16_c(i: u32) -> f32 { return ld_c(i); }"
+      : ""
+  }
+${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
+var<workgroup> As: array<vec4<f32>, ${staging.a}>;
+var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
+var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;
+${s.filter ? "var<workgroup> s_keep: u32;" : ""}
+${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
+${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}`;
+}
+
+/**
+ * WGSL of a tile pass (see the module doc). Params: tS, tE (token segment), eR0 (E shard's first
+ * row), vS, vE (vocab segment, positions), cR0 (C shard's first row), oR0 (output shard's first
+ * row), d, tBase, vBase (global tile index of the segments' first tiles), vTotal (vocab tiles in
+ * all), nOuter (owned tiles or slices), lo, hi (range of walked tiles; dE: lo 0, hi the
+ * segment's tiles, cut by the splits), sRows (dE: rows between the splits' slab parts). Bindings:
+ * params, e, c, out, lse, w, [perm], [mask] (read: one bit per backward tile, written by the
+ * filter pass), [bounds] (balanced splits).
+ */
+export function tilePassWgsl(o: TilePassKernelOptions): string {
+  const s = _tileShape(o);
+  const { dE, t, gt, TT, VT } = s;
+  const { vrow, crow, loadRows } = _vocabRows(s);
+  const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
+  const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
+  const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
+  const logits = logitsMainloop(
+    { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec },
+    false,
+  );
+  return `${_tileDecls(s)}
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  ${accNames.map((v) => `var ${v}: vec4<f32>;`).join(" ")}
+  ${
+    dE
+      ? "let split = wg.y;\n  let oR0 = P.oR0 - split * P.sRows; // u32 wrap: slab part `split`"
+      : ""
+  }
+  for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
+    let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
+    ${!dE && o.sort ? `workgroupBarrier(); // s_rows is rewritten\n    ${loadRows}` : ""}
+    ${_outRows(s, vrow)}
+    ${_tileWalk(s, loadRows)}
+      ${zero}
+      {
+      ${logits}
+      }
+      ${_tileEpilogue(s)}
+      workgroupBarrier();
+      let kv = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
+      for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
+        ${zeroGrad}
+        {
+        ${_gradProduct(s, crow)}
+        }
+        ${_readModifyWrite(s)}
+      }
+      ${s.wordWalk ? "it = it + 1u;" : ""}
+    }
+  }
+}
+`;
+}
+
+/**
+ * WGSL adding `parts` partial dE blocks to dE in split order: dst[dOff + i] += Σ_j src[sOff + i +
+ * j·stride] for i < count (`inPlace`: src and dst are one binding, the slab holding dE's
+ * accumulator and its partials). Bindings: params {count, stride, sOff, dOff}, src, [dst].
+ */
+export function slabReduceWgsl(parts: number, inPlace: boolean): string {
+  const adds = Array.from(
+    { length: parts },
+    (_, j) => `s = s + src[P.sOff + i + ${j}u * P.stride];`,
+  )
+    .join(" ");
+  const dst = inPlace ? "src" : "dst";
+  return `struct Params { count: u32, stride: u32, sOff: u32, dOff: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, ${inPlace ? "read_write" : "read"}> src: array<f32>;
+${inPlace ? "" : "@group(0) @binding(2) var<storage, read_write> dst: array<f32>;"}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
+    var s = ${dst}[P.dOff + i];
+    ${adds}
+    ${dst}[P.dOff + i] = s;
+  }
+}
+`;
+}
+
+/** What the records of the tile passes share. */
+export interface TileRecordOptions {
+  rec: Recorder;
+  pipeline: GPUComputePipeline;
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** Token and vocabulary segments, and the vocab tiles in all. */
+  tok: TileSegment[];
+  voc: TileSegment[];
+  vTotal: number;
+  d: number;
+  /** The bindings after the output: lse, w, [perm], [mask]. */
+  tail: TrackedBuffer[];
+}
+
+/** The params block of a tile pass's dispatch (see {@link tilePassWgsl}). */
+function _tileParams(o: TileRecordOptions, x: {
+  ts: TileSegment;
+  eR0: number;
+  vs: TileSegment;
+  cR0: number;
+  oR0: number;
+  nOuter: number;
+  lo: number;
+  hi: number;
+  sRows?: number;
+}): TrackedBuffer {
+  const { ts, vs } = x;
+  const words = [ts.start, ts.end, x.eR0, vs.start, vs.end, x.cR0, x.oR0, o.d];
+  const more = [ts.base, vs.base, o.vTotal, x.nOuter, x.lo, x.hi, x.sRows ?? 0, 0];
+  return o.rec.uniform(new Uint32Array([...words, ...more]), "fused backward params");
+}
+
+/**
+ * Records pass `dE`: per (token segment, vocab segment) one dispatch of the owned row slices ×
+ * the splits. Split s (workgroup_id.y) accumulates into slab part s at row offset s·rows (oR0
+ * wraps around in u32: the kernel's (row − oR0 + s·rows)·d is then the offset), or, with an f32
+ * output and one split (no slabs), into dE itself.
+ */
+export function recordDEPass(
+  o: TileRecordOptions & {
+    /** Tokens per row slice. */
+    sliceRows: number;
+    splits: number;
+    slabs: DESlab[];
+    dEOut: DeviceTensor;
+    /** Balanced splits' bounds. */
+    bounds?: TrackedBuffer;
+  },
+): void {
+  const { rec, pipeline, e, c, slabs } = o;
+  const slabOf = (row: number) => slabs.find((sl) => row < sl.r0 + sl.rows)!;
+  rec.pass("fused backward dE", (p) => {
+    for (const ts of o.tok) {
+      const es = e.shardOf(ts.start);
+      const owned = Math.ceil((ts.end - ts.start) / o.sliceRows);
+      // one split into an f32 output: dE itself; else the slab holding the segment
+      const sl = slabs.length === 0 ? undefined : slabOf(ts.start);
+      const os = sl ? undefined : o.dEOut.shardOf(ts.start);
+      const [buffer, oR0, sRows] = sl ? [sl.buffer, sl.r0, sl.rows] : [os!.buffer, os!.rowStart, 0];
+      for (const vs of o.voc) {
+        const cs = c.shardOf(vs.start);
+        const u = _tileParams(o, {
+          ts,
+          eR0: es.rowStart,
+          vs,
+          cR0: cs.rowStart,
+          oR0,
+          nOuter: owned,
+          lo: 0,
+          hi: vs.tiles,
+          sRows,
+        });
+        const bufs = [u, es.buffer, cs.buffer, buffer, ...o.tail];
+        if (o.bounds) bufs.push(o.bounds);
+        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(owned, 65535), o.splits);
+      }
+    }
+  });
+}
+
+/**
+ * Records the addition of the dE split partials ({@link slabReduceWgsl}): `inPlace` (16-bit
+ * output) part 0 of each slab (the accumulator) += parts 1…S−1; else parts 0…S−1 into the f32
+ * output, piece by piece of its shards.
+ */
+export function recordSlabReduce(o: {
+  rec: Recorder;
+  pipeline: GPUComputePipeline;
+  slabs: DESlab[];
+  d: number;
+  dEOut: DeviceTensor;
+  inPlace: boolean;
+}): void {
+  const { rec, pipeline: reduce, d, dEOut } = o;
+  rec.pass("fused backward dE splits", (p) => {
+    for (const sl of o.slabs) {
+      const stride = sl.rows * d;
+      if (o.inPlace) {
+        const u = rec.uniform(new Uint32Array([stride, stride, stride, 0]), "reduce params");
+        p.dispatch(
+          reduce,
+          rec.bindGroup(reduce, [u, sl.buffer]),
+          Math.min(Math.ceil(stride / 256), 65535),
+        );
+        continue;
+      }
+      const cuts = [sl.r0, ...dEOut.shards.map((sh) => sh.rowStart)].filter((r) =>
+        r >= sl.r0 && r < sl.r0 + sl.rows
+      );
+      const starts = [...new Set(cuts)].sort((x, y) => x - y);
+      starts.forEach((r0, i) => {
+        const r1 = i + 1 < starts.length ? starts[i + 1] : sl.r0 + sl.rows;
+        const os = dEOut.shardOf(r0);
+        const count = (r1 - r0) * d;
+        const u = rec.uniform(
+          new Uint32Array([count, stride, (r0 - sl.r0) * d, (r0 - os.rowStart) * d]),
+          "reduce params",
+        );
+        p.dispatch(
+          reduce,
+          rec.bindGroup(reduce, [u, sl.buffer, os.buffer]),
+          Math.min(Math.ceil(count / 256), 65535),
+        );
+      });
+    }
+  });
+}
+
+/** Records pass `dC`: per (vocab segment, token segment) one dispatch of the owned vocab tiles. */
+export function recordDCPass(o: TileRecordOptions & { dC: DeviceTensor }): void {
+  const { rec, pipeline, e, c, dC } = o;
+  rec.pass("fused backward dC", (p) => {
+    for (const vs of o.voc) {
+      const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
+      for (const ts of o.tok) {
+        const es = e.shardOf(ts.start);
+        const u = _tileParams(o, {
+          ts,
+          eR0: es.rowStart,
+          vs,
+          cR0: cs.rowStart,
+          oR0: os.rowStart,
+          nOuter: vs.tiles,
+          lo: 0,
+          hi: ts.tiles,
+        });
+        const bufs = [u, es.buffer, cs.buffer, os.buffer, ...o.tail];
+        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(vs.tiles, 65535));
+      }
+    }
+  });
+}
