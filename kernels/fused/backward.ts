@@ -27,6 +27,8 @@
  * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts).
  * 2. With a filter, pass `filter`, then with the order decision the `order decision` pass, and
  *    with dE splits the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
+ *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
+ *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
  * 4. Pass `dE` (kernels/fused/kept_tiles.ts): the kept tiles' P·C into dE's rows, split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
@@ -37,35 +39,8 @@
  * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all). The plan
  * (tiles, splits, row slices, segments, slabs, workspace, peak memory): backward_plan.ts.
  *
- * Gradient dtype ({@link FusedBackwardOptions.gradDtype}). "f32" (the kernel's default):
- * dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16 inputs returns both in the
- * input dtype (half the output memory):
- * - dC, d even: packed 16-bit, accumulated in place. The exact terms are added in f32 and
- *   rounded once (kernels/fused/corrections.ts); each kept tile's f32 contribution Pᵀ·E is
- *   added by a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
- *   every word it writes (its columns come in aligned groups of 4, rows start at even elements),
- *   so ownership and bitwise reproducibility are kept. An element sees 1 + (kept token tiles of
- *   its vocab tile) roundings: ~3 at the paper's shape with the filter and sorting.
- * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
- *   workspace) and cast once at the end.
- * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
- *   accumulation would round ~125 times; dE is accumulated in f32 and cast once. The f32
- *   accumulator needs no memory of its own: dE is formed completely (exact terms, tiles, split
- *   partials, cast) before dC's storage is first written, so the accumulator (and the S − 1
- *   split partials) live in dC's output buffers, whose v·d·2 bytes hold S·n·d·4 whenever
- *   |V| ≥ 2·S·n in a binding (the paper's shape, S = 4: 256,000 ≥ 65,536). Only where they do not
- *   fit (small |V|, or many splits) do they get buffers of their own ("slabs", counted as
- *   workspace). The same holds for the S split partials of f32 gradients (in dC's f32 storage
- *   when |V| ≥ S·n; they are added to dE at the end). The errors are those of one f32
- *   accumulation and one rounding, as before the move (at the gate's shape, bf16, β = 0.1: dE
- *   2.45e-3, dC 4.71e-3 of the max |value|, the committed baseline's figures).
- * Measured against float64 (kernels/fused/backward_test.ts, max |error| / max |value|, 70×257,
- * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
- * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
- * token tile is added: at n = 640 (10 token tiles, 11 roundings) bf16 dC reaches 8.9e-3 (2.0e-3
- * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
- * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
- * keep f32 gradients; "input" stays available to them with that error.
+ * Gradient dtype ({@link FusedBackwardOptions.gradDtype}: f32, or the input's 16-bit dtype, dE
+ * accumulated in f32 inside dC's not yet written storage): kernels/fused/backward_plan.ts.
  *
  * Vocabulary sorting (kernels/fused/vocab_order.ts) gives a permutation of the classifier rows; vocab
  * tiles are ranges of positions in that order, and C/dC rows are addressed through it (whether
@@ -473,14 +448,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
   const base = { rec, e: a.e, c: a.c, tok: r.tok, voc: r.voc, tTotal: r.tTotal, vTotal: r.vTotal };
   if (pipes.mapFilter && mask && counter) {
     const { tileMap } = a as Required<FusedBackwardArgs>;
-    pipes.mapFilter.record(rec, {
-      ...base,
-      tileMap,
-      lse: a.lse,
-      w: a.w,
-      mask,
-      counter,
-    });
+    pipes.mapFilter.record(rec, { ...base, tileMap, lse: a.lse, w: a.w, mask, counter });
   }
   if (filterPass && p.filterTile && mask && counter) {
     recordFilterPass({
