@@ -119,10 +119,11 @@ export interface RepetitionOptions {
   /** Which time the samples are (default `gpu`). */
   source?: TimeSource;
   /**
-   * After the first call (warm-up or not), the number of measured calls given that call's whole
+   * After the first measured call (the warm-ups have paid the first-use costs: a bwd cell's fresh
+   * forward, the allocator's first buffers), the number of measured calls given that call's whole
    * wall time in ms (what `call` spent, not only the recorder); default: `reps`.
    */
-  adapt?: (firstCallMs: number) => number;
+  adapt?: (firstMeasuredMs: number) => number;
 }
 
 /** The measured calls of {@link timeRepetitions}. */
@@ -155,7 +156,7 @@ export async function timeRepetitions(
     const t0 = performance.now();
     const measured = rep >= o.warmup;
     const t = await call(rep, measured, rep === total - 1);
-    if (o.adapt && rep === 0) total = o.warmup + o.adapt(performance.now() - t0);
+    if (o.adapt && rep === o.warmup) total = o.warmup + o.adapt(performance.now() - t0);
     if (!measured) continue;
     times.push(timeOf(t, source));
     walls.push(t.wallMs);

@@ -1,0 +1,44 @@
+import assert from "node:assert/strict";
+import { type CallTiming, median, quantiles, timeRepetitions } from "./timing.ts";
+
+const _timing = (gpuMs: number): CallTiming => ({
+  gpuMs,
+  wallMs: gpuMs,
+  cpuMs: gpuMs,
+  passes: [{ label: "p", gpuMs }],
+});
+
+Deno.test("timeRepetitions: warm-ups unmeasured, samples in run order, median", async () => {
+  const r = await timeRepetitions({ warmup: 2, reps: 3 }, (rep) => Promise.resolve(_timing(rep)));
+  assert.deepEqual(r.times, [2, 3, 4]);
+  assert.equal(r.median, 3);
+  assert.deepEqual(r.passes.get("p"), [2, 3, 4]);
+});
+
+Deno.test("timeRepetitions: adapt sees the first measured call, not the warm-up", async () => {
+  const seen: number[] = [];
+  const lastFlags: boolean[] = [];
+  const r = await timeRepetitions({
+    warmup: 1,
+    reps: 3,
+    adapt: (ms) => {
+      seen.push(ms);
+      return 6;
+    },
+  }, async (rep, measured, last) => {
+    lastFlags.push(last);
+    // the warm-up is slow (first-use costs), the measured calls fast
+    await new Promise((ok) => setTimeout(ok, rep === 0 ? 120 : 1));
+    return _timing(measured ? 1 : 100);
+  });
+  assert.equal(seen.length, 1);
+  assert.ok(seen[0] < 100, `adapt saw ${seen[0]} ms, the warm-up's time`);
+  assert.equal(r.times.length, 6);
+  assert.equal(lastFlags.at(-1), true);
+});
+
+Deno.test("quantiles and median of unsorted samples", () => {
+  assert.deepEqual(quantiles([4, 1, 3, 2]), { min: 1, q1: 1.75, median: 2.5, q3: 3.25, max: 4 });
+  assert.equal(median([5]), 5);
+  assert.throws(() => quantiles([]), /empty/);
+});
