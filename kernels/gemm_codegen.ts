@@ -71,6 +71,21 @@ export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
  * and chunked rows' backward) lost 2–3% in their rows.
  */
 export const TILE_HW_TT: GemmTile = { ...TILE_HW, bk: 32 };
+/**
+ * 128×256 with vector loads and [k][row] staging, 8×16 per thread (256 threads, 128 f32
+ * accumulators each): per K-step a thread reads 6 vec4s of staging for 128 FMAs instead of 4 for
+ * 64. On an H100 it ran E·Cᵀ of the paper's shape in 209.6 ms against 220.8 for {@link TILE_HW}
+ * (reports/gemm_h100_2026-11-23/gemm_w128x256_k16.json); with K-step 8 it ran 243 ms.
+ */
+export const TILE_HW_WIDE: GemmTile = {
+  bm: 128,
+  bn: 256,
+  bk: 16,
+  tm: 8,
+  tn: 16,
+  vec: true,
+  stage2d: true,
+};
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 

@@ -5,7 +5,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { roundArray } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
 import { autoSplitK, prepareMatmul } from "./matmul.ts";
-import { TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
+import { TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 /** out[m][n] = Σ_k A(m,k)·B(n,k) in float64, from row-major held tensors. */
@@ -203,6 +203,14 @@ Deno.test({
           for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false]]) {
             await runCase(ctx, { M: 37, N: 70, K, dtype, aTrans, bTrans, tile });
           }
+        }
+      }
+    }
+    // the 128×256 tile (8×16 per thread) of the f32 logits product, odd M/N, vector and scalar K
+    for (const dtype of ["bf16", "f32"] as const) {
+      for (const K of [40, 37]) {
+        for (const [aTrans, bTrans] of [[false, false], [true, false]]) {
+          await runCase(ctx, { M: 131, N: 270, K, dtype, aTrans, bTrans, tile: TILE_HW_WIDE });
         }
       }
     }

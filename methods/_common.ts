@@ -11,7 +11,13 @@ import type { Recorder } from "../gpu/recorder.ts";
 import type { ForwardOutput } from "./types.ts";
 import type { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
-import { type GemmTile, TILE_HW, TILE_HW_TT, TILE_SMALL } from "../kernels/gemm_codegen.ts";
+import {
+  type GemmTile,
+  TILE_HW,
+  TILE_HW_TT,
+  TILE_HW_WIDE,
+  TILE_SMALL,
+} from "../kernels/gemm_codegen.ts";
 import { type PreparedMatmul, prepareMatmul } from "../kernels/matmul.ts";
 import type { TensorDtype } from "../gpu/tensor.ts";
 
@@ -43,8 +49,10 @@ export interface LceProducts {
 /**
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
  * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
- * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G); 64×64 on software
- * adapters. Liger's skinny dE (128-row chunks, K = |V|) takes TILE_HW too: split 14 ways it ran
+ * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), and f32 logits of
+ * many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for the
+ * paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient product:
+ * reports/gemm_h100_2026-11-23/gemm_wide_layouts.json); 64×64 on software adapters. Liger's skinny dE (128-row chunks, K = |V|) takes TILE_HW too: split 14 ways it ran
  * 3.63 ms a chunk against 4.12 for a 128×64 tile split 7 ways, back to back on an H100
  * (reports/gemm_h100_2026-11-23/liger_chunks.json).
  */
@@ -59,11 +67,14 @@ export async function prepareLceProducts(
     gradDtype: TensorDtype;
     /** dC's K is all tokens (not a chunk's): the K-step-32 tile where G is f32. */
     dC?: "long-k";
+    /** The logits have many rows (all tokens): the 128×256 tile where they are f32. */
+    logits?: "wide";
   },
 ): Promise<LceProducts> {
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
   const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
+  const wide = hw && o.logits === "wide" && (o.logitsDtype ?? "f32") === "f32";
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
   ) =>
@@ -76,7 +87,13 @@ export async function prepareLceProducts(
       outDtype: k.out,
     });
   // one after the other: each compilation holds an error scope of the device until it is done
-  const logits = await mm({ tile, a: o.dtype, aTrans: false, bTrans: false, out: o.logitsDtype });
+  const logits = await mm({
+    tile: wide ? TILE_HW_WIDE : tile,
+    a: o.dtype,
+    aTrans: false,
+    bTrans: false,
+    out: o.logitsDtype,
+  });
   const dE = await mm({ tile, a: o.gradDtype, aTrans: false, bTrans: true });
   const dC = await mm({ tile: dCTile, a: o.gradDtype, aTrans: true, bTrans: true });
   return { logits, dE, dC };

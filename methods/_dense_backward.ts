@@ -69,6 +69,7 @@ export async function prepareDenseBackward(
     dtype: dt,
     gradDtype: "f32",
     dC: "long-k",
+    logits: "wide",
   });
   const grad = await prepareLogitGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true });
   const vc = Math.min(spec.v, o.chunkRows ?? denseChunkRows(spec.n, spec.v));

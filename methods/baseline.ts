@@ -33,6 +33,7 @@ export const baseline: LceMethod = {
       dtype: spec.dtype,
       gradDtype: "f32",
       dC: "long-k",
+      logits: "wide",
     });
     const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
     const reduce = await prepareLossReduce(ctx, opts);

@@ -31,6 +31,7 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
+import type { GemmTile } from "../kernels/gemm_codegen.ts";
 import type { LceOptions } from "../core/options.ts";
 import { prepareFusedForward } from "../kernels/fused/forward.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
@@ -71,6 +72,8 @@ export interface FusedVariant {
   tileMap?: boolean;
   /** Backward tile override (tests). */
   tile?: BackwardTile;
+  /** GEMM tile of the backward's filter pass (tuning; default defaultFilterTile). */
+  filterTile?: GemmTile;
   /** dE split override (tests, tuning). */
   dESplits?: number;
   /** dE row-slice override (tests, tuning). */
@@ -123,6 +126,7 @@ async function _prepare(
       tile: f.tile,
       dESplits: f.dESplits,
       dERowSlices: f.dERowSlices,
+      filterTile: f.filterTile,
       gradDtype: f.gradDtype,
       mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
     })

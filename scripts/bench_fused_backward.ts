@@ -27,6 +27,7 @@ import { uploadGradOut } from "../methods/run.ts";
 import { fusedMethod, type FusedVariant } from "../methods/fused.ts";
 import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused/backward_plan.ts";
 import type { LceMethod } from "../methods/types.ts";
+import { TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
 
 const BASE: FusedVariant = {
   name: "bench",
@@ -49,6 +50,8 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   }),
   s8r1: () => ({ dESplits: 8, dERowSlices: 1 }),
   f32grad: () => ({ gradDtype: "f32" }),
+  // the filter pass on the 128×256 product tile (8×16 per thread)
+  widefilter: () => ({ filterTile: TILE_HW_WIDE }),
 };
 
 /** A named configuration, or `s<S>r<R>`: ours with S dE splits and R row slices. */

@@ -26,7 +26,7 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
-import { type GemmTile, TILE_HW, TILE_LARGE } from "../kernels/gemm_codegen.ts";
+import { type GemmTile, TILE_HW, TILE_HW_WIDE, TILE_LARGE } from "../kernels/gemm_codegen.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
 
 /** Wall-clock milliseconds of warm-up per product and tile before the timed repetitions. */
@@ -43,7 +43,7 @@ const TILES: Record<string, GemmTile> = {
   hw_k8_dbuf: { ...TILE_HW, bk: 8, dbuf: true },
   hw_k32_dbuf: { ...TILE_HW, bk: 32, dbuf: true },
   hw_wt_dbuf: { ...TILE_HW, warpTile: true, dbuf: true },
-  w128x256_k16: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true },
+  w128x256_k16: TILE_HW_WIDE,
   w128x256_dbuf: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true, dbuf: true },
   w256x128_k16: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
   w256x128_dbuf: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true, dbuf: true },

@@ -26,7 +26,7 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { median, passMedians, timeRecorder, timeRepetitions } from "../measure/timing.ts";
 import { createTensor, type DeviceTensor, download, upload } from "../gpu/tensor.ts";
-import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
+import { type GemmTile, TILE_HW_WIDE, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
 import { prepareMatmul } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
 import {
@@ -74,8 +74,9 @@ const T = (bm: number, bn: number, bk: number, tm: number, tn: number): GemmTile
 
 /** Candidate tiles on hardware adapters (filtered by the device's workgroup limits). */
 const HW_TILES: GemmTile[] = [
-  { ...T(128, 128, 16, 8, 8), vec: true },
+  TILE_HW_WIDE,
   { ...T(128, 128, 16, 8, 8), vec: true, stage2d: true },
+  { ...T(128, 128, 16, 8, 8), vec: true },
   { ...T(128, 128, 32, 8, 8), vec: true },
   { ...T(128, 128, 32, 8, 8), vec: true, stage2d: true },
   { ...T(128, 128, 8, 8, 8), vec: true, stage2d: true },
