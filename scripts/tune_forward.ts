@@ -202,6 +202,11 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
       defaultText: "4,8,16,24,32,48,64; 1,2,4,8 on software",
     },
     quick: { type: "boolean", help: "only the first two tiles" },
+    tile: {
+      type: "int",
+      min: 0,
+      help: "only this candidate tile (0-based, in the listed order) and its variants",
+    },
     "no-plain": { type: "boolean", help: "skip the plain matmul comparison" },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
@@ -320,6 +325,12 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   };
   let tiles = (hw ? HW_TILES : SW_TILES).filter(wgMemOk);
   if (values.quick) tiles = tiles.slice(0, 2);
+  if (values.tile !== undefined) {
+    if (values.tile >= tiles.length) {
+      throw new InputError(`--tile ${values.tile}: there are ${tiles.length} candidate tiles`);
+    }
+    tiles = [tiles[values.tile]];
+  }
   const rows: Row[] = [];
   const plainCache = new Map<string, number>();
   const slug = _adapterSlug(r.description);
