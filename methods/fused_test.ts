@@ -5,10 +5,12 @@ import {
   fusedF32Grad,
   fusedFb,
   fusedFbNoFilter,
+  fusedMethod,
   fusedNoFilter,
   fusedNoSort,
   fusedTileMap,
 } from "./fused.ts";
+import { TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
 import type { LceMethod } from "./types.ts";
@@ -385,5 +387,36 @@ Deno.test({
     await assert.rejects(() => p.backward(new Recorder(ctx), inputs, f.saved, g), /only once/);
     p.dispose(f.saved);
     for (const t of [f.loss, g, inputs.e, inputs.c, inputs.targets]) t.destroy();
+  },
+});
+
+Deno.test({
+  name: "fused: the filter pass on the hardware's 128×256 product tile, odd shapes, every β",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const wide = fusedMethod({
+      name: "fused-widefilter",
+      label: "Ours, 128×256 filter tile",
+      description: "the fused row with the filter pass on TILE_HW_WIDE",
+      filter: true,
+      sort: true,
+      fusedForwardBackward: false,
+      gradDtype: "input",
+      filterTile: TILE_HW_WIDE,
+    });
+    for (const [n, v, d] of [[300, 700, 72], [137, 529, 41]]) {
+      for (const beta of [0, 0.1]) {
+        await assertParity(ctx, wide, {
+          n,
+          v,
+          d,
+          dtype: "bf16",
+          beta,
+          softcap: beta ? 3 : undefined,
+        });
+        await assertParity(ctx, wide, { n, v, d, dtype: "f32", beta, ignoreFraction: 0.2 });
+      }
+    }
   },
 });

@@ -114,18 +114,24 @@ export function tileRowsPerRound(t: GemmTile): number {
   return r;
 }
 
+/** Most rows per round of the default for threads of 16 columns ({@link defaultRoundRows}). */
+export const WIDE_ROUND_ROWS = 4;
+
 /**
  * The default rows per round of `tile` state: the largest power of two dividing TM whose
  * workgroup memory fits `limitBytes` (all TM rows in one round needs one barrier pair per tile
  * instead of TM; on an H200 at the paper's shape 128×128×16 vec 2d ran 225.7 ms with 8 rows per
  * round, 233.7 ms with 2), at least {@link tileRowsPerRound}'s choice's smaller neighbour 1.
+ * Threads of 16 columns (the 128×256 tile) take at most {@link WIDE_ROUND_ROWS} rows per round: on
+ * an H100 the 128×256×16 tile ran 214.7 ms with 4 rows per round, 224.4 with 8 and 229.3 with 2
+ * (reports/gemm_h100_2026-11-23/tune_forward_wide2/).
  */
 export function defaultRoundRows(
   t: GemmTile,
   o: { sumZ: boolean; stats: boolean; tileMax?: boolean },
   limitBytes: number,
 ): number {
-  let r = t.tm;
+  let r = t.tn >= 16 ? Math.min(t.tm, WIDE_ROUND_ROWS) : t.tm;
   while (
     r > 1 && (t.tm % r !== 0 || fusedTilesWorkgroupBytes(t, { ...o, roundRows: r }) > limitBytes)
   ) {
