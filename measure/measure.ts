@@ -115,15 +115,20 @@ export interface MeasureOptions {
   /** Measured repetitions per mode (≥ 1; the least with {@link MeasureOptions.targetMs}). */
   reps: number;
   /**
-   * Time per cell to spend on measured repetitions, ms: after the first repetition (warm-up or
-   * not), a cell runs ⌈targetMs / its wall time⌉ repetitions (with any fresh forward it needed),
-   * at least `reps` and at most `maxReps`,
-   * so fast cells get more repetitions (their spread is larger) and slow ones no fewer than
-   * `reps`. Default: exactly `reps`.
+   * Time per cell to spend on measured repetitions, ms: after the first measured repetition, a
+   * cell runs ⌈targetMs / its wall time⌉ repetitions (with any fresh forward it needed), at least
+   * `reps` and at most `maxReps`, so fast cells get more repetitions (their spread is larger) and
+   * slow ones no fewer than `reps`. Default: exactly `reps`.
    */
   targetMs?: number;
   /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */
   maxReps?: number;
+  /**
+   * No warm-up for the fwd+bwd cell when this call has just measured the method's fwd and bwd
+   * cells: both halves' pipelines have run and their buffers are in the allocator's cache, so a
+   * warm-up would only repeat the slowest cell once more (its row says warm-up 0). Default false.
+   */
+  warmFwdBwd?: boolean;
   /**
    * Bytes the method may use above the inputs; a method whose estimate exceeds it is skipped
    * with an OOM row. Default: {@link defaultMemoryBudget}.
@@ -217,9 +222,13 @@ export async function measureMethod(
   const cacheBefore = ctx.cacheLimitBytes;
   ctx.cacheLimitBytes = o.cacheBytes ??
     (ctx.report.isFallbackAdapter ? SOFTWARE_CACHE_BYTES : HARDWARE_CACHE_BYTES);
+  const measured = new Set<Mode>();
   try {
     for (const mode of o.modes) {
       const t1 = performance.now();
+      const warm = o.warmFwdBwd === true && mode === "fwd+bwd" && measured.has("fwd") &&
+        measured.has("bwd");
+      const om = warm ? { ...o, warmup: 0 } : o;
       const est = _estimateFor(estimate, mode);
       if (est !== undefined && est > budget) {
         emit(
@@ -235,8 +244,9 @@ export async function measureMethod(
         continue;
       }
       try {
-        const m = await _measureMode(ctx, prepared, o, mode);
-        emit(_row(ctx, method, o, mode, m), t1);
+        const m = await _measureMode(ctx, prepared, om, mode);
+        emit(_row(ctx, method, om, mode, m), t1);
+        if (!m.error) measured.add(mode);
       } catch (e) {
         emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
       }

@@ -214,6 +214,27 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name: "measureMethod: warmFwdBwd skips the fwd+bwd warm-up only after its fwd and bwd cells",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const o = await _options(ctx, { warmFwdBwd: true });
+    const calls = { prepare: 0, forward: 0, backward: 0 };
+    const rows = await measureMethod(ctx, fakeMethod({ calls }), o);
+    assert.deepEqual(rows.map((r) => [r.mode, r.warmup, r.reps]), [
+      ["fwd", 1, 3],
+      ["bwd", 1, 3],
+      ["fwd+bwd", 0, 3],
+    ]);
+    // fwd 1 + 3, bwd: one forward for its 1 + 3 backwards, fwd+bwd 3 (no warm-up)
+    assert.deepEqual(calls, { prepare: 1, forward: 4 + 1 + 3, backward: 4 + 3 });
+    // without the fwd cell first, fwd+bwd keeps its warm-up
+    const alone = await measureMethod(ctx, fakeMethod(), { ...o, modes: ["bwd", "fwd+bwd"] });
+    assert.deepEqual(alone.map((r) => r.warmup), [1, 1]);
+  },
+});
+
 Deno.test("quantiles: median and quartiles by linear interpolation", () => {
   const q = quantiles([5, 1, 3, 2, 4]);
   assert.deepEqual(q, { min: 1, q1: 2, median: 3, q3: 4, max: 5 });

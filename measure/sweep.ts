@@ -38,6 +38,8 @@ export interface SweepPlan {
   targetMs?: number;
   /** Most repetitions with `targetMs`. */
   maxReps?: number;
+  /** See MeasureOptions.warmFwdBwd. */
+  warmFwdBwd?: boolean;
 }
 
 /** One measured (or failed) cell: a method × β × mode at one value of the swept size. */
@@ -169,6 +171,7 @@ export async function runSweep(
               ...(plan.targetMs !== undefined
                 ? { targetMs: plan.targetMs, maxReps: plan.maxReps }
                 : {}),
+              warmFwdBwd: plan.warmFwdBwd,
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
             });

@@ -375,10 +375,20 @@ export function formatMarkdown(r: Table3Report): string {
   const timeWhat = r.timeSource === "gpu"
     ? "median GPU time (timestamp queries)"
     : "median wall time (the adapter has no timestamp queries)";
+  const measured = r.rows.filter((x) => x.timeMsSamples !== undefined);
+  const counts = measured.map((x) => x.timeMsSamples!.length);
+  const lo = counts.length ? Math.min(...counts) : r.reps,
+    hi = counts.length ? Math.max(...counts) : r.reps;
+  const cold = measured.filter((x) => x.warmup === 0).length;
+  const repsWhat = lo === hi
+    ? `${lo} repetition${lo === 1 ? "" : "s"}`
+    : `${lo} to ${hi} repetitions per cell`;
+  const warmWhat = cold > 0 && r.warmup > 0
+    ? `${r.warmup} warm-up (none for the ${cold} fwd+bwd cells measured right after their fwd and bwd)`
+    : `${r.warmup} warm-up`;
   lines.push(
     `- Memory: peak tracked GPU bytes above those live before the call, in MiB (the paper's ` +
-      `"MB"). Time: ${timeWhat} of ${r.reps} repetition${r.reps === 1 ? "" : "s"} after ` +
-      `${r.warmup} warm-up.`,
+      `"MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`,
   );
   lines.push(
     "- fwd = the forward (loss and saved state); bwd = the backward given a saved forward " +

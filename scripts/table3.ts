@@ -80,12 +80,15 @@ export interface Repetitions {
   /** On hardware without `--reps`: repeat until this many ms are measured (MeasureOptions). */
   targetMs?: number;
   maxReps?: number;
+  /** Skip the fwd+bwd cell's warm-up after its method's fwd and bwd (MeasureOptions.warmFwdBwd). */
+  warmFwdBwd?: boolean;
 }
 
 /**
  * The repetitions table3 and the sweep use: `--reps`/`--warmup` as given, else
  * {@link SOFTWARE_REPS} on a software adapter and, on hardware, {@link HARDWARE_REPS} at least,
- * as many as fill {@link HARDWARE_TARGET_MS}, at most {@link HARDWARE_MAX_REPS}.
+ * as many as fill {@link HARDWARE_TARGET_MS}, at most {@link HARDWARE_MAX_REPS}, and no
+ * warm-up for a fwd+bwd cell measured right after its method's fwd and bwd cells.
  */
 export function defaultRepetitions(
   software: boolean,
@@ -98,6 +101,7 @@ export function defaultRepetitions(
   if (!software && flags.reps === undefined) {
     r.targetMs = HARDWARE_TARGET_MS;
     r.maxReps = HARDWARE_MAX_REPS;
+    r.warmFwdBwd = true;
   }
   return r;
 }
@@ -315,6 +319,8 @@ export interface MeasureCellsOptions {
   /** Time per cell the repetitions aim at, and the most of them (see MeasureOptions.targetMs). */
   targetMs?: number;
   maxReps?: number;
+  /** See MeasureOptions.warmFwdBwd. */
+  warmFwdBwd?: boolean;
   /** Whether a cell was measured already (a resumed run): it is not measured again. */
   measured: (method: string, beta: number, mode: Mode) => boolean;
   /** Each row as soon as it is measured. */
@@ -363,6 +369,7 @@ export async function measureCells(
         reps: o.reps,
         targetMs: o.targetMs,
         maxReps: o.maxReps,
+        warmFwdBwd: o.warmFwdBwd,
         budgetBytes: budget,
         onRow: o.onRow,
       });
