@@ -36,13 +36,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import {
-  type GemmTile,
-  TILE_HW_WIDE,
-  TILE_SMALL,
-  validateTile,
-  vecLoadsFit,
-} from "../gemm_codegen.ts";
+import { type GemmTile, TILE_SMALL, validateTile, vecLoadsFit } from "../gemm_codegen.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import {
   defaultRoundRows,
@@ -190,15 +184,26 @@ export function defaultVocabSplits(
 }
 
 /**
- * The fused forward's tile on hardware adapters: the 128×256×16 tile of the GEMM core
- * (TILE_HW_WIDE: 8×16 per thread, 16-byte vector loads, [k][row] staging) with 4 rows per round
- * ({@link defaultRoundRows}). On an H100 at the paper's shape it ran 214.7 ms (45.0 TFLOP/s
- * effective, S = 64; 1.017× the plain product with the same tile) against 223.7 ms for the
- * 128×128×16 tile with 8 rows per round (0.99× its plain product), the previous default
- * (reports/gemm_h100_2026-11-23/tune_forward_wide*). Where d is not a multiple of the vector width
- * the kernel falls back to scalar loads.
+ * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
+ * staging: the fused forward's tile on hardware adapters (on an H200 at the paper's shape 225.7
+ * ms, 42.8 TFLOP/s effective with S = 4 and 8 rows per round, 0.99× the plain GEMM with the same
+ * tile; on an H100 223.7 ms). The GEMM core's 128×256 tile (TILE_HW_WIDE), 5% faster as a plain
+ * product, ran the fused forward in 214.7 ms only with S = 64 (2 MiB of split partials, past
+ * {@link SPLIT_WORKSPACE_BUDGET}) and 4 rows per round, and in 222.3 ms with the default S = 4
+ * in Table 3, where it also coarsened the tile map of `fused-tilemap` (its backward 5.1 against
+ * 4.0 ms): not adopted (reports/gemm_h100_2026-11-23/tune_forward_wide*,
+ * table3_wide_forward_h100.json). Where d is not a multiple of the vector width the kernel falls
+ * back to scalar loads.
  */
-export const FUSED_TILE_HW: GemmTile = TILE_HW_WIDE;
+export const FUSED_TILE_HW: GemmTile = {
+  bm: 128,
+  bn: 128,
+  bk: 16,
+  tm: 8,
+  tn: 8,
+  vec: true,
+  stage2d: true,
+};
 
 /** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
 export function defaultFusedTile(ctx: GpuContext): GemmTile {

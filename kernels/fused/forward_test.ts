@@ -8,7 +8,7 @@ import { lceReference } from "../../reference/lce_reference.ts";
 import { assertClose } from "../../reference/compare.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
-import { type GemmTile, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
+import { type GemmTile, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
 import { FUSED_TILE_HW, prepareFusedForward, type SmoothingMode, splitPlan } from "./forward.ts";
 import type { TileState } from "./forward_tiles.ts";
 
@@ -158,8 +158,8 @@ Deno.test({
     const ctx = await testContext();
     const dtypes: Dtype[] = ctx.hasF16 ? ["bf16", "f16", "f32"] : ["bf16", "f32"];
     for (const dtype of dtypes) {
-      // FUSED_TILE_HW: the 128×256 tile (8×16 per thread) with its 4 rows per round
-      for (const tile of [TILE_SMALL, TILE_LARGE, FUSED_TILE_HW]) {
+      // TILE_HW_WIDE: the 128×256 tile (8×16 per thread) with its 4 rows per round
+      for (const tile of [TILE_SMALL, TILE_LARGE, FUSED_TILE_HW, TILE_HW_WIDE]) {
         for (const [beta, softcap] of [[0.1, undefined], [0.3, 2]] as const) {
           await checkCase(ctx, {
             n: 70,
