@@ -71,7 +71,7 @@ import {
   resultKey,
 } from "./gate_suites.ts";
 import { compareRuns, type GateComparison } from "./gate_compare.ts";
-import { fmtErr, fmtRatio } from "./gate_format.ts";
+import { fmtErr, fmtRatio } from "./gate_stats.ts";
 
 /** Upstream gradient of the parity runs. */
 const _GRAD_OUTPUT = 1;

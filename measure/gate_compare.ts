@@ -6,8 +6,7 @@
  */
 import { median, type Mode } from "./timing.ts";
 import { GATE_THRESHOLDS, type GateRun, type GateThresholds, resultKey } from "./gate_suites.ts";
-import { judgeParity, judgeTime } from "./gate_stats.ts";
-import { fmtErr, fmtRatio } from "./gate_format.ts";
+import { fmtErr, fmtRatio, judgeParity, judgeTime } from "./gate_stats.ts";
 
 /** What a finding is about. */
 export type GateCheck = "memory" | "time" | "parity" | "error" | "new" | "missing";

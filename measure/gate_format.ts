@@ -5,12 +5,7 @@
  */
 import { GATE_THRESHOLDS, type GateThresholds } from "./gate_suites.ts";
 import type { GateComparison, GateFinding } from "./gate_compare.ts";
-
-/** A parity error as text (`1.2e-3`). */
-export const fmtErr = (x: number): string => Number.isFinite(x) ? x.toExponential(1) : String(x);
-/** A time ratio as text, `–` for none. */
-export const fmtRatio = (x: number | null): string =>
-  x === null ? "–" : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2);
+import { fmtErr, fmtRatio } from "./gate_stats.ts";
 
 /** Markdown-style table rows with padded columns. */
 function _table(head: string[], rows: string[][]): string {

@@ -6,6 +6,12 @@
 import { median } from "./timing.ts";
 import { GATE_THRESHOLDS, type GateThresholds } from "./gate_suites.ts";
 
+/** A parity error as text (`1.2e-3`). */
+export const fmtErr = (x: number): string => Number.isFinite(x) ? x.toExponential(1) : String(x);
+/** A time ratio as text, `–` for none. */
+export const fmtRatio = (x: number | null): string =>
+  x === null ? "–" : x >= 10 ? x.toFixed(1) : x >= 0.1 ? x.toFixed(2) : x.toPrecision(2);
+
 /** P(X ≥ k) for X ~ Binomial(n, ½). */
 export function binomialTail(k: number, n: number): number {
   if (k <= 0) return 1;
