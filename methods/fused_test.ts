@@ -69,14 +69,34 @@ Deno.test({
       softcap?: number;
       more: LceMethod[];
     }[] = [
-      { shape: small, dtype: "f32", beta: 0, reduction: "mean", more: [fusedNoSort] },
-      { shape: odd, dtype: "bf16", beta: 0.1, reduction: "sum", softcap: 3, more: [fusedNoFilter] },
-      { shape: small, dtype: f16, beta: 1, reduction: "none", more: [fusedNoFilter] },
+      { shape: small, dtype: "f32", beta: 0, reduction: "mean", more: [fusedNoSort, fusedTileMap] },
+      {
+        shape: odd,
+        dtype: "bf16",
+        beta: 0.1,
+        reduction: "sum",
+        softcap: 3,
+        more: [fusedNoFilter, fusedTileMap],
+      },
+      { shape: small, dtype: f16, beta: 1, reduction: "none", more: [fusedNoFilter, fusedTileMap] },
       { shape: odd, dtype: "f32", beta: 0.1, reduction: "none", softcap: 5, more: [fusedNoSort] },
       { shape: small, dtype: "bf16", beta: 1, reduction: "mean", softcap: 4, more: [] },
-      { shape: odd, dtype: f16, beta: 0, reduction: "sum", softcap: 6, more: [fusedFbNoFilter] },
+      {
+        shape: odd,
+        dtype: f16,
+        beta: 0,
+        reduction: "sum",
+        softcap: 6,
+        more: [fusedFbNoFilter, fusedTileMap],
+      },
       // d even: 16-bit dC accumulated in place (fused, fused-fb) next to the f32-gradient row
-      { shape: even, dtype: "bf16", beta: 0.1, reduction: "mean", more: [fusedF32Grad] },
+      {
+        shape: even,
+        dtype: "bf16",
+        beta: 0.1,
+        reduction: "mean",
+        more: [fusedF32Grad, fusedTileMap],
+      },
       { shape: even, dtype: f16, beta: 1, reduction: "sum", softcap: 4, more: [fusedNoSort] },
     ];
     for (const [i, cs] of cases.entries()) {
