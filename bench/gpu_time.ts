@@ -23,15 +23,15 @@
  */
 import { Bench, type Task } from "tinybench";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { check, oneLine } from "../core/errors.ts";
-import { methodByName, METHODS } from "../methods/mod.ts";
+import { parseMethods } from "../methods/mod.ts";
 import type { ForwardOutput, LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { defaultMemoryBudget, formatMiB } from "../measure/measure.ts";
-import { defaultTimeSource, type Mode, MODES, timeMode, timeOf } from "../measure/timing.ts";
+import { defaultTimeSource, type Mode, parseModes, timeMode, timeOf } from "../measure/timing.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { PAPER_SHAPE } from "../report/table3.ts";
 
@@ -237,13 +237,8 @@ export async function runBench(args: string[] = []): Promise<void> {
   const dtype: Dtype = parseDtype(f.dtype);
   const beta = f.beta;
   const opts = resolveOptions({ beta });
-  const methods = f.methods === undefined
-    ? [...METHODS]
-    : parseList("--methods", f.methods).map(methodByName);
-  const modes = (f.modes === undefined ? [...MODES] : parseList("--modes", f.modes)) as Mode[];
-  for (const m of modes) {
-    check(MODES.includes(m), `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`);
-  }
+  const methods = parseMethods(f.methods);
+  const modes = parseModes(f.modes);
   const iterations = f.iterations;
   const warmup = f.warmup;
   const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });

@@ -42,7 +42,7 @@ import type {
   ProblemSpec,
 } from "../methods/types.ts";
 
-export { type Mode, MODES, type TimeSource } from "./timing.ts";
+export { type Mode, MODES, parseModes, type TimeSource } from "./timing.ts";
 
 /** Bytes per buffer role. */
 export type RoleBytes = Record<BufferRole, number>;

@@ -7,6 +7,8 @@
  * @module
  */
 import process from "node:process";
+import { parseList } from "../core/cli.ts";
+import { check } from "../core/errors.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder, type Timing } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
@@ -16,6 +18,18 @@ import type { ForwardOutput, Gradients, MethodInputs, PreparedMethod } from "../
 export type Mode = "fwd" | "bwd" | "fwd+bwd";
 /** All modes, in the table's column order. */
 export const MODES: readonly Mode[] = ["fwd", "bwd", "fwd+bwd"];
+
+/** The modes of a `--modes fwd,bwd` list (InputError naming an unknown one), or all three. */
+export function parseModes(list: string | undefined): Mode[] {
+  if (list === undefined) return [...MODES];
+  return parseList("--modes", list).map((m) => {
+    check(
+      (MODES as readonly string[]).includes(m),
+      `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`,
+    );
+    return m as Mode;
+  });
+}
 
 /**
  * Where a time comes from: `gpu` (timestamp queries), `wall` (recorder creation to completion),

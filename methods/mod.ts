@@ -3,6 +3,7 @@
  * @module
  */
 import { InputError } from "../core/errors.ts";
+import { parseList } from "../core/cli.ts";
 import type { LceMethod } from "./types.ts";
 import { baseline } from "./baseline.ts";
 import { chunked } from "./chunked.ts";
@@ -44,4 +45,9 @@ export function methodByName(name: string): LceMethod {
     );
   }
   return m;
+}
+
+/** The methods of a `--methods a,b` list (InputError naming an unknown one), or all of them. */
+export function parseMethods(list: string | undefined): LceMethod[] {
+  return list === undefined ? [...METHODS] : parseList("--methods", list).map(methodByName);
 }

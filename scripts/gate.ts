@@ -19,10 +19,10 @@ import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
 import { paint } from "../core/progress.ts";
-import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { methodByName, METHODS } from "../methods/mod.ts";
+import { parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
 import { gateTimeSource, runGate } from "../measure/gate.ts";
@@ -97,9 +97,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     Object.hasOwn(SUITES, f.suite),
     `unknown suite '${f.suite}' (expected ${Object.keys(SUITES).join(" or ")})`,
   );
-  const methods = f.methods === undefined
-    ? [...METHODS]
-    : parseList("--methods", f.methods).map(methodByName);
+  const methods = parseMethods(f.methods);
   check(f.resume === undefined || f.update, "--resume continues an --update run; add --update");
   return {
     update: f.update,

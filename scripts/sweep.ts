@@ -31,10 +31,15 @@ import { join } from "node:path";
 import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { formatDuration, paint, Progress } from "../core/progress.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { methodByName, METHODS } from "../methods/mod.ts";
+import { parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
-import { defaultMemoryBudget, type Mode, MODES, nvidiaMemoryBytes } from "../measure/measure.ts";
+import {
+  defaultMemoryBudget,
+  type Mode,
+  nvidiaMemoryBytes,
+  parseModes,
+} from "../measure/measure.ts";
 import {
   cellWeight,
   planWeight,
@@ -161,16 +166,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
   const external = f.external === undefined
     ? []
     : parseList("--external", f.external).map(readExternalRows);
-  const methods = f.methods === undefined
-    ? [...METHODS]
-    : parseList("--methods", f.methods).map(methodByName);
-  const modes = f.modes === undefined ? [...MODES] : parseList("--modes", f.modes).map((m) => {
-    check(
-      (MODES as readonly string[]).includes(m),
-      `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`,
-    );
-    return m as Mode;
-  });
+  const methods = parseMethods(f.methods);
+  const modes = parseModes(f.modes);
   return {
     over,
     values: sizes,

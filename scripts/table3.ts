@@ -25,7 +25,7 @@ import {
   resolveOptions,
 } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { methodByName, METHODS } from "../methods/mod.ts";
+import { methodByName, parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
@@ -35,8 +35,8 @@ import {
   measureMethod,
   type MeasureRow,
   type Mode,
-  MODES,
   nvidiaMemoryBytes,
+  parseModes,
 } from "../measure/measure.ts";
 import { type DeviceInputs, makeDeviceInputs } from "../measure/inputs.ts";
 import {
@@ -228,16 +228,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
     ? (beta > 0 ? [beta, 0] : [0])
     : parseList("--betas", f.betas).map((b) => parseNumberValue("--betas entries", b));
   const external = f.external === undefined ? undefined : readExternalRows(f.external);
-  const methods = f.methods === undefined
-    ? [...METHODS]
-    : parseList("--methods", f.methods).map(methodByName);
-  const modes = f.modes === undefined ? [...MODES] : parseList("--modes", f.modes).map((m) => {
-    check(
-      (MODES as readonly string[]).includes(m),
-      `unknown mode '${m}' (expected fwd, bwd or fwd+bwd)`,
-    );
-    return m as Mode;
-  });
+  const methods = parseMethods(f.methods);
+  const modes = parseModes(f.modes);
   const flags: Omit<_Flags, "sections"> = {
     n: f.n,
     v: f.v,
