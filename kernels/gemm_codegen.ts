@@ -54,6 +54,12 @@ export interface GemmTile {
    * kernels that declare their staging with {@link gemmShared}. Default off.
    */
   stage2d?: boolean;
+  /**
+   * Plain products only: consecutive workgroups walk down the output's rows (workgroup x = row
+   * tile) instead of along its columns, so that the workgroups in flight share B's tiles and
+   * read A's (the smaller operand of E·Cᵀ) from L2. Default off.
+   */
+  mFirst?: boolean;
 }
 
 /** 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 (the layout that ran 37 TFLOP/s). */

@@ -18,10 +18,58 @@ import {
   wgslStorageType,
 } from "./wgsl_common.ts";
 
+/**
+ * WGSL of the f32 kernel reading and writing 4 columns a thread (16-byte accesses; the row length
+ * a multiple of 4), in place or into a separate G: the same arithmetic per element as
+ * {@link logitGradWgsl}.
+ */
+function _vec4Wgsl(o: { opts: LceOptions; v: number; inPlace: boolean }): string {
+  const cols = [0, 1, 2, 3].map((c) =>
+    `{ let zc = softcap(z[${c}]); let p = exp(zc - l);
+      let on_target = select(0.0, 1.0 - BETA, i32(4u * j + ${c}u + P.colStart) == t);
+      out[${c}] = wr * (p - on_target - BETA / VOCAB) * softcap_grad(zc); }`
+  ).join("\n    ");
+  return `${lossConstants(o.opts, o.v)}
+struct Params { rows: u32, v: u32, rowStart: u32, colStart: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+${
+    o.inPlace
+      ? "@group(0) @binding(1) var<storage, read_write> g: array<vec4<f32>>;"
+      : `@group(0) @binding(1) var<storage, read> z4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> g: array<vec4<f32>>;`
+  }
+@group(0) @binding(2) var<storage, read> targets: array<i32>;
+@group(0) @binding(3) var<storage, read> lse: array<f32>;
+@group(0) @binding(4) var<storage, read> w: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let j = gid.x;
+  if (4u * j >= P.v) { return; }
+  for (var r = gid.y; r < P.rows; r += nwg.y) {
+    let row = P.rowStart + r;
+    let i = r * (P.v / 4u) + j;
+    let z = ${o.inPlace ? "g" : "z4"}[i];
+    let l = lse[row];
+    let t = targets[row];
+    let wr = w[row];
+    var out = vec4<f32>(0.0);
+    ${cols}
+    g[i] = out;
+  }
+}
+`;
+}
+
 /** WGSL: bindings params, logits shard, targets, lse, w, G shard (out). */
 export function logitGradWgsl(
-  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
+  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean; vec4?: boolean },
 ): string {
+  if (o.vec4 === true) {
+    if (o.logitsDtype !== "f32") {
+      throw new RangeError("logit_grad: 16-byte accesses need f32 logits");
+    }
+    return _vec4Wgsl(o);
+  }
   const zDecl = o.inPlace
     ? "@group(0) @binding(1) var<storage, read_write> g: array<f32>;"
     : `@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
@@ -52,12 +100,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
+/** Workgroup rows of the 16-byte kernel's grid: each thread walks rows this far apart. */
+const VEC4_ROW_GROUPS = 2048;
+
 /** Compiled kernel. */
 export async function prepareLogitGrad(
   ctx: GpuContext,
   o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
 ) {
   const pipeline = await ctx.pipeline(logitGradWgsl(o), "logit_grad");
+  // f32 logits: 4 columns a thread where the rows hold whole vec4s, and a few rows a thread
+  const vec4 = o.logitsDtype === "f32"
+    ? await ctx.pipeline(logitGradWgsl({ ...o, vec4: true }), "logit_grad vec4")
+    : undefined;
   return {
     /** `grad` must have the logits' row sharding (it is `logits` itself when in place). */
     record(
@@ -83,6 +138,18 @@ export async function prepareLogitGrad(
             "params",
           );
           const common = [a.targets.shards[0].buffer, a.lse.shards[0].buffer, a.w.shards[0].buffer];
+          if (vec4 !== undefined && a.logits.cols % 4 === 0) {
+            const bg = o.inPlace
+              ? rec.bindGroup(vec4, [u, gs.buffer, ...common])
+              : rec.bindGroup(vec4, [u, s.buffer, ...common, gs.buffer]);
+            p.dispatch(
+              vec4,
+              bg,
+              Math.ceil(a.logits.cols / 1024),
+              Math.min(s.rows, VEC4_ROW_GROUPS),
+            );
+            return;
+          }
           const bg = o.inPlace
             ? rec.bindGroup(pipeline, [u, gs.buffer, ...common])
             : rec.bindGroup(pipeline, [u, s.buffer, ...common, gs.buffer]);

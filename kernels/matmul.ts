@@ -63,6 +63,8 @@ export interface MatmulOptions {
   tile?: GemmTile;
   /** K slices: a number, or "auto" (default: {@link autoSplitK}). */
   splitK?: number | "auto";
+  /** With `splitK` "auto": at least this many slices where K is deep enough (see autoSplitK). */
+  minSplitK?: number;
   /**
    * A buffer for the split-K partials, reused by the caller across products recorded one after
    * the other (at least {@link PreparedMatmul.workspaceBytes} of the shape). Without it a product
@@ -90,12 +92,25 @@ export const SPLITK_WAVE_EFFICIENCY = 0.9;
  * {@link SPLITK_WAVE_EFFICIENCY} on average, with slices at least 16 K-steps deep and the partials
  * ((S − 1)·M·N·4 bytes for an f32 output, whose first slice goes straight to the output; S·M·N·4
  * for a 16-bit one) within {@link SPLITK_MAX_BYTES}. 1 on a software adapter, whose few threads
- * any output fills.
+ * any output fills. With `atLeast`, at least that many slices (as far as 16 K-steps a slice
+ * allow), past the byte limit: for products measured faster so (methods/baseline.ts).
  */
 export function autoSplitK(
-  o: { m: number; n: number; k: number; tile: GemmTile; software: boolean; out16?: boolean },
+  o: {
+    m: number;
+    n: number;
+    k: number;
+    tile: GemmTile;
+    software: boolean;
+    out16?: boolean;
+    atLeast?: number;
+  },
 ): number {
   if (o.software) return 1;
+  if (o.atLeast !== undefined && o.atLeast > 1) {
+    const deep = Math.max(1, Math.min(o.atLeast, Math.floor(o.k / (16 * o.tile.bk))));
+    return Math.max(deep, autoSplitK({ ...o, atLeast: undefined }));
+  }
   const tiles = Math.ceil(o.m / o.tile.bm) * Math.ceil(o.n / o.tile.bn);
   const byDepth = Math.floor(o.k / (16 * o.tile.bk));
   const byBytes = Math.floor(SPLITK_MAX_BYTES / (o.m * o.n * 4)) + (o.out16 ? 0 : 1);
@@ -349,11 +364,12 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   const { pl, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
   Object.assign(s.used, { vecA: usedA, vecB: usedB, splitK: d.slices });
   const u = s.rec.uniform(words, "matmul params");
+  const tilesN = Math.ceil((g.nHi - g.nLo) / t.bn), tilesM = Math.ceil((g.mHi - g.mLo) / t.bm);
   s.pass.dispatch(
     pl,
     s.rec.bindGroup(pl, [u, ap.buffer, bp.buffer, d.out, d.part]),
-    Math.ceil((g.nHi - g.nLo) / t.bn),
-    Math.ceil((g.mHi - g.mLo) / t.bm),
+    t.mFirst ? tilesM : tilesN,
+    t.mFirst ? tilesN : tilesM,
     d.slices,
   );
 }
@@ -370,9 +386,23 @@ export async function prepareMatmul(
   const variants = await _compileVariants(ctx, k, label);
   const reduce = await ctx.pipeline(splitKReduceWgsl(k.outDtype), `${label} split-K sum`);
   const lastVariant = { vecA: false, vecB: false, splitK: 1 };
-  const slicesOf = (m: number, n: number, kk: number, splitK: number | "auto" | undefined) =>
+  const slicesOf = (
+    m: number,
+    n: number,
+    kk: number,
+    splitK: number | "auto" | undefined,
+    atLeast?: number,
+  ) =>
     splitK === undefined || splitK === "auto"
-      ? autoSplitK({ m, n, k: kk, tile: t, software: ctx.report.isFallbackAdapter, out16: !wide })
+      ? autoSplitK({
+        m,
+        n,
+        k: kk,
+        tile: t,
+        software: ctx.report.isFallbackAdapter,
+        out16: !wide,
+        atLeast,
+      })
       : Math.max(1, Math.floor(splitK));
   return {
     workspaceBytes(sh) {
@@ -384,7 +414,7 @@ export async function prepareMatmul(
     },
     record(rec, o) {
       const dims = _dims(k, o);
-      const S = slicesOf(dims.M, dims.N, dims.K, o.splitK);
+      const S = slicesOf(dims.M, dims.N, dims.K, o.splitK, o.minSplitK);
       rec.pass(o.label ?? "matmul", (pass) => {
         const scope: _RecordScope = { k, variants, dims, o, rec, pass, used: lastVariant };
         for (const r of _regions(dims, o, wide)) {

@@ -214,6 +214,13 @@ Deno.test({
         }
       }
     }
+    // rows first (workgroup x = row tile) on 128×128 tiles with 8×16 or 16×8 per thread
+    for (const [tm, tn] of [[8, 16], [16, 8]]) {
+      const tile = { bm: 128, bn: 128, bk: 16, tm, tn, vec: true, stage2d: true, mFirst: true };
+      for (const [aTrans, bTrans] of [[false, false], [true, true]]) {
+        await runCase(ctx, { M: 259, N: 141, K: 40, dtype: "bf16", aTrans, bTrans, tile });
+      }
+    }
     // sharded rows (offsets are multiples of K), and K split across shards of a transposed B
     await runCase(ctx, {
       M: 45,
@@ -414,5 +421,12 @@ Deno.test({
     assert.equal(autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_LARGE, software: true }), 1);
     // never slices thinner than 16 K-steps
     assert.equal(autoSplitK({ m: 16, n: 16, k: 600, tile: TILE_LARGE, software: false }), 2);
+    // atLeast: more slices than the wave rule where K is deep enough (past the byte limit), the
+    // rule's where it asks for more, none on a software adapter
+    const at3 = { m: 8192, n: 2304, k: 256000, tile: TILE_LARGE, software: false, atLeast: 3 };
+    assert.equal(autoSplitK(at3), 3);
+    assert.equal(autoSplitK({ ...at3, m: 128 }), 14);
+    assert.equal(autoSplitK({ ...at3, k: 600 }), 2);
+    assert.equal(autoSplitK({ ...at3, software: true }), 1);
   },
 });

@@ -42,28 +42,63 @@ const PARAMS =
   sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, kPer: u32, first: u32, _p: u32 };
 @group(0) @binding(0) var<uniform> P: Params;`;
 
-/** The f32 store of every accumulator (alpha, optional accumulation into the output). */
+/**
+ * Slots whose old output values an accumulating store reads before it writes any of them. The
+ * stores go through the same binding as the reads and the compiler cannot prove them apart (the
+ * row stride is a uniform), so one slot at a time would wait for a memory round trip per slot.
+ */
+const ACCUMULATE_BATCH = 4;
+
+/**
+ * The f32 store of every accumulator: out = alpha·acc, or with `accumulate` out = alpha·acc + out,
+ * reading the old values {@link ACCUMULATE_BATCH} slots at a time ahead of their stores.
+ */
 function _storeF32(t: GemmTile, vec: boolean): string {
-  if (vec) {
-    return _vecSlots(t).map((s) =>
-      `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
-    if (m < P.M && n < P.N) {
-      let i = (P.cOff + m * P.sCm + n) >> 2u;
-      var v = P.alpha * ${s.vec};
-      if (P.accumulate != 0u) { v = v + outp[i]; }
-      outp[i] = v;
-    } }`
-    ).join("\n  ");
-  }
-  return accSlots(t).map((s) =>
+  const slots = vec
+    ? _vecSlots(t).map((s) => ({
+      row: s.row,
+      col: s.col,
+      val: s.vec,
+      idx: (m: string, n: string) => `(P.cOff + ${m} * P.sCm + ${n}) >> 2u`,
+      zero: "vec4<f32>(0.0)",
+    }))
+    : accSlots(t).map((s) => ({
+      row: s.row,
+      col: s.col,
+      val: s.expr,
+      idx: (m: string, n: string) => `P.cOff + ${m} * P.sCm + ${n}`,
+      zero: "0.0",
+    }));
+  const at = (s: (typeof slots)[number], j: number) =>
+    `let sm${j} = m0 + ${s.row}; let sn${j} = n0 + ${s.col}; let ok${j} = sm${j} < P.M && sn${j} < P.N;
+      let i${j} = ${s.idx(`sm${j}`, `sn${j}`)};`;
+  const plain = slots.map((s) =>
     `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
-    if (m < P.M && n < P.N) {
-      let i = P.cOff + m * P.sCm + n;
-      var v = P.alpha * ${s.expr};
-      if (P.accumulate != 0u) { v = v + outp[i]; }
-      outp[i] = v;
-    } }`
-  ).join("\n  ");
+    if (m < P.M && n < P.N) { outp[${s.idx("m", "n")}] = P.alpha * ${s.val}; } }`
+  );
+  const batches: string[] = [];
+  for (let b = 0; b < slots.length; b += ACCUMULATE_BATCH) {
+    const group = slots.slice(b, b + ACCUMULATE_BATCH);
+    batches.push(`{
+      ${group.map((s, j) => at(s, j)).join("\n      ")}
+      ${
+      group.map((s, j) => `var o${j} = ${s.zero}; if (ok${j}) { o${j} = outp[i${j}]; }`).join(
+        "\n      ",
+      )
+    }
+      ${
+      group.map((s, j) =>
+        `if (ok${j}) { var v = P.alpha * ${s.val}; v = v + o${j}; outp[i${j}] = v; }`
+      )
+        .join("\n      ")
+    }
+    }`);
+  }
+  return `if (P.accumulate == 0u) {
+    ${plain.join("\n  ")}
+  } else {
+    ${batches.join("\n    ")}
+  }`;
 }
 
 /** The first slot of every vec4 accumulator (4 adjacent columns of one row). */
@@ -191,8 +226,8 @@ export function matmulEntry(
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
-  let m0 = wg.y * ${t.bm}u;
-  let n0 = wg.x * ${t.bn}u;
+  let m0 = wg.${t.mFirst ? "x" : "y"} * ${t.bm}u;
+  let n0 = wg.${t.mFirst ? "y" : "x"} * ${t.bn}u;
   ${sl ? "let ks = wg.z * P.kPer;\n  let kn = min(P.K - ks, P.kPer);" : ""}
   ${
     gemmMainloop({

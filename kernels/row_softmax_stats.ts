@@ -20,7 +20,7 @@ import {
 
 const WG = 256;
 /** Elements each thread loads before merging them (see the kernel). */
-const UNROLL = 4;
+const UNROLL = 8;
 
 /** The body of one unrolled step: UNROLL loads, then the merges in element order. */
 function _unrolledStep(dtype: TensorDtype): string {

@@ -14,6 +14,14 @@ import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod } from "./types.ts";
 import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 
+/**
+ * K slices the backward's dE = G·C (f32 G, K = |V|) takes at least on a GPU: the paper's dE ran in
+ * 239.0 / 232.0 ms split 3 ways against 256.4 / 249.3 ms split 2 ways (the automatic choice) on an
+ * H100, in two sessions (reports/gemm_h100_2026-11-23/de_splits.json, gemm_s5_de_splits.json).
+ * The partials of the third slice cost n·d·4 bytes more (72 MiB at the paper's shape).
+ */
+const BASELINE_DE_MIN_SLICES = 3;
+
 /** The materialised baseline. */
 export const baseline: LceMethod = {
   name: "baseline",
@@ -79,6 +87,7 @@ export const baseline: LceMethod = {
           a: { tensor: g, trans: false },
           b: { tensor: x.c, trans: true },
           out: dE,
+          minSplitK: BASELINE_DE_MIN_SLICES,
           label: "dE = G·C",
         });
         dCMm.record(rec, {
