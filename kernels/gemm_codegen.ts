@@ -94,6 +94,22 @@ export const TILE_HW_WIDE: GemmTile = {
   vec: true,
   stage2d: true,
 };
+/**
+ * 128×128 with 8×16 per thread on 128 threads (vector loads, [k][row] staging): for dE = G·C with
+ * an f32 G over K = |V| split 6 ways, where it ran the paper's dE in 229.9 ms (three runs) against
+ * 234.1 for {@link TILE_HW} split 6 ways and 238.8 split 3 ways on an H100
+ * (reports/gemm_h100_2026-11-23/gemm_s5_de_ab*.json, gemm_s5_de_tiles.json). No faster elsewhere:
+ * 223.4 against 223.2 ms for E·Cᵀ, slower for dE16 and Liger's dC (gemm_s5_*.json).
+ */
+export const TILE_HW_8X16: GemmTile = {
+  bm: 128,
+  bn: 128,
+  bk: 16,
+  tm: 8,
+  tn: 16,
+  vec: true,
+  stage2d: true,
+};
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 

@@ -14,6 +14,7 @@ import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import {
   type GemmTile,
   TILE_HW,
+  TILE_HW_8X16,
   TILE_HW_TT,
   TILE_HW_WIDE,
   TILE_SMALL,
@@ -49,7 +50,9 @@ export interface LceProducts {
 /**
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
  * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
- * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), and f32 logits of
+ * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), dE with an f32 G
+ * over a long K (`dE: "long-k"`), which takes TILE_HW_8X16 (229.9 against 234.1 ms, both split 6
+ * ways: the caller asks for the slices, see methods/baseline.ts), and f32 logits of
  * many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for the
  * paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient product:
  * reports/gemm_h100_2026-11-23/gemm_wide_layouts.json); 64×64 on software adapters. Liger's skinny dE (128-row chunks, K = |V|) takes TILE_HW too: split 14 ways it ran
@@ -67,6 +70,8 @@ export async function prepareLceProducts(
     gradDtype: TensorDtype;
     /** dC's K is all tokens (not a chunk's): the K-step-32 tile where G is f32. */
     dC?: "long-k";
+    /** dE's K is the whole vocabulary (not a chunk's): the 8×16-per-thread tile where G is f32. */
+    dE?: "long-k";
     /** The logits have many rows (all tokens): the 128×256 tile where they are f32. */
     logits?: "wide";
   },
@@ -74,6 +79,7 @@ export async function prepareLceProducts(
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
   const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
+  const dETile = hw && o.dE === "long-k" && o.gradDtype === "f32" ? TILE_HW_8X16 : tile;
   const wide = hw && o.logits === "wide" && (o.logitsDtype ?? "f32") === "f32";
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
@@ -94,7 +100,7 @@ export async function prepareLceProducts(
     bTrans: false,
     out: o.logitsDtype,
   });
-  const dE = await mm({ tile, a: o.gradDtype, aTrans: false, bTrans: true });
+  const dE = await mm({ tile: dETile, a: o.gradDtype, aTrans: false, bTrans: true });
   const dC = await mm({ tile: dCTile, a: o.gradDtype, aTrans: true, bTrans: true });
   return { logits, dE, dC };
 }

@@ -15,12 +15,14 @@ import type { LceMethod } from "./types.ts";
 import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 
 /**
- * K slices the backward's dE = G·C (f32 G, K = |V|) takes at least on a GPU: the paper's dE ran in
- * 239.0 / 232.0 ms split 3 ways against 256.4 / 249.3 ms split 2 ways (the automatic choice) on an
- * H100, in two sessions (reports/gemm_h100_2026-11-23/de_splits.json, gemm_s5_de_splits.json).
- * The partials of the third slice cost n·d·4 bytes more (72 MiB at the paper's shape).
+ * K slices the backward's dE = G·C (f32 G, K = |V|) takes at least on a GPU. On an H100 the
+ * paper's dE ran in 249.3 / 256.4 ms split 2 ways (the automatic choice), 232.0 / 239.0 split 3
+ * ways, 234.1 split 6 ways on TILE_HW, and 229.9 split 6 ways on TILE_HW_8X16, the tile it takes
+ * (reports/gemm_h100_2026-11-23/de_splits.json, gemm_s5_de_splits.json, gemm_s5_de_tiles.json,
+ * gemm_s5_de_ab*.json). Each slice past the first costs n·d·4 bytes of partials (72 MiB at the
+ * paper's shape).
  */
-const BASELINE_DE_MIN_SLICES = 3;
+const BASELINE_DE_MIN_SLICES = 6;
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -41,6 +43,7 @@ export const baseline: LceMethod = {
       dtype: spec.dtype,
       gradDtype: "f32",
       dC: "long-k",
+      dE: "long-k",
       logits: "wide",
     });
     const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
