@@ -98,6 +98,13 @@ export interface MeasureRow {
   error?: string;
 }
 
+/**
+ * Warm-up wall time (ms) for the first method measured after the GPU may have idled (a run's
+ * start, a new size of a sweep): on an H100 a sweep's first small cells otherwise ran at up to 2.7×
+ * their time (26.3 and 72.3 ms for one product), before the clocks rose.
+ */
+export const IDLE_GPU_WARMUP_MS = 1000;
+
 /** Options of {@link measureMethod}. */
 export interface MeasureOptions {
   /** The problem (shape, dtype of E and C). */
@@ -121,6 +128,12 @@ export interface MeasureOptions {
    * slow ones no fewer than `reps`. Default: exactly `reps`.
    */
   targetMs?: number;
+  /**
+   * Wall time (ms) the first mode's warm-up lasts at least (more unmeasured repetitions than
+   * `warmup` if need be): for the first method of a run on a GPU, whose clocks an idle spell has
+   * lowered. Default: none.
+   */
+  warmupMs?: number;
   /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */
   maxReps?: number;
   /**
@@ -228,7 +241,12 @@ export async function measureMethod(
       const t1 = performance.now();
       const warm = o.warmFwdBwd === true && mode === "fwd+bwd" && measured.has("fwd") &&
         measured.has("bwd");
-      const om = warm ? { ...o, warmup: 0 } : o;
+      // the floor on warm-up time is for the method's first mode only
+      const om = warm
+        ? { ...o, warmup: 0, warmupMs: undefined }
+        : measured.size > 0 || mode !== o.modes[0]
+        ? { ...o, warmupMs: undefined }
+        : o;
       const est = _estimateFor(estimate, mode);
       if (est !== undefined && est > budget) {
         emit(
@@ -270,6 +288,8 @@ interface _Measured {
   peaks?: number[];
   stats?: MethodStats | null;
   passes?: Map<string, number[]>;
+  /** Unmeasured repetitions actually run (default: the options' `warmup`). */
+  warmups?: number;
   error?: string;
 }
 
@@ -295,7 +315,7 @@ function _row(
     timeMsIqr: m.error ? null : q ? q.q3 - q.q1 : null,
     wallMsMedian: m.error || !m.walls?.length ? null : quantiles(m.walls).median,
     reps: m.times?.length ?? o.reps,
-    warmup: o.warmup,
+    warmup: m.warmups ?? o.warmup,
     peakByRole: m.error ? null : m.peakByRole ?? null,
     stats: m.error ? null : m.stats ?? null,
   };
@@ -405,6 +425,7 @@ async function _measureMode(
   try {
     r = await timeRepetitions({
       warmup: o.warmup,
+      warmupMs: o.warmupMs,
       reps: o.reps,
       source: defaultTimeSource(ctx),
       // the whole repetition's time, with what it needs besides the call (a fresh forward)
@@ -467,7 +488,16 @@ async function _measureMode(
   if (mode === "bwd") {
     _checkLeak(ctx, start.liveBytes, start.liveByRole, "the forward's saved state was disposed");
   }
-  return { peakBytes, peakByRole, times: r.times, walls: r.walls, peaks, stats, passes: r.passes };
+  return {
+    peakBytes,
+    peakByRole,
+    times: r.times,
+    walls: r.walls,
+    peaks,
+    stats,
+    passes: r.passes,
+    warmups: r.warmups,
+  };
 }
 
 /** GPU memory in bytes from nvidia-smi (first GPU), or undefined where it is absent. */

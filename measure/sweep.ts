@@ -10,7 +10,13 @@ import { type Reduction, resolveOptions } from "../core/options.ts";
 import { oneLine } from "../core/errors.ts";
 import type { LceMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
-import { defaultMemoryBudget, measureMethod, type MeasureRow, type Mode } from "./measure.ts";
+import {
+  defaultMemoryBudget,
+  IDLE_GPU_WARMUP_MS,
+  measureMethod,
+  type MeasureRow,
+  type Mode,
+} from "./measure.ts";
 import { type DeviceInputs, makeDeviceInputs } from "./inputs.ts";
 
 /** The size a sweep varies. */
@@ -148,6 +154,8 @@ export async function runSweep(
     );
     const inputBytes = ctx.memory().liveBytes;
     const budget = hooks.budgetBytes?.(ctx, inputBytes) ?? defaultMemoryBudget(ctx);
+    // the first method measured at this size warms an idle GPU up first
+    let first = !ctx.report.isFallbackAdapter;
     try {
       for (const beta of plan.betas) {
         const opts = resolveOptions({ beta, reduction: plan.reduction });
@@ -172,9 +180,11 @@ export async function runSweep(
                 ? { targetMs: plan.targetMs, maxReps: plan.maxReps }
                 : {}),
               warmFwdBwd: plan.warmFwdBwd,
+              warmupMs: first ? IDLE_GPU_WARMUP_MS : undefined,
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
             });
+            first = false;
           } finally {
             gradOut.destroy();
           }

@@ -128,6 +128,12 @@ export async function timeMode(ctx: GpuContext, c: ModeCall): Promise<CallTiming
 export interface RepetitionOptions {
   /** Unmeasured calls first (≥ 0). */
   warmup: number;
+  /**
+   * Keep making unmeasured calls until this much wall time (ms) has passed since the first, even
+   * past `warmup` (an idle GPU raises its clocks only after some work: a short product measured
+   * first ran 5× slower). Default: none.
+   */
+  warmupMs?: number;
   /** Measured calls (≥ 1). */
   reps: number;
   /** Which time the samples are (default `gpu`). */
@@ -150,6 +156,8 @@ export interface Repetitions {
   passes: Map<string, number[]>;
   /** The median of {@link Repetitions.times}. */
   median: number;
+  /** Unmeasured calls made first (`warmup`, or more with `warmupMs`). */
+  warmups: number;
 }
 
 /**
@@ -165,13 +173,17 @@ export async function timeRepetitions(
   const source = o.source ?? "gpu";
   const times: number[] = [], walls: number[] = [];
   const passes = new Map<string, number[]>();
-  let total = o.warmup + o.reps;
-  for (let rep = 0; rep < total; rep++) {
+  let warmups = 0;
+  const w0 = performance.now();
+  while (warmups < o.warmup || performance.now() - w0 < (o.warmupMs ?? 0)) {
+    await call(warmups, false, false);
+    warmups++;
+  }
+  let total = warmups + o.reps;
+  for (let rep = warmups; rep < total; rep++) {
     const t0 = performance.now();
-    const measured = rep >= o.warmup;
-    const t = await call(rep, measured, rep === total - 1);
-    if (o.adapt && rep === o.warmup) total = o.warmup + o.adapt(performance.now() - t0);
-    if (!measured) continue;
+    const t = await call(rep, true, rep === total - 1);
+    if (o.adapt && rep === warmups) total = warmups + o.adapt(performance.now() - t0);
     times.push(timeOf(t, source));
     walls.push(t.wallMs);
     const sums = new Map<string, number>();
@@ -181,7 +193,7 @@ export async function timeRepetitions(
       passes.get(label)!.push(ms);
     }
   }
-  return { times, walls, passes, median: median(times) };
+  return { times, walls, passes, median: median(times), warmups };
 }
 
 /** The median of each pass label's samples. */

@@ -37,6 +37,25 @@ Deno.test("timeRepetitions: adapt sees the first measured call, not the warm-up"
   assert.equal(lastFlags.at(-1), true);
 });
 
+Deno.test("timeRepetitions: warmupMs keeps warming up past `warmup` until its wall time", async () => {
+  const flags: boolean[] = [];
+  const r = await timeRepetitions({ warmup: 1, warmupMs: 60, reps: 2 }, async (rep, measured) => {
+    flags.push(measured);
+    await new Promise((ok) => setTimeout(ok, 10));
+    return _timing(rep);
+  });
+  assert.ok(r.warmups >= 5, `${r.warmups} warm-ups in 60 ms of 10 ms calls`);
+  assert.equal(r.times.length, 2);
+  assert.deepEqual(r.times, [r.warmups, r.warmups + 1]);
+  assert.deepEqual(flags, [...Array(r.warmups).fill(false), true, true]);
+  // without it, exactly `warmup`
+  const plain = await timeRepetitions(
+    { warmup: 3, reps: 1 },
+    (rep) => Promise.resolve(_timing(rep)),
+  );
+  assert.equal(plain.warmups, 3);
+});
+
 Deno.test("quantiles and median of unsorted samples", () => {
   assert.deepEqual(quantiles([4, 1, 3, 2]), { min: 1, q1: 1.75, median: 2.5, q3: 3.25, max: 4 });
   assert.equal(median([5]), 5);

@@ -32,6 +32,7 @@ import { parseFixtureName } from "../fixtures/mod.ts";
 import {
   defaultMemoryBudget,
   formatMiB,
+  IDLE_GPU_WARMUP_MS,
   measureMethod,
   type MeasureRow,
   type Mode,
@@ -345,10 +346,13 @@ export async function measureCells(
         ctx = await o.openContext();
         inputs = undefined;
       }
+      // the first method measured on fresh inputs warms an idle GPU up first
+      let first = false;
       if (!inputs) {
         inputs = await o.openInputs(ctx);
         inputBytes = ctx.memory().liveBytes;
         budget = o.budget(ctx, inputBytes);
+        first = !ctx.report.isFallbackAdapter;
       }
       const gradOut = uploadGradOut(ctx, o.spec.n, opts);
       await measureMethod(ctx, method, {
@@ -362,6 +366,7 @@ export async function measureCells(
         targetMs: o.targetMs,
         maxReps: o.maxReps,
         warmFwdBwd: o.warmFwdBwd,
+        warmupMs: first ? IDLE_GPU_WARMUP_MS : undefined,
         budgetBytes: budget,
         onRow: o.onRow,
       });
