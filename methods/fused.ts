@@ -140,6 +140,9 @@ async function _prepare(
     dERoundings: bwd.roundings.dE + extra,
     dCRoundings: bwd.roundings.dC + extra,
   });
+  // Σ_v C_v: summed once by the forward (identity smoothing) and read by the filtered backward's
+  // smoothing correction, instead of summed again there (0.92 ms at the paper's shape)
+  const keepColsum = f.filter && fwd.smoothing === "identity";
   if (!f.fusedForwardBackward) {
     const weights = await prepareRowWeights(ctx, opts);
     return {
@@ -149,18 +152,19 @@ async function _prepare(
         const lse = vector(ctx, spec.n, "workspace", "lse");
         const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
         const count = vector(ctx, 1, "workspace", "count");
-        fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows, tileMax });
+        const colsum = keepColsum ? vector(ctx, spec.d, "workspace", "Σ_v C_v") : undefined;
+        fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows, tileMax, colsum });
         const loss = lossTensor(ctx, spec.n, opts);
         reduce.record(rec, { lossRows, targets: x.targets, loss, count });
         rec.release(lossRows.shards[0].buffer);
-        const tensors = tileMax ? [lse, count, tileMax] : [lse, count];
-        return Promise.resolve({ loss, saved: { tensors, lse, count, tileMap: tileMax } });
+        const tensors = [lse, count, tileMax, colsum].filter((t) => t !== undefined);
+        return Promise.resolve({ loss, saved: { tensors, lse, count, tileMap: tileMax, colsum } });
       },
       backward(rec, x, saved, gradOut) {
         const w = vector(ctx, spec.n, "workspace", "row weights");
         weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
-        const tileMap = saved.tileMap;
-        const g = bwd.record(rec, { ...x, lse: saved.lse, w, count: saved.count, tileMap });
+        const { tileMap, colsum } = saved;
+        const g = bwd.record(rec, { ...x, lse: saved.lse, w, count: saved.count, tileMap, colsum });
         rec.release(w.shards[0].buffer);
         return Promise.resolve(g);
       },
@@ -182,14 +186,16 @@ async function _prepare(
       const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
       const count = vector(ctx, 1, "workspace", "count");
       const w = vector(ctx, spec.n, "workspace", "unit row weights");
-      fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows });
+      const colsum = keepColsum ? vector(ctx, spec.d, "workspace", "Σ_v C_v") : undefined;
+      fwd.record(rec, { e: x.e, c: x.c, targets: x.targets, lse, lossRows, colsum });
       const loss = lossTensor(ctx, spec.n, opts);
       reduce.record(rec, { lossRows, targets: x.targets, loss, count });
       // Gradient phase: passes recorded after the LSE passes (a dispatch boundary).
       const unitCount = vector(ctx, 1, "workspace", "unit count");
       unit.record(rec, { targets: x.targets, w, count: unitCount });
-      const g: Gradients = bwd.record(rec, { ...x, lse, w, count });
+      const g: Gradients = bwd.record(rec, { ...x, lse, w, count, colsum });
       rec.release(lossRows.shards[0].buffer, w.shards[0].buffer, unitCount.shards[0].buffer);
+      if (colsum) rec.release(colsum.shards[0].buffer);
       return Promise.resolve({
         loss,
         saved: { tensors: [lse, count, g.dE, g.dC], grads: g },

@@ -364,8 +364,9 @@ Deno.test({
       });
       const out16 = bwd.gradDtype !== "f32";
       assert.equal(out16, dtype !== "f32" && m !== fusedNoFilter && m !== fusedF32Grad);
+      // β > 0 without softcap: the forward's Σ_v C_v is handed to the backward
       const want = bufferBytes(n, 4) + gradBytes(ctx, n, d, out16) + gradBytes(ctx, v, d, out16) +
-        bwd.workspaceBytes();
+        bwd.workspaceBytes({}, { colsum: beta > 0 });
       bwd.release();
       assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}, d ${d}`);
       return bwd;

@@ -158,6 +158,11 @@ export interface FusedBackwardArgs {
   count: DeviceTensor;
   /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
   tileMap?: DeviceTensor;
+  /**
+   * Σ_v C_v from the forward (d×1 f32, one shard; see FusedForwardArgs.colsum): the smoothing
+   * term's correction reads it instead of summing C's columns again. Default: summed here.
+   */
+  colsum?: DeviceTensor;
 }
 
 /** Filter statistics of the last recorded backward. */
@@ -193,9 +198,10 @@ export interface PreparedFusedBackward {
   release(): void;
   /**
    * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
-   * of `layout` (default: as createTensor makes them on this context).
+   * of `layout` (default: as createTensor makes them on this context), with Σ_v C_v handed in
+   * (FusedBackwardArgs.colsum) when `colsum`.
    */
-  workspaceBytes(layout?: WorkspaceLayout): number;
+  workspaceBytes(layout?: WorkspaceLayout, o?: { colsum?: boolean }): number;
 }
 
 /** The problem, options and defaults a backward is prepared for. */
@@ -500,7 +506,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   const { rec, p, a, g, pipes } = r;
   const { e, c, targets, w } = a;
   const d = p.spec.d;
-  const exact = { e, c, targets, w, ePartials: m.partials };
+  const exact = { e, c, targets, w, ePartials: m.partials, csum: a.colsum };
   const { coefficients } = pipes.corrections.record(rec, { ...exact, dE: g.dE, part: "dE" });
   // split partials (parts ≥ 1 of the slabs; all parts with an f32 output) start at zero
   const first = p.out16 ? 1 : 0;
@@ -547,8 +553,9 @@ export async function prepareFusedBackward(
     filterEps: p.eps,
     gradDtype: p.out16 ?? "f32",
     roundings,
-    workspaceBytes(layout = {}) {
+    workspaceBytes(layout = {}, w = {}) {
       return fusedBackwardWorkspaceBytes({
+        colsumGiven: w.colsum === true,
         spec,
         opts: p.opts,
         filter: p.eps !== null,

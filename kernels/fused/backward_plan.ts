@@ -475,6 +475,8 @@ export function fusedBackwardWorkspaceBytes(o: {
   /** Default "f32". */
   gradDtype?: GradDtype;
   layout: WorkspaceLayout & { maxBindingBytes: number };
+  /** Σ_v C_v is handed in (FusedBackwardArgs.colsum): it and its partials are not allocated. */
+  colsumGiven?: boolean;
 }): number {
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
@@ -516,7 +518,11 @@ export function fusedBackwardWorkspaceBytes(o: {
   }
   if (o.sort || opts.smoothing) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
-  const cs = opts.smoothing ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
+  const cs = o.colsumGiven
+    ? "given"
+    : opts.smoothing
+    ? columnSumPlan(cRows, spec.d, limit).workspaceBytes
+    : 0;
   return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cs, false);
 }
 

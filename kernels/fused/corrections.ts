@@ -69,6 +69,11 @@ export interface GradCorrectionArgs {
    * kernels/fused/vocab_order.ts), e.g. shared with the vocab sort; default: allocated by the call.
    */
   ePartials?: TrackedBuffer;
+  /**
+   * Σ_v C_v (d×1 f32, one shard) computed earlier, e.g. by the fused forward: the "dE" part then
+   * reads it instead of summing C's columns again (and leaves it to the caller).
+   */
+  csum?: DeviceTensor;
 }
 
 /** Compiled correction kernels. */
@@ -82,7 +87,7 @@ export interface PreparedGradCorrections {
   workspaceBytes(
     eShardRows: number[],
     d: number,
-    cColumnSumBytes: number,
+    cColumnSum: number | "given",
     ownPartials?: boolean,
   ): number;
   /** Whether the record uses E's column partials (β > 0). */
@@ -91,15 +96,16 @@ export interface PreparedGradCorrections {
 
 /**
  * Workspace bytes of one corrections record for E's shard rows and hidden size d, given the bytes
- * of C's column-sum partials (kernels/column_sum.ts): the target coefficients and pairs (β < 1);
- * Σ_v C_v, Σ_n w_n·E_n, both partials (β > 0; E's only with `ownPartials`, see
- * {@link GradCorrectionArgs.ePartials}).
+ * of C's column-sum partials (kernels/column_sum.ts), or "given" where Σ_v C_v is handed in
+ * ({@link GradCorrectionArgs.csum}: neither it nor its partials are allocated): the target
+ * coefficients and pairs (β < 1); Σ_v C_v, Σ_n w_n·E_n, both partials (β > 0; E's only with
+ * `ownPartials`, see {@link GradCorrectionArgs.ePartials}).
  */
 export function gradCorrectionsWorkspaceBytes(
   opts: LceOptions,
   eShardRows: number[],
   d: number,
-  cColumnSumBytes: number,
+  cColumnSum: number | "given",
   ownPartials = true,
 ): number {
   const { target, smooth } = correctionTerms(opts);
@@ -108,7 +114,8 @@ export function gradCorrectionsWorkspaceBytes(
   let b = 0;
   if (target) b += vec(n) + paddedSortLength(n) * 8;
   if (smooth) {
-    b += 2 * vec(d) + cColumnSumBytes + (ownPartials ? columnPartialsBytes(eShardRows, d) : 0);
+    const cSum = cColumnSum === "given" ? 0 : vec(d) + cColumnSum;
+    b += vec(d) + cSum + (ownPartials ? columnPartialsBytes(eShardRows, d) : 0);
   }
   return b;
 }
@@ -315,23 +322,25 @@ function _record(
     createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
   const t: _Vectors = {
     a: target ? x.coefficients ?? vec(n, "target coefficients") : undefined,
-    csum: smooth && doE ? vec(d, "Σ_v C_v") : undefined,
+    csum: smooth && doE ? x.csum ?? vec(d, "Σ_v C_v") : undefined,
     rvec: smooth && doC ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined,
   };
   if (t.a && k.coef && !x.coefficients) _recordCoefficients(k, rec, x, t.a);
-  if (t.csum && k.colsum) k.colsum.record(rec, { c, out: t.csum });
+  if (t.csum && k.colsum && !x.csum) k.colsum.record(rec, { c, out: t.csum });
+  // a column sum handed in belongs to the caller
+  const own = (v?: DeviceTensor) => v !== undefined && v !== x.csum;
   if (t.rvec && k.wsum) {
     const scale = -o.opts.beta / o.v;
     k.wsum.record(rec, { x: e, weights: w, out: t.rvec, scale, partials: x.ePartials });
   }
   if (doE && dE) _recordDE(k, rec, x, t);
   if (!doC || !dC) {
-    if (t.csum) rec.release(t.csum.shards[0].buffer);
+    if (own(t.csum)) rec.release(t.csum!.shards[0].buffer);
     return { coefficients: t.a };
   }
   _recordDCInit(k, rec, x, t);
   if (t.a && k.fill && k.sort && k.scatter) _recordScatter(k, ctx, rec, x, t);
-  for (const v of [t.a, t.csum, t.rvec]) if (v) rec.release(v.shards[0].buffer);
+  for (const v of [t.a, t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);
   return {};
 }
 

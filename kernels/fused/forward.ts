@@ -99,6 +99,12 @@ export interface FusedForwardArgs {
    * with each tile's largest capped logit; required when prepared with `tileMax`.
    */
   tileMax?: DeviceTensor;
+  /**
+   * Optional d×1 f32 output, one shard: Σ_v C_v, kept for the backward's smoothing term instead of
+   * a workspace released after the merge. Written only where the forward computes it (`smoothing`
+   * `identity`); left alone otherwise.
+   */
+  colsum?: DeviceTensor;
 }
 
 /** A compiled fused forward. */
@@ -383,7 +389,7 @@ export async function prepareFusedForward(
         : undefined;
       let cs: DeviceTensor | undefined;
       if (colsum) {
-        cs = createTensor(ctx, {
+        cs = a.colsum ?? createTensor(ctx, {
           dtype: "f32",
           rows: d,
           cols: 1,
@@ -415,7 +421,7 @@ export async function prepareFusedForward(
         tokenStats: a.tokenStats,
         ...work,
       });
-      rec.release(ws, wsz, wsx, cs?.shards[0].buffer);
+      rec.release(ws, wsz, wsx, a.colsum ? undefined : cs?.shards[0].buffer);
     },
   };
 }
