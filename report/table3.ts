@@ -15,7 +15,13 @@ import type { AdapterReport, GpuContext } from "../gpu/context.ts";
 import type { ExternalRows } from "./external.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
 import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
-import { type MeasureRow, type Mode, MODES, type TimeSource } from "../measure/measure.ts";
+import {
+  IDLE_GPU_WARMUP_MS,
+  type MeasureRow,
+  type Mode,
+  MODES,
+  type TimeSource,
+} from "../measure/measure.ts";
 import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
 import type { Bar } from "./svg.ts";
 
@@ -383,9 +389,19 @@ export function formatMarkdown(r: Table3Report): string {
   const repsWhat = lo === hi
     ? `${lo} repetition${lo === 1 ? "" : "s"}`
     : `${lo} to ${hi} repetitions per cell`;
-  const warmWhat = cold > 0 && r.warmup > 0
-    ? `${r.warmup} warm-up (none for the ${cold} fwd+bwd cells measured right after their fwd and bwd)`
-    : `${r.warmup} warm-up`;
+  const longer = r.rows.filter((x) => x.timeMs !== null && x.warmup > r.warmup).length;
+  const notes = [
+    ...(cold > 0 && r.warmup > 0
+      ? [`none for the ${cold} fwd+bwd cells measured right after their fwd and bwd`]
+      : []),
+    ...(longer > 0
+      ? [
+        `more for the ${longer} cell${longer === 1 ? "" : "s"} first measured on an idle GPU: ` +
+        `at least ${IDLE_GPU_WARMUP_MS} ms of them`,
+      ]
+      : []),
+  ];
+  const warmWhat = `${r.warmup} warm-up${notes.length ? ` (${notes.join("; ")})` : ""}`;
   lines.push(
     `- Memory: peak tracked GPU bytes above those live before the call, in MiB (the paper's ` +
       `"MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`,

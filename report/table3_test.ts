@@ -158,7 +158,14 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
     md,
     /## Failed rows \(2\)\n\n- baseline, β = 0.1, fwd\+bwd: OOM: needs 28,000 MiB\n/,
   );
-  assert.match(md, /median GPU time \(timestamp queries\) of 5 repetitions after 1 warm-up/);
+  assert.match(md, /median GPU time \(timestamp queries\) of 5 repetitions after 1 warm-up\./);
+  // a first cell warmed up longer (IDLE_GPU_WARMUP_MS) is said so
+  const r0 = _report();
+  const longer = formatMarkdown({
+    ...r0,
+    rows: r0.rows.map((x, i) => i === 0 ? { ...x, warmup: 12 } : x),
+  });
+  assert.match(longer, /after 1 warm-up \(more for the 1 cell first measured on an idle GPU: /);
   assert.match(md, /driver 570\.1 \(NVIDIA H200\)/);
   assert.match(md, /tilesSkipped 3, tilesTotal 4/);
   assert.doesNotMatch(md, /Reduced shape/);
