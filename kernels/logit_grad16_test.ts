@@ -4,7 +4,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { machineEps, roundArray } from "../core/dtype.ts";
 import { type Dtype, resolveOptions } from "../core/options.ts";
 import { prepareLogitGrad16 } from "./logit_grad16.ts";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 Deno.test({
   name: "logit_grad16: 16-bit gradient from 16-bit or f32 logits, odd widths, shards, row offset",
@@ -18,14 +18,7 @@ Deno.test({
       (u, i) => i % 4 === 1 ? o.ignoreIndex : Math.floor(((u + 1) / 2) * v),
     );
     const wHost = randomArray(n, 5, 2);
-    const vec = (data: Float32Array | Int32Array, label: string) =>
-      fromHost(ctx, {
-        dtype: data instanceof Int32Array ? "i32" : "f32",
-        rows: n,
-        cols: 1,
-        role: "input",
-        label,
-      }, data);
+    const vec = (data: Float32Array | Int32Array, label: string) => columnVector(ctx, data, label);
     const logitsDtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
     for (const logitsDtype of logitsDtypes) {
       for (const gradDtype of ["bf16", "f16"] as const) {

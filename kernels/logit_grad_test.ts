@@ -3,7 +3,7 @@ import { createTensor, download, fromHost } from "../gpu/tensor.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { resolveOptions } from "../core/options.ts";
 import { prepareLogitGrad } from "./logit_grad.ts";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 Deno.test({
   name:
@@ -38,13 +38,7 @@ Deno.test({
         const zHost = randomArray(n * cols, 6 + cols + colStart, 4);
         const lseHost = Float32Array.from(randomArray(n, 7), (u) => 3 + u);
         const vec = (data: Float32Array | Int32Array, label: string) =>
-          fromHost(ctx, {
-            dtype: data instanceof Int32Array ? "i32" : "f32",
-            rows: n,
-            cols: 1,
-            role: "input",
-            label,
-          }, data);
+          columnVector(ctx, data, label);
         const z = fromHost(ctx, {
           dtype: "f32",
           rows: n,

@@ -26,7 +26,13 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
-import { type GemmTile, TILE_HW, TILE_HW_WIDE, TILE_LARGE } from "../kernels/gemm_codegen.ts";
+import {
+  type GemmTile,
+  TILE_HW,
+  TILE_HW_8X16,
+  TILE_HW_WIDE,
+  TILE_LARGE,
+} from "../kernels/gemm_codegen.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
 
 /** Wall-clock milliseconds of warm-up per product and tile before the timed repetitions. */
@@ -53,26 +59,17 @@ const TILES: Record<string, GemmTile> = {
   w128x64: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, stage2d: true },
   scalar: { ...TILE_LARGE, stage2d: true },
   // 8×16 or 16×8 per thread on 128 threads: the wide tile's reads per FMA with half its threads
-  s128_8x16: { bm: 128, bn: 128, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true },
+  s128_8x16: TILE_HW_8X16,
   s128_16x8: { bm: 128, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
-  s128_8x16_k32: { bm: 128, bn: 128, bk: 32, tm: 8, tn: 16, vec: true, stage2d: true },
-  s128_8x16_k8: { bm: 128, bn: 128, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
-  s128_8x16_wt: {
-    bm: 128,
-    bn: 128,
-    bk: 16,
-    tm: 8,
-    tn: 16,
-    vec: true,
-    stage2d: true,
-    warpTile: true,
-  },
+  s128_8x16_k32: { ...TILE_HW_8X16, bk: 32 },
+  s128_8x16_k8: { ...TILE_HW_8X16, bk: 8 },
+  s128_8x16_wt: { ...TILE_HW_8X16, warpTile: true },
   w128x256_wt: { ...TILE_HW_WIDE, warpTile: true },
   w128x256_16x8: { bm: 128, bn: 256, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
   w64x256_8x16: { bm: 64, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true },
   w128x256_mf: { ...TILE_HW_WIDE, mFirst: true },
   hw_mf: { ...TILE_HW, mFirst: true },
-  s128_8x16_mf: { bm: 128, bn: 128, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true, mFirst: true },
+  s128_8x16_mf: { ...TILE_HW_8X16, mFirst: true },
   w128x256_k24: { ...TILE_HW_WIDE, bk: 24 },
   w192x256_12x16: { bm: 192, bn: 256, bk: 16, tm: 12, tn: 16, vec: true, stage2d: true },
   w256x192_16x12: { bm: 256, bn: 192, bk: 16, tm: 16, tn: 12, vec: true, stage2d: true },

@@ -5,6 +5,7 @@
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
+import { type DeviceTensor, fromHost } from "../gpu/tensor.ts";
 import { uniformArray } from "../fixtures/rng.ts";
 
 let shared: Promise<GpuContext> | undefined;
@@ -27,4 +28,14 @@ export const GPU_TEST = { sanitizeResources: false, sanitizeOps: false } as cons
  */
 export function randomArray(n: number, seed: number, scale = 1): Float32Array {
   return uniformArray(n, seed, scale);
+}
+
+/** An input column vector (rows×1, one shard) of f32 values, or i32 ones (targets). */
+export function columnVector(
+  ctx: GpuContext,
+  data: Float32Array | Int32Array,
+  label: string,
+): DeviceTensor {
+  const dtype = data instanceof Int32Array ? "i32" : "f32";
+  return fromHost(ctx, { dtype, rows: data.length, cols: 1, role: "input", label }, data);
 }
