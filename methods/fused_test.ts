@@ -366,7 +366,7 @@ Deno.test({
       assert.equal(out16, dtype !== "f32" && m !== fusedNoFilter && m !== fusedF32Grad);
       // β > 0 without softcap: the forward's Σ_v C_v is handed to the backward
       const want = bufferBytes(n, 4) + gradBytes(ctx, n, d, out16) + gradBytes(ctx, v, d, out16) +
-        bwd.workspaceBytes({}, { colsum: beta > 0 });
+        bwd.workspaceBytes({ colsum: beta > 0 });
       bwd.release();
       assert.equal(got.bwd, want, `${m.name}, β ${beta}, ${dtype}, d ${d}`);
       return bwd;

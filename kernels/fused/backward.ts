@@ -158,10 +158,7 @@ export interface FusedBackwardArgs {
   count: DeviceTensor;
   /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
   tileMap?: DeviceTensor;
-  /**
-   * Σ_v C_v from the forward (d×1 f32, one shard; see FusedForwardArgs.colsum): the smoothing
-   * term's correction reads it instead of summing C's columns again. Default: summed here.
-   */
+  /** Σ_v C_v from the forward (d×1 f32; FusedForwardArgs.colsum): read, not summed again. */
   colsum?: DeviceTensor;
 }
 
@@ -198,10 +195,9 @@ export interface PreparedFusedBackward {
   release(): void;
   /**
    * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
-   * of `layout` (default: as createTensor makes them on this context), with Σ_v C_v handed in
-   * (FusedBackwardArgs.colsum) when `colsum`.
+   * of `layout` (default: as createTensor makes them on this context).
    */
-  workspaceBytes(layout?: WorkspaceLayout, o?: { colsum?: boolean }): number;
+  workspaceBytes(layout?: WorkspaceLayout): number;
 }
 
 /** The problem, options and defaults a backward is prepared for. */
@@ -516,9 +512,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
       rec.clear(sl.buffer, first * bytes, (g.parts - first) * bytes);
     }
   }
-  const tail: TrackedBuffer[] = [a.lse.shards[0].buffer, w.shards[0].buffer];
-  if (m.perm) tail.push(m.perm);
-  if (m.mask) tail.push(m.mask);
+  const tail = [a.lse.shards[0].buffer, w.shards[0].buffer, m.perm, m.mask].filter((b) => !!b);
   const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
   const { sliceRows, splits } = p;
   recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
@@ -553,9 +547,8 @@ export async function prepareFusedBackward(
     filterEps: p.eps,
     gradDtype: p.out16 ?? "f32",
     roundings,
-    workspaceBytes(layout = {}, w = {}) {
+    workspaceBytes(layout = {}) {
       return fusedBackwardWorkspaceBytes({
-        colsumGiven: w.colsum === true,
         spec,
         opts: p.opts,
         filter: p.eps !== null,

@@ -318,6 +318,8 @@ export interface WorkspaceLayout {
    * chunking.
    */
   maxBindingBytes?: number;
+  /** Σ_v C_v is handed in (FusedBackwardArgs.colsum): neither it nor its partials are here. */
+  colsum?: boolean;
 }
 
 /** A slab of dE's f32 accumulators: `parts` copies of rows [r0, r0 + rows), j·rows apart. */
@@ -475,8 +477,6 @@ export function fusedBackwardWorkspaceBytes(o: {
   /** Default "f32". */
   gradDtype?: GradDtype;
   layout: WorkspaceLayout & { maxBindingBytes: number };
-  /** Σ_v C_v is handed in (FusedBackwardArgs.colsum): it and its partials are not allocated. */
-  colsumGiven?: boolean;
 }): number {
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
@@ -518,12 +518,9 @@ export function fusedBackwardWorkspaceBytes(o: {
   }
   if (o.sort || opts.smoothing) bytes += columnPartialsBytes(eRows, spec.d);
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
-  const cs = o.colsumGiven
-    ? "given"
-    : opts.smoothing
-    ? columnSumPlan(cRows, spec.d, limit).workspaceBytes
-    : 0;
-  return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cs, false);
+  const cs = opts.smoothing ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
+  const cSum = layout.colsum ? "given" : cs;
+  return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cSum, false);
 }
 
 /** The gradient tensors of one record. */
