@@ -10,7 +10,7 @@ import {
   prepareColumnSum,
   prepareWeightedColumnSum,
 } from "./column_sum.ts";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 /** Runs the column sum of a v×d matrix and checks it against float64 within `ulps`·2⁻²⁴·Σ|x|. */
 async function check(
@@ -173,17 +173,9 @@ Deno.test({
       label: "x",
       maxRowsPerShard: 70,
     }, x);
-    const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
-    const tt = fromHost(
-      ctx,
-      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
-      targets,
-    );
-    const ct = fromHost(
-      ctx,
-      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "c" },
-      Float32Array.of(valid),
-    );
+    const wt = columnVector(ctx, w, "w");
+    const tt = columnVector(ctx, targets, "t");
+    const ct = columnVector(ctx, Float32Array.of(valid), "c");
     const out1 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
     const out2 = createTensor(ctx, { dtype: "f32", rows: d, cols: 1, role: "output", label: "o" });
     const vec = await prepareWeightedColumnSum(ctx, {

@@ -76,21 +76,17 @@ function _storeF32(t: GemmTile, vec: boolean): string {
     `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
     if (m < P.M && n < P.N) { outp[${s.idx("m", "n")}] = P.alpha * ${s.val}; } }`
   );
+  const lines = (group: typeof slots, f: (s: (typeof slots)[number], j: number) => string) =>
+    group.map(f).join("\n      ");
   const batches: string[] = [];
   for (let b = 0; b < slots.length; b += ACCUMULATE_BATCH) {
     const group = slots.slice(b, b + ACCUMULATE_BATCH);
     batches.push(`{
-      ${group.map((s, j) => at(s, j)).join("\n      ")}
+      ${lines(group, at)}
+      ${lines(group, (s, j) => `var o${j} = ${s.zero}; if (ok${j}) { o${j} = outp[i${j}]; }`)}
       ${
-      group.map((s, j) => `var o${j} = ${s.zero}; if (ok${j}) { o${j} = outp[i${j}]; }`).join(
-        "\n      ",
-      )
-    }
-      ${
-      group.map((s, j) =>
-        `if (ok${j}) { var v = P.alpha * ${s.val}; v = v + o${j}; outp[i${j}] = v; }`
-      )
-        .join("\n      ")
+      lines(group, (s, j) =>
+        `if (ok${j}) { var v = P.alpha * ${s.val}; v = v + o${j}; outp[i${j}] = v; }`)
     }
     }`);
   }

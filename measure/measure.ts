@@ -241,12 +241,12 @@ export async function measureMethod(
       const t1 = performance.now();
       const warm = o.warmFwdBwd === true && mode === "fwd+bwd" && measured.has("fwd") &&
         measured.has("bwd");
-      // the floor on warm-up time is for the method's first mode only
-      const om = warm
-        ? { ...o, warmup: 0, warmupMs: undefined }
-        : measured.size > 0 || mode !== o.modes[0]
-        ? { ...o, warmupMs: undefined }
-        : o;
+      // no warm-up right after the fwd and bwd; the floor on warm-up time is the first mode's
+      const om = {
+        ...o,
+        warmup: warm ? 0 : o.warmup,
+        warmupMs: mode === o.modes[0] ? o.warmupMs : undefined,
+      };
       const est = _estimateFor(estimate, mode);
       if (est !== undefined && est > budget) {
         emit(

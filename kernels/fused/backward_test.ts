@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import { GpuContext } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
@@ -56,16 +56,10 @@ async function runBackward(
   const rows = { maxRowsPerShard: b.shardRows };
   const e = fromHost(ctx, { dtype, rows: x.n, cols: x.d, role: "input", label: "E", ...rows }, x.e);
   const c = fromHost(ctx, { dtype, rows: x.v, cols: x.d, role: "input", label: "C", ...rows }, x.c);
-  const vec = (rows: number, label: string, data: Float32Array | Int32Array) =>
-    fromHost(
-      ctx,
-      { dtype: data instanceof Int32Array ? "i32" : "f32", rows, cols: 1, role: "input", label },
-      data,
-    );
-  const targets = vec(x.n, "targets", x.targets);
-  const lse = vec(x.n, "lse", Float32Array.from(ref.perToken.lse));
-  const wt = vec(x.n, "w", w);
-  const count = vec(1, "count", Float32Array.of(ref.count));
+  const targets = columnVector(ctx, x.targets, "targets");
+  const lse = columnVector(ctx, Float32Array.from(ref.perToken.lse), "lse");
+  const wt = columnVector(ctx, w, "w");
+  const count = columnVector(ctx, Float32Array.of(ref.count), "count");
   const bwd = await prepareFusedBackward(ctx, {
     spec: { n: x.n, v: x.v, d: x.d, dtype },
     opts: o,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
 import { roundArray } from "../../core/dtype.ts";
@@ -73,8 +73,8 @@ Deno.test({
         { dtype: cs.dtype, rows: v, cols: d, role: "input", label: "C", ...rows },
         c,
       );
-      const tt = fromHost(ctx, { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" }, t);
-      const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
+      const tt = columnVector(ctx, t, "t");
+      const wt = columnVector(ctx, w, "w");
       const corr = await prepareGradCorrections(ctx, { dtype: cs.dtype, opts: o, v });
       const runOnce = async () => {
         const dE = createTensor(ctx, {

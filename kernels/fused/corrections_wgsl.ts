@@ -201,6 +201,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
+/** Bindings 0–3 of both target scatters: params, the sorted (target, token) pairs, a, E's shard. */
+function _scatterBindings(dtype: Dtype): string {
+  return `@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> a: array<f32>;
+@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;`;
+}
+
+/**
+ * The head of both target scatters' loop: each workgroup takes runs of equal targets (a run starts
+ * where the target changes) whose dC row lies in the bound dC shard; padding pairs are skipped.
+ */
+const _SCATTER_RUNS = `  for (var i = wg.x; i < P.n; i += nwg.x) {
+    let key = pairs[i].x;
+    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }`;
+
 /**
  * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
  * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t. Params: eRows, eR0,
@@ -209,19 +226,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 export function targetScatterWgsl(dtype: Dtype): string {
   return `${enableDirectives([dtype])}
 struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> a: array<f32>;
-@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+${_scatterBindings(dtype)}
 @group(0) @binding(4) var<storage, read_write> dc: array<f32>;
 ${dtypeHelpers([{ name: "e", dtype }])}
 @compute @workgroup_size(${SCATTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = wg.x; i < P.n; i += nwg.x) {
-    let key = pairs[i].x;
-    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
-    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+${_SCATTER_RUNS}
     for (var k = lid; k < P.d; k += ${SCATTER_WG}u) {
       var acc = 0.0;
       var hit = false;
@@ -252,10 +263,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 export function targetScatter16Wgsl(dtype: Dtype, out: Dtype16, smooth: boolean): string {
   return `${enableDirectives([dtype])}
 struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, first: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> a: array<f32>;
-@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;
+${_scatterBindings(dtype)}
 @group(0) @binding(4) var<storage, read> rvec: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dc: array<u32>;
 ${dtypeHelpers([{ name: "e", dtype }])}
@@ -263,10 +271,7 @@ ${wgslTo16(out)}${wgslFrom16(out)}
 @compute @workgroup_size(${SCATTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-  for (var i = wg.x; i < P.n; i += nwg.x) {
-    let key = pairs[i].x;
-    if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
-    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+${_SCATTER_RUNS}
     for (var k = 2u * lid; k < P.d; k += ${2 * SCATTER_WG}u) {
       var acc0 = 0.0;
       var acc1 = 0.0;

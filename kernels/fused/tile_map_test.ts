@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import { GpuContext, type TrackedBuffer } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
@@ -94,11 +94,7 @@ async function _forward(
   const spec = { n: x.n, v: x.v, d: x.d, dtype };
   const e = fromHost(ctx, { dtype, rows: x.n, cols: x.d, role: "input", label: "E" }, x.e);
   const c = fromHost(ctx, { dtype, rows: x.v, cols: x.d, role: "input", label: "C" }, x.c);
-  const targets = fromHost(
-    ctx,
-    { dtype: "i32", rows: x.n, cols: 1, role: "input", label: "targets" },
-    x.targets,
-  );
+  const targets = columnVector(ctx, x.targets, "targets");
   const run = async (tileMax: boolean) => {
     const fwd = await prepareFusedForward(ctx, { spec, opts: o, tileMax, ...f });
     const vec = (label: string) =>
@@ -250,12 +246,8 @@ async function _masks(
   const r = await _forward(ctx, x, o, dtype, { tile: fwdTile });
   assert.equal(r.e.shards.length, 1);
   assert.equal(r.c.shards.length, 1);
-  const lse = fromHost(
-    ctx,
-    { dtype: "f32", rows: n, cols: 1, role: "input", label: "lse" },
-    r.withMap.lse,
-  );
-  const wt = fromHost(ctx, { dtype: "f32", rows: n, cols: 1, role: "input", label: "w" }, w);
+  const lse = columnVector(ctx, r.withMap.lse, "lse");
+  const wt = columnVector(ctx, w, "w");
   const tT = Math.ceil(n / bt.tokens), vT = Math.ceil(v / bt.vocab);
   const words = Math.ceil((tT * vT) / 32);
   const buf = (label: string, bytes: number) =>

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import type { GpuContext } from "../../gpu/context.ts";
 import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
@@ -123,16 +123,8 @@ Deno.test({
       label: "C",
       maxRowsPerShard: 400,
     }, c);
-    const tt = fromHost(
-      ctx,
-      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
-      targets,
-    );
-    const ct = fromHost(
-      ctx,
-      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "count" },
-      Float32Array.of(valid),
-    );
+    const tt = columnVector(ctx, targets, "t");
+    const ct = columnVector(ctx, Float32Array.of(valid), "count");
     const segments = [{ start: 0, end: 400 }, { start: 400, end: 800 }, { start: 800, end: v }];
     const sorter = await prepareVocabSort(ctx, { dtype: "f32", opts });
     const runOnce = async () => {
@@ -209,16 +201,8 @@ Deno.test({
     const targets = new Int32Array(n).fill(1);
     const et = fromHost(ctx, { dtype: "f32", rows: n, cols: d, role: "input", label: "E" }, e);
     const cs = fromHost(ctx, { dtype: "f32", rows: v, cols: d, role: "input", label: "C" }, c);
-    const tt = fromHost(
-      ctx,
-      { dtype: "i32", rows: n, cols: 1, role: "input", label: "t" },
-      targets,
-    );
-    const ct = fromHost(
-      ctx,
-      { dtype: "f32", rows: 1, cols: 1, role: "input", label: "count" },
-      Float32Array.of(n),
-    );
+    const tt = columnVector(ctx, targets, "t");
+    const ct = columnVector(ctx, Float32Array.of(n), "count");
     const sorter = await prepareVocabSort(ctx, { dtype: "f32", opts });
     const perm = createTensor(ctx, { dtype: "u32", rows: v, cols: 1, role: "output", label: "p" });
     const before = ctx.memory();
