@@ -99,9 +99,10 @@ export interface MeasureRow {
 }
 
 /**
- * Warm-up wall time (ms) for the first method measured after the GPU may have idled (a run's
- * start, a new size of a sweep): on an H100 a sweep's first small cells otherwise ran at up to 2.7×
- * their time (26.3 and 72.3 ms for one product), before the clocks rose.
+ * Warm-up wall time (ms) of a method's first mode after the GPU may have idled (while inputs were
+ * made or the method's shaders compiled), for cells whose calls are short (timeRepetitions'
+ * `warmupMs`): on an H100 a sweep's first small cells ran at up to 2.7× their time (26.3 and
+ * 72.3 ms for one product) and the `llm` fixture's 10 ms forwards at 2–5× before the clocks rose.
  */
 export const IDLE_GPU_WARMUP_MS = 1000;
 
@@ -129,9 +130,9 @@ export interface MeasureOptions {
    */
   targetMs?: number;
   /**
-   * Wall time (ms) the first mode's warm-up lasts at least (more unmeasured repetitions than
-   * `warmup` if need be): for the first method of a run on a GPU, whose clocks an idle spell has
-   * lowered. Default: none.
+   * Wall time (ms) the first mode's warm-up lasts at least when its calls are short (more
+   * unmeasured repetitions than `warmup` if need be; see timeRepetitions): for a GPU whose clocks
+   * an idle spell has lowered ({@link IDLE_GPU_WARMUP_MS}). Default: none.
    */
   warmupMs?: number;
   /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */

@@ -154,8 +154,6 @@ export async function runSweep(
     );
     const inputBytes = ctx.memory().liveBytes;
     const budget = hooks.budgetBytes?.(ctx, inputBytes) ?? defaultMemoryBudget(ctx);
-    // the first method measured at this size warms an idle GPU up first
-    let first = !ctx.report.isFallbackAdapter;
     try {
       for (const beta of plan.betas) {
         const opts = resolveOptions({ beta, reduction: plan.reduction });
@@ -180,11 +178,12 @@ export async function runSweep(
                 ? { targetMs: plan.targetMs, maxReps: plan.maxReps }
                 : {}),
               warmFwdBwd: plan.warmFwdBwd,
-              warmupMs: first ? IDLE_GPU_WARMUP_MS : undefined,
+              // the GPU idled while the inputs were made and the method compiled: short first
+              // cells warm it up for longer
+              warmupMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_WARMUP_MS,
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
             });
-            first = false;
           } finally {
             gradOut.destroy();
           }

@@ -37,17 +37,23 @@ Deno.test("timeRepetitions: adapt sees the first measured call, not the warm-up"
   assert.equal(lastFlags.at(-1), true);
 });
 
-Deno.test("timeRepetitions: warmupMs keeps warming up past `warmup` until its wall time", async () => {
+Deno.test("timeRepetitions: warmupMs warms short calls up past `warmup` until its wall time", async () => {
   const flags: boolean[] = [];
-  const r = await timeRepetitions({ warmup: 1, warmupMs: 60, reps: 2 }, async (rep, measured) => {
+  const r = await timeRepetitions({ warmup: 1, warmupMs: 1000, reps: 2 }, async (rep, measured) => {
     flags.push(measured);
-    await new Promise((ok) => setTimeout(ok, 10));
+    await new Promise((ok) => setTimeout(ok, 5));
     return _timing(rep);
   });
-  assert.ok(r.warmups >= 5, `${r.warmups} warm-ups in 60 ms of 10 ms calls`);
+  assert.ok(r.warmups >= 10, `${r.warmups} warm-ups in 1000 ms of 5 ms calls`);
   assert.equal(r.times.length, 2);
   assert.deepEqual(r.times, [r.warmups, r.warmups + 1]);
   assert.deepEqual(flags, [...Array(r.warmups).fill(false), true, true]);
+  // a call as long as a tenth of the floor ends it
+  const long = await timeRepetitions({ warmup: 1, warmupMs: 60, reps: 1 }, async (rep) => {
+    await new Promise((ok) => setTimeout(ok, 8));
+    return _timing(rep);
+  });
+  assert.equal(long.warmups, 1);
   // without it, exactly `warmup`
   const plain = await timeRepetitions(
     { warmup: 3, reps: 1 },

@@ -51,13 +51,15 @@ export interface LceProducts {
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
  * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
  * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), dE with an f32 G
- * over a long K (`dE: "long-k"`), which takes TILE_HW_8X16 (229.9 against 234.1 ms, both split 6
- * ways: the caller asks for the slices, see methods/baseline.ts), and f32 logits of
- * many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for the
- * paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient product:
- * reports/gemm_h100_2026-11-23/gemm_wide_layouts.json); 64×64 on software adapters. Liger's skinny dE (128-row chunks, K = |V|) takes TILE_HW too: split 14 ways it ran
- * 3.63 ms a chunk against 4.12 for a 128×64 tile split 7 ways, back to back on an H100
- * (reports/gemm_h100_2026-11-23/liger_chunks.json).
+ * over a long K (`dE: "long-k"`), which takes TILE_HW_8X16 (the baseline's dE: 229.9 against
+ * 234.1 ms, both split 6 ways, the caller asking for the slices, see methods/baseline.ts; Liger's
+ * skinny 128-row chunks, split 14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for
+ * TILE_HW in two runs, which ran 3.63 against 4.12 for a 128×64 tile split 7 ways), and f32
+ * logits of many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2
+ * ms for the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
+ * product); 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
+ * (gemm_wide_layouts.json, gemm_s5_de_*.json, gemm_s5_liger.json, gemm_s5_ligerde_splits.json,
+ * liger_chunks.json).
  */
 export async function prepareLceProducts(
   ctx: GpuContext,

@@ -150,7 +150,8 @@ async function _compile(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): P
     ctx,
     spec,
     chunk: ligerChunkSize(spec.n, spec.v, spec.d),
-    products: await prepareLceProducts(ctx, { dtype: spec.dtype, gradDtype: "f32" }),
+    // dE[chunk] = G·C sums over the whole vocabulary
+    products: await prepareLceProducts(ctx, { dtype: spec.dtype, gradDtype: "f32", dE: "long-k" }),
     stats: await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v }),
     grad: await prepareChunkGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true }),
     reduce: await prepareLossReduce(ctx, opts),

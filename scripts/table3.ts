@@ -346,13 +346,10 @@ export async function measureCells(
         ctx = await o.openContext();
         inputs = undefined;
       }
-      // the first method measured on fresh inputs warms an idle GPU up first
-      let first = false;
       if (!inputs) {
         inputs = await o.openInputs(ctx);
         inputBytes = ctx.memory().liveBytes;
         budget = o.budget(ctx, inputBytes);
-        first = !ctx.report.isFallbackAdapter;
       }
       const gradOut = uploadGradOut(ctx, o.spec.n, opts);
       await measureMethod(ctx, method, {
@@ -366,7 +363,8 @@ export async function measureCells(
         targetMs: o.targetMs,
         maxReps: o.maxReps,
         warmFwdBwd: o.warmFwdBwd,
-        warmupMs: first ? IDLE_GPU_WARMUP_MS : undefined,
+        // the GPU idled while the method compiled: short first cells warm it up for longer
+        warmupMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_WARMUP_MS,
         budgetBytes: budget,
         onRow: o.onRow,
       });
