@@ -386,6 +386,26 @@ export class GpuContext {
     return p;
   }
 
+  /**
+   * A compute pipeline for `code` compiled synchronously (sharing {@link pipeline}'s cache), for
+   * kernel variants compiled only when a dispatch first needs one: a compilation error is then
+   * the device's validation error, which the enclosing {@link scoped} call reports.
+   */
+  pipelineNow(code: string, label: string): GPUComputePipeline {
+    const hit = this.#pipelines.get(code);
+    if (hit) return hit;
+    this.assertAlive();
+    const p = this.device.createComputePipeline({
+      layout: this.device.createPipelineLayout({
+        bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
+      }),
+      compute: { module: this.device.createShaderModule({ code, label }), entryPoint: "main" },
+      label,
+    });
+    this.#pipelines.set(code, p);
+    return p;
+  }
+
   /** A bind group of `pipeline`'s group 0 from buffers in binding order. */
   bindGroup(
     pipeline: GPUComputePipeline,

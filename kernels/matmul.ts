@@ -186,16 +186,17 @@ const _ladder = ([va, vb, vo]: _Flags): _Flags[] => [[va, vb, vo], [va, vb, fals
 interface _Variants {
   /** The tile allows vector loads of A, of B, vector stores of the output. */
   allowed: _Flags;
-  /** The first compiled variant on the ladder of what a dispatch allows (the scalar one exists). */
+  /** The first variant on the ladder of `allowed` that a dispatch allows (the scalar one exists). */
   pick(want: _Flags): { pl: GPUComputePipeline; va: boolean; vb: boolean };
 }
 
 /**
- * Compiles the variants of a product by vector loads per operand and vector stores: the fastest
- * the tile allows, the same with scalar stores (outputs of a width not a multiple of 4), and all
- * scalar; a dispatch takes the first of these its strides and offsets allow (compiling every
- * combination would triple the preparation time for dispatches that do not occur at aligned
- * shapes).
+ * The variants of a product by vector loads per operand and vector stores: the fastest the tile
+ * allows, the same with scalar stores (outputs of a width not a multiple of 4), and all scalar; a
+ * dispatch takes the first of these its strides and offsets allow. Only the fastest is compiled
+ * here; the other two are compiled (synchronously, once) when a dispatch first needs them, which
+ * happens only at unaligned shapes (compiled up front, they were two unused kernels per product
+ * at aligned shapes, each a shader of the fully unrolled main loop).
  */
 async function _compileVariants(
   ctx: GpuContext,
@@ -214,23 +215,18 @@ async function _compileVariants(
     canVec(k.bDtype, k.bTrans, t.bn),
     k.outDtype === "f32" && t.vec === true,
   ];
+  const ladder = new Set(_ladder(allowed).map(_key));
+  const code = ([vecA, vecB, vecOut]: _Flags) => matmulWgsl({ ...k, vecA, vecB, vecOut });
+  const name = (f: _Flags) => `${label}${f.some((x) => x) ? "_vec" : ""}`;
   const variants = new Map<string, GPUComputePipeline>();
-  for (const f of _ladder(allowed)) {
-    if (variants.has(_key(f))) continue;
-    const [vecA, vecB, vecOut] = f;
-    variants.set(
-      _key(f),
-      await ctx.pipeline(
-        matmulWgsl({ ...k, vecA, vecB, vecOut }),
-        `${label}${vecA || vecB || vecOut ? "_vec" : ""}`,
-      ),
-    );
-  }
+  variants.set(_key(allowed), await ctx.pipeline(code(allowed), name(allowed)));
   return {
     allowed,
     pick(want) {
-      const f = _ladder(want).find((x) => variants.has(_key(x)))!;
-      return { pl: variants.get(_key(f))!, va: f[0], vb: f[1] };
+      const f = _ladder(want).find((x) => ladder.has(_key(x)))!;
+      let pl = variants.get(_key(f));
+      if (pl === undefined) variants.set(_key(f), pl = ctx.pipelineNow(code(f), name(f)));
+      return { pl, va: f[0], vb: f[1] };
     },
   };
 }
@@ -374,7 +370,10 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   );
 }
 
-/** Compiles the product (and its vector-load variants and split-K reduction) for these layouts. */
+/**
+ * Compiles the product (its fastest variant now, the others on first use: {@link _compileVariants})
+ * and its split-K reduction for these layouts.
+ */
 export async function prepareMatmul(
   ctx: GpuContext,
   options: MatmulKernelOptions,

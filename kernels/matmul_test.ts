@@ -5,7 +5,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { roundArray } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
 import { autoSplitK, prepareMatmul } from "./matmul.ts";
-import { TILE_HW_8X16, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
+import { TILE_HW, TILE_HW_8X16, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 /** out[m][n] = Σ_k A(m,k)·B(n,k) in float64, from row-major held tensors. */
@@ -214,17 +214,31 @@ Deno.test({
         }
       }
     }
-    // the baseline's dE layout on TILE_HW_8X16 (f32 A, B read transposed), split 6 ways
+    // the baseline's dE layout on TILE_HW_8X16 (f32 A, B read transposed), split 6 ways, and the
+    // chunked method's (bf16 A) split 5 ways
+    for (const [dtype, splitK] of [["f32", 6], ["bf16", 5]] as const) {
+      await runCase(ctx, {
+        M: 259,
+        N: 141,
+        K: 1608,
+        dtype,
+        bDtype: "bf16",
+        aTrans: false,
+        bTrans: true,
+        tile: TILE_HW_8X16,
+        splitK,
+      });
+    }
+    // the compiled method's dEᵀ = Cᵀ·Gᵀ: bf16 A read transposed, bf16 B as held, split 2 ways
     await runCase(ctx, {
-      M: 259,
-      N: 141,
+      M: 141,
+      N: 259,
       K: 1608,
-      dtype: "f32",
-      bDtype: "bf16",
-      aTrans: false,
-      bTrans: true,
-      tile: TILE_HW_8X16,
-      splitK: 6,
+      dtype: "bf16",
+      aTrans: true,
+      bTrans: false,
+      tile: TILE_HW,
+      splitK: 2,
     });
     // rows first (workgroup x = row tile) on 128×128 tiles with 8×16 or 16×8 per thread
     for (const [tm, tn] of [[8, 16], [16, 8]]) {

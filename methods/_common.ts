@@ -41,7 +41,10 @@ export function defaultTile(ctx: GpuContext): GemmTile {
 export interface LceProducts {
   /** logits = E·Cᵀ (E and C as held). */
   logits: PreparedMatmul;
-  /** dE = G·C (C held, read transposed). */
+  /**
+   * dE = G·C (C held, read transposed), or where prepared with `dE: "transposed"` dEᵀ = Cᵀ·Gᵀ
+   * (C read transposed, G as held) into a d×n scratch that the caller transposes into dE.
+   */
   dE: PreparedMatmul;
   /** dC = Gᵀ·E (G and E held, both read transposed). */
   dC: PreparedMatmul;
@@ -50,16 +53,20 @@ export interface LceProducts {
 /**
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
  * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
- * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), dE with an f32 G
- * over a long K (`dE: "long-k"`), which takes TILE_HW_8X16 (the baseline's dE: 229.9 against
- * 234.1 ms, both split 6 ways, the caller asking for the slices, see methods/baseline.ts; Liger's
- * skinny 128-row chunks, split 14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for
- * TILE_HW in two runs, which ran 3.63 against 4.12 for a 128×64 tile split 7 ways), and f32
+ * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), dE over a long K
+ * (`dE: "long-k"`), which takes TILE_HW_8X16 (the baseline's dE, f32 G: 229.9 against 234.1 ms,
+ * both split 6 ways, the caller asking for the slices, see methods/baseline.ts; Liger's skinny
+ * 128-row chunks, f32 G split 14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW
+ * in two runs, which ran 3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a
+ * third; the chunked method's 1,024-row chunks, bf16 G split 5 ways: 28.56 against 30.61 ms), and
+ * f32
  * logits of many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2
  * ms for the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
  * product); 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
  * (gemm_wide_layouts.json, gemm_s5_de_*.json, gemm_s5_liger.json, gemm_s5_ligerde_splits.json,
- * liger_chunks.json).
+ * liger_chunks.json). With `dE: "transposed"` the dE product is dEᵀ = Cᵀ·Gᵀ on TILE_HW (a 16-bit
+ * G over the whole vocabulary, the compiled method's: 212.9 against 227.3 ms for G·C on an H100,
+ * both split 2 ways; with an f32 G, 247.5 against 230.3 for the baseline's: reports/h100_2026-11-23d/).
  */
 export async function prepareLceProducts(
   ctx: GpuContext,
@@ -72,8 +79,12 @@ export async function prepareLceProducts(
     gradDtype: TensorDtype;
     /** dC's K is all tokens (not a chunk's): the K-step-32 tile where G is f32. */
     dC?: "long-k";
-    /** dE's K is the whole vocabulary (not a chunk's): the 8×16-per-thread tile where G is f32. */
-    dE?: "long-k";
+    /**
+     * `long-k`: dE's K is the whole vocabulary (a chunk of rows at most: not the whole n×|V| G
+     * in 16 bits, where TILE_HW is faster): the 8×16-per-thread tile; `transposed`: the product
+     * is dEᵀ = Cᵀ·Gᵀ (see {@link LceProducts.dE}).
+     */
+    dE?: "long-k" | "transposed";
     /** The logits have many rows (all tokens): the 128×256 tile where they are f32. */
     logits?: "wide";
   },
@@ -81,7 +92,7 @@ export async function prepareLceProducts(
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
   const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
-  const dETile = hw && o.dE === "long-k" && o.gradDtype === "f32" ? TILE_HW_8X16 : tile;
+  const dETile = hw && o.dE === "long-k" ? TILE_HW_8X16 : tile;
   const wide = hw && o.logits === "wide" && (o.logitsDtype ?? "f32") === "f32";
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
@@ -102,7 +113,15 @@ export async function prepareLceProducts(
     bTrans: false,
     out: o.logitsDtype,
   });
-  const dE = await mm({ tile: dETile, a: o.gradDtype, aTrans: false, bTrans: true });
+  const dE = o.dE === "transposed"
+    ? await prepareMatmul(ctx, {
+      tile,
+      aDtype: o.dtype,
+      bDtype: o.gradDtype,
+      aTrans: true,
+      bTrans: false,
+    })
+    : await mm({ tile: dETile, a: o.gradDtype, aTrans: false, bTrans: true });
   const dC = await mm({ tile: dCTile, a: o.gradDtype, aTrans: true, bTrans: true });
   return { logits, dE, dC };
 }

@@ -132,7 +132,12 @@ async function _compile(
     ctx,
     spec,
     opts,
-    products: await prepareLceProducts(ctx, { dtype: ldt, logitsDtype: ldt, gradDtype: ldt }),
+    products: await prepareLceProducts(ctx, {
+      dtype: ldt,
+      logitsDtype: ldt,
+      gradDtype: ldt,
+      dE: "long-k",
+    }),
     stats: await prepareChunkStats(ctx, { logitsDtype: ldt, opts, v: spec.v }),
     grad: await prepareChunkGrad(ctx, { logitsDtype: ldt, opts, v: spec.v, inPlace: false }),
     cast: ldt === "f32" ? undefined : await prepareCast16(ctx, ldt),

@@ -65,7 +65,8 @@ Deno.test({
 });
 
 Deno.test({
-  name: "compiled: memory — n×|V| logits in the input dtype, then an n×|V| gradient in it",
+  name:
+    "compiled: memory — n×|V| logits in the input dtype, then an n×|V| gradient in it (and dEᵀ)",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
@@ -77,8 +78,10 @@ Deno.test({
       const vec = bufferBytes(n, 4), scalar = bufferBytes(1, 4);
       // forward: logits in the input dtype, LSE, loss rows, count, loss
       assert.equal(got.fwd, bufferBytes(n * v, b) + 2 * vec + 2 * scalar, `${dtype} forward`);
-      // backward: row weights, the gradient of the logits in the input dtype, dE, dC
-      const bwd = vec + bufferBytes(n * v, b) + bufferBytes(n * d, 4) + bufferBytes(v * d, 4);
+      // backward: row weights, the gradient of the logits in the input dtype, dE, dC, and with a
+      // 16-bit gradient the d×n f32 scratch dE is formed in transposed
+      const dET = dtype === "f32" ? 0 : bufferBytes(d * n, 4);
+      const bwd = vec + bufferBytes(n * v, b) + bufferBytes(n * d, 4) + bufferBytes(v * d, 4) + dET;
       assert.equal(got.bwd, bwd, `${dtype} backward`);
       assert.ok(got.fwdParams + got.bwdParams < 16 * 1024, "uniform blocks stay small");
     }

@@ -8,7 +8,12 @@
  * - `dE`: G·C with G f32 n×|V| (baseline), `dC`: Gᵀ·E (baseline), `dE16`/`dC16` with G in the
  *   input dtype (compiled, chunked);
  * - `ligerDE`: one Liger chunk's G·C (c×d output, K = |V|: split-K), `ligerDC`: one chunk's
- *   dC += Gᵀ·E[chunk] (K = c).
+ *   dC += Gᵀ·E[chunk] (K = c);
+ * - `dEt`, `dE16t`, `ligerDEt`: the same dE products formed transposed, dEᵀ = Cᵀ·Gᵀ (d×n output:
+ *   C read as a transposed A, G as an untransposed B, the layout pair of the logits' B side and
+ *   dC's A side);
+ * - `chunkDE16`, `chunkDE16t`: the chunked method's dE of one chunk (n/8 rows, G in the input
+ *   dtype), as G·C and transposed.
  *
  * Effective TFLOP/s = 2·M·N·K / GPU time. Results go to stdout and, with --out, to JSON with the
  * adapter and the date. The operands are zero-filled except E and C (the time does not depend on
@@ -88,6 +93,11 @@ const CASES = [
   "dC16",
   "ligerDE",
   "ligerDC",
+  "dEt",
+  "dE16t",
+  "ligerDEt",
+  "chunkDE16",
+  "chunkDE16t",
 ] as const;
 type _CaseName = (typeof CASES)[number];
 
@@ -173,10 +183,14 @@ export async function benchGemmMain(args: string[]): Promise<void> {
   for (let i = 0; i < v; i++) ch.set(rowE.map((x, k) => x * Math.cos(i + k)), i * d);
   upload(ctx, c, ch);
   const chunk = ligerChunkSize(n, v, d);
+  // the chunked method's chunk: 8 chunks of the tokens (methods/chunked.ts)
+  const chunkRows = Math.ceil(n / 8);
   interface Case {
     a: MatmulOperand;
     b: MatmulOperand;
     aDtype: TensorDtype;
+    /** B's dtype when not the input dtype. */
+    bDtype?: TensorDtype;
     out: () => DeviceTensor;
     outDtype: TensorDtype;
     accumulate?: boolean;
@@ -251,6 +265,48 @@ export async function benchGemmMain(args: string[]): Promise<void> {
       accumulate: true,
       flop: 2 * chunk * v * d,
     }),
+    dEt: () => ({
+      a: { tensor: c, trans: true },
+      b: { tensor: G32(), trans: false },
+      aDtype: dtype,
+      bDtype: "f32",
+      out: () => mk(d, n, "f32", "dEᵀ"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    dE16t: () => ({
+      a: { tensor: c, trans: true },
+      b: { tensor: G16(), trans: false },
+      aDtype: dtype,
+      out: () => mk(d, n, "f32", "dEᵀ"),
+      outDtype: "f32",
+      flop: 2 * n * v * d,
+    }),
+    ligerDEt: () => ({
+      a: { tensor: c, trans: true },
+      b: { view: rowView(G32(), 0, chunk), trans: false },
+      aDtype: dtype,
+      bDtype: "f32",
+      out: () => mk(d, chunk, "f32", "dEᵀ chunk"),
+      outDtype: "f32",
+      flop: 2 * chunk * v * d,
+    }),
+    chunkDE16: () => ({
+      a: { view: rowView(G16(), 0, chunkRows), trans: false },
+      b: { tensor: c, trans: true },
+      aDtype: dtype,
+      out: () => mk(chunkRows, d, "f32", "dE chunk"),
+      outDtype: "f32",
+      flop: 2 * chunkRows * v * d,
+    }),
+    chunkDE16t: () => ({
+      a: { tensor: c, trans: true },
+      b: { view: rowView(G16(), 0, chunkRows), trans: false },
+      aDtype: dtype,
+      out: () => mk(d, chunkRows, "f32", "dEᵀ chunk"),
+      outDtype: "f32",
+      flop: 2 * chunkRows * v * d,
+    }),
   };
   const results: Record<string, unknown>[] = [];
   for (const cn of caseNames) {
@@ -262,7 +318,7 @@ export async function benchGemmMain(args: string[]): Promise<void> {
         const mm = await prepareMatmul(ctx, {
           tile,
           aDtype: cs.aDtype,
-          bDtype: dtype,
+          bDtype: cs.bDtype ?? dtype,
           aTrans: cs.a.trans,
           bTrans: cs.b.trans,
           outDtype: cs.outDtype,

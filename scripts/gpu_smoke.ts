@@ -1,6 +1,7 @@
 /**
  * `deno run -A scripts/gpu_smoke.ts [--n N --v V --d D --dtype bf16]`: a quick health check of a
- * GPU host: prints the adapter, then times the plain generated matmul (logits = E·Cᵀ into sharded
+ * GPU host: prints the adapter and its f32 FMA peak through WGSL (a register-only loop: the
+ * ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
  * f32) for each GEMM tile, and one baseline forward+backward, at the given shape (default the
  * paper's). Effective TFLOP/s = 2·n·v·d / GPU time.
  * @module
@@ -18,7 +19,8 @@ import { uploadGradOut } from "../methods/run.ts";
 /** The command line of `gpu-smoke`. */
 export const GPU_SMOKE_COMMAND = defineCommand({
   name: "deno task gpu-smoke",
-  summary: "A GPU host health check: the adapter, the plain matmul per GEMM tile, one baseline " +
+  summary: "A GPU host health check: the adapter, its f32 FMA peak, the plain matmul per GEMM " +
+    "tile, one baseline " +
     "forward+backward at the given shape.",
   flags: {
     n: { type: "int", min: 1, help: "tokens", default: 8192 },
@@ -40,6 +42,9 @@ await runCli(async () => {
     `adapter: ${r.description} (vendor ${r.vendor}, fallback ${r.isFallbackAdapter}); maxBinding ${r.maxBindingBytes}, maxBuffer ${r.limits.maxBufferSize}, wg mem ${r.limits.maxComputeWorkgroupStorageSize}; features ${
       r.features.join(",")
     }`,
+  );
+  console.log(
+    `f32 FMA peak (register-only loop): ${(await _fmaPeakTflops(ctx)).toFixed(1)} TFLOP/s`,
   );
   const e = createTensor(ctx, { dtype, rows: n, cols: d, role: "input", label: "E" });
   const c = createTensor(ctx, { dtype, rows: v, cols: d, role: "input", label: "C" });
@@ -113,3 +118,48 @@ await runCli(async () => {
     });
   }
 });
+
+/**
+ * The f32 FMA rate of a register-only loop: 8 independent vec4 accumulators per thread, each
+ * step `a = fma(a, m, c)` written out (Deno's WGSL compiler does not unroll), 2 flops per lane;
+ * the median of 5 timed dispatches after one warm-up, in TFLOP/s.
+ */
+async function _fmaPeakTflops(ctx: GpuContext): Promise<number> {
+  const acc = 8, steps = 16, iters = 4096, groups = 4096, threads = 256;
+  const names = Array.from({ length: acc }, (_, i) => `a${i}`);
+  const code = `@group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
+@compute @workgroup_size(${threads})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let s = f32(gid.x) * 1e-9;
+  ${names.map((a, i) => `var ${a} = vec4<f32>(s + ${i}.0);`).join("\n  ")}
+  let m = vec4<f32>(0.9999999);
+  let c = vec4<f32>(1e-7);
+  for (var i = 0u; i < ${iters}u; i++) {
+    ${Array(steps).fill(names.map((a) => `${a} = fma(${a}, m, c);`).join(" ")).join("\n    ")}
+  }
+  out[gid.x] = ${names.join(" + ")};
+}`;
+  const pl = await ctx.pipeline(code, "fma peak");
+  const out = createTensor(ctx, {
+    dtype: "f32",
+    rows: groups * threads,
+    cols: 4,
+    role: "workspace",
+    label: "fma out",
+  });
+  const ms: number[] = [];
+  for (let i = 0; i < 6; i++) {
+    await ctx.scoped(async () => {
+      const rec = new Recorder(ctx);
+      rec.pass(
+        "fma",
+        (pass) => pass.dispatch(pl, ctx.bindGroup(pl, [out.shards[0].buffer], "fma"), groups),
+      );
+      const t = await rec.finish();
+      if (i > 0) ms.push(t.gpuMs);
+    });
+  }
+  out.destroy();
+  const flop = 2 * 4 * acc * steps * iters * groups * threads;
+  return flop / ms.sort((a, b) => a - b)[2] / 1e9;
+}
