@@ -81,6 +81,21 @@ const TILES: Record<string, GemmTile> = {
   w128x192_8x12: { bm: 128, bn: 192, bk: 16, tm: 8, tn: 12, vec: true, stage2d: true },
   w192x128_12x8: { bm: 192, bn: 128, bk: 16, tm: 12, tn: 8, vec: true, stage2d: true },
   w256x64_16x8: { bm: 256, bn: 64, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
+  // session 6: double buffering on the wide tile (K-step 8 fits twice in 48 KiB), and 512-thread
+  // tiles of 8×8 a thread (more warps to hide latency, fewer FMAs per staging read)
+  w128x256_k8_dbuf: {
+    bm: 128,
+    bn: 256,
+    bk: 8,
+    tm: 8,
+    tn: 16,
+    vec: true,
+    stage2d: true,
+    dbuf: true,
+  },
+  w128x256_8x8: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 8, vec: true, stage2d: true },
+  w256x128_8x8: { bm: 256, bn: 128, bk: 16, tm: 8, tn: 8, vec: true, stage2d: true },
+  w256x256_8x16: { bm: 256, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
 };
 
 /** The products measured, by name (see the module doc). */
@@ -183,23 +198,117 @@ export async function benchGemmMain(args: string[]): Promise<void> {
   for (let i = 0; i < v; i++) ch.set(rowE.map((x, k) => x * Math.cos(i + k)), i * d);
   upload(ctx, c, ch);
   const chunk = ligerChunkSize(n, v, d);
+  const cases = _cases(mk, { e, c, n, v, d, dtype });
+  const results: Record<string, unknown>[] = [];
+  for (const cn of caseNames) {
+    const cs = cases[cn]();
+    const out = cs.out();
+    for (const [tn, splitK] of tileNames.flatMap((t) => splits.map((k) => [t, k] as const))) {
+      const tile = TILES[tn];
+      try {
+        const mm = await prepareMatmul(ctx, {
+          tile,
+          aDtype: cs.aDtype,
+          bDtype: cs.bDtype ?? dtype,
+          aTrans: cs.a.trans,
+          bTrans: cs.b.trans,
+          outDtype: cs.outDtype,
+        });
+        const once = () =>
+          ctx.scoped(async () => {
+            const rec = new Recorder(ctx);
+            for (let j = 0; j < inner; j++) {
+              mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
+            }
+            return (await rec.finish()).gpuMs / inner;
+          });
+        // warm-up: repetitions for WARMUP_MS of wall time (at least one), so that a short product
+        // measured first does not run at an idle GPU's clocks (a 4 ms product then took 5× longer)
+        const t0 = performance.now();
+        do await once(); while (performance.now() - t0 < WARMUP_MS);
+        const times: number[] = [];
+        for (let i = 0; i < reps; i++) times.push(await once());
+        times.sort((x, y) => x - y);
+        const ms = times[Math.floor(times.length / 2)];
+        const r = {
+          case: cn,
+          tile: tn,
+          splitK,
+          timeMs: ms,
+          minMs: times[0],
+          maxMs: times[times.length - 1],
+          tflops: cs.flop / ms / 1e9,
+          variant: mm.lastVariant,
+        };
+        results.push(r);
+        console.log(
+          `${cn.padEnd(9)} ${tn.padEnd(9)} S=${String(splitK).padEnd(4)} ${
+            ms.toFixed(2).padStart(9)
+          } ms ${r.tflops.toFixed(2).padStart(6)} TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
+        );
+      } catch (err) {
+        results.push({ case: cn, tile: tn, error: (err as Error).message.split("\n")[0] });
+        console.log(`${cn} ${tn}: ${(err as Error).message.split("\n")[0]}`);
+      }
+    }
+    out.destroy();
+  }
+  ctx.destroy();
+  if (values.out !== undefined) {
+    await writeAllOrNothing([{
+      path: values.out,
+      bytes: JSON.stringify(
+        {
+          env: {
+            adapter: rep.description,
+            vendor: rep.vendor,
+            deno: Deno.version.deno,
+            date: new Date().toISOString(),
+          },
+          shape: { n, v, d, dtype, ligerChunk: chunk },
+          results,
+        },
+        null,
+        1,
+      ),
+    }]);
+  }
+}
+
+if (import.meta.main) await runCli(() => benchGemmMain(Deno.args));
+
+/** One product to time: its operands, output and flops. */
+interface _Case {
+  a: MatmulOperand;
+  b: MatmulOperand;
+  aDtype: TensorDtype;
+  /** B's dtype when not the input dtype. */
+  bDtype?: TensorDtype;
+  out: () => DeviceTensor;
+  outDtype: TensorDtype;
+  accumulate?: boolean;
+  flop: number;
+}
+
+/** The products of {@link CASES} at one shape (G tensors made on first use). */
+function _cases(
+  mk: (rows: number, cols: number, dt: TensorDtype, label: string) => DeviceTensor,
+  { e, c, n, v, d, dtype }: {
+    e: DeviceTensor;
+    c: DeviceTensor;
+    n: number;
+    v: number;
+    d: number;
+    dtype: TensorDtype;
+  },
+): Record<_CaseName, () => _Case> {
+  const chunk = ligerChunkSize(n, v, d);
   // the chunked method's chunk: 8 chunks of the tokens (methods/chunked.ts)
   const chunkRows = Math.ceil(n / 8);
-  interface Case {
-    a: MatmulOperand;
-    b: MatmulOperand;
-    aDtype: TensorDtype;
-    /** B's dtype when not the input dtype. */
-    bDtype?: TensorDtype;
-    out: () => DeviceTensor;
-    outDtype: TensorDtype;
-    accumulate?: boolean;
-    flop: number;
-  }
   let g32: DeviceTensor | undefined, g16: DeviceTensor | undefined;
   const G32 = () => g32 ??= mk(n, v, "f32", "G f32");
   const G16 = () => g16 ??= mk(n, v, dtype, "G 16");
-  const cases: Record<_CaseName, () => Case> = {
+  return {
     logits: () => ({
       a: { tensor: e, trans: false },
       b: { tensor: c, trans: false },
@@ -308,80 +417,4 @@ export async function benchGemmMain(args: string[]): Promise<void> {
       flop: 2 * chunkRows * v * d,
     }),
   };
-  const results: Record<string, unknown>[] = [];
-  for (const cn of caseNames) {
-    const cs = cases[cn]();
-    const out = cs.out();
-    for (const [tn, splitK] of tileNames.flatMap((t) => splits.map((k) => [t, k] as const))) {
-      const tile = TILES[tn];
-      try {
-        const mm = await prepareMatmul(ctx, {
-          tile,
-          aDtype: cs.aDtype,
-          bDtype: cs.bDtype ?? dtype,
-          aTrans: cs.a.trans,
-          bTrans: cs.b.trans,
-          outDtype: cs.outDtype,
-        });
-        const once = () =>
-          ctx.scoped(async () => {
-            const rec = new Recorder(ctx);
-            for (let j = 0; j < inner; j++) {
-              mm.record(rec, { a: cs.a, b: cs.b, out, accumulate: cs.accumulate, splitK });
-            }
-            return (await rec.finish()).gpuMs / inner;
-          });
-        // warm-up: repetitions for WARMUP_MS of wall time (at least one), so that a short product
-        // measured first does not run at an idle GPU's clocks (a 4 ms product then took 5× longer)
-        const t0 = performance.now();
-        do await once(); while (performance.now() - t0 < WARMUP_MS);
-        const times: number[] = [];
-        for (let i = 0; i < reps; i++) times.push(await once());
-        times.sort((x, y) => x - y);
-        const ms = times[Math.floor(times.length / 2)];
-        const r = {
-          case: cn,
-          tile: tn,
-          splitK,
-          timeMs: ms,
-          minMs: times[0],
-          maxMs: times[times.length - 1],
-          tflops: cs.flop / ms / 1e9,
-          variant: mm.lastVariant,
-        };
-        results.push(r);
-        console.log(
-          `${cn.padEnd(9)} ${tn.padEnd(9)} S=${String(splitK).padEnd(4)} ${
-            ms.toFixed(2).padStart(9)
-          } ms ${r.tflops.toFixed(2).padStart(6)} TFLOP/s  ${JSON.stringify(mm.lastVariant)}`,
-        );
-      } catch (err) {
-        results.push({ case: cn, tile: tn, error: (err as Error).message.split("\n")[0] });
-        console.log(`${cn} ${tn}: ${(err as Error).message.split("\n")[0]}`);
-      }
-    }
-    out.destroy();
-  }
-  ctx.destroy();
-  if (values.out !== undefined) {
-    await writeAllOrNothing([{
-      path: values.out,
-      bytes: JSON.stringify(
-        {
-          env: {
-            adapter: rep.description,
-            vendor: rep.vendor,
-            deno: Deno.version.deno,
-            date: new Date().toISOString(),
-          },
-          shape: { n, v, d, dtype, ligerChunk: chunk },
-          results,
-        },
-        null,
-        1,
-      ),
-    }]);
-  }
 }
-
-if (import.meta.main) await runCli(() => benchGemmMain(Deno.args));
