@@ -95,6 +95,22 @@ export const TILE_HW_WIDE: GemmTile = {
   stage2d: true,
 };
 /**
+ * 128×256 on 512 threads of 8×8 (vector loads, [k][row] staging): for the baseline's dE = G·C
+ * (f32 G of all n rows, K = |V|) split at least 12 ways, where it ran the paper's dE in 220.9 ms
+ * against 224.7 for {@link TILE_HW_8X16} split 12 ways and 230.4 split 6 ways in one bench on an
+ * H100 (224.7 for itself split 6 ways, 234.7 split 8; reports/h100_2026-11-23d/run_d/). Slower
+ * for E·Cᵀ (233.7 against 211.9 ms for {@link TILE_HW_WIDE}).
+ */
+export const TILE_HW_512: GemmTile = {
+  bm: 128,
+  bn: 256,
+  bk: 16,
+  tm: 8,
+  tn: 8,
+  vec: true,
+  stage2d: true,
+};
+/**
  * 128×128 with 8×16 per thread on 128 threads (vector loads, [k][row] staging): for dE = G·C with
  * an f32 G over K = |V| split 6 ways, where it ran the paper's dE in 229.9 ms (three runs) against
  * 234.1 for {@link TILE_HW} split 6 ways and 238.8 split 3 ways on an H100

@@ -5,7 +5,14 @@ import { Recorder } from "../gpu/recorder.ts";
 import { roundArray } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
 import { autoSplitK, prepareMatmul } from "./matmul.ts";
-import { TILE_HW, TILE_HW_8X16, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "./gemm_codegen.ts";
+import {
+  TILE_HW,
+  TILE_HW_512,
+  TILE_HW_8X16,
+  TILE_HW_WIDE,
+  TILE_LARGE,
+  TILE_SMALL,
+} from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
 /** out[m][n] = Σ_k A(m,k)·B(n,k) in float64, from row-major held tensors. */
@@ -229,6 +236,18 @@ Deno.test({
         splitK,
       });
     }
+    // the baseline's dE on TILE_HW_512 (512 threads of 8×8 on 128×256), split 12 ways
+    await runCase(ctx, {
+      M: 259,
+      N: 300,
+      K: 1608,
+      dtype: "f32",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: true,
+      tile: TILE_HW_512,
+      splitK: 12,
+    });
     // the compiled method's dEᵀ = Cᵀ·Gᵀ: bf16 A read transposed, bf16 B as held, split 2 ways
     await runCase(ctx, {
       M: 141,

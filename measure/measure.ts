@@ -21,6 +21,7 @@
  */
 import type { BufferRole, GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
+import { prepareBusyLoad } from "../gpu/busy_load.ts";
 import {
   defaultTimeSource,
   type Mode,
@@ -106,6 +107,14 @@ export interface MeasureRow {
  */
 export const IDLE_GPU_WARMUP_MS = 1000;
 
+/**
+ * Wall time (ms) of full load ({@link MeasureOptions.busyLoad}) before a method's first mode: an
+ * idle H100's clock reached its 1,980 MHz within 0.1 s of full load, and stayed below about 1 GHz
+ * for over a second of short calls that kept it 40–60% busy (gpu/busy_load.ts); 250 ms of
+ * submissions that grew from a few ms did not get there.
+ */
+export const IDLE_GPU_BUSY_MS = 400;
+
 /** Options of {@link measureMethod}. */
 export interface MeasureOptions {
   /** The problem (shape, dtype of E and C). */
@@ -135,6 +144,12 @@ export interface MeasureOptions {
    * an idle spell has lowered ({@link IDLE_GPU_WARMUP_MS}). Default: none.
    */
   warmupMs?: number;
+  /**
+   * Run gpu/busy_load.ts's full load for {@link IDLE_GPU_BUSY_MS} before the first mode (the GPU
+   * idled while the method's shaders compiled: its clocks rise with its utilisation). Default
+   * false.
+   */
+  busyLoad?: boolean;
   /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */
   maxReps?: number;
   /**
@@ -263,6 +278,9 @@ export async function measureMethod(
         continue;
       }
       try {
+        if (mode === o.modes[0] && o.busyLoad) {
+          await (await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
+        }
         const m = await _measureMode(ctx, prepared, om, mode);
         emit(_row(ctx, method, om, mode, m), t1);
         if (!m.error) measured.add(mode);

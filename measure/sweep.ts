@@ -178,9 +178,10 @@ export async function runSweep(
                 ? { targetMs: plan.targetMs, maxReps: plan.maxReps }
                 : {}),
               warmFwdBwd: plan.warmFwdBwd,
-              // the GPU idled while the inputs were made and the method compiled: short first
-              // cells warm it up for longer
+              // the GPU idled while the inputs were made and the method compiled: full load
+              // first, short first cells warm it up for longer
               warmupMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_WARMUP_MS,
+              busyLoad: !ctx.report.isFallbackAdapter,
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
             });

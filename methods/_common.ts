@@ -14,6 +14,7 @@ import type { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import {
   type GemmTile,
   TILE_HW,
+  TILE_HW_512,
   TILE_HW_8X16,
   TILE_HW_TT,
   TILE_HW_WIDE,
@@ -52,21 +53,26 @@ export interface LceProducts {
 
 /**
  * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
- * except dC with an f32 G over a long K (`dC: "long-k"`), which takes TILE_HW_TT (K-step 32:
- * 209.7 against 219.6 ms for the paper's dC on an H100; slower with a bf16 G), dE over a long K
- * (`dE: "long-k"`), which takes TILE_HW_8X16 (the baseline's dE, f32 G: 229.9 against 234.1 ms,
- * both split 6 ways, the caller asking for the slices, see methods/baseline.ts; Liger's skinny
- * 128-row chunks, f32 G split 14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW
- * in two runs, which ran 3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a
- * third; the chunked method's 1,024-row chunks, bf16 G split 5 ways: 28.56 against 30.61 ms), and
- * f32
- * logits of many rows (`logits: "wide"`), which take TILE_HW_WIDE (128×256: 211.3 against 223.2
- * ms for the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
- * product); 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
+ * except
+ * - dC with an f32 G over a long K (`dC: "long-k"`): TILE_HW_TT (K-step 32: 209.7 against 219.6
+ *   ms for the paper's dC on an H100; slower with a bf16 G);
+ * - dE over a long K (`dE: "long-k"`): TILE_HW_8X16 (Liger's skinny 128-row chunks, f32 G split
+ *   14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW in two runs, which ran
+ *   3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a third; the chunked
+ *   method's 1,024-row chunks, bf16 G split 5 ways: 28.56 against 30.61 ms);
+ * - dE with an f32 G of all rows (`dE: "all-rows"`, the baseline's, the caller asking for the
+ *   slices: see methods/baseline.ts): TILE_HW_512 (220.9 ms split 12 ways against 229.9 for
+ *   TILE_HW_8X16 split 6 ways, which beat TILE_HW's 234.1);
+ * - `dE: "transposed"`: the dE product is dEᵀ = Cᵀ·Gᵀ on TILE_HW (a 16-bit G over the whole
+ *   vocabulary, the compiled method's: 212.9 against 227.3 ms for G·C on an H100, both split 2
+ *   ways; with an f32 G, 247.5 against 230.3 for the baseline's);
+ * - f32 logits of many rows (`logits: "wide"`): TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for
+ *   the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
+ *   product);
+ *
+ * and 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
  * (gemm_wide_layouts.json, gemm_s5_de_*.json, gemm_s5_liger.json, gemm_s5_ligerde_splits.json,
- * liger_chunks.json). With `dE: "transposed"` the dE product is dEᵀ = Cᵀ·Gᵀ on TILE_HW (a 16-bit
- * G over the whole vocabulary, the compiled method's: 212.9 against 227.3 ms for G·C on an H100,
- * both split 2 ways; with an f32 G, 247.5 against 230.3 for the baseline's: reports/h100_2026-11-23d/).
+ * liger_chunks.json) and reports/h100_2026-11-23d/ (gemm_s6_*.json, run_b/, run_d/).
  */
 export async function prepareLceProducts(
   ctx: GpuContext,
@@ -81,10 +87,11 @@ export async function prepareLceProducts(
     dC?: "long-k";
     /**
      * `long-k`: dE's K is the whole vocabulary (a chunk of rows at most: not the whole n×|V| G
-     * in 16 bits, where TILE_HW is faster): the 8×16-per-thread tile; `transposed`: the product
-     * is dEᵀ = Cᵀ·Gᵀ (see {@link LceProducts.dE}).
+     * in 16 bits, where TILE_HW is faster): the 8×16-per-thread tile; `all-rows`: the same for
+     * an f32 G of all n rows (the baseline's), on TILE_HW_512; `transposed`: the product is
+     * dEᵀ = Cᵀ·Gᵀ (see {@link LceProducts.dE}).
      */
-    dE?: "long-k" | "transposed";
+    dE?: "long-k" | "all-rows" | "transposed";
     /** The logits have many rows (all tokens): the 128×256 tile where they are f32. */
     logits?: "wide";
   },
@@ -92,7 +99,13 @@ export async function prepareLceProducts(
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
   const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
-  const dETile = hw && o.dE === "long-k" ? TILE_HW_8X16 : tile;
+  const dETile = !hw
+    ? tile
+    : o.dE === "all-rows" && o.gradDtype === "f32"
+    ? TILE_HW_512
+    : o.dE === "long-k" || o.dE === "all-rows"
+    ? TILE_HW_8X16
+    : tile;
   const wide = hw && o.logits === "wide" && (o.logitsDtype ?? "f32") === "f32";
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },

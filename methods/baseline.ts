@@ -17,12 +17,14 @@ import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) takes at least on a GPU. On an H100 the
  * paper's dE ran in 249.3 / 256.4 ms split 2 ways (the automatic choice), 232.0 / 239.0 split 3
- * ways, 234.1 split 6 ways on TILE_HW, and 229.9 split 6 ways on TILE_HW_8X16, the tile it takes
+ * ways, 234.1 split 6 ways on TILE_HW, 229.9 split 6 ways on TILE_HW_8X16
  * (reports/gemm_h100_2026-11-23/de_splits.json, gemm_s5_de_splits.json, gemm_s5_de_tiles.json,
- * gemm_s5_de_ab*.json). Each slice past the first costs n·d·4 bytes of partials (72 MiB at the
- * paper's shape).
+ * gemm_s5_de_ab*.json), and on TILE_HW_512, the tile it takes, 256.5, 240.5, 224.7, 234.7 and
+ * 220.9 ms split 3, 4, 6, 8 and 12 ways (reports/h100_2026-11-23d/run_d/: not monotonic in the
+ * slices, as TILE_HW_8X16's 238.9, 233.2, 230.4, 232.6, 224.7 split 4, 5, 6, 8, 12 ways). Each
+ * slice past the first costs n·d·4 bytes of partials (72 MiB at the paper's shape).
  */
-const BASELINE_DE_MIN_SLICES = 6;
+const BASELINE_DE_MIN_SLICES = 12;
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -43,7 +45,7 @@ export const baseline: LceMethod = {
       dtype: spec.dtype,
       gradDtype: "f32",
       dC: "long-k",
-      dE: "long-k",
+      dE: "all-rows",
       logits: "wide",
     });
     const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });

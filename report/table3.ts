@@ -69,6 +69,8 @@ export interface Table3Report {
   reps: number;
   /** Where the times come from. */
   timeSource: TimeSource;
+  /** Full GPU load (ms) run before each method's first cell (MeasureOptions.busyLoad), if any. */
+  idleBusyMs?: number;
   /** Why the shape differs from the paper's, when it was reduced by default. */
   reducedShape?: string;
   /** Seconds the whole run took. */
@@ -398,6 +400,12 @@ export function formatMarkdown(r: Table3Report): string {
       ? [
         `more for the ${longer} cell${longer === 1 ? "" : "s"} first measured on an idle GPU: ` +
         `at least ${IDLE_GPU_WARMUP_MS} ms of them`,
+      ]
+      : []),
+    ...(r.idleBusyMs
+      ? [
+        `each method's first cell after ${r.idleBusyMs} ms of full GPU load, since an idle ` +
+        `GPU's clocks rise with its utilisation`,
       ]
       : []),
   ];

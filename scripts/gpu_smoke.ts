@@ -1,7 +1,7 @@
 /**
  * `deno run -A scripts/gpu_smoke.ts [--n N --v V --d D --dtype bf16]`: a quick health check of a
- * GPU host: prints the adapter and its f32 FMA peak through WGSL (a register-only loop: the
- * ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
+ * GPU host: prints the adapter and its f32 FMA peak through WGSL (gpu/busy_load.ts's
+ * register-only loop: the ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
  * f32) for each GEMM tile, and one baseline forward+backward, at the given shape (default the
  * paper's). Effective TFLOP/s = 2·n·v·d / GPU time.
  * @module
@@ -9,6 +9,7 @@
 import { defineCommand, runCli } from "../core/cli.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { GpuContext } from "../gpu/context.ts";
+import { FMA_LOOP_GROUP_FLOP, prepareBusyLoad } from "../gpu/busy_load.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, upload } from "../gpu/tensor.ts";
 import { prepareMatmul } from "../kernels/matmul.ts";
@@ -119,49 +120,13 @@ await runCli(async () => {
   }
 });
 
-/**
- * The f32 FMA rate of a register-only loop: 8 independent vec4 accumulators per thread, each
- * step `a = fma(a, m, c)` written out (Deno's WGSL compiler does not unroll), 2 flops per lane;
- * the median of 5 timed dispatches after one warm-up, in TFLOP/s.
- */
+/** The f32 FMA rate of gpu/busy_load.ts's loop: the median of 5 dispatches after one, TFLOP/s. */
 async function _fmaPeakTflops(ctx: GpuContext): Promise<number> {
   // ~1.1 TFLOP a dispatch on a GPU (about 20 ms on an H100); a 128th of it on software adapters
   const groups = ctx.report.isFallbackAdapter ? 32 : 4096;
-  const acc = 8, steps = 16, iters = 4096, threads = 256;
-  const names = Array.from({ length: acc }, (_, i) => `a${i}`);
-  const code = `@group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
-@compute @workgroup_size(${threads})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-  let s = f32(gid.x) * 1e-9;
-  ${names.map((a, i) => `var ${a} = vec4<f32>(s + ${i}.0);`).join("\n  ")}
-  let m = vec4<f32>(0.9999999);
-  let c = vec4<f32>(1e-7);
-  for (var i = 0u; i < ${iters}u; i++) {
-    ${Array(steps).fill(names.map((a) => `${a} = fma(${a}, m, c);`).join(" ")).join("\n    ")}
-  }
-  out[gid.x] = ${names.join(" + ")};
-}`;
-  const pl = await ctx.pipeline(code, "fma peak");
-  const out = createTensor(ctx, {
-    dtype: "f32",
-    rows: groups * threads,
-    cols: 4,
-    role: "workspace",
-    label: "fma out",
-  });
+  const load = await prepareBusyLoad(ctx);
+  await load.dispatch(groups);
   const ms: number[] = [];
-  for (let i = 0; i < 6; i++) {
-    await ctx.scoped(async () => {
-      const rec = new Recorder(ctx);
-      rec.pass(
-        "fma",
-        (pass) => pass.dispatch(pl, ctx.bindGroup(pl, [out.shards[0].buffer], "fma"), groups),
-      );
-      const t = await rec.finish();
-      if (i > 0) ms.push(t.gpuMs);
-    });
-  }
-  out.destroy();
-  const flop = 2 * 4 * acc * steps * iters * groups * threads;
-  return flop / ms.sort((a, b) => a - b)[2] / 1e9;
+  for (let i = 0; i < 5; i++) ms.push(await load.dispatch(groups));
+  return groups * FMA_LOOP_GROUP_FLOP / ms.sort((a, b) => a - b)[2] / 1e9;
 }

@@ -32,6 +32,7 @@ import { parseFixtureName } from "../fixtures/mod.ts";
 import {
   defaultMemoryBudget,
   formatMiB,
+  IDLE_GPU_BUSY_MS,
   IDLE_GPU_WARMUP_MS,
   measureMethod,
   type MeasureRow,
@@ -363,8 +364,10 @@ export async function measureCells(
         targetMs: o.targetMs,
         maxReps: o.maxReps,
         warmFwdBwd: o.warmFwdBwd,
-        // the GPU idled while the method compiled: short first cells warm it up for longer
+        // the GPU idled while the method compiled: full load first, short first cells warm it up
+        // for longer
         warmupMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_WARMUP_MS,
+        busyLoad: !ctx.report.isFallbackAdapter,
         budgetBytes: budget,
         onRow: o.onRow,
       });
@@ -465,6 +468,7 @@ export async function table3Main(args: string[]): Promise<void> {
     warmup,
     reps,
     timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    idleBusyMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_BUSY_MS,
     reducedShape,
     rows,
     external: flags.external,
