@@ -9,7 +9,7 @@
  * (reports/h100_2026-11-23d/run_e_clocks.csv, `nvidia-smi` every 100 ms beside the `llm` check).
  * @module
  */
-import type { GpuContext } from "./context.ts";
+import type { GpuContext, TrackedBuffer } from "./context.ts";
 import { Recorder } from "./recorder.ts";
 import { createTensor } from "./tensor.ts";
 
@@ -61,7 +61,17 @@ const MAX_GROUPS = 65535;
 /** Compiles the workload. */
 export async function prepareBusyLoad(ctx: GpuContext): Promise<BusyLoad> {
   const pl = await ctx.pipeline(FMA_LOOP_WGSL, "busy load");
-  const dispatch = async (groups: number) => {
+  const submit = (out: TrackedBuffer, groups: number) =>
+    ctx.scoped(async () => {
+      const rec = new Recorder(ctx);
+      rec.pass("busy load", (p) => {
+        p.dispatch(pl, ctx.bindGroup(pl, [out], "busy load"), groups);
+      });
+      const t = await rec.finish();
+      return Number.isNaN(t.gpuMs) ? t.wallMs : t.gpuMs;
+    });
+  // the loop's one-vec4 output, for the duration of a call only
+  const withOutput = async <T>(fn: (out: TrackedBuffer) => Promise<T>): Promise<T> => {
     const out = createTensor(ctx, {
       dtype: "f32",
       rows: 1,
@@ -70,28 +80,22 @@ export async function prepareBusyLoad(ctx: GpuContext): Promise<BusyLoad> {
       label: "busy",
     });
     try {
-      return await ctx.scoped(async () => {
-        const rec = new Recorder(ctx);
-        rec.pass("busy load", (p) => {
-          p.dispatch(pl, ctx.bindGroup(pl, [out.shards[0].buffer], "busy load"), groups);
-        });
-        const t = await rec.finish();
-        return Number.isNaN(t.gpuMs) ? t.wallMs : t.gpuMs;
-      });
+      return await fn(out.shards[0].buffer);
     } finally {
       out.destroy();
     }
   };
   return {
-    dispatch,
-    async run(ms) {
-      const t0 = performance.now();
-      // about 25 ms at an idle H100's 345 MHz, 4.4 ms at full clock (software adapters: ~100×)
-      let groups = ctx.report.isFallbackAdapter ? 4 : 256;
-      while (performance.now() - t0 < ms) {
-        const took = await dispatch(groups);
-        groups = Math.max(1, Math.min(MAX_GROUPS, Math.round(groups * SUBMISSION_MS / took)));
-      }
-    },
+    dispatch: (groups) => withOutput((out) => submit(out, groups)),
+    run: (ms) =>
+      withOutput(async (out) => {
+        const t0 = performance.now();
+        // about 25 ms at an idle H100's 345 MHz, 4.4 ms at full clock (software adapters: ~100×)
+        let groups = ctx.report.isFallbackAdapter ? 4 : 256;
+        while (performance.now() - t0 < ms) {
+          const took = await submit(out, groups);
+          groups = Math.max(1, Math.min(MAX_GROUPS, Math.round(groups * SUBMISSION_MS / took)));
+        }
+      }),
   };
 }

@@ -354,13 +354,7 @@ export class GpuContext {
     let p: GPUComputePipeline | undefined;
     if (errors.length === 0) {
       try {
-        p = await this.device.createComputePipelineAsync({
-          layout: this.device.createPipelineLayout({
-            bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
-          }),
-          compute: { module, entryPoint: "main" },
-          label,
-        });
+        p = await this.device.createComputePipelineAsync(this.#descriptor(code, label, module));
       } catch (e) {
         await this.device.popErrorScope();
         throw new GpuError(
@@ -395,15 +389,25 @@ export class GpuContext {
     const hit = this.#pipelines.get(code);
     if (hit) return hit;
     this.assertAlive();
-    const p = this.device.createComputePipeline({
+    const module = this.device.createShaderModule({ code, label });
+    const p = this.device.createComputePipeline(this.#descriptor(code, label, module));
+    this.#pipelines.set(code, p);
+    return p;
+  }
+
+  /** The pipeline of `module`'s `main` with one bind group laid out from `code`'s bindings. */
+  #descriptor(
+    code: string,
+    label: string,
+    module: GPUShaderModule,
+  ): GPUComputePipelineDescriptor {
+    return {
       layout: this.device.createPipelineLayout({
         bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
       }),
-      compute: { module: this.device.createShaderModule({ code, label }), entryPoint: "main" },
+      compute: { module, entryPoint: "main" },
       label,
-    });
-    this.#pipelines.set(code, p);
-    return p;
+    };
   }
 
   /** A bind group of `pipeline`'s group 0 from buffers in binding order. */
