@@ -18,116 +18,9 @@
  */
 import type { TensorDtype } from "../gpu/tensor.ts";
 import { loadF32, vecWidth, wgslStorageType } from "./wgsl_common.ts";
+import { type GemmTile, tileThreads } from "./gemm_tiles.ts";
 
-/** Tile parameters of the generated product. */
-export interface GemmTile {
-  /** Output rows per workgroup. */
-  bm: number;
-  /** Output columns per workgroup. */
-  bn: number;
-  /** K-step: depth of one staged slice of A and B. */
-  bk: number;
-  /** Rows per thread (multiple of 4). */
-  tm: number;
-  /** Columns per thread (multiple of 4). */
-  tn: number;
-  /**
-   * Vectorised global loads: each thread reads 16 bytes (8 bf16/f16 or 4 f32 values along k) per
-   * load instead of one element, for operands whose k index is contiguous and whose K, offsets and
-   * strides are multiples of the vector width (kernels decide per operand; others keep scalar
-   * loads). Needs `bk` to be a multiple of the width. Default off.
-   */
-  vec?: boolean;
-  /**
-   * Double-buffered workgroup staging: two copies of the A and B slices, so one barrier per K-step
-   * instead of two (twice the staging memory). Default off.
-   */
-  dbuf?: boolean;
-  /**
-   * Map each 32-thread group to 4 × 8 threads of the tile's thread grid (rows × columns) instead
-   * of 2 × 16: its reads of the staged B operand then span 128 bytes instead of 256 (plain
-   * products only; the fused kernels keep the row-major mapping their reductions assume).
-   */
-  warpTile?: boolean;
-  /**
-   * Stage operands in [k][row/4] arrays ({@link gemmShared}) instead of flat ones. Only for
-   * kernels that declare their staging with {@link gemmShared}. Default off.
-   */
-  stage2d?: boolean;
-  /**
-   * Plain products only: consecutive workgroups walk down the output's rows (workgroup x = row
-   * tile) instead of along its columns, so that the workgroups in flight share B's tiles and
-   * read A's (the smaller operand of E·Cᵀ) from L2. Default off.
-   */
-  mFirst?: boolean;
-}
-
-/** 128×128 output tile, 256 threads, 8×8 per thread, K-step 16 (the layout that ran 37 TFLOP/s). */
-export const TILE_LARGE: GemmTile = { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 };
-/**
- * {@link TILE_LARGE} with 16-byte vector loads (for operands held untransposed) and [k][row]
- * staging: the generator's fastest plain product on an H200 (8192×256000×2304 bf16 → f32 logits
- * in 227.1 ms, 42.6 TFLOP/s; flat staging 243.6 ms; scalar loads 297.1 ms).
- */
-export const TILE_HW: GemmTile = { ...TILE_LARGE, vec: true, stage2d: true };
-/**
- * {@link TILE_HW} with K-step 32: for products whose operands are both held transposed and whose A
- * is f32 (dC = Gᵀ·E with an f32 G), where it ran 209.7 ms against 219.6 ms for the paper's dC on an
- * H100. It is slower elsewhere: 242 against 223 ms for E·Cᵀ, and the dC of a bf16 G (the compiled
- * and chunked rows' backward) lost 2–3% in their rows.
- */
-export const TILE_HW_TT: GemmTile = { ...TILE_HW, bk: 32 };
-/**
- * 128×256 with vector loads and [k][row] staging, 8×16 per thread (256 threads, 128 f32
- * accumulators each): per K-step a thread reads 6 vec4s of staging for 128 FMAs instead of 4 for
- * 64. On an H100 it ran E·Cᵀ of the paper's shape into f32 in 211.3 ms against 223.2 for
- * {@link TILE_HW} in one run (reports/gemm_h100_2026-11-23/gemm_wide_layouts.json; 209.6 ms alone
- * in gemm_w128x256_k16.json); with K-step 8 it ran 243 ms. It is slower for every gradient product
- * and no faster for 16-bit logits (same file).
- */
-export const TILE_HW_WIDE: GemmTile = {
-  bm: 128,
-  bn: 256,
-  bk: 16,
-  tm: 8,
-  tn: 16,
-  vec: true,
-  stage2d: true,
-};
-/**
- * 128×256 on 512 threads of 8×8 (vector loads, [k][row] staging): for the baseline's dE = G·C
- * (f32 G of all n rows, K = |V|) split at least 12 ways, where it ran the paper's dE in 220.9 ms
- * against 224.7 for {@link TILE_HW_8X16} split 12 ways and 230.4 split 6 ways in one bench on an
- * H100 (224.7 for itself split 6 ways, 234.7 split 8; reports/h100_2026-11-23d/run_d/). Slower
- * for E·Cᵀ (233.7 against 211.9 ms for {@link TILE_HW_WIDE}).
- */
-export const TILE_HW_512: GemmTile = {
-  bm: 128,
-  bn: 256,
-  bk: 16,
-  tm: 8,
-  tn: 8,
-  vec: true,
-  stage2d: true,
-};
-/**
- * 128×128 with 8×16 per thread on 128 threads (vector loads, [k][row] staging): for dE = G·C with
- * an f32 G over K = |V| split 6 ways, where it ran the paper's dE in 229.9 ms (three runs) against
- * 234.1 for {@link TILE_HW} split 6 ways and 238.8 split 3 ways on an H100
- * (reports/gemm_h100_2026-11-23/gemm_s5_de_ab*.json, gemm_s5_de_tiles.json). No faster elsewhere:
- * 223.4 against 223.2 ms for E·Cᵀ, slower for dE16 and Liger's dC (gemm_s5_*.json).
- */
-export const TILE_HW_8X16: GemmTile = {
-  bm: 128,
-  bn: 128,
-  bk: 16,
-  tm: 8,
-  tn: 16,
-  vec: true,
-  stage2d: true,
-};
-/** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
-export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+export * from "./gemm_tiles.ts";
 
 /** Which operand index is contiguous in memory: `k` (A·Bᵀ style) or the row index (`mn`). */
 export type Contig = "k" | "mn";
@@ -158,19 +51,6 @@ export function vecLoadsFit(t: GemmTile, dtype: TensorDtype, k: number): boolean
   const w = vecWidth(dtype);
   return t.vec === true && t.bk % w === 0 && k % w === 0 &&
     (dtype === "bf16" || dtype === "f16" || dtype === "f32");
-}
-
-/** Threads per workgroup for a tile. */
-export function tileThreads(t: GemmTile): number {
-  return (t.bm / t.tm) * (t.bn / t.tn);
-}
-
-/** Throws unless the tile is one the generator can emit. */
-export function validateTile(t: GemmTile): void {
-  const ok = t.tm % 4 === 0 && t.tn % 4 === 0 && t.bm % t.tm === 0 && t.bn % t.tn === 0 &&
-    (t.bm * t.bk) % tileThreads(t) === 0 && (t.bn * t.bk) % tileThreads(t) === 0 &&
-    tileThreads(t) <= 1024 && t.bk >= 1;
-  if (!ok) throw new RangeError(`unsupported GEMM tile ${JSON.stringify(t)}`);
 }
 
 /** Names of the accumulators and where they sit in the tile. */
@@ -255,7 +135,26 @@ export interface MainloopOptions {
 
 /** vec4s of workgroup memory per staged copy of A and of B (padded against bank conflicts). */
 function _stageVecs(t: GemmTile): { a: number; b: number } {
+  if (t.threadMajor) {
+    // one padding vec4 per lane for both copies: counted with the first
+    const d = _threadMajorDims(t), copies = t.dbuf ? 2 : 1;
+    return {
+      a: d.a.lanes * (t.bk * d.a.groups + 1 / copies),
+      b: d.b.lanes * (t.bk * d.b.groups + 1 / copies),
+    };
+  }
   return { a: t.bk * (t.bm / 4 + 1), b: t.bk * (t.bn / 4 + 1) };
+}
+
+/**
+ * {@link GemmTile.threadMajor} staging: per operand, lanes (thread rows of A, thread columns of B)
+ * and groups (vec4 groups a thread holds: tm/4 or tn/4).
+ */
+function _threadMajorDims(t: GemmTile) {
+  return {
+    a: { lanes: t.bm / t.tm, groups: t.tm / 4 },
+    b: { lanes: t.bn / t.tn, groups: t.tn / 4 },
+  };
 }
 
 /** Bytes of workgroup memory the staging of a product takes (both copies with `dbuf`). */
@@ -273,6 +172,14 @@ export function gemmSharedBytes(t: GemmTile): number {
  */
 export function gemmShared(o: { tile: GemmTile; prefix?: string }): string {
   const t = o.tile, p = o.prefix ?? "", copies = t.dbuf ? 2 : 1, s = _stageVecs(t);
+  if (t.threadMajor) {
+    const d = _threadMajorDims(t);
+    return `var<workgroup> ${p}As: array<array<vec4<f32>, ${
+      copies * t.bk * d.a.groups + 1
+    }>, ${d.a.lanes}>;
+var<workgroup> ${p}Bs: array<array<vec4<f32>, ${copies * t.bk * d.b.groups + 1}>, ${d.b.lanes}>;
+`;
+  }
   if (!t.stage2d) {
     return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
 var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
@@ -435,6 +342,15 @@ function _checkVectorSides(t: GemmTile, sides: _Side[]): void {
  */
 function _at(t: GemmTile, sd: _Side, k: string, col: string, copy: number): string {
   const kk = copy === 0 ? k : `${k} + ${t.bk}u`;
+  if (t.threadMajor) {
+    // vec4 column col = group·lanes + lane
+    const d = _threadMajorDims(t)[sd.name === "A" ? "a" : "b"];
+    const read = /^(\d+)u \+ (tm|tn)$/.exec(col);
+    const [lane, group] = read
+      ? [read[2], `${parseInt(read[1]) / d.lanes}u`]
+      : [`(${col}) % ${d.lanes}u`, `(${col}) / ${d.lanes}u`];
+    return `${sd.arr}[${lane}][(${kk}) * ${d.groups}u + ${group}]`;
+  }
   return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
 }
 

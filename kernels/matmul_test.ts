@@ -9,6 +9,7 @@ import {
   TILE_HW,
   TILE_HW_512,
   TILE_HW_8X16,
+  TILE_HW_TM,
   TILE_HW_WIDE,
   TILE_LARGE,
   TILE_SMALL,
@@ -185,6 +186,39 @@ Deno.test({
       tile: TILE_SMALL,
       accumulate: true,
     });
+  },
+});
+
+Deno.test({
+  name: "matmul: thread-major staging, odd M/N, every layout, double-buffered",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const tiles = [
+      { ...TILE_SMALL, vec: true, threadMajor: true },
+      { ...TILE_SMALL, bk: 8, tm: 8, vec: true, dbuf: true, threadMajor: true },
+      { ...TILE_SMALL, tn: 8, warpTile: true, threadMajor: true },
+    ];
+    // the tile of the 16-bit logits on hardware adapters, in their layout
+    await runCase(ctx, {
+      M: 131,
+      N: 137,
+      K: 40,
+      dtype: "bf16",
+      aTrans: false,
+      bTrans: false,
+      tile: TILE_HW_TM,
+    });
+    for (const tile of tiles) {
+      for (const dtype of ["bf16", "f32"] as const) {
+        // K = 40: vector loads, K = 37: scalar ones; odd K-tile counts for the double buffer
+        for (const K of [40, 37]) {
+          for (const [aTrans, bTrans] of [[false, false], [true, false], [false, true]]) {
+            await runCase(ctx, { M: 69, N: 70, K, dtype, aTrans, bTrans, tile });
+          }
+        }
+      }
+    }
   },
 });
 

@@ -16,6 +16,7 @@ import {
   TILE_HW,
   TILE_HW_512,
   TILE_HW_8X16,
+  TILE_HW_TM,
   TILE_HW_TT,
   TILE_HW_WIDE,
   TILE_SMALL,
@@ -68,7 +69,10 @@ export interface LceProducts {
  *   ways; with an f32 G, 247.5 against 230.3 for the baseline's);
  * - f32 logits of many rows (`logits: "wide"`): TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for
  *   the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
- *   product);
+ *   product); Liger's 128-row chunks ask for it too (3.39 and 3.41 ms a chunk back to back
+ *   against 3.55 and 3.57 for TILE_HW: reports/h100_2026-11-24/run_e);
+ * - 16-bit logits: TILE_HW_TM (thread-major staging: 215.4 against 220.3 ms for the paper's E·Cᵀ,
+ *   26.71 against 27.20 for the chunked method's 1,024-row chunks);
  *
  * and 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
  * (gemm_wide_layouts.json, gemm_s5_de_*.json, gemm_s5_liger.json, gemm_s5_ligerde_splits.json,
@@ -92,7 +96,10 @@ export async function prepareLceProducts(
      * dEᵀ = Cᵀ·Gᵀ (see {@link LceProducts.dE}).
      */
     dE?: "long-k" | "all-rows" | "transposed";
-    /** The logits have many rows (all tokens): the 128×256 tile where they are f32. */
+    /**
+     * The logits have many rows (all tokens), or are Liger's chunks: the 128×256 tile where they
+     * are f32.
+     */
     logits?: "wide";
   },
 ): Promise<LceProducts> {
@@ -106,7 +113,8 @@ export async function prepareLceProducts(
     : o.dE === "long-k" || o.dE === "all-rows"
     ? TILE_HW_8X16
     : tile;
-  const wide = hw && o.logits === "wide" && (o.logitsDtype ?? "f32") === "f32";
+  const logits16 = (o.logitsDtype ?? "f32") !== "f32";
+  const logitsTile = !hw ? tile : logits16 ? TILE_HW_TM : o.logits === "wide" ? TILE_HW_WIDE : tile;
   const mm = (
     k: { tile: GemmTile; a: TensorDtype; aTrans: boolean; bTrans: boolean; out?: TensorDtype },
   ) =>
@@ -120,7 +128,7 @@ export async function prepareLceProducts(
     });
   // one after the other: each compilation holds an error scope of the device until it is done
   const logits = await mm({
-    tile: wide ? TILE_HW_WIDE : tile,
+    tile: logitsTile,
     a: o.dtype,
     aTrans: false,
     bTrans: false,

@@ -151,7 +151,12 @@ async function _compile(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): P
     spec,
     chunk: ligerChunkSize(spec.n, spec.v, spec.d),
     // dE[chunk] = G·C sums over the whole vocabulary
-    products: await prepareLceProducts(ctx, { dtype: spec.dtype, gradDtype: "f32", dE: "long-k" }),
+    products: await prepareLceProducts(ctx, {
+      dtype: spec.dtype,
+      gradDtype: "f32",
+      dE: "long-k",
+      logits: "wide",
+    }),
     stats: await prepareChunkStats(ctx, { logitsDtype: "f32", opts, v: spec.v }),
     grad: await prepareChunkGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true }),
     reduce: await prepareLossReduce(ctx, opts),

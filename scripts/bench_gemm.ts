@@ -34,6 +34,7 @@ import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts
 import {
   type GemmTile,
   TILE_HW,
+  TILE_HW_512,
   TILE_HW_8X16,
   TILE_HW_WIDE,
   TILE_LARGE,
@@ -96,6 +97,12 @@ const TILES: Record<string, GemmTile> = {
   w128x256_8x8: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 8, vec: true, stage2d: true },
   w256x128_8x8: { bm: 256, bn: 128, bk: 16, tm: 8, tn: 8, vec: true, stage2d: true },
   w256x256_8x16: { bm: 256, bn: 256, bk: 8, tm: 8, tn: 16, vec: true, stage2d: true },
+  // staging as [thread row][k·groups + group]: one dynamic index per operand
+  w128x256_tmj: { ...TILE_HW_WIDE, stage2d: false, threadMajor: true },
+  w128x256_tmj_wt: { ...TILE_HW_WIDE, stage2d: false, threadMajor: true, warpTile: true },
+  w128x128_tmj: { ...TILE_HW, stage2d: false, threadMajor: true },
+  w128x128_8x16_tmj: { ...TILE_HW_8X16, stage2d: false, threadMajor: true },
+  w128x256_8x8_tmj: { ...TILE_HW_512, stage2d: false, threadMajor: true },
 };
 
 /** The products measured, by name (see the module doc). */
