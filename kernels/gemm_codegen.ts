@@ -135,14 +135,6 @@ export interface MainloopOptions {
 
 /** vec4s of workgroup memory per staged copy of A and of B (padded against bank conflicts). */
 function _stageVecs(t: GemmTile): { a: number; b: number } {
-  if (t.threadMajor) {
-    // one padding vec4 per lane for both copies: counted with the first
-    const d = _threadMajorDims(t), copies = t.dbuf ? 2 : 1;
-    return {
-      a: d.a.lanes * (t.bk * d.a.groups + 1 / copies),
-      b: d.b.lanes * (t.bk * d.b.groups + 1 / copies),
-    };
-  }
   return { a: t.bk * (t.bm / 4 + 1), b: t.bk * (t.bn / 4 + 1) };
 }
 
@@ -159,8 +151,15 @@ function _threadMajorDims(t: GemmTile) {
 
 /** Bytes of workgroup memory the staging of a product takes (both copies with `dbuf`). */
 export function gemmSharedBytes(t: GemmTile): number {
+  const copies = t.dbuf ? 2 : 1;
+  if (t.threadMajor) {
+    // a lane's row holds every copy's k-rows and one padding vec4
+    const d = _threadMajorDims(t);
+    return (d.a.lanes * (copies * t.bk * d.a.groups + 1) +
+      d.b.lanes * (copies * t.bk * d.b.groups + 1)) * 16;
+  }
   const s = _stageVecs(t);
-  return (s.a + s.b) * 16 * (t.dbuf ? 2 : 1);
+  return (s.a + s.b) * 16 * copies;
 }
 
 /**
