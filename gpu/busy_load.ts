@@ -46,15 +46,26 @@ export interface BusyLoad {
   /** Runs `groups` workgroups of the loop in one submission; returns its GPU time in ms. */
   dispatch(groups: number): Promise<number>;
   /**
-   * Keeps the GPU fully busy for at least `ms` of wall time: each submission is sized from the
-   * previous one's rate to last about 100 ms (the host's gap between two is about 1% of that), so
-   * that the GPU sees full load from the second submission on, whatever its clock.
+   * Keeps the GPU fully busy for at least `ms` of wall time, and then until its clock has settled
+   * (two consecutive submissions ran at rates within {@link SETTLED_RATE}, at most
+   * {@link SETTLE_MAX_MS} more): each submission is sized from the previous one's rate to last
+   * about 100 ms (the host's gap between two is about 1% of that), so that the GPU sees full load
+   * from the second submission on, whatever its clock.
    */
   run(ms: number): Promise<void>;
 }
 
 /** GPU time a submission of {@link BusyLoad.run} aims at, ms. */
 const SUBMISSION_MS = 100;
+/**
+ * Relative difference of two consecutive submissions' rates (workgroups per GPU ms) below which
+ * {@link BusyLoad.run} takes the clock as settled. Why it waits for that: 400 ms of this load
+ * once left an idle H100 at 1,005 MHz for the 1.6 s of the first cell measured after it
+ * (reports/h100_2026-11-24/run_f/clocks.csv; 1,980 MHz is its clock under full load).
+ */
+export const SETTLED_RATE = 0.02;
+/** Most wall time (ms) {@link BusyLoad.run} adds to the time asked while the clock settles. */
+export const SETTLE_MAX_MS = 2000;
 /** Most workgroups along x (WebGPU's default limit). */
 const MAX_GROUPS = 65535;
 
@@ -92,8 +103,14 @@ export async function prepareBusyLoad(ctx: GpuContext): Promise<BusyLoad> {
         const t0 = performance.now();
         // about 25 ms at an idle H100's 345 MHz, 4.4 ms at full clock (software adapters: ~100×)
         let groups = ctx.report.isFallbackAdapter ? 4 : 256;
-        while (performance.now() - t0 < ms) {
+        let rate = 0, settled = false;
+        for (;;) {
+          const elapsed = performance.now() - t0;
+          if (elapsed >= ms && (settled || elapsed >= ms + SETTLE_MAX_MS)) break;
           const took = await submit(out, groups);
+          const r = groups / took;
+          settled = rate > 0 && Math.abs(r - rate) <= SETTLED_RATE * rate;
+          rate = r;
           groups = Math.max(1, Math.min(MAX_GROUPS, Math.round(groups * SUBMISSION_MS / took)));
         }
       }),

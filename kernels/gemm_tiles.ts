@@ -128,6 +128,15 @@ export const TILE_HW_8X16: GemmTile = {
   vec: true,
   stage2d: true,
 };
+/**
+ * {@link TILE_HW_8X16} with thread-major staging ({@link GemmTile.threadMajor}): for dC = Gᵀ·E with
+ * a 16-bit G (the compiled and chunked rows), where it ran the paper's dC in 200.5, 199.0 and
+ * 199.0 ms against 210.8, 209.3 and 209.3 for {@link TILE_HW}, and the chunked method's 1,024-row
+ * chunks in 24.99 against 26.24 ms, on an H100 (reports/h100_2026-11-24/run_g, run_h). No faster
+ * with an f32 G (210.1 against 209.5 ms for {@link TILE_HW_TT}); slower for the dE products and
+ * Liger's chunk dC (run_g).
+ */
+export const TILE_HW_8X16_TM: GemmTile = { ...TILE_HW_8X16, stage2d: false, threadMajor: true };
 /** 64×64 output tile, 256 threads, 4×4 per thread, K-step 16: for small problems and CPUs. */
 export const TILE_SMALL: GemmTile = { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
 

@@ -9,6 +9,7 @@ import {
   TILE_HW,
   TILE_HW_512,
   TILE_HW_8X16,
+  TILE_HW_8X16_TM,
   TILE_HW_TM,
   TILE_HW_WIDE,
   TILE_LARGE,
@@ -199,6 +200,20 @@ Deno.test({
       { ...TILE_SMALL, bk: 8, tm: 8, vec: true, dbuf: true, threadMajor: true },
       { ...TILE_SMALL, tn: 8, warpTile: true, threadMajor: true },
     ];
+    // the tile of dC = Gᵀ·E with a 16-bit G on hardware adapters, in its layout, accumulating
+    // (the chunked method's dC +=) and not
+    for (const accumulate of [false, true]) {
+      await runCase(ctx, {
+        M: 131,
+        N: 137,
+        K: 40,
+        dtype: "bf16",
+        aTrans: true,
+        bTrans: true,
+        tile: TILE_HW_8X16_TM,
+        accumulate,
+      });
+    }
     // the tile of the 16-bit logits on hardware adapters, in their layout
     await runCase(ctx, {
       M: 131,

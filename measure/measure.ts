@@ -111,7 +111,8 @@ export const IDLE_GPU_WARMUP_MS = 1000;
  * Wall time (ms) of full load ({@link MeasureOptions.busyLoad}) before a method's first mode: an
  * idle H100's clock reached its 1,980 MHz within 0.1 s of full load, and stayed below about 1 GHz
  * for over a second of short calls that kept it 40–60% busy (gpu/busy_load.ts); 250 ms of
- * submissions that grew from a few ms did not get there.
+ * submissions that grew from a few ms did not get there. The load runs on past this until its
+ * rate settles (gpu/busy_load.ts, `SETTLED_RATE`).
  */
 export const IDLE_GPU_BUSY_MS = 400;
 

@@ -16,6 +16,7 @@ import {
   TILE_HW,
   TILE_HW_512,
   TILE_HW_8X16,
+  TILE_HW_8X16_TM,
   TILE_HW_TM,
   TILE_HW_TT,
   TILE_HW_WIDE,
@@ -57,6 +58,9 @@ export interface LceProducts {
  * except
  * - dC with an f32 G over a long K (`dC: "long-k"`): TILE_HW_TT (K-step 32: 209.7 against 219.6
  *   ms for the paper's dC on an H100; slower with a bf16 G);
+ * - dC with a 16-bit G: TILE_HW_8X16_TM (8×16 a thread, thread-major staging: 199.0–200.5 against
+ *   209.3–210.8 ms for the paper's dC, 24.99 against 26.24 for the chunked method's 1,024-row
+ *   chunks: reports/h100_2026-11-24/run_g, run_h);
  * - dE over a long K (`dE: "long-k"`): TILE_HW_8X16 (Liger's skinny 128-row chunks, f32 G split
  *   14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW in two runs, which ran
  *   3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a third; the chunked
@@ -105,7 +109,13 @@ export async function prepareLceProducts(
 ): Promise<LceProducts> {
   const tile = defaultTile(ctx);
   const hw = !ctx.report.isFallbackAdapter;
-  const dCTile = hw && o.dC === "long-k" && o.gradDtype === "f32" ? TILE_HW_TT : tile;
+  const dCTile = !hw
+    ? tile
+    : o.gradDtype !== "f32"
+    ? TILE_HW_8X16_TM
+    : o.dC === "long-k"
+    ? TILE_HW_TT
+    : tile;
   const dETile = !hw
     ? tile
     : o.dE === "all-rows" && o.gradDtype === "f32"

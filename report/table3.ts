@@ -404,8 +404,8 @@ export function formatMarkdown(r: Table3Report): string {
       : []),
     ...(r.idleBusyMs
       ? [
-        `each method's first cell after ${r.idleBusyMs} ms of full GPU load, since an idle ` +
-        `GPU's clocks rise with its utilisation`,
+        `each method's first cell after at least ${r.idleBusyMs} ms of full GPU load, longer ` +
+        `until its clock settled, since an idle GPU's clocks rise with its utilisation`,
       ]
       : []),
   ];

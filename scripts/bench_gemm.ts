@@ -102,6 +102,8 @@ const TILES: Record<string, GemmTile> = {
   w128x256_tmj_wt: { ...TILE_HW_WIDE, stage2d: false, threadMajor: true, warpTile: true },
   w128x128_tmj: { ...TILE_HW, stage2d: false, threadMajor: true },
   w128x128_8x16_tmj: { ...TILE_HW_8X16, stage2d: false, threadMajor: true },
+  w128x128_8x16_tmj_k32: { ...TILE_HW_8X16, stage2d: false, threadMajor: true, bk: 32 },
+  w128x128_16x8_tmj: { ...TILE_HW_8X16, tm: 16, tn: 8, stage2d: false, threadMajor: true },
   w128x256_8x8_tmj: { ...TILE_HW_512, stage2d: false, threadMajor: true },
 };
 
