@@ -32,6 +32,7 @@ import {
   dCInit16Wgsl,
   dCInitWgsl,
   dEInitWgsl,
+  scatterColumnsPerGroup,
   targetCoefPlainWgsl,
   targetCoefSoftcapWgsl,
   targetPairsWgsl,
@@ -270,7 +271,12 @@ function _recordScatter(
         const bufs = k.o.dC16
           ? [u, pairs, a.shards[0].buffer, es.buffer, t.rvec?.shards[0].buffer ?? dummy, ds.buffer]
           : [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer];
-        p.dispatch(scatter, rec.bindGroup(scatter, bufs), Math.min(n, 65535));
+        p.dispatch(
+          scatter,
+          rec.bindGroup(scatter, bufs),
+          Math.min(n, 65535),
+          Math.ceil(d / scatterColumnsPerGroup(k.o.dC16 !== undefined)),
+        );
       }
     });
   });

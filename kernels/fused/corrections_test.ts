@@ -42,14 +42,17 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const n = 70, v = 61, d = 33;
-    const cases: { dtype: Dtype; beta: number; softcap?: number; shard: boolean }[] = [
+    const n = 70, v = 61;
+    // d = 530: more columns than one pass of the scatter's lanes (4 × 128), odd
+    const cases: { dtype: Dtype; beta: number; softcap?: number; shard: boolean; d?: number }[] = [
       { dtype: "f32", beta: 0.1, shard: false },
       { dtype: "bf16", beta: 0.1, softcap: 2, shard: true },
       { dtype: "f32", beta: 0, softcap: 3, shard: true },
       { dtype: "bf16", beta: 1, shard: false },
+      { dtype: "f32", beta: 0.1, shard: true, d: 530 },
     ];
     for (const [ci, cs] of cases.entries()) {
+      const d = cs.d ?? 33;
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap });
       const e = roundArray(randomArray(n * d, 3 + ci), cs.dtype);
       const c = roundArray(randomArray(v * d, 4 + ci, 0.8), cs.dtype);

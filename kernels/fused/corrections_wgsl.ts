@@ -212,11 +212,82 @@ function _scatterBindings(dtype: Dtype): string {
 /**
  * The head of both target scatters' loop: each workgroup takes runs of equal targets (a run starts
  * where the target changes) whose dC row lies in the bound dC shard; padding pairs are skipped.
+ * The run's end (`end`, exclusive) is found by binary search (the pairs are sorted by target), so
+ * that the loop over its tokens has a known bound and loads ahead.
  */
 const _SCATTER_RUNS = `  for (var i = wg.x; i < P.n; i += nwg.x) {
     let key = pairs[i].x;
     if (key == 0xffffffffu || key < P.dR0 || key >= P.dR0 + P.dRows) { continue; }
-    if (i > 0u && pairs[i - 1u].x == key) { continue; }`;
+    if (i > 0u && pairs[i - 1u].x == key) { continue; }
+    var lo = i + 1u;
+    var hi = P.n;
+    while (lo < hi) {
+      let mid = (lo + hi) / 2u;
+      if (pairs[mid].x == key) { lo = mid + 1u; } else { hi = mid; }
+    }
+    let end = lo;`;
+
+/** Tokens of a run a scatter thread loads ahead of its additions (the run loop's unrolling). */
+const SCATTER_UNROLL = 8;
+/** Column groups a scatter thread holds (independent sums, SCATTER_WG apart). */
+const SCATTER_LANES = 4;
+
+/**
+ * Columns of dC one workgroup of a target scatter adds (the grid's y dimension covers d with
+ * these): a long run of one target (a frequent token) is then walked by ⌈d / this⌉ workgroups side
+ * by side, not by one workgroup ⌈d / this⌉ times.
+ */
+export function scatterColumnsPerGroup(dc16: boolean): number {
+  return (dc16 ? 2 : 1) * SCATTER_LANES * SCATTER_WG;
+}
+
+/**
+ * The loop of a scatter thread over the tokens [i, end) of a run: for each column expression of
+ * `cols` (u32, in bounds where its guard `ok_<c>` holds) it adds a_n·E_n[col] into `acc_<c>` in
+ * token order (so each sum's order is the run's), tokens outside the bound E shard adding nothing
+ * (a zero weight: E is finite); `hit` tells whether any token was inside. SCATTER_UNROLL tokens'
+ * loads are issued before their additions.
+ */
+function _scatterRunLoop(dtype: Dtype, cols: string[]): string {
+  const tok = (u: number, j: string) =>
+    `let p${u} = pairs[${j}]; let in${u} = p${u}.y >= P.eR0 && p${u}.y < P.eR0 + P.eRows; ` +
+    `let w${u} = select(0.0, a[p${u}.y], in${u}); ` +
+    `let eo${u} = select(0u, (p${u}.y - P.eR0) * P.d, in${u}); hit = hit || in${u};`;
+  const loads = (u: number) =>
+    cols.map((c, ci) =>
+      `let x${u}_${ci} = select(0.0, ${
+        loadF32("e", dtype, `eo${u} + min(${c}, P.d - 1u)`)
+      }, ok_${ci});`
+    ).join(" ");
+  const adds = (u: number) =>
+    cols.map((_, ci) => `acc_${ci} = fma(w${u}, x${u}_${ci}, acc_${ci});`).join(" ");
+  const us = [...Array(SCATTER_UNROLL).keys()];
+  return `var j = i;
+      loop {
+        if (j + ${SCATTER_UNROLL}u > end) { break; }
+        ${us.map((u) => tok(u, `j + ${u}u`)).join("\n        ")}
+        ${us.map(loads).join("\n        ")}
+        ${us.map(adds).join("\n        ")}
+        j += ${SCATTER_UNROLL}u;
+      }
+      for (; j < end; j++) {
+        ${tok(0, "j")}
+        ${loads(0)}
+        ${adds(0)}
+      }`;
+}
+
+/** Declarations of scatter lanes: column col_c (from `col(c)`), its guard ok_c, its sum acc_c. */
+function _lanes(count: number, col: (c: number) => string): string {
+  return [...Array(count).keys()].map((c) =>
+    `let col_${c} = ${col(c)}; let ok_${c} = col_${c} < P.d; var acc_${c} = 0.0;`
+  ).join("\n      ");
+}
+
+/** The column names of {@link _lanes}. */
+function _laneCols(count: number): string[] {
+  return [...Array(count).keys()].map((c) => `col_${c}`);
+}
 
 /**
  * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
@@ -233,20 +304,17 @@ ${dtypeHelpers([{ name: "e", dtype }])}
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
 ${_SCATTER_RUNS}
-    for (var k = lid; k < P.d; k += ${SCATTER_WG}u) {
-      var acc = 0.0;
+    {
+      let kb = wg.y * ${scatterColumnsPerGroup(false)}u;
+      ${_lanes(SCATTER_LANES, (c) => `kb + lid + ${c * SCATTER_WG}u`)}
       var hit = false;
-      for (var j = i; j < P.n; j++) {
-        let p = pairs[j];
-        if (p.x != key) { break; }
-        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
-          acc = fma(a[p.y], ${loadF32("e", dtype, "(p.y - P.eR0) * P.d + k")}, acc);
-          hit = true;
-        }
-      }
+      ${_scatterRunLoop(dtype, _laneCols(SCATTER_LANES))}
       if (hit) {
-        let o = (key - P.dR0) * P.d + k;
-        dc[o] = dc[o] + acc;
+        ${
+    [...Array(SCATTER_LANES).keys()].map((c) =>
+      `if (ok_${c}) { let o = (key - P.dR0) * P.d + col_${c}; dc[o] = dc[o] + acc_${c}; }`
+    ).join("\n        ")
+  }
       }
     }
   }
@@ -272,29 +340,28 @@ ${wgslTo16(out)}${wgslFrom16(out)}
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
 ${_SCATTER_RUNS}
-    for (var k = 2u * lid; k < P.d; k += ${2 * SCATTER_WG}u) {
-      var acc0 = 0.0;
-      var acc1 = 0.0;
+    {
+      let kb = wg.y * ${scatterColumnsPerGroup(true)}u;
+      ${_lanes(2 * SCATTER_LANES, (c) => `kb + 2u * lid + ${(c >> 1) * 2 * SCATTER_WG + (c & 1)}u`)}
       var hit = false;
-      for (var j = i; j < P.n; j++) {
-        let p = pairs[j];
-        if (p.x != key) { break; }
-        if (p.y >= P.eR0 && p.y < P.eR0 + P.eRows) {
-          let eo = (p.y - P.eR0) * P.d + k;
-          acc0 = fma(a[p.y], ${loadF32("e", dtype, "eo")}, acc0);
-          acc1 = fma(a[p.y], ${loadF32("e", dtype, "eo + 1u")}, acc1);
-          hit = true;
-        }
-      }
+      ${_scatterRunLoop(dtype, _laneCols(2 * SCATTER_LANES))}
       if (hit) {
-        let o = ((key - P.dR0) * P.d + k) >> 1u;
-        let old = dc[o];
-        var b0 = from16(old & 0xffffu);
-        var b1 = from16(old >> 16u);
-        if (P.first != 0u) { b0 = ${smooth ? "rvec[k]" : "0.0"}; b1 = ${
-    smooth ? "rvec[k + 1u]" : "0.0"
-  }; }
-        dc[o] = to16(b0 + acc0) | (to16(b1 + acc1) << 16u);
+        ${
+    [...Array(SCATTER_LANES).keys()].map((q) => {
+      const [c0, c1] = [2 * q, 2 * q + 1];
+      return `if (ok_${c0}) {
+          let k = col_${c0};
+          let o = ((key - P.dR0) * P.d + k) >> 1u;
+          let old = dc[o];
+          var b0 = from16(old & 0xffffu);
+          var b1 = from16(old >> 16u);
+          if (P.first != 0u) { b0 = ${smooth ? "rvec[k]" : "0.0"}; b1 = ${
+        smooth ? "rvec[k + 1u]" : "0.0"
+      }; }
+          dc[o] = to16(b0 + acc_${c0}) | (to16(b1 + acc_${c1}) << 16u);
+        }`;
+    }).join("\n        ")
+  }
       }
     }
   }
