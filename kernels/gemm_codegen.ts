@@ -138,28 +138,35 @@ function _stageVecs(t: GemmTile): { a: number; b: number } {
   return { a: t.bk * (t.bm / 4 + 1), b: t.bk * (t.bn / 4 + 1) };
 }
 
-/**
- * {@link GemmTile.threadMajor} staging: per operand, lanes (thread rows of A, thread columns of B)
- * and groups (vec4 groups a thread holds: tm/4 or tn/4).
- */
-function _threadMajorDims(t: GemmTile) {
-  return {
-    a: { lanes: t.bm / t.tm, groups: t.tm / 4 },
-    b: { lanes: t.bn / t.tn, groups: t.tn / 4 },
-  };
+/** One operand's {@link GemmTile.threadMajor} staging. */
+interface _LaneDims {
+  /** Rows of the staging: thread rows of A (bm/tm), thread columns of B (bn/tn). */
+  lanes: number;
+  /** vec4 groups a thread holds per k: tm/4 or tn/4. */
+  groups: number;
+  /** vec4s of a lane's row: every copy's k-rows of groups, and one of padding. */
+  rowVecs: number;
+}
+
+/** The {@link GemmTile.threadMajor} staging of A and B. */
+function _threadMajorDims(t: GemmTile): { a: _LaneDims; b: _LaneDims } {
+  const copies = t.dbuf ? 2 : 1;
+  const dims = (lanes: number, groups: number) => ({
+    lanes,
+    groups,
+    rowVecs: copies * t.bk * groups + 1,
+  });
+  return { a: dims(t.bm / t.tm, t.tm / 4), b: dims(t.bn / t.tn, t.tn / 4) };
 }
 
 /** Bytes of workgroup memory the staging of a product takes (both copies with `dbuf`). */
 export function gemmSharedBytes(t: GemmTile): number {
-  const copies = t.dbuf ? 2 : 1;
   if (t.threadMajor) {
-    // a lane's row holds every copy's k-rows and one padding vec4
     const d = _threadMajorDims(t);
-    return (d.a.lanes * (copies * t.bk * d.a.groups + 1) +
-      d.b.lanes * (copies * t.bk * d.b.groups + 1)) * 16;
+    return (d.a.lanes * d.a.rowVecs + d.b.lanes * d.b.rowVecs) * 16;
   }
   const s = _stageVecs(t);
-  return (s.a + s.b) * 16 * copies;
+  return (s.a + s.b) * 16 * (t.dbuf ? 2 : 1);
 }
 
 /**
@@ -170,15 +177,14 @@ export function gemmSharedBytes(t: GemmTile): number {
  * indices is then one per row group, not one per read.
  */
 export function gemmShared(o: { tile: GemmTile; prefix?: string }): string {
-  const t = o.tile, p = o.prefix ?? "", copies = t.dbuf ? 2 : 1, s = _stageVecs(t);
+  const t = o.tile, p = o.prefix ?? "";
   if (t.threadMajor) {
     const d = _threadMajorDims(t);
-    return `var<workgroup> ${p}As: array<array<vec4<f32>, ${
-      copies * t.bk * d.a.groups + 1
-    }>, ${d.a.lanes}>;
-var<workgroup> ${p}Bs: array<array<vec4<f32>, ${copies * t.bk * d.b.groups + 1}>, ${d.b.lanes}>;
+    return `var<workgroup> ${p}As: array<array<vec4<f32>, ${d.a.rowVecs}>, ${d.a.lanes}>;
+var<workgroup> ${p}Bs: array<array<vec4<f32>, ${d.b.rowVecs}>, ${d.b.lanes}>;
 `;
   }
+  const copies = t.dbuf ? 2 : 1, s = _stageVecs(t);
   if (!t.stage2d) {
     return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
 var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
@@ -343,14 +349,35 @@ function _at(t: GemmTile, sd: _Side, k: string, col: string, copy: number): stri
   const kk = copy === 0 ? k : `${k} + ${t.bk}u`;
   if (t.threadMajor) {
     // vec4 column col = group·lanes + lane
-    const d = _threadMajorDims(t)[sd.name === "A" ? "a" : "b"];
-    const read = /^(\d+)u \+ (tm|tn)$/.exec(col);
-    const [lane, group] = read
-      ? [read[2], `${parseInt(read[1]) / d.lanes}u`]
-      : [`(${col}) % ${d.lanes}u`, `(${col}) / ${d.lanes}u`];
-    return `${sd.arr}[${lane}][(${kk}) * ${d.groups}u + ${group}]`;
+    const d = _sideDims(t, sd);
+    return _laneAt(sd, d, `(${col}) % ${d.lanes}u`, kk, `(${col}) / ${d.lanes}u`);
   }
   return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
+}
+
+/** A side's {@link GemmTile.threadMajor} staging. */
+function _sideDims(t: GemmTile, sd: _Side): _LaneDims {
+  return _threadMajorDims(t)[sd.name === "A" ? "a" : "b"];
+}
+
+/** Element (lane, k-row kk, group) of a side's thread-major staging. */
+function _laneAt(sd: _Side, d: _LaneDims, lane: string, kk: string, group: string): string {
+  return `${sd.arr}[${lane}][(${kk}) * ${d.groups}u + ${group}]`;
+}
+
+/**
+ * A thread's read of group `g` of its own vec4s (lane `tm` for A, `tn` for B) at k `k`: in
+ * thread-major staging the lane is the row index and the group a constant, else column
+ * g·lanes + lane of {@link _at}.
+ */
+function _readAt(t: GemmTile, sd: _Side, k: string, g: number, copy: number): string {
+  const lane = sd.name === "A" ? "tm" : "tn";
+  const lanes = sd.name === "A" ? t.bm / t.tm : t.bn / t.tn;
+  if (t.threadMajor) {
+    const kk = copy === 0 ? k : `${k} + ${t.bk}u`;
+    return _laneAt(sd, _sideDims(t, sd), lane, kk, `${g}u`);
+  }
+  return _at(t, sd, k, `${g * lanes}u + ${lane}`, copy);
 }
 
 /** One side's global loads: register declarations, fetch statements, stash per staging copy. */
@@ -473,16 +500,12 @@ function _compute(t: GemmTile, sides: _Side[], copy: number): string[] {
   for (let k = 0; k < t.bk; k++) {
     for (let g = 0; g < rg; g++) {
       out.push(
-        `let ${v(`a${g}_`, k)} = ${
-          _at(t, sides[0], `${k}u`, `${(g * t.bm) / rg / 4}u + tm`, copy)
-        };`,
+        `let ${v(`a${g}_`, k)} = ${_readAt(t, sides[0], `${k}u`, g, copy)};`,
       );
     }
     for (let h = 0; h < cg; h++) {
       out.push(
-        `let ${v(`b${h}_`, k)} = ${
-          _at(t, sides[1], `${k}u`, `${(h * t.bn) / cg / 4}u + tn`, copy)
-        };`,
+        `let ${v(`b${h}_`, k)} = ${_readAt(t, sides[1], `${k}u`, h, copy)};`,
       );
     }
     for (let g = 0; g < rg; g++) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Session 7 run I (final): PyTorch's rows, then the main job (no flag but --external), then the llm check,
-# with the SM clock logged every 100 ms; everything tarred.
+# Session 7 runs F, I and M (`bash table_run.sh s7f|s7i|s7m`; run at the time as s7f.sh, s7i.sh and
+# s7m.sh, which differed only in this name): PyTorch's rows, then the main job (no flag but
+# --external), then the llm check, with the SM clock logged every 100 ms; everything tarred as
+# NAME.tgz.
 set -u
+name=${1:?usage: table_run.sh NAME}
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,utilization.gpu --format=csv -lms 100 > $OUT/clocks.csv 2>&1 &
 CLK=$!
 python3 scripts/torch_reference.py --out $OUT/torch_reference.json --reps 5 --warmup 2 --beta 0.1 \
@@ -13,4 +16,4 @@ tail -3 $OUT/table3.log
   --modes fwd,bwd,fwd+bwd --reps 5 --warmup 1 --out $OUT/llm > $OUT/llm.log 2>&1
 tail -2 $OUT/llm.log
 kill $CLK
-cd $OUT && tar czf s7i.tgz t3 llm table3.log llm.log torch_reference.json torch_reference.log clocks.csv && rm -rf t3 llm
+cd $OUT && tar czf "$name.tgz" t3 llm table3.log llm.log torch_reference.json torch_reference.log clocks.csv && rm -rf t3 llm
