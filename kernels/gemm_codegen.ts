@@ -459,22 +459,22 @@ function _vectorLoads(o: MainloopOptions, sd: _Side, threads: number): _Loads {
     const idx = `(lid + ${i * threads}u)`;
     const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
     const pos = alongK
-      ? `let row = ${idx} / ${t.bk / w}u; let kv = (${idx} % ${t.bk / w}u) * ${w}u;`
-      : `let row = (${idx} % ${sd.rows / w}u) * ${w}u; let kv = ${idx} / ${sd.rows / w}u;`;
+      ? `let vrow = ${idx} / ${t.bk / w}u; let vk = (${idx} % ${t.bk / w}u) * ${w}u;`
+      : `let vrow = (${idx} % ${sd.rows / w}u) * ${w}u; let vk = ${idx} / ${sd.rows / w}u;`;
     const addr = alongK
       ? `(${sd.off} + ${m} * ${sd.sRow} + k) / ${w}u`
       : `(${sd.off} + ${m} + k * ${sd.sK}) / ${w}u`;
     out.decls.push(`var ${reg}: ${ty};`);
     out.fetch.push(
-      `${reg} = ${ty}(0); if (${guard}) { ${pos} let ${m} = ${sd.first} + row; let k = KB + kv; ` +
+      `${reg} = ${ty}(0); if (${guard}) { ${pos} let ${m} = ${sd.first} + vrow; let k = KB + vk; ` +
         `if (${m} < ${sd.extent} && k < ${o.K}) { ${reg} = ${sd.buf}[${addr}]; } }`,
     );
     const vals = _vectorValues(reg, sd.spec.dtype);
     out.stashes.push((copy) => {
       let st: string;
       if (alongK) {
-        st = `let rq = row >> 2u; let rc = row & 3u;\n      ${
-          vals.map((v, j) => `${_at(t, sd, `kv + ${j}u`, "rq", copy)}[rc] = ${v};`).join(" ")
+        st = `let rq = vrow >> 2u; let rc = vrow & 3u;\n      ${
+          vals.map((v, j) => `${_at(t, sd, `vk + ${j}u`, "rq", copy)}[rc] = ${v};`).join(" ")
         }`;
       } else {
         const quads: string[] = [];
@@ -482,7 +482,7 @@ function _vectorLoads(o: MainloopOptions, sd: _Side, threads: number): _Loads {
           const v4 = sd.spec.dtype === "f32"
             ? reg
             : `vec4<f32>(${vals.slice(4 * q, 4 * q + 4).join(", ")})`;
-          quads.push(`${_at(t, sd, "kv", `(row >> 2u) + ${q}u`, copy)} = ${v4};`);
+          quads.push(`${_at(t, sd, "vk", `(vrow >> 2u) + ${q}u`, copy)} = ${v4};`);
         }
         st = quads.join(" ");
       }

@@ -43,7 +43,11 @@ import {
   defaultFilterEps,
   type GradDtype,
 } from "../kernels/fused/backward_plan.ts";
-import { type PreparedFusedBackward, prepareFusedBackward } from "../kernels/fused/backward.ts";
+import {
+  type FusedBackwardOptions,
+  type PreparedFusedBackward,
+  prepareFusedBackward,
+} from "../kernels/fused/backward.ts";
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
 import { lossTensor, vector } from "./_common.ts";
@@ -78,6 +82,8 @@ export interface FusedVariant {
   dESplits?: number;
   /** dE row-slice override (tests, tuning). */
   dERowSlices?: number;
+  /** The gathered dE's override: false for the per-tile pass (tests, tuning). */
+  dEGather?: FusedBackwardOptions["dEGather"];
   /** Vocabulary rows per chunk of the no-filter rows' dense backward (tests). */
   denseChunkRows?: number;
   /**
@@ -126,6 +132,7 @@ async function _prepare(
       tile: f.tile,
       dESplits: f.dESplits,
       dERowSlices: f.dERowSlices,
+      dEGather: f.dEGather,
       filterTile: f.filterTile,
       gradDtype: f.gradDtype,
       mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,

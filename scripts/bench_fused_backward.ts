@@ -10,7 +10,9 @@
  * (`fused-nosort`), `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices),
  * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`), and any
  * `s<S>r<R>` (ours with S dE splits and R row slices; more splits than dC's storage holds get
- * slabs of their own, shown in the MiB column).
+ * slabs of their own, shown in the MiB column), `pertile` (ours with dE by the per-tile pass, not
+ * the gathered products), `g1` (the backward tile's gradient products not widened), `kc1`, `kc8`, `kc16` (the gathered dE's kept g pass walking that many
+ * vocab tiles a workgroup).
  *
  * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,
  * 512 × 8192 × 256 on a software one.
@@ -52,14 +54,38 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   f32grad: () => ({ gradDtype: "f32" }),
   // the filter pass on the 128×256 product tile (8×16 per thread)
   widefilter: () => ({ filterTile: TILE_HW_WIDE }),
+  // dE by the per-tile pass instead of the gathered products
+  pertile: () => ({ dEGather: false }),
+  // the 128×64 backward tile with gradient products of its own columns (d chunks of 64/128)
+  g1: () => ({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
+  // the kept g pass walking 1, 8 or 16 vocab tiles a workgroup
+  kc1: () => ({ dEGather: { keptChunk: 1 } }),
+  kc8: () => ({ dEGather: { keptChunk: 8 } }),
+  kc16: () => ({ dEGather: { keptChunk: 16 } }),
 };
 
-/** A named configuration, or `s<S>r<R>`: ours with S dE splits and R row slices. */
+/**
+ * A named configuration; `s<S>r<R>`: ours with S dE splits and R row slices; `g<BN>k<BK>t<TM>x<TN>`
+ * with flags `s` (stage2d), `m` (thread-major), `w` (warp layout), optionally `-kg` and the flags
+ * of the `kept g` pass's 128×64 tile: the gathered dE's product tile (128 rows, 16-byte loads).
+ */
 function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | undefined {
   if (CONFIGS[name]) return CONFIGS[name];
   const m = /^s(\d+)r(\d+)$/.exec(name);
-  if (!m) return undefined;
-  return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+  if (m) return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+  const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
+  if (!g) return undefined;
+  const flags = (f: string) => ({
+    stage2d: f.includes("s") || undefined,
+    threadMajor: f.includes("m") || undefined,
+    warpTile: f.includes("w") || undefined,
+  });
+  const [bn, bk, tm, tn] = g.slice(1, 5).map(Number);
+  const productTile = { bm: 128, bn, bk, tm, tn, vec: true, ...flags(g[5]) };
+  const keptTile = g[6] === undefined
+    ? undefined
+    : { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true, ...flags(g[6]) };
+  return () => ({ dEGather: { productTile, keptTile } });
 }
 
 /** The command line of the fused backward's configuration bench. */

@@ -30,7 +30,12 @@
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
- * 4. Pass `dE` (kernels/fused/kept_tiles.ts): the kept tiles' P·C into dE's rows, split by S.
+ * 4. With the filter, by default, passes `kept g` and `dE` (kernels/fused/gathered_de.ts) in rounds
+ *    of token tiles: the kept tiles' g stored in dC's not yet written storage, then each token
+ *    tile's dE as one dense product over its kept tiles. Where that does not apply (sharded
+ *    tensors, too little storage), without the filter's mask or with dESplits/dERowSlices given:
+ *    pass `dE` (kernels/fused/kept_tiles.ts), the kept tiles' P·C into dE's rows tile by tile,
+ *    split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 6. dC's exact terms, then pass `dC` (kernels/fused/kept_tiles.ts): the kept tiles' Pᵀ·E.
  *
@@ -56,10 +61,11 @@
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
+import { createTensor, download } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { type GemmTile, vecLoadsFit } from "../gemm_codegen.ts";
+import { vecWidth } from "../wgsl_common.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
 import { prepareVocabSort } from "./vocab_order.ts";
 import { type Dtype16, prepareCast16 } from "../cast16.ts";
@@ -77,13 +83,11 @@ import {
   dESlabsFitDC,
   dESliceTile,
   fusedBackwardWorkspaceBytes,
-  type GradDtype,
   gradOut16,
   maskBytes,
   paddedBytes,
   type TileSegment,
   tileSegments,
-  type WorkspaceLayout,
 } from "./backward_plan.ts";
 import {
   defaultFilterTile,
@@ -104,102 +108,18 @@ import {
   tilePassWgsl,
 } from "./kept_tiles.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
-
-/** Options of {@link prepareFusedBackward}. */
-export interface FusedBackwardOptions {
-  spec: Shape & { dtype: Dtype };
-  opts: LceOptions;
-  /** Filter threshold ε (see {@link defaultFilterEps}), or null for no gradient filter. */
-  filterEps: number | null;
-  /** Sort the vocabulary by mean logit. */
-  sort: boolean;
-  /**
-   * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
-   * vocabulary's own order (default true; see "Order decision" in kernels/fused/filter.ts);
-   * false: always the sorted order (the paper's rule).
-   */
-  decideOrder?: boolean;
-  /** Tile (default {@link defaultBackwardTile}). */
-  tile?: BackwardTile;
-  /**
-   * Splits S of the dE pass (n×d f32 partials, in dC's storage where it holds them;
-   * default {@link defaultFilteredDESplits} with the filter, {@link defaultDESplits} without).
-   */
-  dESplits?: number;
-  /** Row slices of the dE pass (default {@link defaultDERowSlices}). */
-  dERowSlices?: number;
-  /** GEMM tile of the filter pass (default {@link defaultFilterTile}). */
-  filterTile?: GemmTile;
-  /**
-   * Dtype of the returned gradients (default "f32"): "input" returns them in the input dtype
-   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in f32 inside
-   * dC's storage and cast at the end; see the module doc), f32 otherwise.
-   */
-  gradDtype?: GradDtype;
-  /**
-   * Replace the `filter` pass by the `map filter` pass (kernels/fused/tile_map.ts): the mask is
-   * set from the forward's tile map (kept at this forward tile; record then needs `tileMap`)
-   * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
-   */
-  mapFilter?: { tile: TileMapTile };
-}
-
-/** Tensors of {@link PreparedFusedBackward.record}. */
-export interface FusedBackwardArgs {
-  e: DeviceTensor;
-  c: DeviceTensor;
-  /** n×1 i32, one shard. */
-  targets: DeviceTensor;
-  /** Log-sum-exp per token from the forward (n×1 f32, one shard). */
-  lse: DeviceTensor;
-  /** Per-token weights w_n (n×1 f32, one shard; see kernels/row_weights.ts). */
-  w: DeviceTensor;
-  /** Count of non-ignored tokens (1×1 f32): needed by the sort (Ē). */
-  count: DeviceTensor;
-  /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
-  tileMap?: DeviceTensor;
-  /** Σ_v C_v from the forward (d×1 f32; FusedForwardArgs.colsum): read, not summed again. */
-  colsum?: DeviceTensor;
-}
-
-/** Filter statistics of the last recorded backward. */
-export interface FusedBackwardStats {
-  tilesSkipped: number;
-  tilesTotal: number;
-}
-
-/** A compiled fused backward. */
-export interface PreparedFusedBackward {
-  readonly tile: BackwardTile;
-  /** GEMM tile of the filter pass (null without filter). */
-  readonly filterTile: GemmTile | null;
-  readonly dESplits: number;
-  readonly dERowSlices: number;
-  readonly filterEps: number | null;
-  /** Dtype of the returned gradients. */
-  readonly gradDtype: "f32" | Dtype16;
-  /**
-   * Upper bound on the roundings of one element to the 16-bit output in the last record (0 with
-   * f32 output): dE 1 (the final cast); dC 1 + the walked token tiles when accumulated in place
-   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
-   */
-  readonly roundings: { dE: number; dC: number };
-  /**
-   * Records the backward; returns new dE (n×d) and dC (v×d), valid after submission: f32, or in
-   * the input dtype with gradDtype "input" ({@link PreparedFusedBackward.gradDtype}).
-   */
-  record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
-  /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
-  stats(): Promise<FusedBackwardStats>;
-  /** Frees the buffers made at prepare time (the kept-tile counter). */
-  release(): void;
-  /**
-   * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
-   * of `layout` (default: as createTensor makes them on this context).
-   */
-  workspaceBytes(layout?: WorkspaceLayout): number;
-}
-
+import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
+import type {
+  FusedBackwardArgs,
+  FusedBackwardOptions,
+  PreparedFusedBackward,
+} from "./backward_types.ts";
+export type {
+  FusedBackwardArgs,
+  FusedBackwardOptions,
+  FusedBackwardStats,
+  PreparedFusedBackward,
+} from "./backward_types.ts";
 /** The problem, options and defaults a backward is prepared for. */
 interface _Plan {
   spec: Shape & { dtype: Dtype };
@@ -222,6 +142,8 @@ interface _Plan {
   decide: boolean;
   /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
   balanced: boolean;
+  /** dE gathered (then one split), with its rounds' cap and tile. */
+  gather?: GatheredDETuning;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -241,7 +163,11 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
   }
   const out16 = gradOut16(spec.dtype, o.gradDtype);
   const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
-  const splits = o.dESplits ??
+  const gather = eps !== null && o.dEGather !== false && o.dESplits === undefined &&
+      o.dERowSlices === undefined && tile.vocab % 8 === 0
+    ? o.dEGather ?? {}
+    : undefined;
+  const splits = gather ? 1 : o.dESplits ??
     (eps !== null ? defaultFilteredDESplits(spec, tile, fits) : defaultDESplits(spec, tile));
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
@@ -267,6 +193,7 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     mapTile,
     decide: o.sort && eps !== null && (o.decideOrder ?? true),
     balanced: eps !== null && splits > 1,
+    gather,
   };
 }
 
@@ -339,7 +266,17 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     : undefined;
   const sorter = p.sort ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts }) : undefined;
   const corrections = await prepareGradCorrections(ctx, { ...problem, dC16: p.dCInPlace });
-  return { ...filter, dCPass, cast, dEPass, reduce, sorter, corrections };
+  const gathered = p.gather
+    ? await prepareGatheredDE(ctx, {
+      ...base,
+      accShared: out16 !== undefined,
+      vecLoads: tileVec("dE", tile),
+      cVec: spec.d % vecWidth(spec.dtype) === 0 && !ctx.report.isFallbackAdapter,
+      ...p.gather,
+      gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
+    })
+    : undefined;
+  return { ...filter, dCPass, cast, dEPass, reduce, sorter, corrections, gathered };
 }
 
 /** Checks the record's tensors against the prepared problem. */
@@ -515,7 +452,16 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   const tail = [a.lse.shards[0].buffer, w.shards[0].buffer, m.perm, m.mask].filter((b) => !!b);
   const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
   const { sliceRows, splits } = p;
-  recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
+  const gathered = m.mask && pipes.gathered?.record({
+    ...base,
+    lse: a.lse.shards[0].buffer,
+    w: w.shards[0].buffer,
+    perm: m.perm,
+    mask: m.mask,
+    grads: g,
+    maxBindingBytes: r.ctx.maxBindingBytes,
+  });
+  if (!gathered) recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
     recordSlabReduce({ rec, pipeline: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
@@ -547,6 +493,9 @@ export async function prepareFusedBackward(
     filterEps: p.eps,
     gradDtype: p.out16 ?? "f32",
     roundings,
+    get lastDERounds() {
+      return pipes.gathered?.lastRounds ?? 0;
+    },
     workspaceBytes(layout = {}) {
       return fusedBackwardWorkspaceBytes({
         spec,

@@ -3,7 +3,8 @@
  * of the tiles the filter keeps (every tile without it) and add their products into dE and dC, each
  * output element owned by one workgroup.
  *
- * - pass `dE` ({@link tilePassWgsl}, kind "dE"): one workgroup owns a *row slice* of a token tile
+ * - pass `dE` ({@link tilePassWgsl}, kind "dE"; with the filter only where the gathered dE of
+ *   kernels/fused/gathered_de.ts does not apply): one workgroup owns a *row slice* of a token tile
  *   (TT/R tokens, R "row slices" per backward tile) and one split, and walks its vocab tiles in
  *   order, 32 mask bits at a time (jumping to the next kept tile: a skipped tile costs no barrier);
  *   for the tiles the mask keeps (the bit of the backward tile holding the slice: conservative for
@@ -154,7 +155,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
   validateTile(gt);
   const filter = o.eps !== null;
   // bf16 with d a multiple of 8: E and C bound as 16-byte vectors, the logits product loads 16
-  // bytes along k; the gradient product's scalar loads read them through bf16_e/bf16_c
+  // bytes along k, the gradient product 16 bytes along d
   const vec = o.vecLoads === true;
   if (vec && o.dtype !== "bf16") throw new RangeError("tile pass: vector loads only for bf16");
   const nSplits = dE ? o.splits ?? 1 : 1;
@@ -265,12 +266,12 @@ function _gradProduct(s: _TileShape, crow: (x: string) => string): string {
   return gemmMainloop({
     tile: s.gt,
     a: { dtype: "f32", contig: "k" },
-    b: { dtype: s.o.dtype, contig: "mn" },
+    b: { dtype: s.o.dtype, contig: "mn", vec: s.vec },
     aBuf: "Ps",
     bBuf: s.dE ? "c" : "e",
     M: `${s.t.bm}u`,
     N: "P.d",
-    K: "kv",
+    K: "kdepth",
     m0: "0u",
     n0: "dc",
     aOff: "0u",
@@ -346,11 +347,6 @@ struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32
   tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, sRows: u32, _b: u32 };
 ${_tileBindings(s)}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
-${
-    vec
-      ? "fn bf16_e(i: u32) -> f32 { return ld_e(i); }\nfn bf16_c(i: u32) -> f32 { return ld_c(i); }"
-      : ""
-  }
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
@@ -402,7 +398,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       }
       ${_tileEpilogue(s)}
       workgroupBarrier();
-      let kv = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
+      let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {

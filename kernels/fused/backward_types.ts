@@ -1,0 +1,116 @@
+/**
+ * The public types of the fused backward (kernels/fused/backward.ts): its options, the tensors of a
+ * record, the filter statistics and the prepared backward.
+ * @module
+ */
+import type { DeviceTensor } from "../../gpu/tensor.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import type { GemmTile } from "../gemm_codegen.ts";
+import type { Dtype16 } from "../cast16.ts";
+import type { BackwardTile, GradDtype, WorkspaceLayout } from "./backward_plan.ts";
+import type { TileMapTile } from "./tile_map.ts";
+import type { GatheredDETuning } from "./gathered_de.ts";
+
+/** Options of `prepareFusedBackward`. */
+export interface FusedBackwardOptions {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  /** Filter threshold ε (see `defaultFilterEps`), or null for no gradient filter. */
+  filterEps: number | null;
+  /** Sort the vocabulary by mean logit. */
+  sort: boolean;
+  /**
+   * With sorting and the filter: use the sorted order only where it keeps fewer tiles than the
+   * vocabulary's own order (default true; see "Order decision" in kernels/fused/filter.ts);
+   * false: always the sorted order (the paper's rule).
+   */
+  decideOrder?: boolean;
+  /** Tile (default `defaultBackwardTile`). */
+  tile?: BackwardTile;
+  /**
+   * Splits S of the dE pass (n×d f32 partials, in dC's storage where it holds them;
+   * default `defaultFilteredDESplits` with the filter, `defaultDESplits` without).
+   */
+  dESplits?: number;
+  /** Row slices of the dE pass (default `defaultDERowSlices`). */
+  dERowSlices?: number;
+  /**
+   * dE of the kept tiles as gathered dense products (kernels/fused/gathered_de.ts; default with the
+   * filter unless dESplits or dERowSlices are given: those configure the per-tile pass, which
+   * also runs where the gathered form does not apply), with its tuning.
+   */
+  dEGather?: false | GatheredDETuning;
+  /** GEMM tile of the filter pass (default `defaultFilterTile`). */
+  filterTile?: GemmTile;
+  /**
+   * Dtype of the returned gradients (default "f32"): "input" returns them in the input dtype
+   * when that is bf16/f16 (dC accumulated in place in 16 bits where d is even, dE in f32 inside
+   * dC's storage and cast at the end; see the module doc), f32 otherwise.
+   */
+  gradDtype?: GradDtype;
+  /**
+   * Replace the `filter` pass by the `map filter` pass (kernels/fused/tile_map.ts): the mask is
+   * set from the forward's tile map (kept at this forward tile; record then needs `tileMap`)
+   * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
+   */
+  mapFilter?: { tile: TileMapTile };
+}
+
+/** Tensors of {@link PreparedFusedBackward.record}. */
+export interface FusedBackwardArgs {
+  e: DeviceTensor;
+  c: DeviceTensor;
+  /** n×1 i32, one shard. */
+  targets: DeviceTensor;
+  /** Log-sum-exp per token from the forward (n×1 f32, one shard). */
+  lse: DeviceTensor;
+  /** Per-token weights w_n (n×1 f32, one shard; see kernels/row_weights.ts). */
+  w: DeviceTensor;
+  /** Count of non-ignored tokens (1×1 f32): needed by the sort (Ē). */
+  count: DeviceTensor;
+  /** The forward's tile map (with {@link FusedBackwardOptions.mapFilter} only). */
+  tileMap?: DeviceTensor;
+  /** Σ_v C_v from the forward (d×1 f32; FusedForwardArgs.colsum): read, not summed again. */
+  colsum?: DeviceTensor;
+}
+
+/** Filter statistics of the last recorded backward. */
+export interface FusedBackwardStats {
+  tilesSkipped: number;
+  tilesTotal: number;
+}
+
+/** A compiled fused backward. */
+export interface PreparedFusedBackward {
+  readonly tile: BackwardTile;
+  /** GEMM tile of the filter pass (null without filter). */
+  readonly filterTile: GemmTile | null;
+  readonly dESplits: number;
+  readonly dERowSlices: number;
+  readonly filterEps: number | null;
+  /** Dtype of the returned gradients. */
+  readonly gradDtype: "f32" | Dtype16;
+  /**
+   * Upper bound on the roundings of one element to the 16-bit output in the last record (0 with
+   * f32 output): dE 1 (the final cast); dC 1 + the walked token tiles when accumulated in place
+   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
+   */
+  readonly roundings: { dE: number; dC: number };
+  /** Rounds of the gathered dE in the last record, 0 where the per-tile pass ran. */
+  readonly lastDERounds: number;
+  /**
+   * Records the backward; returns new dE (n×d) and dC (v×d), valid after submission: f32, or in
+   * the input dtype with gradDtype "input" ({@link PreparedFusedBackward.gradDtype}).
+   */
+  record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
+  /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
+  stats(): Promise<FusedBackwardStats>;
+  /** Frees the buffers made at prepare time (the kept-tile counter). */
+  release(): void;
+  /**
+   * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards
+   * of `layout` (default: as createTensor makes them on this context).
+   */
+  workspaceBytes(layout?: WorkspaceLayout): number;
+}

@@ -1,0 +1,105 @@
+/**
+ * Test helpers of the fused backward (kernels/fused/backward.ts): run it alone on host inputs
+ * against the float64 reference, and compare its gradients with the reference.
+ * @module
+ */
+import { columnVector } from "./gpu.ts";
+import type { GpuContext } from "../gpu/context.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { download, fromHost } from "../gpu/tensor.ts";
+import type { Dtype, HostInputs, LceOptions } from "../core/options.ts";
+import { lceReference } from "../reference/lce_reference.ts";
+import { assertClose } from "../reference/compare.ts";
+import type { GemmTile } from "../kernels/gemm_codegen.ts";
+import type { BackwardTile } from "../kernels/fused/backward_plan.ts";
+import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
+
+/** The backward's options a test varies. */
+export interface BackwardCase {
+  tile?: BackwardTile;
+  filterTile?: GemmTile;
+  dESplits?: number;
+  dERowSlices?: number;
+  filterEps: number | null;
+  sort: boolean;
+  decideOrder?: boolean;
+  /** Rows per shard of E and C (default one binding). */
+  shardRows?: number;
+  gradDtype?: "f32" | "input";
+  dEGather?: FusedBackwardOptions["dEGather"];
+}
+
+/**
+ * Runs the backward alone on host inputs, with the float64 reference's LSE and the row weights of
+ * an upstream gradient `g`; returns the gradients, the reference and the filter statistics.
+ */
+export async function runBackward(
+  ctx: GpuContext,
+  x: HostInputs,
+  o: LceOptions,
+  dtype: Dtype,
+  b: BackwardCase,
+  g = 1.3,
+) {
+  const ref = lceReference(x, o, g);
+  const w = new Float32Array(x.n);
+  for (let i = 0; i < x.n; i++) {
+    if (x.targets[i] !== o.ignoreIndex) w[i] = o.reduction === "mean" ? g / ref.count : g;
+  }
+  const rows = { maxRowsPerShard: b.shardRows };
+  const e = fromHost(ctx, { dtype, rows: x.n, cols: x.d, role: "input", label: "E", ...rows }, x.e);
+  const c = fromHost(ctx, { dtype, rows: x.v, cols: x.d, role: "input", label: "C", ...rows }, x.c);
+  const targets = columnVector(ctx, x.targets, "targets");
+  const lse = columnVector(ctx, Float32Array.from(ref.perToken.lse), "lse");
+  const wt = columnVector(ctx, w, "w");
+  const count = columnVector(ctx, Float32Array.of(ref.count), "count");
+  const bwd = await prepareFusedBackward(ctx, {
+    spec: { n: x.n, v: x.v, d: x.d, dtype },
+    opts: o,
+    ...b,
+  });
+  const once = async () => {
+    const rec = new Recorder(ctx);
+    const out = bwd.record(rec, { e, c, targets, lse, w: wt, count });
+    await rec.finish();
+    const r = { dE: await download(ctx, out.dE), dC: await download(ctx, out.dC) };
+    out.dE.destroy();
+    out.dC.destroy();
+    return { ...r, stats: await bwd.stats() };
+  };
+  const got = await once();
+  const again = await once();
+  for (const t of [e, c, targets, lse, wt, count]) t.destroy();
+  return { got, again, ref, bwd };
+}
+
+/** Asserts gradients within the f32 tolerance of the float64 reference (scaled by max |value|). */
+export function assertGrads(
+  tag: string,
+  got: { dE: Float32Array; dC: Float32Array },
+  ref: { dE: Float64Array; dC: Float64Array },
+  d: number,
+) {
+  for (const k of ["dE", "dC"] as const) {
+    let s = 0;
+    for (const x of ref[k]) s = Math.max(s, Math.abs(x));
+    try {
+      assertClose(got[k], ref[k], { atol: 2e-5 * (s || 1), rtol: 2e-4, name: k, cols: d });
+    } catch (e) {
+      throw new Error(`${tag}: ${(e as Error).message}`);
+    }
+  }
+}
+
+/** Unit roundoff (half the spacing of [1, 2)) of a 16-bit output dtype. */
+export const UNIT_ROUNDOFF = { bf16: 2 ** -8, f16: 2 ** -11 } as const;
+
+/** Max |got − ref| / max |ref| of an array. */
+export function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {
+  let e = 0, s = 0;
+  for (let i = 0; i < ref.length; i++) {
+    e = Math.max(e, Math.abs(got[i] - ref[i]));
+    s = Math.max(s, Math.abs(ref[i]));
+  }
+  return e / (s || 1);
+}
