@@ -36,6 +36,16 @@ export interface PassEncoder {
     y?: number,
     z?: number,
   ): void;
+  /**
+   * Dispatches `pipeline` over the workgroup counts (x, y, z: three u32) that `args` holds at byte
+   * `offset`, written on the GPU by an earlier dispatch (the buffer needs INDIRECT usage).
+   */
+  dispatchIndirect(
+    pipeline: GPUComputePipeline,
+    bindGroup: GPUBindGroup,
+    args: TrackedBuffer,
+    offset: number,
+  ): void;
 }
 
 const MAX_QUERIES = 2048; // per submission (pairs of begin/end)
@@ -85,6 +95,11 @@ export class Recorder {
         enc.setPipeline(pipeline);
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroups(x, y, z);
+      },
+      dispatchIndirect(pipeline, bindGroup, args, offset) {
+        enc.setPipeline(pipeline);
+        enc.setBindGroup(0, bindGroup);
+        enc.dispatchWorkgroupsIndirect(args.buffer, offset);
       },
     });
     enc.end();

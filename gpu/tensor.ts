@@ -64,6 +64,8 @@ export interface TensorOptions {
   label: string;
   /** Largest number of rows in one shard (default: as many as fit one binding). */
   maxRowsPerShard?: number;
+  /** Extra buffer usages (e.g. INDIRECT for dispatch arguments). */
+  usage?: number;
 }
 
 /** Rows that fit one binding, for a tensor of `cols` columns of `dtype`. */
@@ -96,6 +98,7 @@ export function createTensor(ctx: GpuContext, o: TensorOptions): DeviceTensor {
         size: Math.ceil(bytes / 16) * 16,
         role: o.role,
         label: shards.length === 0 && rows === o.rows ? o.label : `${o.label}[${shards.length}]`,
+        usage: o.usage,
       });
       shards.push({ buffer, rowStart: r, rows });
     }

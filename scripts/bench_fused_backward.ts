@@ -11,8 +11,7 @@
  * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`), and any
  * `s<S>r<R>` (ours with S dE splits and R row slices; more splits than dC's storage holds get
  * slabs of their own, shown in the MiB column), `pertile` (ours with dE by the per-tile pass, not
- * the gathered products), `g1` (the backward tile's gradient products not widened), `kc1`, `kc8`, `kc16` (the gathered dE's kept g pass walking that many
- * vocab tiles a workgroup).
+ * the gathered products), `g1` (the backward tile's gradient products not widened).
  *
  * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,
  * 512 × 8192 × 256 on a software one.
@@ -58,10 +57,6 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   pertile: () => ({ dEGather: false }),
   // the 128×64 backward tile with gradient products of its own columns (d chunks of 64/128)
   g1: () => ({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
-  // the kept g pass walking 1, 8 or 16 vocab tiles a workgroup
-  kc1: () => ({ dEGather: { keptChunk: 1 } }),
-  kc8: () => ({ dEGather: { keptChunk: 8 } }),
-  kc16: () => ({ dEGather: { keptChunk: 16 } }),
 };
 
 /**

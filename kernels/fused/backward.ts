@@ -30,12 +30,12 @@
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
- * 4. With the filter, by default, passes `kept g` and `dE` (kernels/fused/gathered_de.ts) in rounds
- *    of token tiles: the kept tiles' g stored in dC's not yet written storage, then each token
- *    tile's dE as one dense product over its kept tiles. Where that does not apply (sharded
- *    tensors, too little storage), without the filter's mask or with dESplits/dERowSlices given:
- *    pass `dE` (kernels/fused/kept_tiles.ts), the kept tiles' P·C into dE's rows tile by tile,
- *    split by S.
+ * 4. With the filter, by default, pass `dE plan`, then passes `kept g` and `dE`
+ *    (kernels/fused/gathered_de.ts) in rounds of token tiles: the kept tiles' g stored in dC's not
+ *    yet written storage, then each token tile's dE as one dense product over its kept tiles.
+ *    Where that does not apply (sharded tensors, too little storage), without the filter's mask
+ *    or with dESplits/dERowSlices given: pass `dE` (kernels/fused/kept_tiles.ts), the kept tiles'
+ *    P·C into dE's rows tile by tile, split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 6. dC's exact terms, then pass `dC` (kernels/fused/kept_tiles.ts): the kept tiles' Pᵀ·E.
  *
@@ -100,13 +100,8 @@ import {
   sortedMaskWgsl,
   sortedOrderWins,
 } from "./filter.ts";
-import {
-  recordDCPass,
-  recordDEPass,
-  recordSlabReduce,
-  slabReduceWgsl,
-  tilePassWgsl,
-} from "./kept_tiles.ts";
+import { recordDCPass, recordDEPass, tilePassWgsl } from "./kept_tiles.ts";
+import { recordSlabReduce, slabReduceWgsl } from "./slab_reduce.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
 import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
 import type {
@@ -120,6 +115,7 @@ export type {
   FusedBackwardStats,
   PreparedFusedBackward,
 } from "./backward_types.ts";
+
 /** The problem, options and defaults a backward is prepared for. */
 interface _Plan {
   spec: Shape & { dtype: Dtype };
@@ -142,7 +138,7 @@ interface _Plan {
   decide: boolean;
   /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
   balanced: boolean;
-  /** dE gathered (then one split), with its rounds' cap and tile. */
+  /** dE gathered (then one split), with its tuning. */
   gather?: GatheredDETuning;
 }
 
@@ -164,7 +160,7 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
   const out16 = gradOut16(spec.dtype, o.gradDtype);
   const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
   const gather = eps !== null && o.dEGather !== false && o.dESplits === undefined &&
-      o.dERowSlices === undefined && tile.vocab % 8 === 0
+      o.dERowSlices === undefined && tile.vocab % 4 === 0
     ? o.dEGather ?? {}
     : undefined;
   const splits = gather ? 1 : o.dESplits ??
@@ -271,8 +267,9 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
       ...base,
       accShared: out16 !== undefined,
       vecLoads: tileVec("dE", tile),
-      cVec: spec.d % vecWidth(spec.dtype) === 0 && !ctx.report.isFallbackAdapter,
+      cVec: spec.d % vecWidth(spec.dtype) === 0,
       ...p.gather,
+      n: spec.n,
       gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
     })
     : undefined;
@@ -511,6 +508,12 @@ export async function prepareFusedBackward(
     },
     release() {
       counter?.destroy();
+      pipes.gathered?.release();
+    },
+    usedDERounds() {
+      return pipes.gathered && pipes.gathered.lastRounds > 0
+        ? pipes.gathered.usedRounds()
+        : Promise.resolve(0);
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };

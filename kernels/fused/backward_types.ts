@@ -97,8 +97,13 @@ export interface PreparedFusedBackward {
    * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
    */
   readonly roundings: { dE: number; dC: number };
-  /** Rounds of the gathered dE in the last record, 0 where the per-tile pass ran. */
+  /**
+   * Rounds the gathered dE recorded in the last record (the worst case), 0 where the per-tile
+   * pass ran.
+   */
   readonly lastDERounds: number;
+  /** Of those, the rounds that held token tiles (reads the plan on the GPU). */
+  usedDERounds(): Promise<number>;
   /**
    * Records the backward; returns new dE (n×d) and dC (v×d), valid after submission: f32, or in
    * the input dtype with gradDtype "input" ({@link PreparedFusedBackward.gradDtype}).
@@ -106,7 +111,7 @@ export interface PreparedFusedBackward {
   record(rec: Recorder, a: FusedBackwardArgs): { dE: DeviceTensor; dC: DeviceTensor };
   /** Tiles skipped by the filter in the last record (reads a counter on the GPU). */
   stats(): Promise<FusedBackwardStats>;
-  /** Frees the buffers made at prepare time (the kept-tile counter). */
+  /** Frees the buffers made at prepare time (the kept-tile counter, the gathered dE's plan). */
   release(): void;
   /**
    * Bytes one record allocates besides dE and dC (uniform blocks aside), exactly, for the shards

@@ -5,30 +5,34 @@
  * The per-tile dE pass (kernels/fused/kept_tiles.ts) recomputes a kept tile's logits and then adds
  * P·C[vocab tile, :] into its token rows in d chunks, each a product of depth VT with a
  * read-modify-write of the f32 accumulator: on the `llm` fixture (38% of tiles kept) it ran at a
- * third of the plain product's rate. Here the same work is two dense products (H100, `llm`: 5.2 +
- * 7.1 ms against 23.7 for the per-tile pass, 19.4 with its product's 16-byte loads of C: the
- * recompute and the product at 29 TFLOP/s, 64% of the plain product's 45.6; at the paper's shape,
- * 0.05% of tiles kept, the 8 rounds cost 2.3 ms against 0.8: reports/README.md, session 8):
+ * third of the plain product's rate. Here the same work is three passes (H100, `llm`: 4.8 + 7.1 ms
+ * against 23.7 for the per-tile pass, 19.4 with its product's 16-byte loads of C: the recompute
+ * and the product at 30 TFLOP/s, 65% of the plain product's 45.7; at the paper's shape, 0.05% of
+ * tiles kept, 1.1 ms against 0.7: reports/README.md, session 8):
  *
- * 1. pass `kept g` ({@link keptGradWgsl}): one workgroup per (vocab tile, token tile) of a round
- *    (or per {@link KEPT_CHUNK} vocab tiles); a tile the mask keeps recomputes its TT×VT logits
- *    and stores the unweighted gradient g (see gradValue in kernels/fused/backward_wgsl.ts) in
- *    *slot* `rank` of its token tile, rank being the count of kept tiles before it in the token
- *    tile's mask row (so slots follow the vocab order), and the C rows of its VT entries in the
- *    token tile's *row list* (through the vocab order when sorting; as f32, exact below 2²⁴).
- *    Skipped tiles return at once.
+ * 0. pass `dE plan` ({@link gatheredPlanWgsl}, one workgroup): counts each token tile's kept tiles
+ *    and packs the token tiles in order into *rounds* of at most `cap` slots, writing each round's
+ *    workgroup counts (read by indirect dispatches: empty rounds cost nothing), its first token
+ *    tile, and each token tile's first slot in its round.
+ * 1. pass `kept g` ({@link keptGradWgsl}): one workgroup per (vocab tile, token tile) of a round;
+ *    a tile the mask keeps recomputes its TT×VT logits and stores the unweighted gradient g (see
+ *    gradValue in kernels/fused/backward_wgsl.ts) in the token tile's slot `rank`, rank being the
+ *    count of kept tiles before it in the token tile's mask row (so slots follow the vocab order),
+ *    and the C rows of its VT entries in the *row list* (through the vocab order when sorting; as
+ *    f32, exact below 2²⁴). Skipped tiles return at once.
  * 2. pass `dE` ({@link gatheredDEWgsl}): one workgroup per (token tile, BN columns of d) computes
  *    Σ_j g[slot j]·C[rows of slot j, columns] as a product of depth (kept tiles)·VT, the B
  *    operand's rows gathered through the row list (one dependent load), and adds w_n times it
  *    into dE's f32 accumulator (which already holds the exact terms: kernels/fused/corrections.ts).
  *
- * Storage: no memory of its own. dE is formed completely before dC's storage is first written
- * (see "Gradient dtype" in kernels/fused/backward_plan.ts), so the slots and row lists live in dC's
- * first output buffer, behind dE's f32 accumulator when that is there too. Slots are sized for the
- * worst case (every tile kept): a round covers as many token tiles as the storage holds that way,
- * so nothing can overflow and nothing is read back (bf16 gradients at the paper's shape: 8 token
- * tiles a round, 8 rounds; on `llm` 4096×24,576×2304: 5 a round, 7 rounds; f32 gradients 17 a
- * round, 4 and 2 rounds). g is stored in f32: in f16 a confident token's p ≈ 1 at its target would
+ * Storage: no memory of its own (the plan's 8 words a token tile are made at prepare time). dE is
+ * formed completely before dC's storage is first written (see "Gradient dtype" in
+ * kernels/fused/backward_plan.ts), so the slots and row lists live in dC's first output buffer,
+ * behind dE's f32 accumulator when that is there too: `cap` slots. A token tile has at most as
+ * many kept tiles as vocab tiles, so every round of the plan closes with at least ⌊cap / vocab
+ * tiles⌋ token tiles: the host records that worst case's rounds (bf16 gradients at the paper's
+ * shape: 8; on `llm` 4096×24,576×2304: 7; f32 gradients 4 and 2), nothing can overflow and
+ * nothing is read back. g is stored in f32: in f16 a confident token's p ≈ 1 at its target would
  * keep only 2⁻¹² of 1 − p, which the exact target term −(1 − β) cancels (tried: bf16 dE off by 1.5
  * output roundings on a peaked fixture).
  *
@@ -38,12 +42,12 @@
  *
  * Where it applies ({@link PreparedGatheredDE.record} returns false otherwise and the caller runs
  * the per-tile pass): one binding each of E, C, dE and dC (one token and one vocab segment), VT a
- * multiple of 8, and dC's first buffer holding at least one token tile's slots.
+ * multiple of 4, and dC's first buffer holding at least one token tile's worst case of slots.
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import type { DeviceTensor } from "../../gpu/tensor.ts";
+import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions } from "../../core/options.ts";
 import {
   accSlots,
@@ -95,15 +99,7 @@ export interface GatheredDEKernelOptions {
    * staging; TT×VT, only its staging and thread layout may differ).
    */
   keptTile?: GemmTile;
-  /** `kept g`: vocab tiles a workgroup walks (default {@link KEPT_CHUNK}). */
-  keptChunk?: number;
 }
-
-/**
- * Vocab tiles a workgroup of pass `kept g` looks at (⌈tiles/CH⌉ apart: its mask bits read at once,
- * the kept ones computed in turn): fewer workgroups that find nothing where few tiles are kept.
- */
-export const KEPT_CHUNK = 1;
 
 /**
  * The product tile of pass `dE`: for 128-token tiles on hardware 128×32 (8×4 a thread, 16-byte
@@ -122,7 +118,14 @@ export function slotBytes(bt: BackwardTile): number {
 
 const PARAMS =
   `struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
-  tBase: u32, vBase: u32, vTotal: u32, nVT: u32, tt0: u32, gW: u32, lW: u32, aW: u32 };`;
+  tBase: u32, vBase: u32, vTotal: u32, nVT: u32, round: u32, gW: u32, lW: u32, nR: u32 };`;
+
+/**
+ * WGSL of the round's token tile `tl` (its index in the segment, `tt`) and its first slot in the
+ * round (`base`), from the plan ({@link gatheredPlanWgsl}).
+ */
+const ROUND_TILE = `let tt = plan[6u * P.nR + P.round] + tl;
+  let base = plan[7u * P.nR + tt];`;
 
 /**
  * WGSL counting the mask bits in [lo, hi) into `let name` (uniform): the workgroup's threads add
@@ -141,11 +144,8 @@ function _countBits(name: string, lo: string, hi: string, threads: number): stri
   let ${name} = workgroupUniformLoad(&s_val);`;
 }
 
-/** The mask helpers and the workgroup words they use. */
-function _maskDecls(): string {
-  return `var<workgroup> s_cnt: atomic<u32>;
-var<workgroup> s_val: u32;
-fn bits_in(lo: u32, hi: u32, wi: u32) -> u32 {
+/** WGSL of `bits_in(lo, hi, wi)`: the set bits of mask word wi inside bit range [lo, hi). */
+const BITS_IN = `fn bits_in(lo: u32, hi: u32, wi: u32) -> u32 {
   let a = max(lo, wi * 32u);
   let b = min(hi, wi * 32u + 32u);
   if (b <= a) { return 0u; }
@@ -153,6 +153,12 @@ fn bits_in(lo: u32, hi: u32, wi: u32) -> u32 {
   let word = mask[wi] >> (a & 31u);
   return countOneBits(select(word & ((1u << n) - 1u), word, n == 32u));
 }`;
+
+/** The mask helpers and the workgroup words they use. */
+function _maskDecls(): string {
+  return `var<workgroup> s_cnt: atomic<u32>;
+var<workgroup> s_val: u32;
+${BITS_IN}`;
 }
 
 /**
@@ -166,10 +172,6 @@ export function keptGradWgsl(o: GatheredDEKernelOptions): string {
     throw new RangeError(`kept g: tile ${JSON.stringify(t)} is not the backward tile's TT×VT`);
   }
   const TT = o.tile.tokens, VT = o.tile.vocab, threads = tileThreads(t);
-  const CH = o.keptChunk ?? KEPT_CHUNK;
-  if (!Number.isInteger(CH) || CH < 1 || CH > 32) {
-    throw new RangeError(`kept g: chunks of ${CH} vocab tiles (1 to 32)`);
-  }
   const vec = o.vecLoads === true;
   const st = wgslStorageType(o.dtype, vec);
   const b = new WgslBindings();
@@ -180,6 +182,7 @@ export function keptGradWgsl(o: GatheredDEKernelOptions): string {
   b.add("storage, read> w: array<f32>");
   if (o.sort) b.add("storage, read> perm: array<u32>");
   b.add("storage, read> mask: array<u32>");
+  b.add("storage, read> plan: array<u32>");
   b.add("storage, read_write> ws: array<u32>");
   const crow = (x: string) => `(${o.sort ? `s_rows[(${x}) - v0]` : `(${x})`} - P.cR0)`;
   const slots = accSlots(t);
@@ -207,49 +210,31 @@ ${o.sort ? `var<workgroup> s_rows: array<u32, ${VT}>;` : ""}
 @compute @workgroup_size(${threads})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
-  ${accVecs(t).map((v) => `var ${v}: vec4<f32>;`).join(" ")}
-  // vocab tiles wg.x + i·stride, i < CH: the kept tiles of a cluster (sorting gathers them) land
-  // in different workgroups
-  let stride = (P.nVT + ${CH - 1}u) / ${CH}u;
+  let vt = wg.x;
   let tl = wg.y;
-  let tt = P.tt0 + tl;
+  ${ROUND_TILE}
   let t0 = P.tS + tt * ${TT}u;
   let rs = (P.tBase + tt) * P.vTotal + P.vBase;
-  if (lid == 0u) {
-    var bits = 0u;
-    for (var i = 0u; i < ${CH}u; i++) {
-      let vt = wg.x + i * stride;
-      if (vt < P.nVT) { bits = bits | (((mask[(rs + vt) >> 5u] >> ((rs + vt) & 31u)) & 1u) << i); }
-    }
-    s_val = bits;
-  }
-  var rem = workgroupUniformLoad(&s_val);
-  loop {
-    if (rem == 0u) { break; }
-    let vt = wg.x + countTrailingZeros(rem) * stride;
-    rem = rem & (rem - 1u);
-    ${_countBits("rank", "rs", "rs + vt", threads)}
-    let v0 = P.vS + vt * ${VT}u;
-    workgroupBarrier(); // s_rows and the staging are rewritten
-    ${
+  let mi = rs + vt;
+  if (lid == 0u) { s_val = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
+  if (workgroupUniformLoad(&s_val) == 0u) { return; }
+  ${_countBits("rank", "rs", "mi", threads)}
+  let v0 = P.vS + vt * ${VT}u;
+  ${
     o.sort
       ? `for (var i = lid; i < ${VT}u; i += ${threads}u) { s_rows[i] = perm[min(v0 + i, P.vE - 1u)]; }
-    workgroupBarrier();`
+  workgroupBarrier();`
       : ""
   }
-    ${accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ")}
-    {
-    ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec }, false)}
-    }
-    ${laneValues(lanes.rows, lanes.cols).join("\n    ")}
-    let slot = tl * P.nVT + rank;
-    let gb = P.gW + slot * ${slotWords(o)}u;
-    ${stores.join("\n    ")}
-    // the C row (relative to its binding) of each of the slot's VT depths in pass dE
-    for (var i = lid; i < ${VT}u; i += ${threads}u) { ws[P.lW + slot * ${VT}u + i] = bitcast<u32>(f32(${
+  ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
+  ${laneValues(lanes.rows, lanes.cols).join("\n  ")}
+  let slot = base + rank;
+  let gb = P.gW + slot * ${slotWords(o)}u;
+  ${stores.join("\n  ")}
+  // the C row (relative to its binding) of each of the slot's VT depths in pass dE
+  for (var i = lid; i < ${VT}u; i += ${threads}u) { ws[P.lW + slot * ${VT}u + i] = bitcast<u32>(f32(${
     o.sort ? "s_rows[i]" : "min(v0 + i, P.vE - 1u)"
   } - P.cR0)); }
-  }
 }
 `;
 }
@@ -276,10 +261,11 @@ export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
   b.add(`storage, read> c: array<${wgslStorageType(o.dtype, cVec)}>`);
   b.add("storage, read> w: array<f32>");
   b.add("storage, read> mask: array<u32>");
+  b.add("storage, read> plan: array<u32>");
   b.add("storage, read_write> ws: array<vec4<f32>>");
   if (!o.accShared) b.add("storage, read_write> acc: array<f32>");
   const add = o.accShared
-    ? "let i = P.aW + j; ws[i >> 2u][i & 3u] = ws[i >> 2u][i & 3u] + x;"
+    ? "ws[j >> 2u][j & 3u] = ws[j >> 2u][j & 3u] + x;"
     : "acc[j] = acc[j] + x;";
   const epilogue = accSlots(gt).map((x) =>
     `{ let tk = t0 + ${x.row}; let col = n0 + ${x.col}; if (tk < P.tE && col < P.d) { acc_add((tk - P.oR0) * P.d + col, w[tk] * ${x.expr}); } }`
@@ -290,7 +276,7 @@ ${b}
 ${dtypeHelpers([{ name: "c", dtype: o.dtype, vec: cVec }])}
 ${gemmShared({ tile: gt })}
 ${_maskDecls()}
-/** The C row of gathered depth i of the round's lists (written by pass kept g). */
+/** The C row at word i of the row list (as f32, written by pass kept g). */
 fn crow_at(i: u32) -> u32 { return u32(ws[i >> 2u][i & 3u]); }
 fn acc_add(j: u32, x: f32) { ${add} }
 @compute @workgroup_size(${threads})
@@ -298,13 +284,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${gemmThreadCoords(gt)}
   let n0 = wg.x * ${gt.bn}u;
   let tl = wg.y;
-  let tt = P.tt0 + tl;
+  ${ROUND_TILE}
   let t0 = P.tS + tt * ${TT}u;
   let rs = (P.tBase + tt) * P.vTotal + P.vBase;
   ${_countBits("kept", "rs", "rs + P.nVT", threads)}
   let kn = kept * ${VT}u;
-  let lb = P.lW + tl * P.nVT * ${VT}u;
-  let ga = P.gW + tl * P.nVT * ${TT * VT}u; // A(m, k): slot k / VT, row m, column k % VT
+  let lb = P.lW + base * ${VT}u;
+  let ga = P.gW + base * ${TT * VT}u; // A(m, k): slot base + k / VT, row m, column k % VT
   ${
     gemmMainloop({
       tile: gt,
@@ -354,30 +340,34 @@ export interface GatheredDEArgs {
 
 /** Compiled passes of the gathered dE. */
 export interface PreparedGatheredDE {
-  /** Token tiles a round covers at most ({@link GatheredDEPrepareOptions.maxRoundTiles}). */
-  readonly maxRoundTiles: number;
-  /** Rounds of the last successful record (0 before any, or after a fallback). */
+  /** Rounds recorded by the last successful record (0 before any, or after a fallback). */
   lastRounds: number;
   /**
-   * Records the rounds (pass `kept g`, then pass `dE`, per round) and returns true, or records
-   * nothing and returns false where the gathered form does not apply (see the module doc).
+   * Records the plan, then per round pass `kept g` and pass `dE` (their workgroup counts from
+   * the plan), and returns true; or records nothing and returns false where the gathered form
+   * does not apply (see the module doc).
    */
   record(a: GatheredDEArgs): boolean;
+  /** The last record's rounds that held token tiles (reads the plan on the GPU). */
+  usedRounds(): Promise<number>;
+  /** Frees the plan's buffer. */
+  release(): void;
 }
 
 /** Options of {@link prepareGatheredDE}. */
 export interface GatheredDEPrepareOptions extends GatheredDEKernelOptions {
-  /** Cap on token tiles per round (default: as many as the storage holds; tests force rounds). */
-  maxRoundTiles?: number;
+  /** Tokens n (sizes the plan). */
+  n: number;
+  /** Cap on slots per round (default: as many as the storage holds; tests force rounds). */
+  maxRoundSlots?: number;
 }
 
 /** What a caller may set of the gathered dE (tests, tuning); the rest comes from the backward. */
 export interface GatheredDETuning {
-  /** Cap on token tiles per round ({@link GatheredDEPrepareOptions.maxRoundTiles}). */
-  maxRoundTiles?: number;
-  /** The kept g pass's tile and chunk ({@link GatheredDEKernelOptions}). */
+  /** Cap on slots per round ({@link GatheredDEPrepareOptions.maxRoundSlots}). */
+  maxRoundSlots?: number;
+  /** The kept g pass's tile ({@link GatheredDEKernelOptions.keptTile}). */
   keptTile?: GemmTile;
-  keptChunk?: number;
   /** The product's tile (default {@link gatheredDETile}). */
   productTile?: GemmTile;
 }
@@ -392,7 +382,11 @@ function _accumulator(o: GatheredDEPrepareOptions, g: BackwardGradients) {
   return { buffer: g.dEOut.shards[0].buffer, r0: 0, rows: g.dEOut.rows };
 }
 
-/** The round size and the word offsets of the lists and slots in the free buffer. */
+/**
+ * The slots a round holds (cap), the rounds the worst case needs (every token tile's every vocab
+ * tile kept: each round then holds ⌊cap / vocab tiles⌋ token tiles, and the plan's greedy rounds
+ * never need more), and the word offsets of the row lists and slots in the free buffer.
+ */
 function _layout(o: GatheredDEPrepareOptions, a: GatheredDEArgs, nVT: number, tTotal: number) {
   const acc = _accumulator(o, a.grads);
   if (!acc) return undefined;
@@ -401,24 +395,88 @@ function _layout(o: GatheredDEPrepareOptions, a: GatheredDEArgs, nVT: number, tT
   if (shared !== o.accShared || acc.r0 !== 0 || acc.rows < a.tok[0].end) return undefined;
   const start = shared ? Math.ceil((acc.rows * a.d * 4) / 256) * 256 : 0;
   const end = Math.min(free.size, a.maxBindingBytes);
-  const perTile = nVT * (o.tile.vocab * 4 + slotBytes(o.tile));
-  let round = Math.floor((end - start - 256) / perTile);
-  round = Math.min(round, tTotal, o.maxRoundTiles ?? tTotal, 65535);
-  if (round < 1) return undefined;
+  const VT = o.tile.vocab;
+  const cap = Math.min(
+    Math.floor((end - start - 256) / (VT * 4 + slotBytes(o.tile))),
+    o.maxRoundSlots ?? Infinity,
+    2 ** 26 / VT,
+  );
+  if (cap < nVT) return undefined;
+  const rounds = Math.ceil(tTotal / Math.min(Math.floor(cap / nVT), 65535));
   const lW = start / 4;
-  const gW = lW + Math.ceil((round * nVT * o.tile.vocab * 4) / 256) * 64;
-  return { round, lW, gW, acc, free };
+  const gW = lW + Math.ceil((cap * VT * 4) / 256) * 64;
+  return { cap, rounds, lW, gW, acc, free };
 }
 
-/** Compiles the two passes. */
+/**
+ * WGSL of pass `dE plan` (one workgroup): counts each token tile's kept tiles, packs the token
+ * tiles in order into rounds of at most `cap` slots (a round closes when the next tile would
+ * overflow it), and writes per round r the workgroup counts of its kept g and dE dispatches
+ * (words 6r…6r+5: the token tiles as y, 0 for rounds past the last), its first token tile (word
+ * 6R + r), and per token tile its first slot in its round (word 7R + tile).
+ */
+export function gatheredPlanWgsl(): string {
+  return `struct Q { T: u32, nVT: u32, cap: u32, nR: u32, tBase: u32, vTotal: u32, vBase: u32, gX: u32,
+  dX: u32, _a: u32, _b: u32, _c: u32 };
+@group(0) @binding(0) var<uniform> P: Q;
+@group(0) @binding(1) var<storage, read> mask: array<u32>;
+@group(0) @binding(2) var<storage, read_write> plan: array<u32>;
+${BITS_IN}
+fn close_round(r: u32, first: u32, count: u32) {
+  plan[6u * r] = P.gX; plan[6u * r + 1u] = count; plan[6u * r + 2u] = 1u;
+  plan[6u * r + 3u] = P.dX; plan[6u * r + 4u] = count; plan[6u * r + 5u] = 1u;
+  plan[6u * P.nR + r] = first;
+}
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {
+  for (var tt = lid; tt < P.T; tt += 256u) {
+    let rs = (P.tBase + tt) * P.vTotal + P.vBase;
+    var c = 0u;
+    for (var wi = rs >> 5u; wi <= (rs + P.nVT - 1u) >> 5u; wi++) { c += bits_in(rs, rs + P.nVT, wi); }
+    plan[7u * P.nR + tt] = c;
+  }
+  storageBarrier();
+  if (lid == 0u) {
+    var r = 0u;
+    var first = 0u;
+    var used = 0u;
+    for (var tt = 0u; tt < P.T; tt++) {
+      let c = plan[7u * P.nR + tt];
+      if (used + c > P.cap && tt > first) {
+        close_round(r, first, tt - first);
+        r++;
+        first = tt;
+        used = 0u;
+      }
+      plan[7u * P.nR + tt] = used;
+      used += c;
+    }
+    close_round(r, first, P.T - first);
+    for (r++; r < P.nR; r++) { close_round(r, P.T, 0u); }
+  }
+}
+`;
+}
+
+/** Compiles the three passes and makes the plan's buffer (8 words a token tile). */
 export async function prepareGatheredDE(
   ctx: GpuContext,
   o: GatheredDEPrepareOptions,
 ): Promise<PreparedGatheredDE> {
+  const planPass = await ctx.pipeline(gatheredPlanWgsl(), "fused_backward_dE_plan");
   const gPass = await ctx.pipeline(keptGradWgsl(o), "fused_backward_kept_g");
   const gemm = await ctx.pipeline(gatheredDEWgsl(o), "fused_backward_gathered_dE");
+  const tMax = Math.ceil(o.n / o.tile.tokens);
+  const plan = createTensor(ctx, {
+    dtype: "u32",
+    rows: 8 * tMax,
+    cols: 1,
+    role: "workspace",
+    label: "gathered dE plan",
+    usage: GPUBufferUsage.INDIRECT,
+  });
+  const pb = plan.shards[0].buffer;
   const prepared: PreparedGatheredDE = {
-    maxRoundTiles: o.maxRoundTiles ?? Infinity,
     lastRounds: 0,
     record(a) {
       prepared.lastRounds = 0;
@@ -427,49 +485,43 @@ export async function prepareGatheredDE(
       if (a.tok.length !== 1 || a.voc.length !== 1 || !oneBinding(a.e) || !oneBinding(a.c)) {
         return false;
       }
-      if (vs.tiles > 65535 || vs.end > 2 ** 24) return false;
+      if (vs.tiles > 65535 || vs.end > 2 ** 24 || ts.tiles > tMax) return false;
       const lay = _layout(o, a, vs.tiles, ts.tiles);
       if (!lay) return false;
       const { rec } = a;
-      const rounds = Math.ceil(ts.tiles / lay.round);
-      for (let r = 0; r < rounds; r++) {
-        const tt0 = r * lay.round;
-        const count = Math.min(lay.round, ts.tiles - tt0);
-        const u = rec.uniform(
-          new Uint32Array([
-            ts.start,
-            ts.end,
-            0,
-            vs.start,
-            vs.end,
-            0,
-            0,
-            a.d,
-            ts.base,
-            vs.base,
-            a.vTotal,
-            vs.tiles,
-            tt0,
-            lay.gW,
-            lay.lW,
-            0,
-          ]),
-          "gathered dE params",
-        );
-        const tail = a.perm ? [a.perm, a.mask] : [a.mask];
-        const eb = a.e.shards[0].buffer, cb = a.c.shards[0].buffer;
+      const dX = Math.ceil(a.d / o.gemmTile.bn);
+      const q = [ts.tiles, vs.tiles, lay.cap, lay.rounds, ts.base, a.vTotal, vs.base, vs.tiles];
+      const u = rec.uniform(new Uint32Array([...q, dX, 0, 0, 0]), "gathered dE plan params");
+      rec.pass("fused backward dE plan", (p) => {
+        p.dispatch(planPass, rec.bindGroup(planPass, [u, a.mask, pb]), 1);
+      });
+      const eb = a.e.shards[0].buffer, cb = a.c.shards[0].buffer;
+      const perm = a.perm ? [a.perm] : [];
+      const acc = o.accShared ? [] : [lay.acc.buffer];
+      for (let r = 0; r < lay.rounds; r++) {
+        const words = [ts.start, ts.end, 0, vs.start, vs.end, 0, 0, a.d, ts.base, vs.base];
+        const more = [a.vTotal, vs.tiles, r, lay.gW, lay.lW, lay.rounds];
+        const P = rec.uniform(new Uint32Array([...words, ...more]), "gathered dE params");
         rec.pass("fused backward kept g", (p) => {
-          const bg = rec.bindGroup(gPass, [u, eb, cb, a.lse, a.w, ...tail, lay.free]);
-          p.dispatch(gPass, bg, Math.ceil(vs.tiles / (o.keptChunk ?? KEPT_CHUNK)), count);
+          const bufs = [P, eb, cb, a.lse, a.w, ...perm, a.mask, pb, lay.free];
+          p.dispatchIndirect(gPass, rec.bindGroup(gPass, bufs), pb, 24 * r);
         });
         rec.pass("fused backward dE", (p) => {
-          const acc = o.accShared ? [] : [lay.acc.buffer];
-          const bg = rec.bindGroup(gemm, [u, cb, a.w, a.mask, lay.free, ...acc]);
-          p.dispatch(gemm, bg, Math.ceil(a.d / o.gemmTile.bn), count);
+          const bufs = [P, cb, a.w, a.mask, pb, lay.free, ...acc];
+          p.dispatchIndirect(gemm, rec.bindGroup(gemm, bufs), pb, 24 * r + 12);
         });
       }
-      prepared.lastRounds = rounds;
+      prepared.lastRounds = lay.rounds;
       return true;
+    },
+    async usedRounds() {
+      const words = await download(ctx, plan);
+      let used = 0;
+      for (let r = 0; r < prepared.lastRounds; r++) if (words[6 * r + 1] > 0) used++;
+      return used;
+    },
+    release() {
+      plan.destroy();
     },
   };
   return prepared;

@@ -21,8 +21,8 @@ import { gatheredDETile } from "./gathered_de.ts";
 
 /**
  * Inputs whose softmax is peaked on 4 "hot" classifier rows in vocab tiles 0, 2, 6 and 10 (of 64
- * entries): every token's embedding points at one of them with a logit of 30, so the filter keeps
- * only those tiles and a token tile's kept tiles are not consecutive.
+ * entries): every token's embedding points at one of them with a logit of 30, so the filter skips
+ * most tiles and a token tile's kept tiles are not consecutive.
  */
 function peaked(n: number, v: number, d: number, dtype: Dtype): HostInputs {
   const hot = [3, 150, 420, 690];
@@ -39,6 +39,88 @@ function peaked(n: number, v: number, d: number, dtype: Dtype): HostInputs {
   return { ...base, e, targets };
 }
 
+/** A case of the gathered dE's test. */
+interface GatherCase {
+  tag: string;
+  x: HostInputs;
+  dtype: Dtype;
+  beta: number;
+  softcap?: number;
+  grad16: boolean;
+  sort: boolean;
+  tile: BackwardTile;
+  maxRoundSlots?: number;
+  /** Rounds recorded (the worst case) and rounds the plan filled. */
+  rounds: number;
+  used: number;
+  skips: boolean;
+}
+
+/** The cases; the 128×64 backward tile's only where its workgroup memory fits (`wide`). */
+function gatherCases(wide: boolean): GatherCase[] {
+  const cases: GatherCase[] = [
+    {
+      // slots in dC's storage behind dE's accumulator (15 of them), 16-byte loads of C: every
+      // tile kept, one token tile a round
+      tag: "bf16 gradients, sorted, softcap",
+      x: caseInputs({ n: 100, v: 700, d: 264, dtype: "bf16", beta: 0.1, ignoreFraction: 0.2 }),
+      dtype: "bf16",
+      beta: 0.1,
+      softcap: 4,
+      grad16: true,
+      sort: true,
+      tile: BACKWARD_TILE_SMALL,
+      rounds: 2,
+      used: 2,
+      skips: false,
+    },
+    {
+      // f32 gradients, d odd (scalar loads of C), 18 of 33 tiles kept (6 a token tile), not
+      // consecutive: rounds of 14 slots hold two token tiles (the worst case one)
+      tag: "f32 gradients, peaked, own order",
+      x: peaked(150, 700, 91, "f32"),
+      dtype: "f32",
+      beta: 0.1,
+      grad16: false,
+      sort: false,
+      tile: BACKWARD_TILE_SMALL,
+      maxRoundSlots: 14,
+      rounds: 3,
+      used: 2,
+      skips: true,
+    },
+    {
+      // sorted and peaked with bf16 gradients: the hot rows come first, one kept tile a token
+      // tile, all five token tiles in one round (48 slots; the worst case two a round)
+      tag: "bf16 gradients, peaked, sorted",
+      x: peaked(260, 1500, 408, "bf16"),
+      dtype: "bf16",
+      beta: 0,
+      grad16: true,
+      sort: true,
+      tile: BACKWARD_TILE_SMALL,
+      rounds: 3,
+      used: 1,
+      skips: true,
+    },
+  ];
+  if (wide) {
+    cases.push({
+      tag: "the 128×64 backward tile",
+      x: caseInputs({ n: 200, v: 1000, d: 600, dtype: "bf16", beta: 0.1, ignoreFraction: 0.1 }),
+      dtype: "bf16",
+      beta: 0.1,
+      grad16: true,
+      sort: true,
+      tile: BACKWARD_TILE_WIDE,
+      rounds: 2,
+      used: 2,
+      skips: false,
+    });
+  }
+  return cases;
+}
+
 Deno.test({
   name:
     "gathered dE: rounds, kept lists and both accumulators against float64 and the per-tile pass",
@@ -47,78 +129,7 @@ Deno.test({
     const ctx = await testContext();
     const wide = backwardSharedBytes(BACKWARD_TILE_WIDE) <=
       ctx.device.limits.maxComputeWorkgroupStorageSize;
-    const cases: {
-      tag: string;
-      x: HostInputs;
-      dtype: Dtype;
-      beta: number;
-      softcap?: number;
-      grad16: boolean;
-      sort: boolean;
-      tile: BackwardTile;
-      maxRoundTiles?: number;
-      /** Vocab tiles a kept g workgroup walks (default KEPT_CHUNK). */
-      keptChunk?: number;
-      rounds: number;
-      skips: boolean;
-    }[] = [
-      {
-        // slots in dC's storage behind dE's accumulator, 16-byte loads of C, one tile a round
-        tag: "bf16 gradients, sorted, softcap",
-        x: caseInputs({ n: 100, v: 700, d: 264, dtype: "bf16", beta: 0.1, ignoreFraction: 0.2 }),
-        dtype: "bf16",
-        beta: 0.1,
-        softcap: 4,
-        grad16: true,
-        sort: true,
-        tile: BACKWARD_TILE_SMALL,
-        rounds: 2,
-        skips: false,
-        keptChunk: 1,
-      },
-      {
-        // f32 gradients, d odd (scalar loads of C), kept tiles 0, 2, 6, 10 of 11, 3 rounds
-        tag: "f32 gradients, peaked, own order",
-        x: peaked(150, 700, 91, "f32"),
-        dtype: "f32",
-        beta: 0.1,
-        grad16: false,
-        sort: false,
-        tile: BACKWARD_TILE_SMALL,
-        maxRoundTiles: 1,
-        rounds: 3,
-        skips: true,
-      },
-      {
-        // sorted and peaked with bf16 gradients: the hot rows come first
-        tag: "bf16 gradients, peaked, sorted, rounds of 2",
-        x: peaked(260, 1500, 408, "bf16"),
-        dtype: "bf16",
-        beta: 0,
-        grad16: true,
-        sort: true,
-        tile: BACKWARD_TILE_SMALL,
-        maxRoundTiles: 2,
-        // 24 vocab tiles a workgroup: a token tile's mask row straddles words
-        keptChunk: 32,
-        rounds: 3,
-        skips: true,
-      },
-    ];
-    if (wide) {
-      cases.push({
-        tag: "the 128×64 backward tile",
-        x: caseInputs({ n: 200, v: 1000, d: 600, dtype: "bf16", beta: 0.1, ignoreFraction: 0.1 }),
-        dtype: "bf16",
-        beta: 0.1,
-        grad16: true,
-        sort: true,
-        tile: BACKWARD_TILE_WIDE,
-        rounds: 2,
-        skips: false,
-        maxRoundTiles: 1,
-      });
-    }
+    const cases = gatherCases(wide);
     const report: string[] = [];
     for (const cs of cases) {
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" });
@@ -130,11 +141,12 @@ Deno.test({
       };
       const gathered = await runBackward(ctx, cs.x, o, cs.dtype, {
         ...b,
-        dEGather: { maxRoundTiles: cs.maxRoundTiles, keptChunk: cs.keptChunk },
+        dEGather: { maxRoundSlots: cs.maxRoundSlots },
       });
       const perTile = await runBackward(ctx, cs.x, o, cs.dtype, { ...b, dEGather: false });
       const { got, again, ref, bwd } = gathered;
       assert.equal(bwd.lastDERounds, cs.rounds, `${cs.tag}: rounds`);
+      assert.equal(await bwd.usedDERounds(), cs.used, `${cs.tag}: rounds used`);
       assert.equal(perTile.bwd.lastDERounds, 0);
       assert.deepEqual(got.stats, perTile.got.stats, `${cs.tag}: the same kept tiles`);
       assert.equal(got.stats.tilesSkipped > 0, cs.skips, `${cs.tag}: ${JSON.stringify(got.stats)}`);

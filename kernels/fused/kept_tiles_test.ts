@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_plan.ts";
-import { slabReduceWgsl, tilePassWgsl } from "./kept_tiles.ts";
+import { tilePassWgsl } from "./kept_tiles.ts";
+import { slabReduceWgsl } from "./slab_reduce.ts";
 
 Deno.test("fused backward tile passes: each switch of the WGSL", () => {
   const base = {
