@@ -77,7 +77,7 @@ import {
   WgslBindings,
 } from "./backward_wgsl.ts";
 
-/** Options of the two kernels. */
+/** Options of the kernels of passes `kept g` and `dE`. */
 export interface GatheredDEKernelOptions {
   tile: BackwardTile;
   dtype: Dtype;
@@ -162,8 +162,9 @@ ${BITS_IN}`;
 }
 
 /**
- * WGSL of pass `kept g` (see the module doc). Grid: (⌈vocab tiles of the segment / chunk⌉, token
- * tiles of the round). Bindings: P, e, c, lse, w, [perm], mask, ws (the slots and row lists, u32 words).
+ * WGSL of pass `kept g` (see the module doc). Grid: (vocab tiles of the segment, token tiles of
+ * the round: from the plan, indirectly). Bindings: P, e, c, lse, w, [perm], mask, plan, ws (the
+ * slots and row lists, u32 words).
  */
 export function keptGradWgsl(o: GatheredDEKernelOptions): string {
   const t = o.keptTile ?? { ...backwardGemmTiles(o.tile).dE, stage2d: true };
@@ -229,7 +230,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${laneValues(lanes.rows, lanes.cols).join("\n  ")}
   let slot = base + rank;
-  let gb = P.gW + slot * ${slotWords(o)}u;
+  let gb = P.gW + slot * ${_slotWords(o)}u;
   ${stores.join("\n  ")}
   // the C row (relative to its binding) of each of the slot's VT depths in pass dE
   for (var i = lid; i < ${VT}u; i += ${threads}u) { ws[P.lW + slot * ${VT}u + i] = bitcast<u32>(f32(${
@@ -240,14 +241,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /** u32 words of a slot. */
-function slotWords(o: GatheredDEKernelOptions): number {
+function _slotWords(o: GatheredDEKernelOptions): number {
   return slotBytes(o.tile) / 4;
 }
 
 /**
- * WGSL of pass `dE` (see the module doc). Grid: (⌈d/BN⌉, token tiles of the round). Bindings: P,
- * c, w, [perm], mask, ws (slots, lists, and with `accShared` dE's f32 accumulator, as 16-byte
- * words), [acc] (dE's f32 accumulator, without `accShared`).
+ * WGSL of pass `dE` (see the module doc). Grid: (⌈d/BN⌉, token tiles of the round: from the plan,
+ * indirectly). Bindings: P, c, w, mask, plan, ws (slots, row lists, and with `accShared` dE's f32
+ * accumulator, as 16-byte words), [acc] (dE's f32 accumulator, without `accShared`).
  */
 export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
   const gt = o.gemmTile;
@@ -316,7 +317,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
-/** Where dE's f32 accumulator and the free storage are, for {@link PreparedGatheredDE.record}. */
+/** The tensors and segments of a record ({@link PreparedGatheredDE.record}). */
 export interface GatheredDEArgs {
   rec: Recorder;
   e: DeviceTensor;
