@@ -456,7 +456,6 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     perm: m.perm,
     mask: m.mask,
     grads: g,
-    maxBindingBytes: r.ctx.maxBindingBytes,
   });
   if (!gathered) recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
   if (pipes.reduce) {

@@ -25,7 +25,7 @@
  *    operand's rows gathered through the row list (one dependent load), and adds w_n times it
  *    into dE's f32 accumulator (which already holds the exact terms: kernels/fused/corrections.ts).
  *
- * Storage: no memory of its own (the plan's 8 words a token tile are made at prepare time). dE is
+ * Storage: no memory of its own (the plan's 9 words a token tile are made at prepare time). dE is
  * formed completely before dC's storage is first written (see "Gradient dtype" in
  * kernels/fused/backward_plan.ts), so the slots and row lists live in dC's first output buffer,
  * behind dE's f32 accumulator when that is there too: `cap` slots. A token tile has at most as
@@ -121,11 +121,12 @@ const PARAMS =
   tBase: u32, vBase: u32, vTotal: u32, nVT: u32, round: u32, gW: u32, lW: u32, nR: u32 };`;
 
 /**
- * WGSL of the round's token tile `tl` (its index in the segment, `tt`) and its first slot in the
- * round (`base`), from the plan ({@link gatheredPlanWgsl}).
+ * WGSL of the round's token tile `tl` (its index in the segment, `tt`), its first slot in the
+ * round (`base`) and its kept tiles (`kept`), from the plan ({@link gatheredPlanWgsl}).
  */
 const ROUND_TILE = `let tt = plan[6u * P.nR + P.round] + tl;
-  let base = plan[7u * P.nR + tt];`;
+  let base = plan[7u * P.nR + 2u * tt];
+  let kept = plan[7u * P.nR + 2u * tt + 1u];`;
 
 /**
  * WGSL counting the mask bits in [lo, hi) into `let name` (uniform): the workgroup's threads add
@@ -247,7 +248,7 @@ function _slotWords(o: GatheredDEKernelOptions): number {
 
 /**
  * WGSL of pass `dE` (see the module doc). Grid: (⌈d/BN⌉, token tiles of the round: from the plan,
- * indirectly). Bindings: P, c, w, mask, plan, ws (slots, row lists, and with `accShared` dE's f32
+ * indirectly). Bindings: P, c, w, plan, ws (slots, row lists, and with `accShared` dE's f32
  * accumulator, as 16-byte words), [acc] (dE's f32 accumulator, without `accShared`).
  */
 export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
@@ -261,7 +262,6 @@ export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
   b.add("uniform> P: Params");
   b.add(`storage, read> c: array<${wgslStorageType(o.dtype, cVec)}>`);
   b.add("storage, read> w: array<f32>");
-  b.add("storage, read> mask: array<u32>");
   b.add("storage, read> plan: array<u32>");
   b.add("storage, read_write> ws: array<vec4<f32>>");
   if (!o.accShared) b.add("storage, read_write> acc: array<f32>");
@@ -276,7 +276,6 @@ ${PARAMS}
 ${b}
 ${dtypeHelpers([{ name: "c", dtype: o.dtype, vec: cVec }])}
 ${gemmShared({ tile: gt })}
-${_maskDecls()}
 /** The C row at word i of the row list (as f32, written by pass kept g). */
 fn crow_at(i: u32) -> u32 { return u32(ws[i >> 2u][i & 3u]); }
 fn acc_add(j: u32, x: f32) { ${add} }
@@ -287,8 +286,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let tl = wg.y;
   ${ROUND_TILE}
   let t0 = P.tS + tt * ${TT}u;
-  let rs = (P.tBase + tt) * P.vTotal + P.vBase;
-  ${_countBits("kept", "rs", "rs + P.nVT", threads)}
   let kn = kept * ${VT}u;
   let lb = P.lW + base * ${VT}u;
   let ga = P.gW + base * ${TT * VT}u; // A(m, k): slot base + k / VT, row m, column k % VT
@@ -335,8 +332,6 @@ export interface GatheredDEArgs {
    * the f32 output (one shard); the free storage is dC's first output buffer.
    */
   grads: BackwardGradients;
-  /** Binding limit in bytes. */
-  maxBindingBytes: number;
 }
 
 /** Compiled passes of the gathered dE. */
@@ -388,19 +383,23 @@ function _accumulator(o: GatheredDEPrepareOptions, g: BackwardGradients) {
  * tile kept: each round then holds ⌊cap / vocab tiles⌋ token tiles, and the plan's greedy rounds
  * never need more), and the word offsets of the row lists and slots in the free buffer.
  */
-function _layout(o: GatheredDEPrepareOptions, a: GatheredDEArgs, nVT: number, tTotal: number) {
+function _layout(
+  o: GatheredDEPrepareOptions,
+  a: GatheredDEArgs,
+  sizes: { nVT: number; tTotal: number; maxBindingBytes: number },
+) {
+  const { nVT, tTotal } = sizes;
   const acc = _accumulator(o, a.grads);
   if (!acc) return undefined;
   const free = a.grads.dCOut.shards[0].buffer;
   const shared = acc.buffer === free;
   if (shared !== o.accShared || acc.r0 !== 0 || acc.rows < a.tok[0].end) return undefined;
   const start = shared ? Math.ceil((acc.rows * a.d * 4) / 256) * 256 : 0;
-  const end = Math.min(free.size, a.maxBindingBytes);
+  const end = Math.min(free.size, sizes.maxBindingBytes);
   const VT = o.tile.vocab;
   const cap = Math.min(
     Math.floor((end - start - 256) / (VT * 4 + slotBytes(o.tile))),
     o.maxRoundSlots ?? Infinity,
-    2 ** 26 / VT,
   );
   if (cap < nVT) return undefined;
   const rounds = Math.ceil(tTotal / Math.min(Math.floor(cap / nVT), 65535));
@@ -412,9 +411,10 @@ function _layout(o: GatheredDEPrepareOptions, a: GatheredDEArgs, nVT: number, tT
 /**
  * WGSL of pass `dE plan` (one workgroup): counts each token tile's kept tiles, packs the token
  * tiles in order into rounds of at most `cap` slots (a round closes when the next tile would
- * overflow it), and writes per round r the workgroup counts of its kept g and dE dispatches
- * (words 6r…6r+5: the token tiles as y, 0 for rounds past the last), its first token tile (word
- * 6R + r), and per token tile its first slot in its round (word 7R + tile).
+ * overflow it, or at 65,535 token tiles: a dispatch's y), and writes per round r the workgroup
+ * counts of its kept g and dE dispatches (words 6r…6r+5: the token tiles as y, 0 for rounds past
+ * the last), its first token tile (word 6R + r), and per token tile its first slot in its round
+ * and its kept tiles (words 7R + 2·tile and 7R + 2·tile + 1: pass dE reads the count there).
  */
 export function gatheredPlanWgsl(): string {
   return `struct Q { T: u32, nVT: u32, cap: u32, nR: u32, tBase: u32, vTotal: u32, vBase: u32, gX: u32,
@@ -434,7 +434,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     let rs = (P.tBase + tt) * P.vTotal + P.vBase;
     var c = 0u;
     for (var wi = rs >> 5u; wi <= (rs + P.nVT - 1u) >> 5u; wi++) { c += bits_in(rs, rs + P.nVT, wi); }
-    plan[7u * P.nR + tt] = c;
+    plan[7u * P.nR + 2u * tt + 1u] = c;
   }
   storageBarrier();
   if (lid == 0u) {
@@ -442,14 +442,14 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     var first = 0u;
     var used = 0u;
     for (var tt = 0u; tt < P.T; tt++) {
-      let c = plan[7u * P.nR + tt];
-      if (used + c > P.cap && tt > first) {
+      let c = plan[7u * P.nR + 2u * tt + 1u];
+      if ((used + c > P.cap || tt - first == 65535u) && tt > first) {
         close_round(r, first, tt - first);
         r++;
         first = tt;
         used = 0u;
       }
-      plan[7u * P.nR + tt] = used;
+      plan[7u * P.nR + 2u * tt] = used;
       used += c;
     }
     close_round(r, first, P.T - first);
@@ -459,7 +459,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 `;
 }
 
-/** Compiles the three passes and makes the plan's buffer (8 words a token tile). */
+/** Compiles the three passes and makes the plan's buffer (9 words a token tile). */
 export async function prepareGatheredDE(
   ctx: GpuContext,
   o: GatheredDEPrepareOptions,
@@ -470,7 +470,7 @@ export async function prepareGatheredDE(
   const tMax = Math.ceil(o.n / o.tile.tokens);
   const plan = createTensor(ctx, {
     dtype: "u32",
-    rows: 8 * tMax,
+    rows: 9 * tMax,
     cols: 1,
     role: "workspace",
     label: "gathered dE plan",
@@ -487,7 +487,11 @@ export async function prepareGatheredDE(
         return false;
       }
       if (vs.tiles > 65535 || vs.end > 2 ** 24 || ts.tiles > tMax) return false;
-      const lay = _layout(o, a, vs.tiles, ts.tiles);
+      const lay = _layout(o, a, {
+        nVT: vs.tiles,
+        tTotal: ts.tiles,
+        maxBindingBytes: ctx.maxBindingBytes,
+      });
       if (!lay) return false;
       const { rec } = a;
       const dX = Math.ceil(a.d / o.gemmTile.bn);
@@ -508,7 +512,7 @@ export async function prepareGatheredDE(
           p.dispatchIndirect(gPass, rec.bindGroup(gPass, bufs), pb, 24 * r);
         });
         rec.pass("fused backward dE", (p) => {
-          const bufs = [P, cb, a.w, a.mask, pb, lay.free, ...acc];
+          const bufs = [P, cb, a.w, pb, lay.free, ...acc];
           p.dispatchIndirect(gemm, rec.bindGroup(gemm, bufs), pb, 24 * r + 12);
         });
       }

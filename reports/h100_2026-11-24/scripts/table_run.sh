@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Table runs `bash table_run.sh NAME`: session 7's F, I and M (s7f, s7i, s7m; run at the time as
-# s7f.sh, s7i.sh and s7m.sh, which differed only in this name) and session 8's G and M (s8g,
-# s8m): PyTorch's rows, then the main job (no flag but --external), then the llm check, with the
+# s7f.sh, s7i.sh and s7m.sh, which differed only in this name) and session 8's G, M and N (s8g,
+# s8m, s8n): PyTorch's rows, then the main job (no flag but --external), then the llm check, with the
 # SM clock logged every 100 ms; everything tarred as NAME.tgz.
 set -u
 name=${1:?usage: table_run.sh NAME}
