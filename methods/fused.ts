@@ -84,6 +84,8 @@ export interface FusedVariant {
   dERowSlices?: number;
   /** The gathered dE's override: false for the per-tile pass (tests, tuning). */
   dEGather?: FusedBackwardOptions["dEGather"];
+  /** The dC pass's vocab tile order (FusedBackwardOptions.dCOrder; default on with the filter). */
+  dCOrder?: boolean;
   /** Vocabulary rows per chunk of the no-filter rows' dense backward (tests). */
   denseChunkRows?: number;
   /**
@@ -133,6 +135,7 @@ async function _prepare(
       dESplits: f.dESplits,
       dERowSlices: f.dERowSlices,
       dEGather: f.dEGather,
+      dCOrder: f.dCOrder,
       filterTile: f.filterTile,
       gradDtype: f.gradDtype,
       mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,

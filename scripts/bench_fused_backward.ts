@@ -58,6 +58,8 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   pertile: () => ({ dEGather: false }),
   // the 128×64 backward tile with gradient products of its own columns (d chunks of 64/128)
   g1: () => ({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
+  // the dC pass in the vocabulary's (sorted) order instead of most kept tiles first
+  dcseq: () => ({ dCOrder: false }),
 };
 
 /**

@@ -27,6 +27,7 @@ export interface BackwardCase {
   shardRows?: number;
   gradDtype?: "f32" | "input";
   dEGather?: FusedBackwardOptions["dEGather"];
+  dCOrder?: boolean;
 }
 
 /**

@@ -19,7 +19,7 @@
  *
  * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible (every
  * output element is written by one workgroup, its terms added in a fixed order; the only atomics
- * are integer ones: OR into the mask, counts, max of the sort keys' range).
+ * are integer ones: OR into the mask, counts, ranks, max of the sort keys' range).
  *
  * The record, in order (dE is formed completely before dC's storage is first written: see
  * "Gradient dtype" for why):
@@ -37,7 +37,9 @@
  *    or with dESplits/dERowSlices given: pass `dE` (kernels/fused/kept_tiles.ts), the kept tiles'
  *    P·C into dE's rows tile by tile, split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
- * 6. dC's exact terms, then pass `dC` (kernels/fused/kept_tiles.ts): the kept tiles' Pᵀ·E.
+ * 6. dC's exact terms, then with the filter pass `dC order` (kernels/fused/dc_order.ts: the vocab
+ *    tiles by their kept token tiles, most first), then pass `dC` (kernels/fused/kept_tiles.ts):
+ *    the kept tiles' Pᵀ·E, one workgroup a vocab tile, in that order.
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
@@ -104,6 +106,7 @@ import { recordDCPass, recordDEPass, tilePassWgsl } from "./kept_tiles.ts";
 import { recordSlabReduce, slabReduceWgsl } from "./slab_reduce.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
 import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
+import { dCOrderBytes, prepareDCOrder } from "./dc_order.ts";
 import type {
   FusedBackwardArgs,
   FusedBackwardOptions,
@@ -140,6 +143,8 @@ interface _Plan {
   balanced: boolean;
   /** dE gathered (then one split), with its tuning. */
   gather?: GatheredDETuning;
+  /** The dC pass takes its vocab tiles most kept first (kernels/fused/dc_order.ts). */
+  dCOrder: boolean;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -190,6 +195,7 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     decide: o.sort && eps !== null && (o.decideOrder ?? true),
     balanced: eps !== null && splits > 1,
     gather,
+    dCOrder: eps !== null && (o.dCOrder ?? true),
   };
 }
 
@@ -237,9 +243,16 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     spec.dtype === "bf16" &&
     vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
   const dCPass = await ctx.pipeline(
-    tilePassWgsl({ ...base, kind: "dC", out16: p.dCInPlace, vecLoads: tileVec("dC", tile) }),
+    tilePassWgsl({
+      ...base,
+      kind: "dC",
+      out16: p.dCInPlace,
+      vecLoads: tileVec("dC", tile),
+      ordered: p.dCOrder,
+    }),
     "fused_backward_dC",
   );
+  const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
   const dEPass = await ctx.pipeline(
     tilePassWgsl({
@@ -273,7 +286,7 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
       gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
     })
     : undefined;
-  return { ...filter, dCPass, cast, dEPass, reduce, sorter, corrections, gathered };
+  return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered };
 }
 
 /** Checks the record's tensors against the prepared problem. */
@@ -464,7 +477,21 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
   pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC", coefficients });
-  recordDCPass({ ...base, pipeline: pipes.dCPass, dC: g.dC });
+  let order: TrackedBuffer | undefined;
+  if (pipes.dCOrder && m.mask) {
+    const size = dCOrderBytes(r.vTotal);
+    order = r.ctx.createBuffer({ size, role: "workspace", label: "dC order" });
+    r.release.push(order);
+    pipes.dCOrder.record({
+      rec,
+      mask: m.mask,
+      ord: order,
+      voc: r.voc,
+      tTotal: r.tTotal,
+      vTotal: r.vTotal,
+    });
+  }
+  recordDCPass({ ...base, pipeline: pipes.dCPass, dC: g.dC, order });
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
 
@@ -501,6 +528,7 @@ export async function prepareFusedBackward(
         decideOrder: o.decideOrder,
         tile,
         dESplits: p.splits,
+        dCOrder: p.dCOrder,
         gradDtype: o.gradDtype,
         layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
       });

@@ -4,17 +4,17 @@
  * bytes, exactly.
  *
  * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
- * with the filter and sorting: 1.72 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles)
+ * with the filter and sorting: 1.77 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles)
  * and the sorted order's mask of the order decision (its entry bits, 2 MB, sit in dC's storage),
  * the split bounds (tT·(S + 1) u32), the vocab order (|V| u32, 1 MB) in which the sort also works
  * (kernels/fused/vocab_order.ts), one buffer of E's column partials shared by the sort's Ē and the
  * corrections' Σ_n w_n·E_n, the corrections' target coefficients and pairs, and C's column-sum
- * partials for β > 0 (kernels/column_sum.ts); dE's f32 slabs only where dC's storage cannot hold
- * them.
+ * partials for β > 0 (kernels/column_sum.ts), the dC pass's order (3 u32 a vocab tile); dE's f32
+ * slabs only where dC's storage cannot hold them.
  *
  * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings,
  * default S = 4; gradients + workspace + row weights; computed by fusedBackwardWorkspaceBytes):
- * fused 1,161 + 1.75 MiB (f32 gradients: 2,322 + 1.75), fused-nosort 1,161 + 0.74. Before dE's
+ * fused 1,161 + 1.80 MiB (f32 gradients: 2,322 + 1.80), fused-nosort 1,161 + 0.78. Before dE's
  * accumulator moved into dC's storage: fused 1,161 + 73.7 MiB (measured on the H200).
  *
  * Gradient dtype (FusedBackwardOptions.gradDtype of kernels/fused/backward.ts). "f32" (the
@@ -54,10 +54,9 @@ import { GpuError } from "../../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { machineEps } from "../../core/dtype.ts";
 import { type GemmTile, validateTile } from "../gemm_codegen.ts";
-import { columnPartialsBytes } from "../column_sum.ts";
+import { columnPartialsBytes, columnSumPlan } from "../column_sum.ts";
 import { type VocabSegment, vocabSortWorkspaceBytes } from "./vocab_order.ts";
 import { gradCorrectionsWorkspaceBytes } from "./corrections.ts";
-import { columnSumPlan } from "../column_sum.ts";
 import type { Dtype16 } from "../cast16.ts";
 
 /** Tile of the backward passes: a workgroup handles TT tokens × VT vocabulary entries. */
@@ -458,7 +457,7 @@ export function maskBytes(tokenTiles: number, vocabTiles: number): number {
  * - dE's f32 slabs (16-bit output: the accumulator and S − 1 partials; f32: the partials) only
  *   where dC's output buffers cannot hold them (see the module doc: none when |V| ≥ 2·S·n);
  * - with a 16-bit output (gradDtype "input") and d odd, dC's f32 scratch (v·d·4);
- * - the filter mask (one bit per backward tile, {@link maskBytes});
+ * - the filter mask (one bit per backward tile, {@link maskBytes}) and the dC pass's order;
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
  * - the corrections' buffers, C's column-sum partials included (β > 0).
@@ -474,6 +473,8 @@ export function fusedBackwardWorkspaceBytes(o: {
   decideOrder?: boolean;
   tile: BackwardTile;
   dESplits: number;
+  /** The dC pass's order (default true; FusedBackwardOptions.dCOrder). */
+  dCOrder?: boolean;
   /** Default "f32". */
   gradDtype?: GradDtype;
   layout: WorkspaceLayout & { maxBindingBytes: number };
@@ -507,7 +508,7 @@ export function fusedBackwardWorkspaceBytes(o: {
   // dE's accumulator slabs when dC's storage cannot hold them; dC's f32 scratch when d is odd
   let bytes = plan.own ? plan.rows.reduce((s, r) => s + paddedBytes(r * spec.d * 4 * parts), 0) : 0;
   if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
-  if (o.filter) bytes += maskBytes(tT, vT);
+  if (o.filter) bytes += maskBytes(tT, vT) + (o.dCOrder ?? true ? paddedBytes(vT * 12) : 0);
   if (o.filter && o.dESplits > 1) bytes += paddedBytes(tT * (o.dESplits + 1) * 4); // split bounds
   if (o.filter && o.sort && (o.decideOrder ?? true)) {
     // the order decision: the sorted order's mask, and the entry bits unless dC's first buffer

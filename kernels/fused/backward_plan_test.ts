@@ -64,14 +64,16 @@ Deno.test("fused backward plan: workspace ≤ 2 MiB at the paper's shape with th
   const eParts = 32 * 2304 * 4, cParts = 32 * 2304 * 4, vec = 2304 * 4;
   const mask = Math.ceil((64 * (3641 + 360)) / 32) * 4 + 8; // 256,064 bits, 16-byte padded
   const target = 8192 * 4 + 8192 * 8; // coefficients, (target, token) pairs
+  // the dC pass's order: count, rank and tile of each vocab tile (u32 each), 16-byte padded
+  const order = Math.ceil((4001 * 12) / 16) * 16;
   // sort: order (|V| u32), Ē, key range, the sorted order's mask (the order decision; its entry
   // bits, 64 × 8000 words, live in dC's storage); smoothing: ΣC, Σw·E, C's column-sum partials
-  const fused = 256000 * 4 + eParts + vec + 16 + 2 * mask + target + 2 * vec + cParts;
+  const fused = 256000 * 4 + eParts + vec + 16 + 2 * mask + order + target + 2 * vec + cParts;
   assert.equal(ws(0.1, true, true), fused);
-  assert.equal(fused, 1_803_824);
-  assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + 2 * mask + target);
-  assert.equal(ws(0.1, true, false), eParts + mask + target + 2 * vec + cParts);
-  assert.equal(ws(0, true, false), mask + target);
+  assert.equal(fused, 1_851_840);
+  assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + 2 * mask + order + target);
+  assert.equal(ws(0.1, true, false), eParts + mask + order + target + 2 * vec + cParts);
+  assert.equal(ws(0, true, false), mask + order + target);
   for (const beta of [0.1, 0]) {
     for (const sort of [true, false]) {
       const b = ws(beta, true, sort);
@@ -81,7 +83,7 @@ Deno.test("fused backward plan: workspace ≤ 2 MiB at the paper's shape with th
   // without the filter: the default 4 splits' dE partials (4·n·d·4 = 288 MiB) live in dC's
   // f32 storage (formed and reduced before dC is written), so they cost no workspace; one split
   // (row slices only) as well
-  assert.equal(ws(0.1, false, true, 4), fused - 2 * mask);
+  assert.equal(ws(0.1, false, true, 4), fused - 2 * mask - order);
   assert.ok(ws(0.1, false, true, 1) + rowWeights <= 2 * MiB);
 });
 
@@ -101,8 +103,8 @@ Deno.test("fused backward plan: 16-bit gradients at the paper's shape within 2 M
     });
   // dE's f32 accumulator (n·d·4) lives in dC's 16-bit storage (v·d·2 ≥ n·d·4) until dE is cast;
   // 16-bit dC fits one binding (one vocab segment: 4000 vocab tiles, not 3641 + 360), so both
-  // masks are 16 bytes smaller
-  assert.equal(ws("input"), ws("f32") - 2 * 16);
+  // masks and the dC pass's order are 16 bytes smaller
+  assert.equal(ws("input"), ws("f32") - 3 * 16);
   const MiB = 2 ** 20;
   const bound = (8192 + 256000) * 2304 * 2;
   const peak = bound + ws("input") + 8192 * 4;

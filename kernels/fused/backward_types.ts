@@ -41,6 +41,11 @@ export interface FusedBackwardOptions {
    * also runs where the gathered form does not apply), with its tuning.
    */
   dEGather?: false | GatheredDETuning;
+  /**
+   * With the filter: the dC pass takes its vocab tiles most kept token tiles first (default true;
+   * kernels/fused/dc_order.ts), else in the vocabulary's (sorted) order.
+   */
+  dCOrder?: boolean;
   /** GEMM tile of the filter pass (default `defaultFilterTile`). */
   filterTile?: GemmTile;
   /**

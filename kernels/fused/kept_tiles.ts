@@ -18,7 +18,9 @@
  * - the partials are added to dE in split order (kernels/fused/slab_reduce.ts), and dE is cast to
  *   its 16-bit output.
  * - after dC's exact terms, pass `dC` ({@link tilePassWgsl}, kind "dC"): one workgroup owns a vocab
- *   tile (VT classifier rows, in sorted order when sorting) and walks the token tiles in order; for
+ *   tile (VT classifier rows, in sorted order when sorting; with the filter workgroup slot i takes
+ *   the tile with the i-th most kept token tiles: kernels/fused/dc_order.ts, since a workgroup
+ *   walks its tile's kept token tiles one after the other) and walks the token tiles in order; for
  *   each tile the mask keeps (every tile without the filter) it recomputes the VT×TT logits with
  *   the generated GEMM over d, forms Pᵀ in registers, stages it in workgroup memory and adds
  *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks of TT columns (read-modify-write: the
@@ -117,6 +119,12 @@ export interface TilePassKernelOptions {
    */
   vecLoads?: boolean;
   /**
+   * dC with the filter only: workgroup slot ot walks vocab tile order[vBase + ot] of its segment
+   * (kernels/fused/dc_order.ts: most kept token tiles first); the kernel binds `order` after the
+   * mask.
+   */
+  ordered?: boolean;
+  /**
    * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
    * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
    * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
@@ -144,6 +152,8 @@ interface _TileShape {
   wordWalk: boolean;
   /** WGSL of the owned tile's token tile index. */
   tokTile: string;
+  /** dC: the owned vocab tile comes from `order` ({@link TilePassKernelOptions.ordered}). */
+  ordered: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -178,10 +188,11 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     // one bit per token tile, a few dozen at most).
     wordWalk: filter && dE,
     tokTile: dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it",
+    ordered: !dE && filter && o.ordered === true,
   };
 }
 
-/** Bindings: params, e, c, out, lse, w, [perm], [mask], [bounds]. */
+/** Bindings: params, e, c, out, lse, w, [perm], [mask], [bounds], [order]. */
 function _tileBindings(s: _TileShape): string {
   const b = new WgslBindings();
   const st = wgslStorageType(s.o.dtype, s.vec);
@@ -194,6 +205,7 @@ function _tileBindings(s: _TileShape): string {
   if (s.o.sort) b.add("storage, read> perm: array<u32>");
   if (s.filter) b.add("storage, read> mask: array<u32>");
   if (s.balanced) b.add("storage, read> bounds: array<u32>");
+  if (s.ordered) b.add("storage, read> order: array<u32>");
   return b.toString();
 }
 
@@ -308,7 +320,8 @@ function _splitRange(s: _TileShape): string {
 /** The walk over the tiles of the owned row or column, up to the kept tile's first line. */
 function _tileWalk(s: _TileShape, loadRows: string): string {
   const { dE, filter, VT, TT } = s;
-  const maskIndex = `let mi = (P.tBase + ${s.tokTile}) * P.vTotal + P.vBase + ${dE ? "it" : "ot"};`;
+  const vocTile = dE ? "it" : s.ordered ? "vt" : "ot";
+  const maskIndex = `let mi = (P.tBase + ${s.tokTile}) * P.vTotal + P.vBase + ${vocTile};`;
   if (s.wordWalk) {
     return `${_splitRange(s)}
     var it = lo_;
@@ -336,6 +349,14 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
       let ${dE ? `v0 = P.vS + it * ${VT}u` : `t0 = P.tS + it * ${TT}u`};
       ${keep}
       ${dE ? loadRows : ""}`;
+}
+
+/** The owned tile's first token (dE) or vocabulary position (dC; `vt` its tile with an order). */
+function _ownedTile(s: _TileShape): string {
+  if (s.dE) return `let t0 = P.tS + ot * ${s.TT}u;`;
+  return s.ordered
+    ? `let vt = order[P.vBase + ot];\n    let v0 = P.vS + vt * ${s.VT}u;`
+    : `let v0 = P.vS + ot * ${s.VT}u;`;
 }
 
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
@@ -389,7 +410,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       : ""
   }
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
-    let ${dE ? `t0 = P.tS + ot * ${TT}u` : `v0 = P.vS + ot * ${VT}u`};
+    ${_ownedTile(s)}
     ${!dE && o.sort ? `workgroupBarrier(); // s_rows is rewritten\n    ${loadRows}` : ""}
     ${_outRows(s, vrow)}
     ${_tileWalk(s, loadRows)}
@@ -496,7 +517,13 @@ export function recordDEPass(
 }
 
 /** Records pass `dC`: per (vocab segment, token segment) one dispatch of the owned vocab tiles. */
-export function recordDCPass(o: TileRecordOptions & { dC: DeviceTensor }): void {
+export function recordDCPass(
+  o: TileRecordOptions & {
+    dC: DeviceTensor;
+    /** The vocab tiles' order (kernels/fused/dc_order.ts), for a pass compiled `ordered`. */
+    order?: TrackedBuffer;
+  },
+): void {
   const { rec, pipeline, e, c, dC } = o;
   rec.pass("fused backward dC", (p) => {
     for (const vs of o.voc) {
@@ -514,6 +541,7 @@ export function recordDCPass(o: TileRecordOptions & { dC: DeviceTensor }): void 
           hi: ts.tiles,
         });
         const bufs = [u, es.buffer, cs.buffer, os.buffer, ...o.tail];
+        if (o.order) bufs.push(o.order);
         p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(vs.tiles, 65535));
       }
     }

@@ -1,0 +1,139 @@
+/**
+ * Pass `dC order` of the fused backward (kernels/fused/backward.ts): the order in which the dC pass
+ * (kernels/fused/kept_tiles.ts) takes its vocab tiles, the tiles with the most kept token tiles
+ * first.
+ *
+ * The dC pass gives each vocab tile to one workgroup, which walks the tile's kept token tiles one
+ * after the other (it owns the tile's dC rows: nothing else adds into them). The walks differ in
+ * length (on the `llm` fixture from 1 to all 32 token tiles), and the GPU starts workgroups in
+ * index order as earlier ones finish. In the vocabulary's order a long walk that starts late ends
+ * last while other SMs idle; longest first (the LPT rule of list scheduling) the pass ends about
+ * when the average SM's share of the kept tiles is done (measured on the H100: see
+ * reports/README.md, session 9). Which workgroup walks which tile changes no sum's order: the
+ * gradients are bitwise the same in any order.
+ *
+ * Three dispatches over the buffer `ord` (3·vTotal u32: the order, the counts, the ranks):
+ * - `count`, a thread per vocab tile (all segments): its kept token tiles, one mask bit per token
+ *   tile (the mask of kernels/fused/filter.ts: bit t·vTotal + v); it also zeroes the tile's rank;
+ * - `rank`, per vocab segment a workgroup per (256 tiles, 256 others): each thread counts the
+ *   others that come before its tile (a larger count, or the same count and a smaller index) and
+ *   adds that into the tile's rank (integer atomics: the sum is the same in any order), so a tile's
+ *   rank is its position in the segment, larger counts first, ties by index: a permutation, the
+ *   same every run;
+ * - `place`, a thread per tile of each segment: ord[vBase + rank] = the tile's index in the
+ *   segment, which the dC pass reads as its workgroup's tile.
+ * @module
+ */
+import type { TrackedBuffer } from "../../gpu/context.ts";
+import type { GpuContext } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import type { TileSegment } from "./backward_plan.ts";
+
+const WG = 256;
+
+const PARAMS = `struct Params { vTotal: u32, tTotal: u32, vBase: u32, tiles: u32 };
+@group(0) @binding(0) var<uniform> P: Params;`;
+
+/** WGSL of dispatch `count` (grid ⌈vTotal/256⌉). Bindings: P, mask, ord. */
+export function dCOrderCountWgsl(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read> mask: array<u32>;
+@group(0) @binding(2) var<storage, read_write> ord: array<u32>;
+@compute @workgroup_size(${WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let v = gid.x;
+  if (v >= P.vTotal) { return; }
+  var n = 0u;
+  for (var t = 0u; t < P.tTotal; t++) {
+    let i = t * P.vTotal + v;
+    n += (mask[i >> 5u] >> (i & 31u)) & 1u;
+  }
+  ord[P.vTotal + v] = n;
+  ord[2u * P.vTotal + v] = 0u;
+}
+`;
+}
+
+/**
+ * WGSL of dispatch `rank` (grid ⌈tiles/256⌉ × ⌈tiles/256⌉ per vocab segment: workgroup (x, y)
+ * compares tiles 256x… with tiles 256y…, staged in workgroup memory). Bindings: P, ord.
+ */
+export function dCOrderRankWgsl(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read_write> ord: array<atomic<u32>>;
+var<workgroup> s_cnt: array<u32, ${WG}>;
+@compute @workgroup_size(${WG})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  let cnt = P.vTotal + P.vBase;
+  let b = wg.y * ${WG}u;
+  s_cnt[lid] = select(0u, atomicLoad(&ord[cnt + min(b + lid, P.tiles - 1u)]), b + lid < P.tiles);
+  workgroupBarrier();
+  let j = wg.x * ${WG}u + lid;
+  if (j >= P.tiles) { return; }
+  let mine = atomicLoad(&ord[cnt + j]);
+  let m = min(${WG}u, P.tiles - b);
+  var r = 0u;
+  for (var q = 0u; q < m; q++) {
+    let c = s_cnt[q];
+    r += select(0u, 1u, c > mine || (c == mine && b + q < j));
+  }
+  if (r > 0u) { atomicAdd(&ord[2u * P.vTotal + P.vBase + j], r); }
+}
+`;
+}
+
+/** WGSL of dispatch `place` (grid ⌈tiles/256⌉ per vocab segment). Bindings: P, ord. */
+export function dCOrderPlaceWgsl(): string {
+  return `${PARAMS}
+@group(0) @binding(1) var<storage, read_write> ord: array<u32>;
+@compute @workgroup_size(${WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let j = gid.x;
+  if (j >= P.tiles) { return; }
+  ord[P.vBase + ord[2u * P.vTotal + P.vBase + j]] = j;
+}
+`;
+}
+
+/** Bytes of the order buffer for vTotal vocab tiles (the order, the counts, the ranks: u32). */
+export function dCOrderBytes(vTotal: number): number {
+  return Math.ceil((vTotal * 3 * 4) / 16) * 16;
+}
+
+/** The compiled pass. */
+export interface DCOrderPass {
+  /** Records the dispatches: `ord` (see {@link dCOrderBytes}) gets the dC pass's order. */
+  record(o: {
+    rec: Recorder;
+    mask: TrackedBuffer;
+    ord: TrackedBuffer;
+    voc: TileSegment[];
+    tTotal: number;
+    vTotal: number;
+  }): void;
+}
+
+/** Compiles pass `dC order`. */
+export async function prepareDCOrder(ctx: GpuContext): Promise<DCOrderPass> {
+  const count = await ctx.pipeline(dCOrderCountWgsl(), "dc_order_count");
+  const rank = await ctx.pipeline(dCOrderRankWgsl(), "dc_order_rank");
+  const place = await ctx.pipeline(dCOrderPlaceWgsl(), "dc_order_place");
+  return {
+    record({ rec, mask, ord, voc, tTotal, vTotal }) {
+      rec.pass("fused backward dC order", (p) => {
+        const u = rec.uniform(new Uint32Array([vTotal, tTotal, 0, 0]), "dC order params");
+        p.dispatch(count, rec.bindGroup(count, [u, mask, ord]), Math.ceil(vTotal / WG));
+        const segs = voc.map((vs) => ({
+          groups: Math.ceil(vs.tiles / WG),
+          u: rec.uniform(new Uint32Array([vTotal, tTotal, vs.base, vs.tiles]), "dC order"),
+        }));
+        for (const { groups, u } of segs) {
+          p.dispatch(rank, rec.bindGroup(rank, [u, ord]), groups, groups);
+        }
+        for (const { groups, u } of segs) {
+          p.dispatch(place, rec.bindGroup(place, [u, ord]), groups);
+        }
+      });
+    },
+  };
+}
