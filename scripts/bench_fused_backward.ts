@@ -6,12 +6,14 @@
  * kept tiles and the peak bytes above the inputs and the forward's state.
  *
  * Configurations (`--configs`, default all): `ours` (the `fused` method: order decision, the kept
- * tiles' dE gathered: kernels/fused/gathered_de.ts), `always-sort` (sorted order always: the paper's rule), `nosort`
+ * tiles' dE gathered: kernels/fused/gathered_de.ts, the dC pass's tile order:
+ * kernels/fused/dc_order.ts), `always-sort` (sorted order always: the paper's rule), `nosort`
  * (`fused-nosort`), `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices),
  * `s8r1` (8 balanced splits where dC's storage holds them), `f32grad` (`fused-f32grad`), and any
  * `s<S>r<R>` (ours with S dE splits and R row slices; more splits than dC's storage holds get
  * slabs of their own, shown in the MiB column), `pertile` (ours with dE by the per-tile pass, not
- * the gathered products), `g1` (the backward tile's gradient products not widened), and any
+ * the gathered products), `g1` (the backward tile's gradient products not widened), `dcseq` (the
+ * dC pass in the vocabulary's order, not most kept tiles first), and any
  * `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]` (the gathered dE on another product tile, see `_config`).
  *
  * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,

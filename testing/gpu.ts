@@ -30,6 +30,27 @@ export function randomArray(n: number, seed: number, scale = 1): Float32Array {
   return uniformArray(n, seed, scale);
 }
 
+/** The first `count` u32 words of a buffer, exactly (gpu/tensor.ts's download converts to f32). */
+export async function readWords(
+  ctx: GpuContext,
+  b: GPUBuffer,
+  count: number,
+): Promise<Uint32Array> {
+  const size = Math.max(4, count * 4);
+  const staging = ctx.device.createBuffer({
+    size,
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  const enc = ctx.device.createCommandEncoder();
+  enc.copyBufferToBuffer(b, 0, staging, 0, size);
+  ctx.device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const out = new Uint32Array(staging.getMappedRange().slice(0));
+  staging.unmap();
+  staging.destroy();
+  return out.subarray(0, count);
+}
+
 /** An input column vector (rows×1, one shard) of f32 values, or i32 ones (targets). */
 export function columnVector(
   ctx: GpuContext,

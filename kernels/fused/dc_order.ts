@@ -24,8 +24,7 @@
  *   segment, which the dC pass reads as its workgroup's tile.
  * @module
  */
-import type { TrackedBuffer } from "../../gpu/context.ts";
-import type { GpuContext } from "../../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import type { TileSegment } from "./backward_plan.ts";
 
@@ -95,7 +94,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 `;
 }
 
-/** Bytes of the order buffer for vTotal vocab tiles (the order, the counts, the ranks: u32). */
+/**
+ * Bytes of the order buffer for vTotal vocab tiles (the order, the counts, the ranks: u32;
+ * backward_plan.ts's fusedBackwardWorkspaceBytes counts the same).
+ */
 export function dCOrderBytes(vTotal: number): number {
   return Math.ceil((vTotal * 3 * 4) / 16) * 16;
 }

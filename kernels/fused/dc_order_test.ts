@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
-import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { GPU_TEST, readWords, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import { assertGrads, runBackward } from "../../testing/fused_backward.ts";
 import { type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
-import type { GpuContext } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import {
   BACKWARD_TILE_SMALL,
@@ -13,22 +12,6 @@ import {
 } from "./backward_plan.ts";
 import { dCOrderBytes, prepareDCOrder } from "./dc_order.ts";
 import { tilePassWgsl } from "./kept_tiles.ts";
-
-/** The first `words` u32 of a buffer. */
-async function _read(ctx: GpuContext, buf: GPUBuffer, words: number): Promise<Uint32Array> {
-  const staging = ctx.device.createBuffer({
-    size: words * 4,
-    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-  });
-  const enc = ctx.device.createCommandEncoder();
-  enc.copyBufferToBuffer(buf, 0, staging, 0, words * 4);
-  ctx.device.queue.submit([enc.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Uint32Array(staging.getMappedRange().slice(0));
-  staging.unmap();
-  staging.destroy();
-  return out;
-}
 
 /** The order on the host: per segment its tiles by kept count, larger first, ties by index. */
 function hostOrder(bits: boolean[][], segs: { base: number; tiles: number }[]): number[] {
@@ -75,7 +58,7 @@ Deno.test({
     const rec = new Recorder(ctx);
     order.record({ rec, mask, ord, voc: segs, tTotal, vTotal });
     await rec.finish();
-    const got = [...(await _read(ctx, ord.buffer, 2 * vTotal))];
+    const got = [...(await readWords(ctx, ord.buffer, 2 * vTotal))];
     const counts = got.slice(vTotal);
     assert.deepEqual(counts, [...Array(vTotal).keys()].map((v) => bits.filter((r) => r[v]).length));
     assert.deepEqual(got.slice(0, vTotal), hostOrder(bits, segs));

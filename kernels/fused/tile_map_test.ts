@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { columnVector, GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, readWords, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
-import { GpuContext, type TrackedBuffer } from "../../gpu/context.ts";
+import { GpuContext } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download, fromHost } from "../../gpu/tensor.ts";
 import {
@@ -64,22 +64,6 @@ function _logits(x: HostInputs, softcap: number | undefined): Float64Array {
   return z;
 }
 
-/** The raw u32 words of a buffer. */
-async function _words(ctx: GpuContext, b: TrackedBuffer, count: number): Promise<Uint32Array> {
-  const staging = ctx.device.createBuffer({
-    size: Math.max(4, count * 4),
-    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-  });
-  const enc = ctx.device.createCommandEncoder();
-  enc.copyBufferToBuffer(b.buffer, 0, staging, 0, Math.max(4, count * 4));
-  ctx.device.queue.submit([enc.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Uint32Array(staging.getMappedRange().slice(0));
-  staging.unmap();
-  staging.destroy();
-  return out.subarray(0, count);
-}
-
 /**
  * Runs the fused forward (with the tile map, and without it for comparison) on host inputs;
  * returns the map's words, its layout, LSE and loss rows of both runs.
@@ -109,7 +93,9 @@ async function _forward(
       c.shards.map((s) => s.rows),
       fwd.tile,
     );
-    const words = map ? await _words(ctx, map.shards[0].buffer, layout.rows * layout.cols) : null;
+    const words = map
+      ? await readWords(ctx, map.shards[0].buffer.buffer, layout.rows * layout.cols)
+      : null;
     const out = { lse: await download(ctx, lse), loss: await download(ctx, lossRows) };
     lse.destroy();
     lossRows.destroy();
@@ -294,10 +280,10 @@ async function _masks(
   });
   await rec.finish();
   const out = {
-    exact: _bits(await _words(ctx, maskExact, words), tT * vT),
-    map: _bits(await _words(ctx, maskMap, words), tT * vT),
-    exactCount: (await _words(ctx, counters, 1))[0],
-    mapCount: (await _words(ctx, counter2, 1))[0],
+    exact: _bits(await readWords(ctx, maskExact.buffer, words), tT * vT),
+    map: _bits(await readWords(ctx, maskMap.buffer, words), tT * vT),
+    exactCount: (await readWords(ctx, counters.buffer, 1))[0],
+    mapCount: (await readWords(ctx, counter2.buffer, 1))[0],
     total: tT * vT,
   };
   for (const b of [maskExact, maskMap, counters, counter2]) b.destroy();

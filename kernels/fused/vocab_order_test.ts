@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
-import { columnVector, GPU_TEST, randomArray, testContext } from "../../testing/gpu.ts";
+import { columnVector, GPU_TEST, randomArray, readWords, testContext } from "../../testing/gpu.ts";
 import { Recorder } from "../../gpu/recorder.ts";
-import type { GpuContext } from "../../gpu/context.ts";
 import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
 import { roundArray } from "../../core/dtype.ts";
 import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
@@ -50,22 +49,6 @@ Deno.test({
   },
 });
 
-/** The words of a buffer, exactly (download converts to f32). */
-async function words(ctx: GpuContext, b: GPUBuffer, count: number): Promise<Uint32Array> {
-  const staging = ctx.device.createBuffer({
-    size: count * 4,
-    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-  });
-  const enc = ctx.device.createCommandEncoder();
-  enc.copyBufferToBuffer(b, 0, staging, 0, count * 4);
-  ctx.device.queue.submit([enc.finish()]);
-  await staging.mapAsync(GPUMapMode.READ);
-  const out = new Uint32Array(staging.getMappedRange().slice(0));
-  staging.unmap();
-  staging.destroy();
-  return out;
-}
-
 Deno.test({
   name: "u32 sort: in place, any length, inside a larger buffer, with duplicates",
   ...GPU_TEST,
@@ -90,7 +73,7 @@ Deno.test({
       const rec = new Recorder(ctx);
       sort.record(rec, t.shards[0].buffer, off, len);
       await rec.finish();
-      const got = await words(ctx, t.shards[0].buffer.buffer, total);
+      const got = await readWords(ctx, t.shards[0].buffer.buffer, total);
       const want = Uint32Array.from(host);
       want.subarray(off, off + len).sort();
       assert.deepEqual(got, want, `len ${len}`);
