@@ -120,7 +120,8 @@ export interface TilePassKernelOptions {
   vecLoads?: boolean;
   /**
    * dC with the filter only: workgroup slot ot walks vocab tile order[vBase + ot] of its segment
-   * (kernels/fused/dc_order.ts: most kept token tiles first); the kernel binds `order` after the
+   * (kernels/fused/dc_order.ts: most kept token tiles first) and stops at the first tile with no
+   * kept token tile (its count, order[vTotal + vBase + tile]); the kernel binds `order` after the
    * mask.
    */
   ordered?: boolean;
@@ -351,12 +352,20 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
       ${dE ? loadRows : ""}`;
 }
 
-/** The owned tile's first token (dE) or vocabulary position (dC; `vt` its tile with an order). */
+/**
+ * The owned tile's first token (dE) or vocabulary position (dC). With an order, `vt` is the tile
+ * of rank ot, and the walk ends at the first tile no token tile keeps: the ranks go by kept count,
+ * larger first, and a workgroup's ranks only grow (its count is read through s_keep so that the
+ * break stays in uniform control flow).
+ */
 function _ownedTile(s: _TileShape): string {
   if (s.dE) return `let t0 = P.tS + ot * ${s.TT}u;`;
-  return s.ordered
-    ? `let vt = order[P.vBase + ot];\n    let v0 = P.vS + vt * ${s.VT}u;`
-    : `let v0 = P.vS + ot * ${s.VT}u;`;
+  if (!s.ordered) return `let v0 = P.vS + ot * ${s.VT}u;`;
+  return `let vt = order[P.vBase + ot];
+    if (lid == 0u) { s_keep = order[P.vTotal + P.vBase + vt]; }
+    if (workgroupUniformLoad(&s_keep) == 0u) { break; }
+    workgroupBarrier(); // s_keep is rewritten by the walk
+    let v0 = P.vS + vt * ${s.VT}u;`;
 }
 
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
