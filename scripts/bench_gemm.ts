@@ -70,6 +70,8 @@ const TILES: Record<string, GemmTile> = {
   s128_8x16_k32: { ...TILE_HW_8X16, bk: 32 },
   s128_8x16_k8: { ...TILE_HW_8X16, bk: 8 },
   s128_8x16_wt: { ...TILE_HW_8X16, warpTile: true },
+  s128_8x16_dbuf: { ...TILE_HW_8X16, dbuf: true },
+  s128_16x8_dbuf: { bm: 128, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true, dbuf: true },
   w128x256_wt: { ...TILE_HW_WIDE, warpTile: true },
   w128x256_16x8: { bm: 128, bn: 256, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
   w64x256_8x16: { bm: 64, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true },
