@@ -78,6 +78,7 @@ import {
   type BackwardGradients,
   backwardSharedBytes,
   type BackwardTile,
+  dCOrderBytes,
   defaultBackwardTile,
   defaultDERowSlices,
   defaultDESplits,
@@ -106,7 +107,7 @@ import { recordDCPass, recordDEPass, tilePassWgsl } from "./kept_tiles.ts";
 import { recordSlabReduce, slabReduceWgsl } from "./slab_reduce.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
 import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
-import { dCOrderBytes, prepareDCOrder } from "./dc_order.ts";
+import { prepareDCOrder } from "./dc_order.ts";
 import type {
   FusedBackwardArgs,
   FusedBackwardOptions,

@@ -12,10 +12,9 @@
  * partials for β > 0 (kernels/column_sum.ts), the dC pass's order (3 u32 a vocab tile); dE's f32
  * slabs only where dC's storage cannot hold them.
  *
- * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, hardware bindings,
- * default S = 4; gradients + workspace + row weights; computed by fusedBackwardWorkspaceBytes):
- * fused 1,161 + 1.80 MiB (f32 gradients: 2,322 + 1.80), fused-nosort 1,161 + 0.78. Before dE's
- * accumulator moved into dC's storage: fused 1,161 + 73.7 MiB (measured on the H200).
+ * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, S = 4; gradients +
+ * workspace + row weights): fused 1,161 + 1.80 MiB (f32 gradients: 2,322 + 1.80), fused-nosort
+ * 1,161 + 0.78 (fused 1,161 + 73.7 on the H200 before dE's accumulator moved into dC's storage).
  *
  * Gradient dtype (FusedBackwardOptions.gradDtype of kernels/fused/backward.ts). "f32" (the
  * kernel's default): dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16
@@ -312,9 +311,8 @@ export interface WorkspaceLayout {
   e?: number[];
   c?: number[];
   /**
-   * Binding limit the shards are computed for (default: this context's; a hardware adapter's is
-   * 2 GiB − 4 at most): decides the shards of E, C (unless given), dE and dC, and the column sum's
-   * chunking.
+   * Binding limit the shards are computed for (default: this context's; at most 2 GiB − 4 on a
+   * hardware adapter): decides the shards of E, C (unless given), dE, dC and the column sums.
    */
   maxBindingBytes?: number;
   /** Σ_v C_v is handed in (FusedBackwardArgs.colsum): neither it nor its partials are here. */
@@ -446,9 +444,11 @@ function _rowsPer(limit: number, dtype: TensorDtype, cols: number): number {
 export const paddedBytes = (b: number) => Math.ceil(Math.max(b, 4) / 16) * 16;
 
 /** Bytes of the filter mask of tT × vT tiles: one bit per tile, 16-byte padded. */
-export function maskBytes(tokenTiles: number, vocabTiles: number): number {
-  return paddedBytes(Math.ceil((tokenTiles * vocabTiles) / 32) * 4);
-}
+export const maskBytes = (tokenTiles: number, vocabTiles: number): number =>
+  paddedBytes(Math.ceil((tokenTiles * vocabTiles) / 32) * 4);
+
+/** Bytes of the dC pass's order of vT vocab tiles (kernels/fused/dc_order.ts: 3 u32 a tile). */
+export const dCOrderBytes = (vocabTiles: number): number => paddedBytes(vocabTiles * 12);
 
 /**
  * Bytes one record of the fused backward allocates besides dE and dC (uniform blocks aside),
@@ -457,7 +457,7 @@ export function maskBytes(tokenTiles: number, vocabTiles: number): number {
  * - dE's f32 slabs (16-bit output: the accumulator and S − 1 partials; f32: the partials) only
  *   where dC's output buffers cannot hold them (see the module doc: none when |V| ≥ 2·S·n);
  * - with a 16-bit output (gradDtype "input") and d odd, dC's f32 scratch (v·d·4);
- * - the filter mask (one bit per backward tile, {@link maskBytes}) and the dC pass's order;
+ * - the filter mask (a bit a backward tile, {@link maskBytes}), the dC order ({@link dCOrderBytes});
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
  * - the corrections' buffers, C's column-sum partials included (β > 0).
@@ -508,7 +508,7 @@ export function fusedBackwardWorkspaceBytes(o: {
   // dE's accumulator slabs when dC's storage cannot hold them; dC's f32 scratch when d is odd
   let bytes = plan.own ? plan.rows.reduce((s, r) => s + paddedBytes(r * spec.d * 4 * parts), 0) : 0;
   if (out16 && spec.d % 2 === 1) bytes += f32Bytes(dCRows);
-  if (o.filter) bytes += maskBytes(tT, vT) + (o.dCOrder ?? true ? paddedBytes(vT * 12) : 0);
+  if (o.filter) bytes += maskBytes(tT, vT) + (o.dCOrder ?? true ? dCOrderBytes(vT) : 0);
   if (o.filter && o.dESplits > 1) bytes += paddedBytes(tT * (o.dESplits + 1) * 4); // split bounds
   if (o.filter && o.sort && (o.decideOrder ?? true)) {
     // the order decision: the sorted order's mask, and the entry bits unless dC's first buffer

@@ -94,17 +94,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 `;
 }
 
-/**
- * Bytes of the order buffer for vTotal vocab tiles (the order, the counts, the ranks: u32;
- * backward_plan.ts's fusedBackwardWorkspaceBytes counts the same).
- */
-export function dCOrderBytes(vTotal: number): number {
-  return Math.ceil((vTotal * 3 * 4) / 16) * 16;
-}
-
 /** The compiled pass. */
 export interface DCOrderPass {
-  /** Records the dispatches: `ord` (see {@link dCOrderBytes}) gets the dC pass's order. */
+  /**
+   * Records the dispatches: `ord` (dCOrderBytes of kernels/fused/backward_plan.ts) gets the dC
+   * pass's order.
+   */
   record(o: {
     rec: Recorder;
     mask: TrackedBuffer;

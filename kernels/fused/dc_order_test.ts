@@ -6,11 +6,12 @@ import { type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/option
 import { Recorder } from "../../gpu/recorder.ts";
 import {
   BACKWARD_TILE_SMALL,
+  dCOrderBytes,
   defaultFilterEps,
   maskBytes,
   type TileSegment,
 } from "./backward_plan.ts";
-import { dCOrderBytes, prepareDCOrder } from "./dc_order.ts";
+import { prepareDCOrder } from "./dc_order.ts";
 import { tilePassWgsl } from "./kept_tiles.ts";
 
 /** The order on the host: per segment its tiles by kept count, larger first, ties by index. */
