@@ -68,10 +68,25 @@ export interface TensorOptions {
   usage?: number;
 }
 
-/** Rows that fit one binding, for a tensor of `cols` columns of `dtype`. */
+/**
+ * Shards of at least {@link SHARD_ALIGN_MIN} rows hold a multiple of this many rows: a product's
+ * output tile (at most 256 rows or columns, kernels/gemm_tiles.ts) then never straddles a shard
+ * boundary, so no dispatch runs a partly empty tile row. Unaligned, the paper's f32 logits
+ * (8192 rows of 256,000) went into shards of 2097 rows: 66 row tiles of 128 for 64 tiles of work.
+ */
+export const SHARD_ALIGN = 256;
+/** Fewer rows per binding than this are not aligned (the alignment would cost over 1/8 of them). */
+export const SHARD_ALIGN_MIN = 8 * SHARD_ALIGN;
+
+/**
+ * Rows that fit one binding, for a tensor of `cols` columns of `dtype`: a multiple of
+ * {@link SHARD_ALIGN} where at least {@link SHARD_ALIGN_MIN} rows fit, else all that fit (an even
+ * count for 16-bit tensors of odd width).
+ */
 export function rowsPerBinding(ctx: GpuContext, dtype: TensorDtype, cols: number): number {
   const rowBytes = cols * elementBytes(dtype);
   let rows = Math.floor(ctx.maxBindingBytes / rowBytes);
+  if (rows >= SHARD_ALIGN_MIN) rows -= rows % SHARD_ALIGN;
   if (elementBytes(dtype) === 2 && cols % 2 === 1) rows -= rows % 2; // shards start at even elements
   if (rows < 1 || (elementBytes(dtype) === 2 && cols % 2 === 1 && rows < 2)) {
     throw new GpuError(

@@ -54,6 +54,34 @@ Deno.test({
 });
 
 Deno.test({
+  name: "tensor: shards of 2048 rows or more hold a multiple of 256 rows; tensors shard so",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await GpuContext.create({ maxBindingBytes: 10000 });
+    try {
+      assert.equal(rowsPerBinding(ctx, "f32", 1), 2304); // 2500 fit
+      assert.equal(rowsPerBinding(ctx, "bf16", 1), 4864); // 5000 fit
+      assert.equal(rowsPerBinding(ctx, "bf16", 3), 1666); // under 2048: every row that fits, even
+      assert.equal(rowsPerBinding(ctx, "f32", 4), 625); // under 2048: not aligned
+      const t = createTensor(ctx, {
+        dtype: "f32",
+        rows: 5000,
+        cols: 1,
+        role: "workspace",
+        label: "t",
+      });
+      assert.deepEqual(t.shards.map((s) => [s.rowStart, s.rows]), [[0, 2304], [2304, 2304], [
+        4608,
+        392,
+      ]]);
+      t.destroy();
+    } finally {
+      ctx.destroy();
+    }
+  },
+});
+
+Deno.test({
   name: "tensor: shard layout — rows per shard, starts, padded sizes, labels, shardOf",
   ...GPU_TEST,
   async fn() {

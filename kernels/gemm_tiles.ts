@@ -145,6 +145,30 @@ export function tileThreads(t: GemmTile): number {
   return (t.bm / t.tm) * (t.bn / t.tn);
 }
 
+/** Streaming multiprocessors of the GPUs the split rule was measured on (H100 SXM, H200). */
+export const GPU_SMS = 132;
+/** 32-bit registers of one SM (NVIDIA since Volta). */
+const _SM_REGISTERS = 65536;
+
+/**
+ * Workgroups of a tile one SM holds at once, from an estimate of a thread's registers: its tm·tn
+ * f32 accumulators, a fragment of A and of B twice (2·(tm + tn): the next k's read ahead) and about
+ * 40 more (prefetched loads, addresses, indices). 1 for the 256-thread 128×128 and 128×256 tiles
+ * and the 512-thread ones, 2 for the 128-thread 8×16 tile. The split rule's measurements agree
+ * for the 128×128 tile: split 2, 3, 4 and 5 ways the compiled row's dEᵀ ran 227.2, 235.3, 226.9
+ * and 222.0 ms, in the order of its wave efficiency with one workgroup an SM (0.97, 0.935, 0.97,
+ * 0.992), not with two (0.873, 0.935, 0.97, 0.909) (reports/h100_2026-11-25s10/run_j/).
+ */
+export function tileResidency(t: GemmTile): number {
+  const regs = t.tm * t.tn + 2 * (t.tm + t.tn) + 40;
+  return Math.max(1, Math.floor(_SM_REGISTERS / (tileThreads(t) * regs)));
+}
+
+/** Workgroups of a tile the GPU runs at once: {@link GPU_SMS} × {@link tileResidency}. */
+export function workgroupSlots(t: GemmTile): number {
+  return GPU_SMS * tileResidency(t);
+}
+
 /** Throws unless the tile is one the generator can emit. */
 export function validateTile(t: GemmTile): void {
   const ok = t.tm % 4 === 0 && t.tn % 4 === 0 && t.bm % t.tm === 0 && t.bn % t.tn === 0 &&

@@ -20,7 +20,7 @@
 import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { PassEncoder, Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
-import type { GemmTile } from "./gemm_codegen.ts";
+import { type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
 import { vecWidth } from "./wgsl_common.ts";
 import { type MatmulKernelOptions, matmulWgsl, splitKReduceWgsl } from "./matmul_wgsl.ts";
 
@@ -63,8 +63,8 @@ export interface MatmulOptions {
   tile?: GemmTile;
   /** K slices: a number, or "auto" (default: {@link autoSplitK}). */
   splitK?: number | "auto";
-  /** With `splitK` "auto": at least this many slices where K is deep enough (see autoSplitK). */
-  minSplitK?: number;
+  /** With `splitK` "auto": the rule may take up to this many slices past its byte limit (see autoSplitK). */
+  maxSplitK?: number;
   /**
    * A buffer for the split-K partials, reused by the caller across products recorded one after
    * the other (at least {@link PreparedMatmul.workspaceBytes} of the shape). Without it a product
@@ -74,26 +74,34 @@ export interface MatmulOptions {
   label?: string;
 }
 
-/**
- * Workgroups of the 128×128 tile an NVIDIA H100/H200 runs at once: 132 SMs × 2 (a 256-thread
- * workgroup of that tile takes about half an SM's registers). Measured: the dE = G·C product of
- * the paper's shape has 1,152 output tiles, 4.36 such waves, and ran at 0.87× the rate of the
- * logits product until split in two.
- */
-export const GPU_WORKGROUP_SLOTS = 264;
 /** Largest split-K workspace (bytes) {@link autoSplitK} will ask for. */
 export const SPLITK_MAX_BYTES = 128 << 20;
-/** Wave efficiency (workgroups / whole waves of {@link GPU_WORKGROUP_SLOTS}) split-K aims at. */
-export const SPLITK_WAVE_EFFICIENCY = 0.9;
+/**
+ * How far below the best wave efficiency {@link autoSplitK} may stay to take fewer slices. Each
+ * slice past the first costs M·N·4 bytes of partials written and read again, which at the shapes
+ * that split (outputs of 0.3–19 MB) is a few microseconds against products of milliseconds.
+ */
+export const SPLITK_EFFICIENCY_SLACK = 0.005;
 
 /**
- * The K slices of a product, a function of the shape only: the fewest slices S whose workgroups
- * (output tiles × S) fill their last wave of {@link GPU_WORKGROUP_SLOTS} to at least
- * {@link SPLITK_WAVE_EFFICIENCY} on average, with slices at least 16 K-steps deep and the partials
- * ((S − 1)·M·N·4 bytes for an f32 output, whose first slice goes straight to the output; S·M·N·4
- * for a 16-bit one) within {@link SPLITK_MAX_BYTES}. 1 on a software adapter, whose few threads
- * any output fills. With `atLeast`, at least that many slices (as far as 16 K-steps a slice
- * allow), past the byte limit: for products measured faster so (methods/baseline.ts).
+ * The K slices of a product, a function of the shape, its shard regions and the tile only. A
+ * slice count S gives tiles·S workgroups of K/S depth each; on a GPU holding
+ * {@link workgroupSlots} of them at once a region takes ⌈tiles·S / slots⌉ waves (the regions,
+ * one dispatch each, run one after the other), so the product's time goes as 1 / (wave
+ * efficiency), the workgroups over the slots of their whole waves. The rule takes the fewest slices whose
+ * efficiency is within {@link SPLITK_EFFICIENCY_SLACK} of the best over every allowed S: slices
+ * at least 16 K-steps deep and partials ((S − 1)·M·N·4 bytes for an f32 output, whose first
+ * slice goes straight to the output; S·M·N·4 for a 16-bit one) within {@link SPLITK_MAX_BYTES}.
+ * With `upTo`, up to that many slices past the byte limit (methods/baseline.ts). 1 on a
+ * software adapter, whose few threads any output fills.
+ *
+ * Measured on an H100 (reports/h100_2026-11-25s10/run_j/), each against the slices of the rule
+ * before (the fewest reaching 90% of waves of 264 workgroups whatever the tile): the compiled
+ * row's dEᵀ 227.2 / 235.3 / 226.9 / 222.0 / 220.2 ms split 2 / 3 / 4 / 5 / 11 ways (efficiency
+ * 0.97 / 0.935 / 0.97 / 0.992 / 1 with one 128×128 workgroup an SM: the times follow it), the
+ * baseline's dE 212.1 / 210.4 / 224.9 ms split 10 / 11 / 12 ways (0.992 / 1 / 0.935), the chunked
+ * row's chunk dE 28.60 / 26.86 / 26.93 ms split 5 / 9 / 11 ways (0.909 / 0.982 / 1), Liger's
+ * chunk dE 3.59 / 3.46 / 3.42 ms split 14 / 29 / 44 ways (0.955 / 0.989 / 1).
  */
 export function autoSplitK(
   o: {
@@ -103,28 +111,35 @@ export function autoSplitK(
     tile: GemmTile;
     software: boolean;
     out16?: boolean;
-    atLeast?: number;
+    upTo?: number;
+    /**
+     * The output regions the product is dispatched as, one after the other (one per combination
+     * of shards; default the whole m×n output): each fills its own waves.
+     */
+    regions?: { m: number; n: number }[];
   },
 ): number {
   if (o.software) return 1;
-  if (o.atLeast !== undefined && o.atLeast > 1) {
-    const deep = Math.max(1, Math.min(o.atLeast, Math.floor(o.k / (16 * o.tile.bk))));
-    return Math.max(deep, autoSplitK({ ...o, atLeast: undefined }));
-  }
-  const tiles = Math.ceil(o.m / o.tile.bm) * Math.ceil(o.n / o.tile.bn);
+  const tiles = (o.regions ?? [o]).map((r) =>
+    Math.ceil(r.m / o.tile.bm) * Math.ceil(r.n / o.tile.bn)
+  );
+  const slots = workgroupSlots(o.tile);
   const byDepth = Math.floor(o.k / (16 * o.tile.bk));
   const byBytes = Math.floor(SPLITK_MAX_BYTES / (o.m * o.n * 4)) + (o.out16 ? 0 : 1);
-  const most = Math.max(1, Math.min(byDepth, byBytes));
+  const most = Math.max(1, Math.min(byDepth, Math.max(byBytes, o.upTo ?? 0)));
   const eff = (s: number) => {
-    const w = tiles * s;
-    return w / (Math.ceil(w / GPU_WORKGROUP_SLOTS) * GPU_WORKGROUP_SLOTS);
+    let w = 0, whole = 0;
+    for (const t of tiles) {
+      w += t * s;
+      whole += Math.ceil((t * s) / slots) * slots;
+    }
+    return w / whole;
   };
-  let best = 1;
-  for (let s = 1; s <= most; s++) {
-    if (eff(s) >= SPLITK_WAVE_EFFICIENCY) return s;
-    if (eff(s) > eff(best)) best = s;
-  }
-  return best;
+  let best = 0;
+  for (let s = 1; s <= most; s++) best = Math.max(best, eff(s));
+  let s = 1;
+  while (eff(s) < best - SPLITK_EFFICIENCY_SLACK) s++;
+  return s;
 }
 
 /** A compiled product: call {@link PreparedMatmul.record} to add it to a Recorder. */
@@ -390,7 +405,8 @@ export async function prepareMatmul(
     n: number,
     kk: number,
     splitK: number | "auto" | undefined,
-    atLeast?: number,
+    upTo?: number,
+    regions?: { m: number; n: number }[],
   ) =>
     splitK === undefined || splitK === "auto"
       ? autoSplitK({
@@ -400,7 +416,8 @@ export async function prepareMatmul(
         tile: t,
         software: ctx.report.isFallbackAdapter,
         out16: !wide,
-        atLeast,
+        upTo,
+        regions,
       })
       : Math.max(1, Math.floor(splitK));
   return {
@@ -413,10 +430,12 @@ export async function prepareMatmul(
     },
     record(rec, o) {
       const dims = _dims(k, o);
-      const S = slicesOf(dims.M, dims.N, dims.K, o.splitK, o.minSplitK);
+      const regions = _regions(dims, o, wide);
+      const areas = regions.map(({ g }) => ({ m: g.mHi - g.mLo, n: g.nHi - g.nLo }));
+      const S = slicesOf(dims.M, dims.N, dims.K, o.splitK, o.maxSplitK, areas);
       rec.pass(o.label ?? "matmul", (pass) => {
         const scope: _RecordScope = { k, variants, dims, o, rec, pass, used: lastVariant };
-        for (const r of _regions(dims, o, wide)) {
+        for (const r of regions) {
           _recordRegion(ctx, scope, reduce, r, S);
         }
       });

@@ -14,6 +14,7 @@ import {
   TILE_HW_WIDE,
   TILE_LARGE,
   TILE_SMALL,
+  tileResidency,
 } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
@@ -506,21 +507,34 @@ Deno.test({
     assert.deepEqual(new Uint32Array(runs[0].buffer), new Uint32Array(runs[1].buffer));
     a.destroy();
     b.destroy();
-    // the paper shape's Liger dE chunk (128 × 2304, K = 256,000: 18 tiles) takes 14 slices (252
-    // workgroups of 264); dE = G·C (1,152 tiles, 4.4 waves) two; the logits product none
+    // one 128×128 workgroup an SM: 132 slots. The paper shape's Liger dE chunk (128 × 2304,
+    // K = 256,000: 18 tiles) takes 22 slices (396 workgroups, 3 whole waves); dE = G·C of all
+    // rows (1,152 tiles, 0.97 of 9 waves either way within the byte limit) one; the logits none
     const hw = autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_LARGE, software: false });
-    assert.equal(hw, 14);
-    assert.equal(autoSplitK({ m: 8192, n: 2304, k: 256000, tile: TILE_LARGE, software: false }), 2);
+    assert.equal(hw, 22);
+    assert.equal(autoSplitK({ m: 8192, n: 2304, k: 256000, tile: TILE_LARGE, software: false }), 1);
     assert.equal(autoSplitK({ m: 8192, n: 256000, k: 2304, tile: TILE_LARGE, software: false }), 1);
     assert.equal(autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_LARGE, software: true }), 1);
     // never slices thinner than 16 K-steps
     assert.equal(autoSplitK({ m: 16, n: 16, k: 600, tile: TILE_LARGE, software: false }), 2);
-    // atLeast: more slices than the wave rule where K is deep enough (past the byte limit), the
-    // rule's where it asks for more, none on a software adapter
-    const at3 = { m: 8192, n: 2304, k: 256000, tile: TILE_LARGE, software: false, atLeast: 3 };
-    assert.equal(autoSplitK(at3), 3);
-    assert.equal(autoSplitK({ ...at3, m: 128 }), 14);
-    assert.equal(autoSplitK({ ...at3, k: 600 }), 2);
-    assert.equal(autoSplitK({ ...at3, software: true }), 1);
+    // regions dispatched one after the other fill their own waves: dEᵀ (2304 × 8192) over two
+    // shards of 4096 columns is 2 × 576 tiles, 0.873 of 5 waves each unsplit, 0.97 split 2 ways
+    const dEt = { m: 2304, n: 8192, k: 256000, tile: TILE_LARGE, software: false };
+    assert.equal(autoSplitK(dEt), 1);
+    assert.equal(autoSplitK({ ...dEt, regions: [{ m: 2304, n: 4096 }, { m: 2304, n: 4096 }] }), 2);
+    // upTo: past the byte limit (8 slices of 2048 × 2304: 0.97 of their waves) up to 12, of
+    // which 11 fill whole waves; on a software adapter none
+    const up = { m: 2048, n: 2304, k: 256000, tile: TILE_HW_512, software: false };
+    assert.equal(autoSplitK(up), 8);
+    assert.equal(autoSplitK({ ...up, upTo: 12 }), 11);
+    assert.equal(autoSplitK({ ...up, upTo: 12, k: 600 }), 2); // 16 K-steps a slice at least
+    assert.equal(autoSplitK({ ...up, upTo: 12, software: true }), 1);
+    // residency: two 128-thread 8×16 workgroups an SM (264 slots): the Liger chunk takes 44
+    assert.equal(tileResidency(TILE_HW_8X16), 2);
+    assert.equal(tileResidency(TILE_LARGE), 1);
+    assert.equal(
+      autoSplitK({ m: 128, n: 2304, k: 256000, tile: TILE_HW_8X16, software: false }),
+      44,
+    );
   },
 });

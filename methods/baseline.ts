@@ -15,16 +15,14 @@ import type { LceMethod } from "./types.ts";
 import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 
 /**
- * K slices the backward's dE = G·C (f32 G, K = |V|) takes at least on a GPU. On an H100 the
- * paper's dE ran in 249.3 / 256.4 ms split 2 ways (the automatic choice), 232.0 / 239.0 split 3
- * ways, 234.1 split 6 ways on TILE_HW, 229.9 split 6 ways on TILE_HW_8X16
- * (reports/gemm_h100_2026-11-23/de_splits.json, gemm_s5_de_splits.json, gemm_s5_de_tiles.json,
- * gemm_s5_de_ab*.json), and on TILE_HW_512, the tile it takes, 256.5, 240.5, 224.7, 234.7 and
- * 220.9 ms split 3, 4, 6, 8 and 12 ways (reports/h100_2026-11-23d/run_d/: not monotonic in the
- * slices, as TILE_HW_8X16's 238.9, 233.2, 230.4, 232.6, 224.7 split 4, 5, 6, 8, 12 ways). Each
- * slice past the first costs n·d·4 bytes of partials (72 MiB at the paper's shape).
+ * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on a
+ * GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
+ * (72 MiB at the paper's shape). On an H100, with G in shards of 2048 rows, the paper's dE ran
+ * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (reports/h100_2026-11-25s10/run_j/: the
+ * rule takes 11, a whole number of waves), and before the shards were aligned, on TILE_HW_512, 256.5,
+ * 240.5, 224.7, 234.7 and 220.9 ms split 3, 4, 6, 8 and 12 ways (reports/h100_2026-11-23d/run_d/).
  */
-const BASELINE_DE_MIN_SLICES = 12;
+const BASELINE_DE_MAX_SLICES = 12;
 
 /** The materialised baseline. */
 export const baseline: LceMethod = {
@@ -92,7 +90,7 @@ export const baseline: LceMethod = {
           a: { tensor: g, trans: false },
           b: { tensor: x.c, trans: true },
           out: dE,
-          minSplitK: BASELINE_DE_MIN_SLICES,
+          maxSplitK: BASELINE_DE_MAX_SLICES,
           label: "dE = G·C",
         });
         dCMm.record(rec, {

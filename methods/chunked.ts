@@ -11,7 +11,8 @@
  *
  * Memory (bytes, 16-bit input of width b = 2; f32 input: b = 4 and no 16-bit gradient copy):
  * forward Σ_chunks rows·v·b (= n·v·b) + LSE, loss rows, count and loss; backward above the saved
- * state ⌈n/chunks⌉·v·(4 + b) + dE (n·d·4) + dC (v·d·4) + row weights (n·4). torchtune also keeps
+ * state ⌈n/chunks⌉·v·(4 + b) + dE (n·d·4) + dC (v·d·4) + row weights (n·4), and on a GPU one
+ * chunk dE's split-K partials (kernels/matmul.ts, autoSplitK; reused by every chunk). torchtune also keeps
  * each chunk's f32 log-softmax for its backward (another n·v·4 in the forward); this row keeps the
  * per-token LSE instead, as every other row does.
  * @module
@@ -205,6 +206,15 @@ function _backward(
     ? k.chunkTensor(spec.dtype, maxRows, `dlogits chunk (${spec.dtype})`)
     : undefined;
   const { dE, dC } = gradientOutputs(ctx, spec);
+  // one split-K workspace for the chunk products (they run one after the other), as the caching
+  // allocator would hand the same block to every chunk
+  const splitBytes = Math.max(
+    k.products.dE.workspaceBytes({ m: maxRows, n: spec.d, k: spec.v }),
+    k.products.dC.workspaceBytes({ m: spec.v, n: spec.d, k: maxRows }),
+  );
+  const workspace = splitBytes > 0
+    ? ctx.createBuffer({ size: splitBytes, role: "workspace", label: "split-K partials" })
+    : undefined;
   for (let i = ranges.length - 1; i >= 0; i--) {
     const [lo, hi] = ranges[i];
     const g = rowPrefix(g32, hi - lo);
@@ -226,6 +236,7 @@ function _backward(
       b: { view: rowView(x.c), trans: true },
       out: rowView(dE, lo, hi),
       label: `dE[chunk ${i}] = G·C`,
+      workspace,
     });
     k.products.dC.record(rec, {
       a: { view: rowView(gIn), trans: true },
@@ -233,9 +244,11 @@ function _backward(
       out: rowView(dC),
       accumulate: i !== ranges.length - 1,
       label: `dC += Gᵀ·E[chunk ${i}]`,
+      workspace,
     });
   }
   for (const t of [g32, g16, w]) for (const s of t?.shards ?? []) rec.release(s.buffer);
+  rec.release(workspace);
   return { dE, dC };
 }
 

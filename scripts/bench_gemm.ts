@@ -13,7 +13,10 @@
  *   C read as a transposed A, G as an untransposed B, the layout pair of the logits' B side and
  *   dC's A side);
  * - `chunkDE16`, `chunkDE16t`: the chunked method's dE of one chunk (n/8 rows, G in the input
- *   dtype), as G·C and transposed.
+ *   dtype), as G·C and transposed;
+ * - `denseDE`, `denseDC`: the no-filter rows' products of one vocabulary chunk (f32 G of n rows
+ *   and denseChunkRows columns, methods/_dense_backward.ts): dE += G·C[chunk] and
+ *   dC[chunk] = Gᵀ·E.
  *
  * Effective TFLOP/s = 2·M·N·K / GPU time. Results go to stdout and, with --out, to JSON with the
  * adapter and the date. The operands are zero-filled except E and C (the time does not depend on
@@ -40,6 +43,7 @@ import {
   TILE_LARGE,
 } from "../kernels/gemm_codegen.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
+import { denseChunkRows } from "../methods/_dense_backward.ts";
 
 /** Wall-clock milliseconds of warm-up per product and tile before the timed repetitions. */
 const WARMUP_MS = 500;
@@ -124,6 +128,8 @@ const CASES = [
   "ligerDEt",
   "chunkDE16",
   "chunkDE16t",
+  "denseDE",
+  "denseDC",
 ] as const;
 type _CaseName = (typeof CASES)[number];
 
@@ -316,8 +322,10 @@ function _cases(
   const chunk = ligerChunkSize(n, v, d);
   // the chunked method's chunk: 8 chunks of the tokens (methods/chunked.ts)
   const chunkRows = Math.ceil(n / 8);
-  let g32: DeviceTensor | undefined, g16: DeviceTensor | undefined;
+  const vc = denseChunkRows(n, v);
+  let g32: DeviceTensor | undefined, g16: DeviceTensor | undefined, gc: DeviceTensor | undefined;
   const G32 = () => g32 ??= mk(n, v, "f32", "G f32");
+  const GC = () => gc ??= mk(n, vc, "f32", "G f32 chunk");
   const G16 = () => g16 ??= mk(n, v, dtype, "G 16");
   return {
     logits: () => ({
@@ -418,6 +426,23 @@ function _cases(
       out: () => mk(chunkRows, d, "f32", "dE chunk"),
       outDtype: "f32",
       flop: 2 * chunkRows * v * d,
+    }),
+    denseDE: () => ({
+      a: { tensor: GC(), trans: false },
+      b: { view: rowView(c, 0, vc), trans: true },
+      aDtype: "f32",
+      out: () => mk(n, d, "f32", "dE"),
+      outDtype: "f32",
+      accumulate: true,
+      flop: 2 * n * vc * d,
+    }),
+    denseDC: () => ({
+      a: { tensor: GC(), trans: true },
+      b: { tensor: e, trans: true },
+      aDtype: "f32",
+      out: () => mk(vc, d, "f32", "dC chunk"),
+      outDtype: "f32",
+      flop: 2 * n * vc * d,
     }),
     chunkDE16t: () => ({
       a: { tensor: c, trans: true },
