@@ -63,7 +63,10 @@ export interface MatmulOptions {
   tile?: GemmTile;
   /** K slices: a number, or "auto" (default: {@link autoSplitK}). */
   splitK?: number | "auto";
-  /** With `splitK` "auto": the rule may take up to this many slices past its byte limit (see autoSplitK). */
+  /**
+   * With `splitK` "auto": the rule may take up to this many slices past its byte limit (see
+   * autoSplitK).
+   */
   maxSplitK?: number;
   /**
    * A buffer for the split-K partials, reused by the caller across products recorded one after
@@ -78,8 +81,8 @@ export interface MatmulOptions {
 export const SPLITK_MAX_BYTES = 128 << 20;
 /**
  * How far below the best wave efficiency {@link autoSplitK} may stay to take fewer slices. Each
- * slice past the first costs M·N·4 bytes of partials written and read again, which at the shapes
- * that split (outputs of 0.3–19 MB) is a few microseconds against products of milliseconds.
+ * slice past the first costs M·N·4 bytes of partials written and read again: at the paper's
+ * shape 1.2–19 MB a slice, 1–13 µs at about 3 TB/s, against products of 3–230 ms.
  */
 export const SPLITK_EFFICIENCY_SLACK = 0.005;
 
@@ -88,8 +91,9 @@ export const SPLITK_EFFICIENCY_SLACK = 0.005;
  * slice count S gives tiles·S workgroups of K/S depth each; on a GPU holding
  * {@link workgroupSlots} of them at once a region takes ⌈tiles·S / slots⌉ waves (the regions,
  * one dispatch each, run one after the other), so the product's time goes as 1 / (wave
- * efficiency), the workgroups over the slots of their whole waves. The rule takes the fewest slices whose
- * efficiency is within {@link SPLITK_EFFICIENCY_SLACK} of the best over every allowed S: slices
+ * efficiency), the workgroups over the slots of their whole waves. The rule takes the fewest
+ * slices whose efficiency is within {@link SPLITK_EFFICIENCY_SLACK} of the best over every
+ * allowed S: slices
  * at least 16 K-steps deep and partials ((S − 1)·M·N·4 bytes for an f32 output, whose first
  * slice goes straight to the output; S·M·N·4 for a 16-bit one) within {@link SPLITK_MAX_BYTES}.
  * With `upTo`, up to that many slices past the byte limit (methods/baseline.ts). 1 on a
@@ -149,7 +153,9 @@ export interface PreparedMatmul {
   readonly lastVariant: { vecA: boolean; vecB: boolean; splitK: number };
   /**
    * Bytes of split-K partials a product of this shape takes (0 when it does not split), with
-   * `splitK` as in {@link MatmulOptions.splitK}.
+   * `splitK` as in {@link MatmulOptions.splitK}, for operands and output in one shard each. A
+   * product over several shard regions may take other slices ({@link autoSplitK}); where a
+   * region needs more than the workspace it is given, it allocates its own partials.
    */
   workspaceBytes(shape: { m: number; n: number; k: number; splitK?: number | "auto" }): number;
 }
