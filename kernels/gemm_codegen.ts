@@ -190,6 +190,12 @@ var<workgroup> ${p}Bs: array<array<vec4<f32>, ${d.b.rowVecs}>, ${d.b.lanes}>;
 var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
 `;
   }
+  if (t.kSplit !== undefined) {
+    const w = t.kSplit, slots = (copies * t.bk) / w;
+    return `var<workgroup> ${p}As: array<array<array<vec4<f32>, ${t.bm / 4 + 1}>, ${w}>, ${slots}>;
+var<workgroup> ${p}Bs: array<array<array<vec4<f32>, ${t.bn / 4 + 1}>, ${w}>, ${slots}>;
+`;
+  }
   return `var<workgroup> ${p}As: array<array<vec4<f32>, ${t.bm / 4 + 1}>, ${copies * t.bk}>;
 var<workgroup> ${p}Bs: array<array<vec4<f32>, ${t.bn / 4 + 1}>, ${copies * t.bk}>;
 `;
@@ -342,10 +348,18 @@ function _checkVectorSides(t: GemmTile, sides: _Side[]): void {
 }
 
 /**
- * Element (k-row, vec4 column) of a side's staging in staging copy `copy` (0, or 1 with `dbuf`):
- * `k` is a u32 expression, shifted by the K-step in copy 1.
+ * A k-row of the staging: a u32 expression, or with {@link GemmTile.kSplit} a k slot (u32
+ * expression) and a constant position in it.
  */
-function _at(t: GemmTile, sd: _Side, k: string, col: string, copy: number): string {
+type _KRow = string | { slot: string; at: number };
+
+/**
+ * Element (k-row, vec4 column) of a side's staging in staging copy `copy` (0, or 1 with `dbuf`):
+ * `k` is shifted by the K-step in copy 1.
+ */
+function _at(t: GemmTile, sd: _Side, k: _KRow, col: string, copy: number): string {
+  if (t.stage2d && t.kSplit !== undefined) return `${sd.arr}${_splitK(t, k, copy)}[${col}]`;
+  if (typeof k !== "string") throw new Error("gemm codegen: a k slot needs kSplit");
   const kk = copy === 0 ? k : `${k} + ${t.bk}u`;
   if (t.threadMajor) {
     // vec4 column col = group·lanes + lane
@@ -353,6 +367,24 @@ function _at(t: GemmTile, sd: _Side, k: string, col: string, copy: number): stri
     return _laneAt(sd, d, `(${col}) % ${d.lanes}u`, kk, `(${col}) / ${d.lanes}u`);
   }
   return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
+}
+
+/**
+ * The [slot][position] indices of k-row `k` in {@link GemmTile.kSplit} staging: constants for a
+ * literal k (`"5u"`), the slot's expression for a slot, else the quotient and remainder.
+ */
+function _splitK(t: GemmTile, k: _KRow, copy: number): string {
+  const w = t.kSplit!, shift = copy === 0 ? 0 : t.bk;
+  if (typeof k !== "string") {
+    return `[${copy === 0 ? k.slot : `${k.slot} + ${t.bk / w}u`}][${k.at}u]`;
+  }
+  const lit = k.match(/^(\d+)u$/);
+  if (lit) {
+    const n = Number(lit[1]) + shift;
+    return `[${Math.floor(n / w)}u][${n % w}u]`;
+  }
+  const kk = copy === 0 ? `(${k})` : `(${k} + ${shift}u)`;
+  return `[${kk} / ${w}u][${kk} % ${w}u]`;
 }
 
 /** A side's {@link GemmTile.threadMajor} staging. */
@@ -473,9 +505,12 @@ function _vectorLoads(o: MainloopOptions, sd: _Side, threads: number): _Loads {
     out.stashes.push((copy) => {
       let st: string;
       if (alongK) {
-        st = `let rq = vrow >> 2u; let rc = vrow & 3u;\n      ${
-          vals.map((v, j) => `${_at(t, sd, `vk + ${j}u`, "rq", copy)}[rc] = ${v};`).join(" ")
-        }`;
+        // with kSplit of the vector's width, the vector fills one k slot: constant positions
+        const slot = t.stage2d && t.kSplit === w;
+        const kRow = (j: number): _KRow => slot ? { slot: "kslot", at: j } : `vk + ${j}u`;
+        st = `let rq = vrow >> 2u; let rc = vrow & 3u;${
+          slot ? ` let kslot = ${idx} % ${t.bk / w}u;` : ""
+        }\n      ${vals.map((v, j) => `${_at(t, sd, kRow(j), "rq", copy)}[rc] = ${v};`).join(" ")}`;
       } else {
         const quads: string[] = [];
         for (let q = 0; q < w / 4; q++) {

@@ -15,6 +15,7 @@ import {
   TILE_LARGE,
   TILE_SMALL,
   tileResidency,
+  validateTile,
 } from "./gemm_codegen.ts";
 import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
 
@@ -250,6 +251,12 @@ Deno.test({
       { ...TILE_SMALL, bk: 8, vec: true, dbuf: true },
       { ...TILE_SMALL, bk: 8, vec: true, dbuf: true, stage2d: true },
       { ...TILE_SMALL, stage2d: true },
+      // [k slot][k in slot][row] staging: 16-bit vectors fill a slot (constant positions), f32
+      // vectors, transposed operands and scalar loads go through the general index; with dbuf
+      // the second copy's slots
+      { ...TILE_SMALL, vec: true, stage2d: true, kSplit: 8 },
+      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true, stage2d: true, kSplit: 8 },
+      { ...TILE_SMALL, stage2d: true, kSplit: 4 },
     ];
     for (const tile of tiles) {
       for (const dtype of dtypes) {
@@ -537,4 +544,16 @@ Deno.test({
       44,
     );
   },
+});
+
+Deno.test("gemm tiles: kSplit needs [k][row] staging and a K-step it divides", () => {
+  validateTile({ ...TILE_SMALL, stage2d: true, kSplit: 8 });
+  validateTile(TILE_HW_WIDE);
+  assert.throws(() => validateTile({ ...TILE_SMALL, kSplit: 8 }), /unsupported GEMM tile/);
+  assert.throws(() => validateTile({ ...TILE_SMALL, stage2d: true, kSplit: 5 }), /unsupported/);
+  assert.throws(() => validateTile({ ...TILE_SMALL, stage2d: true, kSplit: 0 }), /unsupported/);
+  assert.throws(
+    () => validateTile({ ...TILE_SMALL, threadMajor: true, kSplit: 8 }),
+    /unsupported GEMM tile/,
+  );
 });

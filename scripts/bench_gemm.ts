@@ -60,6 +60,8 @@ const TILES: Record<string, GemmTile> = {
   hw_k32_dbuf: { ...TILE_HW, bk: 32, dbuf: true },
   hw_wt_dbuf: { ...TILE_HW, warpTile: true, dbuf: true },
   w128x256_k16: TILE_HW_WIDE,
+  // session 12: the wide tile with [k][row] staging, as before its [k slot][k in slot][row] one
+  w128x256_k16_nosplit: { ...TILE_HW_WIDE, kSplit: undefined },
   w128x256_dbuf: { bm: 128, bn: 256, bk: 16, tm: 8, tn: 16, vec: true, stage2d: true, dbuf: true },
   w256x128_k16: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true },
   w256x128_dbuf: { bm: 256, bn: 128, bk: 16, tm: 16, tn: 8, vec: true, stage2d: true, dbuf: true },
