@@ -237,10 +237,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
 /**
  * The filter pass's GEMM tile: on hardware adapters the GEMM core's 128×256 tile
- * ({@link TILE_HW_WIDE}: 8×16 per thread, 16-byte loads where d allows, [k][row] staging) when TT
- * divides 128 and VT divides 256 (on an H100 at the paper's shape the filter pass ran 206.9 ms
- * against 218.8 ms with the 128×128 tile: reports/gemm_h100_2026-11-23/bwd_widefilter.log), else
- * the dE pass's own tile.
+ * ({@link TILE_HW_WIDE}: 8×16 per thread, 16-byte loads where d allows, [k slot][k in slot][row]
+ * staging) when TT divides 128 and VT divides 256 (on an H100 at the paper's shape the filter pass
+ * ran 206.9 ms against 218.8 ms with the 128×128 tile, before the k-slot staging:
+ * reports/gemm_h100_2026-11-23/bwd_widefilter.log), else the dE pass's own tile.
  */
 export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   const t = TILE_HW_WIDE;
