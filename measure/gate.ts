@@ -86,6 +86,25 @@ export function gateTimeSource(ctx: GpuContext): TimeSource {
   return ctx.report.isFallbackAdapter ? "cpu" : ctx.hasTimestamps ? "gpu" : "wall";
 }
 
+/**
+ * The host CPU's model for {@link GateAdapter.host}: on a software adapter, the first `model name`
+ * of /proc/cpuinfo (undefined where there is none); undefined on hardware adapters.
+ */
+export async function gateHost(ctx: GpuContext): Promise<string | undefined> {
+  if (!ctx.report.isFallbackAdapter) return undefined;
+  try {
+    return cpuModel(await Deno.readTextFile("/proc/cpuinfo"));
+  } catch {
+    return undefined;
+  }
+}
+
+/** The first `model name` of a /proc/cpuinfo text, trimmed, or undefined. */
+export function cpuModel(cpuinfo: string): string | undefined {
+  const m = cpuinfo.match(/^model name\s*:\s*(.+)$/m);
+  return m ? m[1].trim() : undefined;
+}
+
 /** Options of {@link measureCase}. */
 export interface MeasureCaseOptions {
   methods: readonly LceMethod[];

@@ -89,14 +89,22 @@ export function compareRuns(
   o: CompareOptions = {},
 ): GateComparison {
   const th = o.thresholds ?? GATE_THRESHOLDS;
-  const sameAdapter = current.adapter.slug === baseline.adapter.slug &&
+  const adapterMatch = current.adapter.slug === baseline.adapter.slug &&
     current.adapter.timeSource === baseline.adapter.timeSource;
+  const sameAdapter = adapterMatch && current.adapter.host === baseline.adapter.host;
   const notes: string[] = [];
-  if (!sameAdapter) {
+  if (!adapterMatch) {
     notes.push(
       `baseline measured on another adapter (${baseline.adapter.description}; this is ` +
         `${current.adapter.description}): memory and parity are gated, time ratios and absolute ` +
         `times are shown but not compared`,
+    );
+  } else if (!sameAdapter) {
+    notes.push(
+      `baseline measured on another host CPU (${baseline.adapter.host ?? "unknown"}; this is ` +
+        `${current.adapter.host ?? "unknown"}), whose speed profile a software adapter's times ` +
+        `follow: memory and parity are gated, time ratios and absolute times are shown but not ` +
+        `compared`,
     );
   }
   const base = new Map(baseline.results.map((r) => [resultKey(r), r]));

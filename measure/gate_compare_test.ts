@@ -127,6 +127,20 @@ Deno.test("gate: time regressions are gated on the same adapter only", () => {
   assert.match(o.notes[0], /another adapter .* time ratios and absolute times are shown but not/);
   assert.match(formatComparison(o), /note: baseline measured on another adapter/);
   assert.equal(o.machineSpeed, null);
+  // a software adapter on another host CPU: the same, said so; on the same host, gated
+  const sw = { ...ADAPTER, isFallbackAdapter: true, timeSource: "cpu" as const };
+  const baseHost = _run([_result("a", {}, 2)], { ...sw, host: "CPU A" });
+  const h = compareRuns(_run([_result("a", {}, 4.4)], { ...sw, host: "CPU B" }), baseHost);
+  assert.equal(h.passed, true);
+  assert.equal(h.timeGated, false);
+  assert.ok(h.findings.every((f) => f.status === "info"));
+  assert.match(h.notes[0], /another host CPU \(CPU A; this is CPU B\)/);
+  const noHost = compareRuns(_run([_result("a", {}, 4.4)], sw), baseHost);
+  assert.equal(noHost.timeGated, false);
+  assert.match(noHost.notes[0], /CPU A; this is unknown/);
+  const sameHost = compareRuns(_run([_result("a", {}, 4.4)], { ...sw, host: "CPU A" }), baseHost);
+  assert.equal(sameHost.passed, false);
+  assert.equal(sameHost.timeGated, true);
 });
 
 Deno.test("gate: new, missing and failing methods", () => {

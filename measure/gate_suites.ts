@@ -148,6 +148,13 @@ export interface GateAdapter {
   isFallbackAdapter: boolean;
   /** Where times come from. */
   timeSource: TimeSource;
+  /**
+   * On a software adapter, the host's CPU model: that adapter's kernels run on the CPU, and their
+   * times relative to the yardstick move with its microarchitecture (on one AMD EPYC host in
+   * session 12 the fused forwards took up to 2.6× more yardsticks than in the baseline of another
+   * host, with the same code). Absent on hardware adapters and where the model cannot be read.
+   */
+  host?: string;
 }
 
 /**

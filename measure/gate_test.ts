@@ -3,7 +3,7 @@ import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { createTensor, download, upload } from "../gpu/tensor.ts";
 import type { LceMethod, PreparedMethod } from "../methods/types.ts";
 import { baseline } from "../methods/baseline.ts";
-import { runGate } from "./gate.ts";
+import { cpuModel, runGate } from "./gate.ts";
 import { type GateAdapter, type GateRun, type GateSuite, TINY_SUITE } from "./gate_suites.ts";
 import { formatComparison } from "./gate_format.ts";
 
@@ -181,4 +181,11 @@ Deno.test({
       formatComparison(c),
     );
   },
+});
+
+Deno.test("gate: the host CPU's model from /proc/cpuinfo", () => {
+  const info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 \n" +
+    "processor\t: 1\nmodel name\t: AMD EPYC 9654\n";
+  assert.equal(cpuModel(info), "AMD EPYC 9654");
+  assert.equal(cpuModel("processor\t: 0\nCPU part\t: 0xd0c\n"), undefined);
 });

@@ -25,7 +25,7 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
-import { gateTimeSource, runGate } from "../measure/gate.ts";
+import { gateHost, gateTimeSource, runGate } from "../measure/gate.ts";
 import {
   GATE_THRESHOLDS,
   type GateAdapter,
@@ -200,6 +200,7 @@ function _readPartial(
     check(have === want, `--resume ${path}: ${what} ${have} in the file, ${want} asked`);
   same("suite", b.suite, flags.suite.name);
   same("adapter", b.adapter?.slug, adapter.slug);
+  same("host", b.adapter?.host, adapter.host);
   same("rounds", b.rounds, rounds);
   const names = new Set(flags.methods.map((m) => m.name));
   const extra = b.results.find((r) => !names.has(r.method));
@@ -236,6 +237,8 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
     isFallbackAdapter: ctx.report.isFallbackAdapter,
     timeSource: gateTimeSource(ctx),
   };
+  const host = await gateHost(ctx);
+  if (host !== undefined) adapter.host = host;
   const rounds = (flags.rounds ?? flags.suite.rounds) * (flags.update ? UPDATE_ROUNDS_FACTOR : 1);
   const done = flags.resume ? _readPartial(flags.resume, flags, adapter, rounds) : undefined;
   const path = flags.baseline ??
@@ -298,7 +301,7 @@ async function _gate(ctx: GpuContext, flags: _Flags, started: number): Promise<n
   if (comparison) {
     console.log(
       `# Gate: ${flags.update ? "new baseline vs " : ""}${path} (${old!.adapter.description}, ` +
-        `${old!.env.date.slice(0, 10)})\n`,
+        `${old!.adapter.host ? `host ${old!.adapter.host}, ` : ""}${old!.env.date.slice(0, 10)})\n`,
     );
     console.log(formatComparison(comparison));
   }
