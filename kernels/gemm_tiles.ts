@@ -93,9 +93,10 @@ export const TILE_HW_TM: GemmTile = { ...TILE_LARGE, vec: true, threadMajor: tru
 /**
  * 128×256 with vector loads and [k slot][k in slot][row] staging ({@link GemmTile.kSplit}), 8×16
  * per thread (256 threads, 128 f32 accumulators each): per K-step a thread reads 6 vec4s of
- * staging for 128 FMAs instead of 4 for 64. On an H100 it ran E·Cᵀ of the paper's shape into f32 in 211.3 ms against 223.2 for
- * {@link TILE_HW} in one run (reports/gemm_h100_2026-11-23/gemm_wide_layouts.json; 209.6 ms alone
- * in gemm_w128x256_k16.json); with K-step 8 it ran 243 ms. It is slower for every gradient product
+ * staging for 128 FMAs instead of 4 for 64. On an H100 it ran E·Cᵀ of the paper's shape into f32
+ * in 211.3 ms against 223.2 for {@link TILE_HW} in one run
+ * (reports/gemm_h100_2026-11-23/gemm_wide_layouts.json; 209.6 ms alone in
+ * gemm_w128x256_k16.json); with K-step 8 it ran 243 ms. It is slower for every gradient product
  * and no faster for 16-bit logits (same file).
  */
 export const TILE_HW_WIDE: GemmTile = {

@@ -151,8 +151,8 @@ export interface GateAdapter {
   /**
    * On a software adapter, the host's CPU model: that adapter's kernels run on the CPU, and their
    * times relative to the yardstick move with its microarchitecture (on one AMD EPYC host in
-   * session 12 the fused forwards took up to 2.6× more yardsticks than in the baseline of another
-   * host, with the same code). Absent on hardware adapters and where the model cannot be read.
+   * session 12, with the same code, the fused forwards took up to 1.9× and the fused-fb backwards
+   * up to 2.4× the yardsticks of a baseline measured on another host). Absent on hardware adapters and where the model cannot be read.
    */
   host?: string;
 }
