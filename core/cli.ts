@@ -317,6 +317,18 @@ export const ADAPTER_FLAG = {
   default: "auto",
 } as const satisfies FlagDef;
 
+/**
+ * The `--webgpu` flag every GPU command takes (environment fallback LCE_WEBGPU): `deno`, Deno's
+ * built-in WebGPU (wgpu), or `dawn`, Chrome's (npm:webgpu, loaded only when chosen).
+ */
+export const WEBGPU_FLAG = {
+  type: "string",
+  help: "which WebGPU implementation to run on",
+  choices: ["deno", "dawn"],
+  env: "LCE_WEBGPU",
+  default: "deno",
+} as const satisfies FlagDef;
+
 /** Whether `LCE_DEBUG=1` asks for stack traces. */
 function _debug(): boolean {
   try {

@@ -5,6 +5,7 @@
  * @module
  */
 import { GpuError } from "../core/errors.ts";
+import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -16,6 +17,8 @@ export type BufferRole = "input" | "workspace" | "output" | "params";
 export interface ContextOptions {
   /** Adapter choice; default from the environment variable LCE_ADAPTER, else `auto`. */
   adapter?: AdapterChoice;
+  /** WebGPU implementation; default from the environment variable LCE_WEBGPU, else `deno`. */
+  engine?: Engine;
   /**
    * Per-binding byte limit to use instead of the adapter's maxStorageBufferBindingSize (only
    * smaller values take effect). Tests use it to force sharding on small shapes.
@@ -28,8 +31,21 @@ export interface ContextOptions {
   poison?: boolean;
 }
 
+/** A subgroup-matrix configuration the adapter offers (Dawn's experimental extension). */
+export interface SubgroupMatrixConfig {
+  componentType: string;
+  resultComponentType: string;
+  M: number;
+  N: number;
+  K: number;
+}
+
 /** A description of the adapter and device, for reports. */
 export interface AdapterReport {
+  /** The WebGPU implementation. */
+  engine: Engine;
+  /** The implementation and its version, e.g. "wgpu (Deno 2.9.6)", "Dawn (npm:webgpu@0.6.2)". */
+  engineVersion: string;
   description: string;
   vendor: string;
   architecture: string;
@@ -39,6 +55,8 @@ export interface AdapterReport {
   limits: Record<string, number>;
   /** Per-binding limit in effect (may be lowered by ContextOptions.maxBindingBytes). */
   maxBindingBytes: number;
+  /** Subgroup-matrix configurations of the device (empty without the extension). */
+  subgroupMatrixConfigs: SubgroupMatrixConfig[];
 }
 
 /** Counters of tracked bytes: live now and peak since the last reset, in total and by role. */
@@ -125,6 +143,8 @@ export class GpuContext {
   readonly hasF16: boolean;
   /** Whether compute passes can be timed with timestamp queries. */
   readonly hasTimestamps: boolean;
+  /** The WebGPU implementation the device runs on. */
+  readonly engine: Engine;
   /** Bytes one storage binding may span. */
   readonly maxBindingBytes: number;
   /** Bytes one buffer may hold. */
@@ -147,6 +167,7 @@ export class GpuContext {
     this.report = report;
     this.hasF16 = device.features.has("shader-f16");
     this.hasTimestamps = device.features.has("timestamp-query");
+    this.engine = report.engine;
     this.maxBindingBytes = report.maxBindingBytes;
     this.maxBufferBytes = device.limits.maxBufferSize;
     device.lost.then((info) => {
@@ -160,30 +181,25 @@ export class GpuContext {
 
   /** Opens the chosen adapter and a device with every limit raised to the adapter's maximum. */
   static async create(opts: ContextOptions = {}): Promise<GpuContext> {
-    if (!("gpu" in navigator) || !navigator.gpu) {
-      throw new GpuError(
-        "internal",
-        "WebGPU is not available in this Deno (navigator.gpu missing)",
-      );
-    }
+    const engine = opts.engine ?? engineFromEnv();
+    const { gpu, version } = await loadEngine(engine);
     const choice = opts.adapter ?? adapterFromEnv();
     let adapter: GPUAdapter | null;
     if (choice === "software") {
-      adapter = await navigator.gpu.requestAdapter({ forceFallbackAdapter: true });
+      adapter = await gpu.requestAdapter({ forceFallbackAdapter: true });
       if (adapter && !_isFallback(adapter)) {
         adapter = null; // asked for a software adapter, got hardware
       }
     } else {
-      adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+      adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
       if (adapter && choice === "hardware" && _isFallback(adapter)) adapter = null;
     }
     if (!adapter) {
       throw new GpuError(
         "internal",
-        `no ${
-          choice === "auto" ? "" : choice + " "
-        }WebGPU adapter found (install a Vulkan driver, ` +
-          "e.g. Debian's mesa-vulkan-drivers, or set LCE_ADAPTER)",
+        `no ${choice === "auto" ? "" : choice + " "}WebGPU adapter found on ${engine} (${
+          noAdapterHint(engine)
+        })`,
       );
     }
     const requiredLimits: Record<string, number> = {};
@@ -191,7 +207,12 @@ export class GpuContext {
       const val = (adapter.limits as unknown as Record<string, number>)[k];
       if (typeof val === "number") requiredLimits[k] = val;
     }
-    const want = ["shader-f16", "timestamp-query"] as GPUFeatureName[];
+    // subgroups and the subgroup-matrix extension serve the tensor-core kernels (Dawn offers them)
+    const want = [
+      "shader-f16",
+      "timestamp-query",
+      ...(engine === "dawn" ? ["subgroups", "chromium-experimental-subgroup-matrix"] : []),
+    ] as GPUFeatureName[];
     const requiredFeatures = want.filter((f) => adapter!.features.has(f));
     let device: GPUDevice;
     try {
@@ -210,6 +231,8 @@ export class GpuContext {
       maxBinding = Math.max(256, Math.floor(opts.maxBindingBytes / 16) * 16);
     }
     const report: AdapterReport = {
+      engine,
+      engineVersion: version,
       description: info.description || "(no description)",
       vendor: info.vendor,
       architecture: info.architecture,
@@ -218,6 +241,7 @@ export class GpuContext {
       features: [...device.features].sort(),
       limits,
       maxBindingBytes: maxBinding,
+      subgroupMatrixConfigs: _subgroupMatrixConfigs(adapter, device),
     };
     const ctx = new GpuContext(adapter, device, report);
     ctx.poison = opts.poison ?? false;
@@ -501,6 +525,19 @@ function _bindingsOf(code: string): GPUBindGroupLayoutEntry[] {
     out.push({ binding: Number(m[1]), visibility: GPUShaderStage.COMPUTE, buffer: { type } });
   }
   return out.sort((a, b) => a.binding - b.binding);
+}
+
+/** The device's subgroup-matrix configurations, read from the adapter's info (Dawn only). */
+function _subgroupMatrixConfigs(a: GPUAdapter, d: GPUDevice): SubgroupMatrixConfig[] {
+  if (!d.features.has("chromium-experimental-subgroup-matrix" as GPUFeatureName)) return [];
+  const info = a.info as GPUAdapterInfo & { subgroupMatrixConfigs?: SubgroupMatrixConfig[] };
+  return (info.subgroupMatrixConfigs ?? []).map((c) => ({
+    componentType: String(c.componentType),
+    resultComponentType: String(c.resultComponentType),
+    M: Number(c.M),
+    N: Number(c.N),
+    K: Number(c.K),
+  }));
 }
 
 function _isFallback(a: GPUAdapter): boolean {
