@@ -258,9 +258,8 @@ export async function fitTemperature<P extends FitStep>(
     return p;
   };
   const lo = Math.log(tMin), hi = Math.log(tMax);
-  // bracket: walk downhill by factors of 4 until the slope changes sign
-  let xa = Math.log(start);
-  let pa = await ev(xa);
+  const x0 = Math.log(start);
+  const p0 = await ev(x0);
   const done = (p: P, br: [number, number]) => ({
     temperature: p.temperature,
     point: p,
@@ -268,37 +267,61 @@ export async function fitTemperature<P extends FitStep>(
     bracket: br,
     trace,
   });
-  if (pa.slope === 0) return done(pa, [pa.temperature, pa.temperature]);
-  const dir = pa.slope < 0 ? 1 : -1; // slope < 0: the NLL falls as T grows
-  const sign0 = Math.sign(pa.slope);
-  let xb: number, pb: P;
+  if (p0.slope === 0) return done(p0, [p0.temperature, p0.temperature]);
+  const { a, b } = await _bracket(ev, { x: x0, p: p0 }, [lo, hi]);
+  const bracket: [number, number] = a.p.temperature < b.p.temperature
+    ? [a.p.temperature, b.p.temperature]
+    : [b.p.temperature, a.p.temperature];
+  return done(await _zeroin(ev, a, b, 0.5 * rtol), bracket);
+}
+
+/** A point of the fit: log T and the evaluation there. */
+interface _At<P> {
+  x: number;
+  p: P;
+}
+
+/**
+ * Walks downhill from `a` by factors of 4 in T until the slope changes sign: the two last points
+ * bracket the minimum. InputError when a limit of `[lo, hi]` (log T) is reached first.
+ */
+async function _bracket<P extends FitStep>(
+  ev: (logT: number) => Promise<P>,
+  a: _At<P>,
+  [lo, hi]: [number, number],
+): Promise<{ a: _At<P>; b: _At<P> }> {
+  const dir = a.p.slope < 0 ? 1 : -1; // slope < 0: the NLL falls as T grows
+  const sign0 = Math.sign(a.p.slope);
   for (;;) {
     const end = dir > 0 ? hi : lo;
-    if (xa === end) {
+    if (a.x === end) {
       const fmt = (t: number) => t.toExponential(0);
       throw new InputError(
-        `temperature fit: cannot bracket a minimum of the mean NLL in T ∈ [${fmt(tMin)}, ` +
-          `${fmt(tMax)}]: it ${
-            pa.slope === 0 ? "is flat" : dir > 0 ? "still decreases" : "still increases"
-          } at T = ` +
-          `${fmt(Math.exp(end))} (dNLL/dlog T = ${pa.slope.toExponential(3)})`,
+        `temperature fit: cannot bracket a minimum of the mean NLL in T ∈ [${fmt(Math.exp(lo))}, ${
+          fmt(Math.exp(hi))
+        }]: it ${
+          a.p.slope === 0 ? "is flat" : dir > 0 ? "still decreases" : "still increases"
+        } at T = ${fmt(Math.exp(end))} (dNLL/dlog T = ${a.p.slope.toExponential(3)})`,
       );
     }
-    xb = dir > 0 ? Math.min(hi, xa + Math.log(4)) : Math.max(lo, xa - Math.log(4));
-    pb = await ev(xb);
+    const x = dir > 0 ? Math.min(hi, a.x + Math.log(4)) : Math.max(lo, a.x - Math.log(4));
+    const b = { x, p: await ev(x) };
     // An exact zero while walking is flatness (every softmax one-hot in f32: H = NLL = 0), not
     // a stationary point: keep walking; only a sign change brackets the minimum.
-    if (pb.slope !== 0 && Math.sign(pb.slope) !== sign0) break;
-    xa = xb;
-    pa = pb;
+    if (b.p.slope !== 0 && Math.sign(b.p.slope) !== sign0) return { a, b };
+    a = b;
   }
-  const bracket: [number, number] = pa.temperature < pb.temperature
-    ? [pa.temperature, pb.temperature]
-    : [pb.temperature, pa.temperature];
-  // Brent's root finder (zeroin) on the slope in log T
-  const xtol = 0.5 * rtol;
+}
+
+/** Brent's root finder (zeroin) on the slope in log T, to `xtol`, inside the bracket [a, b]. */
+async function _zeroin<P extends FitStep>(
+  ev: (logT: number) => Promise<P>,
+  at: _At<P>,
+  bt: _At<P>,
+  xtol: number,
+): Promise<P> {
   const EPS = Number.EPSILON;
-  let a = xa, fa = pa.slope, b = xb, fb = pb.slope, bp = pb;
+  let a = at.x, fa = at.p.slope, pa = at.p, b = bt.x, fb = bt.p.slope, bp = bt.p;
   let c = a, fc = fa, cp = pa, d = b - a, e = d;
   for (;;) {
     if ((fb > 0 && fc > 0) || (fb < 0 && fc < 0)) {
@@ -314,7 +337,7 @@ export async function fitTemperature<P extends FitStep>(
     }
     const tol1 = 2 * EPS * Math.abs(b) + 0.5 * xtol;
     const xm = 0.5 * (c - b);
-    if (Math.abs(xm) <= tol1 || fb === 0) return done(bp, bracket);
+    if (Math.abs(xm) <= tol1 || fb === 0) return bp;
     if (Math.abs(e) >= tol1 && Math.abs(fa) > Math.abs(fb)) {
       const s = fb / fa;
       let p: number, q: number;

@@ -100,6 +100,15 @@ export interface MeasureRow {
 }
 
 /**
+ * Whether a row failed at run time (out of memory, device lost, a leak, an error): an error other
+ * than `unsupported: …`, which marks a cell the method does not support on this adapter or
+ * problem. A run with such rows exits 1.
+ */
+export function failedAtRunTime(row: Pick<MeasureRow, "error">): boolean {
+  return row.error !== undefined && !row.error.startsWith("unsupported:");
+}
+
+/**
  * Warm-up wall time (ms) of a method's first mode after the GPU may have idled (while inputs were
  * made or the method's shaders compiled), for cells whose calls are short (timeRepetitions'
  * `warmupMs`): on an H100 a sweep's first small cells ran at up to 2.7× their time (26.3 and

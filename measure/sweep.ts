@@ -18,6 +18,7 @@ import {
   type Mode,
 } from "./measure.ts";
 import { type DeviceInputs, makeDeviceInputs } from "./inputs.ts";
+import { refusedRow } from "./table3.ts";
 
 /** The size a sweep varies. */
 export type SweepAxis = "n" | "v" | "d";
@@ -205,22 +206,5 @@ export function failedRow(
   plan: Pick<SweepPlan, "reps" | "warmup">,
   error: string,
 ): MeasureRow {
-  return {
-    method: method.name,
-    label: method.label,
-    beta,
-    mode,
-    peakBytes: null,
-    timeMs: null,
-    timeSource: "wall",
-    timeMsMin: null,
-    timeMsMax: null,
-    timeMsIqr: null,
-    wallMsMedian: null,
-    reps: plan.reps,
-    warmup: plan.warmup,
-    peakByRole: null,
-    stats: null,
-    error,
-  };
+  return refusedRow(method, beta, mode, plan, error);
 }

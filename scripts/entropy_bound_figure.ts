@@ -3,7 +3,7 @@
  * against the hidden size, one line per vocabulary size. Writes the SVG and, beside it, the
  * plotted numbers as JSON (same path with .json), each atomically (temp file, then rename).
  *
- *   deno run -A scripts/entropy_bound_figure.ts [--out reports/figure4_entropy_gap.svg]
+ *   ./dev task entropy-figure [--out out/figure4_entropy_gap.svg]
  *     [--rho 0.1[,0.2…]] [--vocab 32000,128256,256000] [--d-min 64] [--d-max 8192] [--points 49]
  *
  * Bad flags print one line `error: …` and exit with status 2.
@@ -16,14 +16,14 @@ import { figure4Data, figure4Svg } from "../calibration/entropy_figure.ts";
 
 /** The command line of `entropy-figure`. */
 export const ENTROPY_FIGURE_COMMAND = defineCommand({
-  name: "deno task entropy-figure",
+  name: "./dev task entropy-figure",
   summary: "Figure 4: the LM-head entropy lower bound against hidden size (SVG and JSON).",
   flags: {
     out: {
       type: "string",
       arg: "FILE.svg",
       help: "figure",
-      default: "reports/figure4_entropy_gap.svg",
+      default: "out/figure4_entropy_gap.svg",
     },
     rho: { type: "string", arg: "R,R", help: "bounds ρ, each > 0", default: "0.1" },
     vocab: {

@@ -199,7 +199,10 @@ Deno.test("lce: an output that cannot be written leaves the others byte-identica
 Deno.test("lce: --help lists every flag with its default", async () => {
   const r = await lce(["--help"]);
   assert.equal(r.code, 0);
-  assert.match(r.stdout, /^usage: deno task lce --e E\.npy --c C\.npy --targets T\.npy --out DIR/);
+  assert.match(
+    r.stdout,
+    /^usage: \.\/dev task lce --e E\.npy --c C\.npy --targets T\.npy --out DIR/,
+  );
   assert.match(r.stdout, /--method VALUE +method \(methods\/mod\.ts\) \(default: 'fused'\)/);
   assert.match(r.stdout, /--ignore-index N +target value ignored by the loss \(default: -100\)/);
   assert.match(r.stdout, /--e E\.npy +hidden states, n×d, float32 or float64 \(required\)/);

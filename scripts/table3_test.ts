@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import { measureCells } from "./table3.ts";
+import { measureCells } from "../measure/table3.ts";
 import { resolveOptions } from "../core/options.ts";
 import { baseline } from "../methods/baseline.ts";
 import type { LceMethod } from "../methods/types.ts";
