@@ -18,6 +18,8 @@ export interface ScriptOptions {
   env?: Record<string, string>;
   /** Trim stderr (for matching a one-line error with `$`). Default false. */
   trimStderr?: boolean;
+  /** Working directory of the script (default this process's). */
+  cwd?: string;
 }
 
 /** A script's path, from the repository root (`scripts/lce.ts`) or absolute. */
@@ -43,6 +45,7 @@ export async function runScript(
     stderr: "piped",
     env: _env(o),
     clearEnv: true,
+    cwd: o.cwd,
   }).output();
   const dec = new TextDecoder();
   const stderr = dec.decode(out.stderr);
@@ -66,6 +69,7 @@ export function spawnScript(
     stderr: watch === "stderr" ? "piped" : "null",
     env: _env(o),
     clearEnv: true,
+    cwd: o.cwd,
   }).spawn();
 }
 
