@@ -111,7 +111,7 @@ def make_packages(root: str) -> dict[str, str]:
     _write(root, "liger-kernel/pyproject.toml", '[project]\nname = "liger_kernel"\n'
            'version = "0.8.2"\n')
     _write(root, "README.md", "| folder | commit |\n| --- | --- |\n| `paper-cce/` | 5d9cdad |\n"
-           "| `apple-cce/` | d42911f |\n| `liger-kernel/` | ead96b6 |\n")
+           "| `apple-cce/` | d42911f |\n| `liger-kernel/` | ead96b6 (2026-08-21) |\n")
     return {k: os.path.join(root, k) for k in ("paper-cce", "apple-cce", "liger-kernel")}
 
 

@@ -199,15 +199,17 @@ def _dir_version(pkg: Package, root: str) -> str:
 
 def _dir_commit(root: str) -> str | None:
     """The commit of a copied source folder, from the table of a README.md beside it (a row
-    naming the folder and a hexadecimal commit), or of a git checkout's HEAD file."""
+    naming the folder and a cell that starts with a hexadecimal commit), or of a git checkout's
+    HEAD file."""
     name = os.path.basename(root.rstrip(os.sep))
     if name == "src":
         name = os.path.basename(os.path.dirname(root))
     for line in _read(os.path.join(os.path.dirname(root), "README.md")).splitlines():
         if line.startswith("|") and f"`{name}/`" in line:
             for cell in line.split("|"):
-                if re.fullmatch(r"[0-9a-f]{7,40}", cell.strip()):
-                    return cell.strip()
+                m = re.match(r"([0-9a-f]{7,40})(?:\s|$)", cell.strip())
+                if m:
+                    return m.group(1)
     for d in (root, os.path.dirname(root)):
         head = _read(os.path.join(d, ".git", "HEAD")).strip()
         if head.startswith("ref: "):
