@@ -69,6 +69,8 @@ function _report(): Table3Report {
   return {
     env: {
       adapter: {
+        engine: "deno",
+        engineVersion: "wgpu (Deno 2.9.6)",
         description: "NVIDIA H200 | test",
         vendor: "nvidia",
         architecture: "hopper",
@@ -77,8 +79,6 @@ function _report(): Table3Report {
         features: ["timestamp-query"],
         limits: {},
         maxBindingBytes: 2 ** 31,
-        engine: "deno",
-        engineVersion: "wgpu (Deno 2.9.6)",
         subgroupMatrixConfigs: [],
       },
       deno: { deno: "2.9.6", v8: "x", typescript: "y" },

@@ -51,7 +51,7 @@ export const TABLE3_COMMAND = defineCommand({
     external: {
       type: "string",
       arg: "FILE.json",
-      help: "same-card rows of scripts/torch_reference.py to merge",
+      help: "same-card rows of scripts/torch_peers.py to merge",
     },
     methods: { type: "string", arg: "a,b", help: "methods (methods/mod.ts)", defaultText: "all" },
     modes: { type: "string", arg: "fwd,bwd,fwd+bwd", help: "modes", defaultText: "all three" },
