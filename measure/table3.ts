@@ -8,8 +8,15 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Dtype, LceOptions, Reduction } from "../core/options.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
-import { IDLE_GPU_WARMUP_MS, measureMethod, type MeasureRow, type Mode } from "./measure.ts";
+import {
+  cellNeed,
+  IDLE_GPU_WARMUP_MS,
+  measureMethod,
+  type MeasureRow,
+  type Mode,
+} from "./measure.ts";
 import type { DeviceInputs } from "./inputs.ts";
+import { type FreeMemory, freeMemory, gpuBudget, type MemoryNeed, whyNotFit } from "./memory.ts";
 
 /** The problem of a table. */
 export interface Table3Shape {
@@ -138,8 +145,10 @@ export interface MeasureCellsOptions extends Repetitions {
   openContext: () => Promise<GpuContext>;
   /** Uploads the inputs to a context. */
   openInputs: (ctx: GpuContext) => Promise<DeviceInputs>;
-  /** The memory budget of a context above its inputs, given the bytes of its inputs. */
-  budget: (ctx: GpuContext, inputBytes: number) => number;
+  /** What the inputs need before they are made (measure/inputs.ts inputNeed). */
+  inputNeed: MemoryNeed;
+  /** The memory free now (default measure/memory.ts freeMemory). */
+  free?: (ctx: GpuContext) => Promise<FreeMemory>;
   spec: Table3Shape;
   /** The loss options of each β section, in order (resolveOptions). */
   sections: readonly LceOptions[];
@@ -147,12 +156,6 @@ export interface MeasureCellsOptions extends Repetitions {
   modes: readonly Mode[];
   /** Whether a cell was measured already (a resumed run): it is not measured again. */
   measured: (method: string, beta: number, mode: Mode) => boolean;
-  /**
-   * Cells that must not run (e.g. their estimate exceeds the free memory): the reason, or
-   * undefined. Such cells get an error row without anything being allocated for them; a method
-   * whose every missing cell is refused needs no inputs.
-   */
-  refuse?: (method: LceMethod, opts: LceOptions, mode: Mode) => string | undefined;
   /** Each row as soon as it is measured. */
   onRow: (row: MeasureRow, ms: number) => void;
   /** Called after each method (may throw to stop the run). */
@@ -162,36 +165,43 @@ export interface MeasureCellsOptions extends Repetitions {
 }
 
 /**
- * Measures every cell not yet measured, β by β, method by method. A device lost during a method
- * marks that method's remaining cells (`device lost: …`, see measureMethod) and the next method
- * runs on a fresh context with fresh inputs. Returns the context in use at the end (the caller
- * destroys it) and the bytes of its inputs; the inputs are destroyed.
+ * Measures every cell not yet measured, β by β, method by method. Before a method, each of its
+ * cells' needs (its estimate, and the inputs while they are still to be made) is checked against
+ * the free memory: a cell that cannot fit gets an `OOM:` row naming the sizes without anything
+ * being allocated for it, and the others run capped at the free memory. A device lost during a
+ * method marks that method's remaining cells (`device lost: …`, see measureMethod) and the next
+ * method runs on a fresh context with fresh inputs. Returns the context in use at the end (the
+ * caller destroys it) and the bytes of its inputs; the inputs are destroyed.
  */
 export async function measureCells(
   ctx: GpuContext,
   o: MeasureCellsOptions,
 ): Promise<{ ctx: GpuContext; inputBytes: number }> {
   let inputs: DeviceInputs | undefined;
-  let inputBytes = 0, budget = 0;
+  let inputBytes = 0;
   for (const opts of o.sections) {
     for (const method of o.methods) {
       let missing = o.modes.filter((m) => !o.measured(method.name, opts.beta, m));
-      missing = missing.filter((mode) => {
-        const why = o.refuse?.(method, opts, mode);
-        if (why !== undefined) o.onRow(refusedRow(method, opts.beta, mode, o, why), 0);
-        return why === undefined;
-      });
       if (missing.length === 0) continue;
       if (ctx.lostReason) {
         o.progress?.(`device lost (${ctx.lostReason}); opening a new one`);
         ctx = await o.openContext();
         inputs = undefined;
       }
+      const free = await (o.free ?? freeMemory)(ctx);
+      missing = missing.filter((mode) => {
+        const need = cellNeed(method, o.spec, opts, mode, inputs ? undefined : o.inputNeed);
+        const why = whyNotFit(need, free, `${method.name} ${mode}`);
+        if (why !== undefined) o.onRow(refusedRow(method, opts.beta, mode, o, `OOM: ${why}`), 0);
+        return why === undefined;
+      });
+      if (missing.length === 0) continue;
       if (!inputs) {
         inputs = await o.openInputs(ctx);
         inputBytes = ctx.memory().liveBytes;
-        budget = o.budget(ctx, inputBytes);
       }
+      // the inputs just made took their part of the free memory
+      const budget = gpuBudget(await (o.free ?? freeMemory)(ctx));
       await _measureOne(ctx, method, opts, missing, inputs, budget, o);
       o.afterMethod?.();
     }

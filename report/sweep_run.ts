@@ -17,12 +17,7 @@ import { formatDuration, paint, Progress } from "../core/progress.ts";
 import type { Dtype, Reduction } from "../core/options.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { LceMethod } from "../methods/types.ts";
-import {
-  defaultMemoryBudget,
-  failedAtRunTime,
-  type Mode,
-  nvidiaMemoryBytes,
-} from "../measure/measure.ts";
+import { failedAtRunTime, type Mode } from "../measure/measure.ts";
 import {
   cellWeight,
   planWeight,
@@ -235,7 +230,6 @@ export async function runSweepReport(o: SweepRunOptions): Promise<number> {
     if (old) _keepEarlier(report, old);
     if (o.resume) progress.log(`resuming: ${previous.size} cells measured before are kept`);
     writeSweepData(report, o.out);
-    const gpuBytes = ctx.report.isFallbackAdapter ? undefined : await nvidiaMemoryBytes();
     const total = plan.values.length * o.betas.length * o.methods.length * o.modes.length;
     let count = 0;
     const result = await runSweep(ctx, plan, {
@@ -257,8 +251,6 @@ export async function runSweepReport(o: SweepRunOptions): Promise<number> {
       onNote: (text) => progress.log(text),
       done: (x, beta, method, mode) => previous.get(_key(x, beta, method, mode)),
       reopen: o.open,
-      budgetBytes: (c, inputBytes) =>
-        gpuBytes !== undefined ? gpuBytes - inputBytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
     });
     ctx = result.ctx;
     report.complete = true;

@@ -16,15 +16,13 @@ import type { Dtype, LceOptions, Reduction } from "../core/options.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import type { LceMethod } from "../methods/types.ts";
 import {
-  defaultMemoryBudget,
   failedAtRunTime,
   formatMiB,
   IDLE_GPU_BUSY_MS,
   type MeasureRow,
   type Mode,
-  nvidiaMemoryBytes,
 } from "../measure/measure.ts";
-import { makeDeviceInputs } from "../measure/inputs.ts";
+import { inputNeed, makeDeviceInputs } from "../measure/inputs.ts";
 import {
   cellKey,
   cellOrder,
@@ -294,7 +292,6 @@ async function _measure(
 ): Promise<{ ctx: GpuContext; inputBytes: number }> {
   const { shape } = run.report;
   const say = (s: string) => progress.log(s);
-  const gpuBytes = ctx.report.isFallbackAdapter ? undefined : await nvidiaMemoryBytes();
   keeper.saveJson();
   if (keeper.writeError) throw keeper.writeError;
   return await measureCells(ctx, {
@@ -305,8 +302,7 @@ async function _measure(
       run.report.generator = x.generator;
       return x;
     },
-    budget: (c, bytes) =>
-      gpuBytes !== undefined ? gpuBytes - bytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
+    inputNeed: inputNeed({ fixture: o.fixture, ...shape }),
     spec: shape,
     sections: o.sections,
     methods: o.methods,

@@ -1,5 +1,6 @@
 /**
- * The one way tests run a command-line entry point: `deno run -A <script> ...args` as a
+ * The one way tests run a command-line entry point: `deno run -A <script> ...args` (or other
+ * permission flags) as a
  * subprocess, with colour off, either to completion ({@link runScript}) or watched line by line
  * until it has printed enough to be killed ({@link spawnScript}, {@link readUntil}).
  * @module
@@ -20,6 +21,8 @@ export interface ScriptOptions {
   trimStderr?: boolean;
   /** Working directory of the script (default this process's). */
   cwd?: string;
+  /** Permission flags instead of `-A` (e.g. to deny writing somewhere, as a read-only disk). */
+  permissions?: string[];
 }
 
 /** A script's path, from the repository root (`scripts/lce.ts`) or absolute. */
@@ -40,7 +43,7 @@ export async function runScript(
   o: ScriptOptions = {},
 ): Promise<ScriptRun> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _path(script), ...args],
+    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: "piped",
     stderr: "piped",
     env: _env(o),
@@ -64,7 +67,7 @@ export function spawnScript(
   o: ScriptOptions = {},
 ): Deno.ChildProcess {
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _path(script), ...args],
+    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: watch === "stdout" ? "piped" : "null",
     stderr: watch === "stderr" ? "piped" : "null",
     env: _env(o),
