@@ -62,6 +62,39 @@ export function checkTemperature(t: number, what = "temperature"): void {
   );
 }
 
+/** The largest finite f32. */
+const _F32_MAX = 3.4028234663852886e38;
+
+/**
+ * Throws InputError naming `what` when the logits of `x` divided by T could leave f32: by
+ * Cauchy–Schwarz |z/T| ≤ max‖E_n‖·max‖C_v‖ / T, which must stay a thousandth of f32's range
+ * below its largest value (the forward sums products of E/T and C in f32), and so must E/T.
+ */
+export function checkTemperatureFor(x: HostInputs, t: number, what = "temperature"): void {
+  checkTemperature(t, what);
+  const maxNorm = (a: Float32Array, rows: number, cols: number) => {
+    let best = 0, maxAbs = 0;
+    for (let r = 0; r < rows; r++) {
+      let s = 0;
+      for (let j = r * cols; j < (r + 1) * cols; j++) {
+        s += a[j] * a[j];
+        maxAbs = Math.max(maxAbs, Math.abs(a[j]));
+      }
+      best = Math.max(best, Math.sqrt(s));
+    }
+    return { norm: best, maxAbs };
+  };
+  const e = maxNorm(x.e, x.n, x.d), c = maxNorm(x.c, x.v, x.d);
+  const bound = (e.norm * c.norm) / t;
+  const limit = _F32_MAX / 1000;
+  check(
+    bound <= limit && e.maxAbs / t <= limit,
+    `${what} ${t} is too small for these inputs: the logits divided by it reach up to ` +
+      `${bound.toPrecision(3)} (‖E_n‖·‖C_v‖ up to ${(e.norm * c.norm).toPrecision(3)}), past ` +
+      `f32's range; give T ≥ ${((e.norm * c.norm) / limit).toPrecision(2)}`,
+  );
+}
+
 /**
  * Inputs and softcap whose logits are those of `x` (with `softcap`) divided by T: E/T (float64
  * division rounded to f32; C and the targets shared) and s/T. For one-off passes of other

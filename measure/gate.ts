@@ -177,19 +177,22 @@ export async function measureCase(
     x,
     inputs,
     source,
+    // in the context's error scopes: a yardstick the engine refuses fails the results it times
     yardstick: () =>
-      timeRecorder(ctx, (rec) =>
-        mm.record(rec, {
-          a: { tensor: inputs.e, trans: false },
-          b: { tensor: inputs.c, trans: false },
-          out: yardOut,
-          tile,
-          label: "yardstick E·Cᵀ",
-        })),
+      ctx.scoped(() =>
+        timeRecorder(ctx, (rec) =>
+          mm.record(rec, {
+            a: { tensor: inputs.e, trans: false },
+            b: { tensor: inputs.c, trans: false },
+            out: yardOut,
+            tile,
+            label: "yardstick E·Cᵀ",
+          }))
+      ),
   };
   const results: GateResult[] = [];
   try {
-    await data.yardstick(); // warm-up
+    await data.yardstick(); // warm-up (and a yardstick the engine refuses fails here, once)
     for (const beta of o.betas) {
       const opts = resolveOptions({ beta });
       const want = lceReference(x, opts, _GRAD_OUTPUT);
@@ -406,7 +409,9 @@ export async function runGate(ctx: GpuContext, o: RunGateOptions): Promise<GateO
   const total = o.suite.cases.length * o.suite.betas.length * o.methods.length;
   const progress = (prefix: string) => (r: GateResult, ms: number) => {
     const modes = Object.entries(r.modes).map(([m, x]) =>
-      x.error !== undefined ? `${m} failed` : `${m} ${x.peakBytes} B ×${fmtRatio(x.timeRatio)}`
+      x.error !== undefined
+        ? `${m} failed`
+        : `${m} ${x.peakBytes} B, ${fmtRatio(x.timeRatio)} yardsticks`
     );
     const what = r.error ??
       `parity ${fmtErr(Math.max(r.parity!.loss, r.parity!.dE, r.parity!.dC))}; ${modes.join(", ")}`;

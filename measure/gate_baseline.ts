@@ -18,6 +18,7 @@ import {
   type GateAdapter,
   type GateRun,
   hostText,
+  resultKey,
   timeHostKey,
 } from "./gate_suites.ts";
 
@@ -316,6 +317,16 @@ export function baselineFor(o: {
   return chosen;
 }
 
+/** Results and modes of a run that failed at run time (not `unsupported`), as text. */
+export function failedResults(run: GateRun): string[] {
+  const failed = (e?: string) => e !== undefined && !e.startsWith("unsupported:");
+  return run.results.flatMap((r) => {
+    if (failed(r.error)) return [`${resultKey(r)}: ${r.error}`];
+    return Object.entries(r.modes).filter(([, m]) => failed(m?.error))
+      .map(([mode, m]) => `${resultKey(r)} ${mode}: ${m!.error}`);
+  });
+}
+
 /** The parity errors of a run above the absolute limit, as text (a baseline must have none). */
 export function parityOverLimit(run: GateRun, limit = GATE_THRESHOLDS.parityMaxErr): string[] {
   return run.results.flatMap((r) =>
@@ -341,6 +352,12 @@ export function writeBaseline(
   if (over.length) {
     return `not writing ${path}: parity error above ${GATE_THRESHOLDS.parityMaxErr}: ` +
       over.join("; ");
+  }
+  const failed = failedResults(run);
+  if (failed.length) {
+    return `not writing ${path}: ${failed.length} result${failed.length === 1 ? "" : "s"} ` +
+      `failed (a baseline holds what runs): ${failed.slice(0, 3).join("; ")}` +
+      (failed.length > 3 ? "; …" : "");
   }
   const own = o.own ?? (existsSync(path) ? readBaseline(path) : undefined);
   if (o.measured && own && own.suite === run.suite) {

@@ -12,6 +12,7 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
+import { GpuError } from "../core/errors.ts";
 import { freeHostBytes } from "./host.ts";
 
 /** Bytes a step needs of host memory (JavaScript arrays, staging) and of GPU memory. */
@@ -114,4 +115,40 @@ export async function capAllocations<T>(
   } finally {
     ctx.allocationLimitBytes = before;
   }
+}
+
+/**
+ * Host bytes a command needs to read `.npy` inputs and keep what it makes of them: the files as
+ * read, and four float32 copies of E and C (converted, rounded to the dtype, the gradients read
+ * back, their `.npy` encoding), each at most the files' bytes since every value takes at least
+ * four bytes in a file. InputError-free: a file that cannot be stat'ed counts as empty (reading
+ * it reports the problem).
+ */
+export function npyInputsHostNeed(paths: { e: string; c: string; targets: string }): number {
+  const size = (p: string) => {
+    try {
+      return Deno.statSync(p).size;
+    } catch {
+      return 0;
+    }
+  };
+  const ec = size(paths.e) + size(paths.c);
+  return ec + size(paths.targets) + 4 * ec;
+}
+
+/**
+ * Throws GpuError out-of-memory (a failure at run time, exit 1) naming the sizes when `need` does
+ * not fit the memory free now (the host's alone without a context).
+ */
+export async function requireFits(
+  ctx: GpuContext | undefined,
+  need: MemoryNeed,
+  what: string,
+): Promise<FreeMemory> {
+  const free = ctx
+    ? await freeMemory(ctx)
+    : { hostBytes: freeHostBytes(), gpuBytes: Infinity, shared: false };
+  const why = whyNotFit(need, free, what);
+  if (why !== undefined) throw new GpuError("out-of-memory", why);
+  return free;
 }

@@ -26,10 +26,8 @@ import {
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
  * a GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
  * (72 MiB at the paper's shape). On an H100, with G in shards of 2048 rows, the paper's dE ran
- * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (reports/h100_2026-11-25s10/run_j/: the
- * rule takes 11, a whole number of waves); before the shards were aligned, on TILE_HW_512, in
- * 256.5, 240.5, 224.7, 234.7 and 220.9 ms split 3, 4, 6, 8 and 12 ways
- * (reports/h100_2026-11-23d/run_d/).
+ * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (the rule takes 11, a whole number of
+ * waves; docs/performance.md).
  */
 const BASELINE_DE_MAX_SLICES = 12;
 

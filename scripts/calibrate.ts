@@ -33,7 +33,9 @@ import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
 import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { checkTemperature } from "../calibration/temperature.ts";
+import { checkTemperature, checkTemperatureFor } from "../calibration/temperature.ts";
+import { inputNeed } from "../measure/inputs.ts";
+import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
 import {
   type CalibrateJob,
   calibrationFiles,
@@ -103,7 +105,12 @@ export async function calibrateMain(args: string[]): Promise<void> {
   if (job === "help") return;
   const ctx = await GpuContext.create({ adapter: job.adapter });
   try {
-    const r = await runCalibration(ctx, job);
+    // the inputs on the GPU (f32 at most) and the per-token statistics
+    const { n, v, d } = job.x;
+    const need = { hostBytes: 0, gpuBytes: (n + v) * d * 4 + n * 64 + 2 ** 20 };
+    const free = await requireFits(ctx, need, `calibration at ${n} × ${v} × ${d}`);
+    const limit = ctx.memory().liveBytes + gpuBudget(free);
+    const r = await capAllocations(ctx, limit, () => runCalibration(ctx, job));
     console.log(calibrationText(job, r, ctx.report.description));
     const files = await calibrationFiles(job, r, ctx.report.description);
     if (files.length > 0) {
@@ -134,6 +141,12 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
   const name = v.name ?? "reliability";
   check(/^[A-Za-z0-9_.-]+$/.test(name), `--name must be letters, digits, _ . or -, got '${name}'`);
   const inputs = [v.e, v.c, v.targets].filter((f) => f !== undefined);
+  // every output can be written, before anything is read (nothing is written on a failure)
+  const outputs = v.out === undefined
+    ? []
+    : ["svg", "json"].map((ext) => join(v.out!, `calibration_${name}.${ext}`));
+  if (v.json !== undefined) outputs.push(v.json);
+  checkOutputs(outputs, inputs);
   const shapeFlags = (["n", "v", "d", "seed", "ignore-fraction"] as const).filter((k) =>
     v[k] !== undefined
   );
@@ -149,6 +162,8 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
       d: v.d ?? FIXTURE_DEFAULTS.d,
     };
     const ignoreFraction = v["ignore-fraction"] ?? 0;
+    const need = inputNeed({ ...shape, dtype, fixture: "host" });
+    await requireFits(undefined, { hostBytes: need.hostBytes, gpuBytes: 0 }, "the fixture");
     x = makeFixture(fixture, { ...shape, dtype, seed, ignoreFraction });
     source = { kind: "fixture", fixture, seed, ignoreFraction };
   } else {
@@ -160,16 +175,17 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
       shapeFlags.length === 0,
       `--${shapeFlags[0]} applies only with --fixture`,
     );
-    x = await readInputFiles({ e: v.e!, c: v.c!, targets: v.targets! }, dtype);
+    const files = { e: v.e!, c: v.c!, targets: v.targets! };
+    await requireFits(
+      undefined,
+      { hostBytes: npyInputsHostNeed(files), gpuBytes: 0 },
+      "the inputs",
+    );
+    x = await readInputFiles(files, dtype);
     source = { kind: "files", e: v.e, c: v.c, targets: v.targets };
   }
   checkInputs(x, opts);
-  // every output can be written, before any GPU work (nothing is written on a failure)
-  const outputs = v.out === undefined
-    ? []
-    : ["svg", "json"].map((ext) => join(v.out!, `calibration_${name}.${ext}`));
-  if (v.json !== undefined) outputs.push(v.json);
-  checkOutputs(outputs, inputs);
+  checkTemperatureFor(x, temperature, "--temperature");
   return {
     x,
     source,

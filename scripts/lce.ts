@@ -8,8 +8,10 @@
  * run (directory writable, no output a directory or one of the inputs); the inputs are read
  * bounded (io/npy.ts: regular files only, rows no longer than one storage binding of the
  * adapter); the outputs are written to temporary files in DIR and renamed only when all three
- * are written, so a failure leaves every pre-existing output byte-identical. Bad input: one line,
- * exit 2; a failure of the GPU or the method: one line, exit 1 (core/cli.ts).
+ * are written, so a failure leaves every pre-existing output byte-identical. The host memory of
+ * the files and their copies, then the GPU memory of the inputs and the method's calls, are
+ * checked against the free memory before they are taken (measure/memory.ts). Bad input: one
+ * line, exit 2; not enough memory, a failure of the GPU or the method: one line, exit 1.
  * @module
  */
 import { join } from "node:path";
@@ -20,6 +22,9 @@ import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName } from "../methods/mod.ts";
+import { cellNeed } from "../measure/measure.ts";
+import { inputNeed } from "../measure/inputs.ts";
+import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
 import { runMethod } from "../methods/run.ts";
 
 /** The command line of `lce`. */
@@ -79,15 +84,27 @@ export async function lceMain(args: string[]): Promise<void> {
   });
   const outputs = ["loss.npy", "dE.npy", "dC.npy"].map((name) => join(f.out, name));
   checkOutputs(outputs, [f.e, f.c, f.targets]);
+  const files = { e: f.e, c: f.c, targets: f.targets };
+  // the host memory the files and their copies take, before anything is read
+  await requireFits(undefined, { hostBytes: npyInputsHostNeed(files), gpuBytes: 0 }, "lce");
   const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
   try {
     // rows are bound whole (f32 on the host, at most 4 bytes a value on the GPU); a tensor is
     // sharded by rows, so its whole size is bounded by the machine's memory, not one binding
-    const files = { e: f.e, c: f.c, targets: f.targets };
     const x = await readInputFiles(files, dtype, { maxRowBytes: ctx.maxBindingBytes });
     const { n, v, d } = x;
+    // the GPU memory of the inputs and the method's calls, before anything is allocated
+    const spec = { n, v, d, dtype };
+    const inputs = { hostBytes: 0, gpuBytes: inputNeed({ ...spec, fixture: "files" }).gpuBytes };
+    const need = cellNeed(method, spec, opts, "fwd+bwd", inputs);
+    const free = await requireFits(ctx, need, `${method.name} at ${n} × ${v} × ${d} ${dtype}`);
+    const limit = ctx.memory().liveBytes + gpuBudget(free);
     // runMethod validates x (sizes, targets, finite values) once, before anything is allocated
-    const r = await runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] });
+    const r = await capAllocations(
+      ctx,
+      limit,
+      () => runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] }),
+    );
     for (const [name, a] of [["loss", r.loss], ["dE", r.dE], ["dC", r.dC]] as const) {
       const bad = a.findIndex((z) => !Number.isFinite(z));
       if (bad >= 0) throw new Error(`${method.name} produced a non-finite ${name} at index ${bad}`);

@@ -12,6 +12,7 @@ import { check, InputError } from "../core/errors.ts";
 import type { Table3Report } from "../report/table3.ts";
 import { writeReport } from "../report/table3_files.ts";
 import { readExternalRows } from "../report/external.ts";
+import { checkOutputDir } from "../io/outputs.ts";
 
 /** The command line of `table3_merge.ts`. */
 export const TABLE3_MERGE_COMMAND = defineCommand({
@@ -37,6 +38,7 @@ await runCli(async () => {
       throw new InputError(`${p}: ${(e as Error).message.split("\n")[0]}`);
     }
   });
+  checkOutputDir(values.out, `--out ${values.out}`);
   const [first] = reports;
   for (const [i, r] of reports.entries()) {
     check(
