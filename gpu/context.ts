@@ -220,6 +220,19 @@ export class GpuContext {
     } catch (e) {
       throw new GpuError("internal", `requestDevice failed: ${(e as Error).message}`);
     }
+    return GpuContext.fromDevice(adapter, device, { ...opts, engine, engineVersion: version });
+  }
+
+  /**
+   * A context on a device opened elsewhere: what {@link create} does once it has one. Tools that
+   * emulate another adapter (the kernel manifest, testing/emulated_device.ts) pass their own.
+   */
+  static fromDevice(
+    adapter: GPUAdapter,
+    device: GPUDevice,
+    opts: ContextOptions & { engine: Engine; engineVersion: string },
+  ): GpuContext {
+    const { engine, engineVersion: version } = opts;
     const info = adapter.info;
     const limits: Record<string, number> = {};
     for (const k in device.limits) {

@@ -33,7 +33,7 @@ import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused/backwa
 import type { LceMethod } from "../methods/types.ts";
 import { TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
 
-const BASE: FusedVariant = {
+export const BASE: FusedVariant = {
   name: "bench",
   label: "bench",
   description: "bench",
@@ -44,7 +44,7 @@ const BASE: FusedVariant = {
 };
 
 /** The configurations, by name. */
-const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
+export const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
   ours: () => ({}),
   "always-sort": () => ({ decideOrder: false }),
   nosort: () => ({ sort: false }),
@@ -69,7 +69,7 @@ const CONFIGS: Record<string, (ctx: GpuContext) => Partial<FusedVariant>> = {
  * with flags `s` (stage2d), `m` (thread-major), `w` (warp layout), optionally `-kg` and the flags
  * of the `kept g` pass's 128×64 tile: the gathered dE's product tile (128 rows, 16-byte loads).
  */
-function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | undefined {
+export function _config(name: string): ((ctx: GpuContext) => Partial<FusedVariant>) | undefined {
   if (CONFIGS[name]) return CONFIGS[name];
   const m = /^s(\d+)r(\d+)$/.exec(name);
   if (m) return () => ({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });

@@ -49,7 +49,7 @@ import { denseChunkRows } from "../methods/_dense_backward.ts";
 const WARMUP_MS = 500;
 
 /** Tile candidates by name. */
-const TILES: Record<string, GemmTile> = {
+export const TILES: Record<string, GemmTile> = {
   hw: TILE_HW,
   hw_k8: { ...TILE_HW, bk: 8 },
   hw_wt: { ...TILE_HW, warpTile: true },
@@ -116,7 +116,7 @@ const TILES: Record<string, GemmTile> = {
 };
 
 /** The products measured, by name (see the module doc). */
-const CASES = [
+export const CASES = [
   "logits",
   "logits16",
   "dE",
@@ -133,7 +133,7 @@ const CASES = [
   "denseDE",
   "denseDC",
 ] as const;
-type _CaseName = (typeof CASES)[number];
+export type _CaseName = (typeof CASES)[number];
 
 /** The command line of `bench_gemm.ts`. */
 export const BENCH_GEMM_COMMAND = defineCommand({
@@ -297,7 +297,7 @@ export async function benchGemmMain(args: string[]): Promise<void> {
 if (import.meta.main) await runCli(() => benchGemmMain(Deno.args));
 
 /** One product to time: its operands, output and flops. */
-interface _Case {
+export interface _Case {
   a: MatmulOperand;
   b: MatmulOperand;
   aDtype: TensorDtype;
@@ -310,7 +310,7 @@ interface _Case {
 }
 
 /** The products of {@link CASES} at one shape (G tensors made on first use). */
-function _cases(
+export function _cases(
   mk: (rows: number, cols: number, dt: TensorDtype, label: string) => DeviceTensor,
   { e, c, n, v, d, dtype }: {
     e: DeviceTensor;

@@ -73,7 +73,7 @@ const T = (bm: number, bn: number, bk: number, tm: number, tn: number): GemmTile
 });
 
 /** Candidate tiles on hardware adapters (filtered by the device's workgroup limits). */
-const HW_TILES: GemmTile[] = [
+export const HW_TILES: GemmTile[] = [
   TILE_HW_WIDE,
   { ...T(128, 128, 16, 8, 8), vec: true, stage2d: true },
   { ...T(128, 128, 16, 8, 8), vec: true },
@@ -89,7 +89,7 @@ const HW_TILES: GemmTile[] = [
   { ...T(64, 64, 16, 4, 4), vec: true, stage2d: true },
 ];
 /** Candidate tiles on software adapters. */
-const SW_TILES: GemmTile[] = [
+export const SW_TILES: GemmTile[] = [
   T(64, 64, 16, 4, 4),
   T(128, 128, 8, 8, 8),
   T(64, 64, 8, 4, 4),
@@ -108,7 +108,7 @@ function _adapterSlug(description: string): string {
 }
 
 /** Fills a tensor on the GPU with hashed uniform values in [−scale, scale) (no host copy). */
-async function _fillRandom(
+export async function _fillRandom(
   ctx: GpuContext,
   t: DeviceTensor,
   seed: number,

@@ -1,0 +1,182 @@
+/**
+ * The kernels of the tuning tools for the kernel manifest (testing/kernel_manifest.ts): the GEMM
+ * bench's tile candidates on each of its products, the fused forward tuner's candidate tiles with
+ * each variant it times, and the fused backward bench's configurations, on the emulated H100 at
+ * the paper's shape and on the emulated software adapter at each tool's software default.
+ * @module
+ */
+import { resolveOptions } from "../core/options.ts";
+import { Recorder } from "../gpu/recorder.ts";
+import { createTensor, type TensorDtype } from "../gpu/tensor.ts";
+import { prepareMatmul } from "../kernels/matmul.ts";
+import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
+import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
+import { type FusedForwardOptions, prepareFusedForward } from "../kernels/fused/forward.ts";
+import { fusedTilesWorkgroupBytes } from "../kernels/fused/forward_tiles.ts";
+import { fusedMethod } from "../methods/fused.ts";
+import { _cases, CASES, TILES } from "../scripts/bench_gemm.ts";
+import { _fillRandom, HW_TILES, SW_TILES } from "../scripts/tune_forward.ts";
+import { _config, BASE, CONFIGS } from "../scripts/bench_fused_backward.ts";
+import {
+  type AdapterProfile,
+  emulatedContext,
+  H100_PROFILE,
+  SOFTWARE_PROFILE,
+} from "./emulated_device.ts";
+import { collect, type ManifestRun, runMethodKernels } from "./kernel_capture.ts";
+
+const PAPER = { n: 8192, v: 256000, d: 2304 };
+
+/** The GEMM bench: every tile candidate on every product, per input dtype. */
+async function _benchGemm(
+  codes: Map<string, string>,
+  profile: AdapterProfile,
+  shape: { n: number; v: number; d: number },
+): Promise<ManifestRun[]> {
+  const runs: ManifestRun[] = [];
+  for (const dtype of ["bf16", "f16", "f32"] as const) {
+    for (const [tn, tile] of Object.entries(TILES)) {
+      const key = `bench_gemm ${profile.name} ${dtype} ${tn}`;
+      const em = emulatedContext(profile);
+      const ctx = em.ctx;
+      const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
+        createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
+      const e = mk(shape.n, shape.d, dtype, "E"), c = mk(shape.v, shape.d, dtype, "C");
+      const cases = _cases(mk, { e, c, ...shape, dtype });
+      try {
+        for (const cn of CASES) {
+          const cs = cases[cn]();
+          const mm = await prepareMatmul(ctx, {
+            tile,
+            aDtype: cs.aDtype,
+            bDtype: cs.bDtype ?? dtype,
+            aTrans: cs.a.trans,
+            bTrans: cs.b.trans,
+            outDtype: cs.outDtype,
+          });
+          const rec = new Recorder(ctx);
+          mm.record(rec, { a: cs.a, b: cs.b, out: cs.out(), accumulate: cs.accumulate });
+          await rec.finish();
+        }
+        runs.push({ key, kernels: await collect(em.kernels, codes) });
+      } catch (err) {
+        runs.push({ key, kernels: [], skipped: `error: ${(err as Error).message.split("\n")[0]}` });
+      }
+    }
+  }
+  return runs;
+}
+
+/** The fused forward tuner: each candidate tile with each variant it can time. */
+async function _tuneForward(
+  codes: Map<string, string>,
+  profile: AdapterProfile,
+  tiles: GemmTile[],
+  shape: { n: number; v: number; d: number },
+): Promise<ManifestRun[]> {
+  const runs: ManifestRun[] = [];
+  const lim = profile.limits;
+  const fits = (t: GemmTile) => {
+    try {
+      validateTile(t);
+    } catch {
+      return false;
+    }
+    const mem = fusedTilesWorkgroupBytes(t, { sumZ: true, stats: true, state: "registers" });
+    return mem <= lim.maxComputeWorkgroupStorageSize && t.bm <= tileThreads(t) &&
+      tileThreads(t) <= lim.maxComputeInvocationsPerWorkgroup;
+  };
+  for (const dtype of ["bf16", "f32"] as const) {
+    for (const softcap of [undefined, 30]) {
+      for (const [i, tile] of tiles.entries()) {
+        if (!fits(tile)) continue;
+        const key = `tune_forward ${profile.name} ${dtype} softcap=${softcap ?? "off"} tile ${i}`;
+        const em = emulatedContext(profile);
+        const ctx = em.ctx;
+        const spec = { ...shape, dtype };
+        const opts = resolveOptions({ beta: 0.1, softcap, reduction: "none" });
+        const variants: Partial<FusedForwardOptions>[] = [
+          {},
+          { tileState: "registers" as const },
+          { tokenStats: true },
+          { smoothing: "in-kernel" as const },
+          { opts: resolveOptions({ beta: 0.1, softcap: 30, reduction: "none" }) },
+        ];
+        for (let r = 1; r <= tile.tm; r *= 2) {
+          if (tile.tm % r === 0) variants.push({ roundRows: r });
+        }
+        try {
+          for (const v of variants) {
+            await prepareFusedForward(ctx, { spec, opts, tile, ...v }).catch((e) => {
+              if (!(e instanceof RangeError)) throw e; // a variant past the workgroup memory
+            });
+          }
+          const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
+            createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
+          const e = mk(shape.n, shape.d, dtype, "E"), c = mk(shape.v, shape.d, dtype, "C");
+          await _fillRandom(ctx, e, 11, 1);
+          const mm = await prepareMatmul(ctx, {
+            tile,
+            aDtype: dtype,
+            bDtype: dtype,
+            aTrans: false,
+            bTrans: false,
+          });
+          const rec = new Recorder(ctx);
+          const logits = mk(shape.n, shape.v, "f32", "logits");
+          mm.record(rec, {
+            a: { tensor: e, trans: false },
+            b: { tensor: c, trans: false },
+            out: logits,
+          });
+          await rec.finish();
+          await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: shape.v });
+          runs.push({ key, kernels: await collect(em.kernels, codes) });
+        } catch (err) {
+          runs.push({
+            key,
+            kernels: [],
+            skipped: `error: ${(err as Error).message.split("\n")[0]}`,
+          });
+        }
+      }
+    }
+  }
+  return runs;
+}
+
+/** The fused backward bench: each named configuration, forward and backward. */
+async function _benchFusedBackward(
+  codes: Map<string, string>,
+  profile: AdapterProfile,
+  shape: { n: number; v: number; d: number },
+): Promise<ManifestRun[]> {
+  const runs: ManifestRun[] = [];
+  const names = [...Object.keys(CONFIGS), "s2r2", "g128k16t8x8s-kgs"];
+  for (const dtype of ["bf16", "f32"] as const) {
+    for (const name of names) {
+      const key = `bench_fused_backward ${profile.name} ${dtype} ${name}`;
+      const em = emulatedContext(profile);
+      const m = fusedMethod({ ...BASE, ..._config(name)!(em.ctx), name });
+      try {
+        await runMethodKernels(em.ctx, m, { ...shape, dtype }, resolveOptions({ beta: 0.1 }));
+        runs.push({ key, kernels: await collect(em.kernels, codes) });
+      } catch (err) {
+        runs.push({ key, kernels: [], skipped: `error: ${(err as Error).message.split("\n")[0]}` });
+      }
+    }
+  }
+  return runs;
+}
+
+/** Every tuning tool's kernels (see the module doc). */
+export async function manifestExtras(codes: Map<string, string>): Promise<ManifestRun[]> {
+  return [
+    ...await _benchGemm(codes, H100_PROFILE, PAPER),
+    ...await _benchGemm(codes, SOFTWARE_PROFILE, { n: 37, v: 53, d: 19 }),
+    ...await _tuneForward(codes, H100_PROFILE, HW_TILES, PAPER),
+    ...await _tuneForward(codes, SOFTWARE_PROFILE, SW_TILES, { n: 256, v: 4096, d: 128 }),
+    ...await _benchFusedBackward(codes, H100_PROFILE, PAPER),
+    ...await _benchFusedBackward(codes, SOFTWARE_PROFILE, { n: 512, v: 8192, d: 256 }),
+  ];
+}
