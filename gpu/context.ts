@@ -108,6 +108,22 @@ export class TrackedBuffer {
   }
 }
 
+/**
+ * What one binding of a bind group holds: a whole buffer, or `size` bytes of it from `offset`
+ * (default: the rest of the buffer).
+ */
+export type BindingResource =
+  | TrackedBuffer
+  | GPUBuffer
+  | { buffer: TrackedBuffer | GPUBuffer; offset?: number; size?: number };
+
+/** A binding of a compiled pipeline's group 0 as its shader declares it. */
+export interface PipelineBinding {
+  index: number;
+  name: string;
+  type: GPUBufferBindingType;
+}
+
 /** Options of {@link GpuContext.createBuffer}. */
 export interface BufferOptions {
   /** Bytes; rounded up to a multiple of 4. */
@@ -159,6 +175,7 @@ export class GpuContext {
   #liveTotal = 0;
   #peakTotal = 0;
   #pipelines = new Map<string, GPUComputePipeline>();
+  #layouts = new WeakMap<GPUComputePipeline, { label: string; bindings: PipelineBinding[] }>();
   #uncaptured: string[] = [];
 
   private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
@@ -413,7 +430,7 @@ export class GpuContext {
         }`,
       );
     }
-    this.#pipelines.set(code, p);
+    this.#remember(p, code, label);
     return p;
   }
 
@@ -428,8 +445,19 @@ export class GpuContext {
     this.assertAlive();
     const module = this.device.createShaderModule({ code, label });
     const p = this.device.createComputePipeline(this.#descriptor(code, label, module));
-    this.#pipelines.set(code, p);
+    this.#remember(p, code, label);
     return p;
+  }
+
+  /** Caches a pipeline by its source and keeps its label and bindings for bind groups. */
+  #remember(p: GPUComputePipeline, code: string, label: string): void {
+    this.#pipelines.set(code, p);
+    this.#layouts.set(p, { label, bindings: _bindingsOf(code) });
+  }
+
+  /** The label and group-0 bindings of a pipeline made by {@link pipeline} or {@link pipelineNow}. */
+  pipelineInfo(p: GPUComputePipeline): { label: string; bindings: PipelineBinding[] } | undefined {
+    return this.#layouts.get(p);
   }
 
   /** The pipeline of `module`'s `main` with one bind group laid out from `code`'s bindings. */
@@ -440,26 +468,35 @@ export class GpuContext {
   ): GPUComputePipelineDescriptor {
     return {
       layout: this.device.createPipelineLayout({
-        bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
+        bindGroupLayouts: [
+          this.device.createBindGroupLayout({
+            entries: _bindingsOf(code).map((b) => ({
+              binding: b.index,
+              visibility: GPUShaderStage.COMPUTE,
+              buffer: { type: b.type },
+            })),
+          }),
+        ],
       }),
       compute: { module, entryPoint: "main" },
       label,
     };
   }
 
-  /** A bind group of `pipeline`'s group 0 from buffers in binding order. */
+  /**
+   * A bind group of `pipeline`'s group 0 from resources in binding order (the i-th of them at
+   * binding i).
+   */
   bindGroup(
     pipeline: GPUComputePipeline,
-    buffers: (TrackedBuffer | GPUBuffer)[],
+    resources: BindingResource[],
     label: string,
   ): GPUBindGroup {
+    const entries = resources.map((r, i) => ({ binding: i, resource: _bufferBinding(r) }));
     return this.device.createBindGroup({
       label,
       layout: pipeline.getBindGroupLayout(0),
-      entries: buffers.map((b, i) => ({
-        binding: i,
-        resource: { buffer: b instanceof TrackedBuffer ? b.buffer : b },
-      })),
+      entries,
     });
   }
 
@@ -525,19 +562,38 @@ export class GpuContext {
  * The bind group layout declared by a shader's group-0 bindings, so that a binding the shader
  * does not use still belongs to the layout (an "auto" layout would drop it).
  */
-function _bindingsOf(code: string): GPUBindGroupLayoutEntry[] {
+function _bindingsOf(code: string): PipelineBinding[] {
   const re =
-    /@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage)\s*(?:,\s*(read_write|read))?\s*>/g;
-  const out: GPUBindGroupLayoutEntry[] = [];
+    /@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage)\s*(?:,\s*(read_write|read))?\s*>\s*(\w+)/g;
+  const out: PipelineBinding[] = [];
   for (const m of code.matchAll(re)) {
     const type: GPUBufferBindingType = m[2] === "uniform"
       ? "uniform"
       : m[3] === "read_write"
       ? "storage"
       : "read-only-storage";
-    out.push({ binding: Number(m[1]), visibility: GPUShaderStage.COMPUTE, buffer: { type } });
+    out.push({ index: Number(m[1]), name: m[4], type });
   }
-  return out.sort((a, b) => a.binding - b.binding);
+  return out.sort((a, b) => a.index - b.index);
+}
+
+/** The GPUBufferBinding of a resource. */
+function _bufferBinding(r: BindingResource): GPUBufferBinding {
+  if (r instanceof TrackedBuffer) return { buffer: r.buffer };
+  if ("buffer" in r && !("usage" in r)) {
+    const buffer = r.buffer instanceof TrackedBuffer ? r.buffer.buffer : r.buffer;
+    return { buffer, offset: r.offset, size: r.size };
+  }
+  return { buffer: r as GPUBuffer };
+}
+
+/** The buffer and the byte range [offset, offset + size) a binding resource covers. */
+export function bindingRange(
+  r: BindingResource,
+): { buffer: GPUBuffer; offset: number; size: number } {
+  const b = _bufferBinding(r);
+  const offset = b.offset ?? 0;
+  return { buffer: b.buffer, offset, size: b.size ?? Math.max(0, b.buffer.size - offset) };
 }
 
 /** The device's subgroup-matrix configurations, read from the adapter's info (Dawn only). */

@@ -22,7 +22,17 @@ import type { PassEncoder, Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
 import { type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
 import { vecWidth } from "./wgsl_common.ts";
-import { type MatmulKernelOptions, matmulWgsl, splitKReduceWgsl } from "./matmul_wgsl.ts";
+import {
+  type MatmulKernelOptions,
+  matmulSignature,
+  matmulWgsl,
+  splitKReduceSignature,
+  splitKReduceWgsl,
+} from "./matmul_wgsl.ts";
+import { compileKernel, compileKernelNow, type KernelOf } from "../gpu/signature.ts";
+
+type _ProductKernel = KernelOf<ReturnType<typeof matmulSignature>>;
+type _ReduceKernel = KernelOf<ReturnType<typeof splitKReduceSignature>>;
 
 export type { MatmulKernelOptions };
 
@@ -208,7 +218,7 @@ interface _Variants {
   /** The tile allows vector loads of A, of B, vector stores of the output. */
   allowed: _Flags;
   /** The first variant on the ladder of `allowed` that a dispatch allows (the scalar one exists). */
-  pick(want: _Flags): { pl: GPUComputePipeline; va: boolean; vb: boolean };
+  pick(want: _Flags): { kernel: _ProductKernel; va: boolean; vb: boolean };
 }
 
 /**
@@ -237,17 +247,28 @@ async function _compileVariants(
     k.outDtype === "f32" && t.vec === true,
   ];
   const ladder = new Set(_ladder(allowed).map(_key));
-  const code = ([vecA, vecB, vecOut]: _Flags) => matmulWgsl({ ...k, vecA, vecB, vecOut });
+  const opts = ([vecA, vecB, vecOut]: _Flags) => ({ ...k, vecA, vecB, vecOut });
   const name = (f: _Flags) => `${label}${f.some((x) => x) ? "_vec" : ""}`;
-  const variants = new Map<string, GPUComputePipeline>();
-  variants.set(_key(allowed), await ctx.pipeline(code(allowed), name(allowed)));
+  const variants = new Map<string, _ProductKernel>();
+  variants.set(
+    _key(allowed),
+    await compileKernel(
+      ctx,
+      matmulSignature(opts(allowed)),
+      matmulWgsl(opts(allowed)),
+      name(allowed),
+    ),
+  );
   return {
     allowed,
     pick(want) {
       const f = _ladder(want).find((x) => ladder.has(_key(x)))!;
-      let pl = variants.get(_key(f));
-      if (pl === undefined) variants.set(_key(f), pl = ctx.pipelineNow(code(f), name(f)));
-      return { pl, va: f[0], vb: f[1] };
+      let kernel = variants.get(_key(f));
+      if (kernel === undefined) {
+        kernel = compileKernelNow(ctx, matmulSignature(opts(f)), matmulWgsl(opts(f)), name(f));
+        variants.set(_key(f), kernel);
+      }
+      return { kernel, va: f[0], vb: f[1] };
     },
   };
 }
@@ -339,25 +360,23 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   const { M, N, K } = s.dims, o = s.o, k = s.k, t = k.tile;
   const aStart = o.a.trans ? (g.kLo - ap.base) * M + g.mLo : (g.mLo - ap.base) * K + g.kLo;
   const bStart = o.b.trans ? (g.kLo - bp.base) * N + g.nLo : (g.nLo - bp.base) * K + g.kLo;
-  const words = new Uint32Array(16);
-  words.set([
-    g.mHi - g.mLo,
-    g.nHi - g.nLo,
-    g.kHi - g.kLo,
-    aStart,
-    o.a.trans ? 1 : K,
-    o.a.trans ? M : 1,
-    bStart,
-    o.b.trans ? 1 : K,
-    o.b.trans ? N : 1,
-    d.cOff,
-    N,
-    d.acc,
-    0,
-    d.per,
-    d.first,
-  ]);
-  new Float32Array(words.buffer)[12] = o.alpha ?? 1;
+  const params = {
+    M: g.mHi - g.mLo,
+    N: g.nHi - g.nLo,
+    K: g.kHi - g.kLo,
+    aOff: aStart,
+    sAm: o.a.trans ? 1 : K,
+    sAk: o.a.trans ? M : 1,
+    bOff: bStart,
+    sBn: o.b.trans ? 1 : K,
+    sBk: o.b.trans ? N : 1,
+    cOff: d.cOff,
+    sCm: N,
+    accumulate: d.acc,
+    alpha: o.alpha ?? 1,
+    kPer: d.per,
+    first: d.first,
+  };
   // slices start at multiples of 16 elements: the whole range decides (a vector along k never
   // straddles the end of a slice when the whole depth is a multiple of its width)
   const depth = g.kHi - g.kLo;
@@ -378,13 +397,12 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   });
   // vec4 stores: every row of the output region and of the partials starts at a multiple of 4
   const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
-  const { pl, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
+  const { kernel, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
   Object.assign(s.used, { vecA: usedA, vecB: usedB, splitK: d.slices });
-  const u = s.rec.uniform(words, "matmul params");
   const tilesN = Math.ceil((g.nHi - g.nLo) / t.bn), tilesM = Math.ceil((g.mHi - g.mLo) / t.bm);
   s.pass.dispatch(
-    pl,
-    s.rec.bindGroup(pl, [u, ap.buffer, bp.buffer, d.out, d.part]),
+    kernel.pipeline,
+    kernel.bind(s.rec, params, { a: ap.buffer, b: bp.buffer, outp: d.out, part: d.part }),
     t.mFirst ? tilesM : tilesN,
     t.mFirst ? tilesN : tilesM,
     d.slices,
@@ -404,7 +422,12 @@ export async function prepareMatmul(
   const label = wide ? "matmul" : `matmul→${k.outDtype}`;
   const t = k.tile;
   const variants = await _compileVariants(ctx, k, label);
-  const reduce = await ctx.pipeline(splitKReduceWgsl(k.outDtype), `${label} split-K sum`);
+  const reduce = await compileKernel(
+    ctx,
+    splitKReduceSignature(k.outDtype),
+    splitKReduceWgsl(k.outDtype),
+    `${label} split-K sum`,
+  );
   const lastVariant = { vecA: false, vecB: false, splitK: 1 };
   const slicesOf = (
     m: number,
@@ -499,7 +522,7 @@ function _regions(dims: _Dims, o: MatmulOptions, wide: boolean): _ShardRegion[] 
 function _recordRegion(
   ctx: GpuContext,
   s: _RecordScope,
-  reduce: GPUComputePipeline,
+  reduce: _ReduceKernel,
   r: _ShardRegion,
   S: number,
 ): void {
@@ -522,12 +545,18 @@ function _recordRegion(
     ? ctx.createBuffer({ size: bytes, role: "workspace", label: "split-K partials" })
     : o.workspace!;
   _dispatchProduct(s, ap, bp, g, { out: os.buffer, cOff, acc, per, slices, first, part });
-  const w = new Uint32Array(8);
-  w.set([mm, nn, slices - first, cOff, N, first === 1 ? 1 : acc]);
-  new Float32Array(w.buffer)[6] = o.alpha ?? 1;
-  const u = s.rec.uniform(w, "split-K params");
+  const params = {
+    M: mm,
+    N: nn,
+    S: slices - first,
+    cOff,
+    sCm: N,
+    accumulate: first === 1 ? 1 : acc,
+    alpha: o.alpha ?? 1,
+  };
   const wgs = Math.ceil((mm * (wide ? nn : Math.ceil(nn / 4))) / 256);
   const x = Math.min(wgs, 65535);
-  s.pass.dispatch(reduce, s.rec.bindGroup(reduce, [u, part, os.buffer]), x, Math.ceil(wgs / x));
+  const bg = reduce.bind(s.rec, params, { part, outp: os.buffer });
+  s.pass.dispatch(reduce.pipeline, bg, x, Math.ceil(wgs / x));
   if (own) s.rec.release(part);
 }

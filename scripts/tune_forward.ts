@@ -40,6 +40,7 @@ import {
   fusedTilesWorkgroupBytes,
   type TileState,
 } from "../kernels/fused/forward_tiles.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** One timed configuration. */
 interface Row {
@@ -115,10 +116,12 @@ export async function _fillRandom(
   scale: number,
 ): Promise<void> {
   const mode = t.dtype === "f32" ? 0 : t.dtype === "bf16" ? 1 : 2;
-  const code =
-    `struct P { words: u32, base: u32, seed: u32, mode: u32, scale: f32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read_write> outp: array<u32>;
+  const sig = signature({
+    params: { words: "u32", base: "u32", seed: "u32", mode: "u32", scale: "f32" },
+    bindings: { outp: { elem: "u32", access: "read_write" } },
+    layout: { struct: "P", uniform: "p" },
+  });
+  const code = `${sig.wgsl}
 fn hash(x0: u32) -> u32 {
   var x = x0 * 747796405u + 2891336453u;
   x = ((x >> ((x >> 28u) + 4u)) ^ x) * 277803737u;
@@ -139,22 +142,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   else { outp[w] = pack2x16float(vec2<f32>(a, b)); }
 }
 `;
-  const pipeline = await ctx.pipeline(code, "fill");
+  const k = await compileKernel(ctx, sig, code, "fill");
   const rec = new Recorder(ctx);
   rec.pass("fill", (p) => {
     for (const s of t.shards) {
       const words = s.buffer.size / 4;
-      const u = new Uint32Array(8);
-      u.set([words, s.rowStart * t.cols, seed, mode]);
-      new Float32Array(u.buffer)[4] = scale;
+      const params = { words, base: s.rowStart * t.cols, seed, mode, scale };
       const groups = Math.ceil(words / 256);
       const x = Math.min(groups, 65535);
-      p.dispatch(
-        pipeline,
-        rec.bindGroup(pipeline, [rec.uniform(u, "fill params"), s.buffer]),
-        x,
-        Math.ceil(groups / x),
-      );
+      p.dispatch(k.pipeline, k.bind(rec, params, { outp: s.buffer }), x, Math.ceil(groups / x));
     }
   });
   await rec.finish();

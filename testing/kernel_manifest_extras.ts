@@ -2,7 +2,8 @@
  * The kernels of the tuning tools for the kernel manifest (testing/kernel_manifest.ts): the GEMM
  * bench's tile candidates on each of its products, the fused forward tuner's candidate tiles with
  * each variant it times, and the fused backward bench's configurations, on the emulated H100 at
- * the paper's shape and on the emulated software adapter at each tool's software default.
+ * the paper's shape and on the emulated software adapter at each tool's software default; and the
+ * GPU busy load and the calibration's SGD step.
  * @module
  */
 import { resolveOptions } from "../core/options.ts";
@@ -24,6 +25,8 @@ import {
   SOFTWARE_PROFILE,
 } from "./emulated_device.ts";
 import { collect, type ManifestRun, runMethodKernels } from "./kernel_capture.ts";
+import { prepareBusyLoad } from "../gpu/busy_load.ts";
+import { prepareSgd } from "../calibration/training.ts";
 
 const PAPER = { n: 8192, v: 256000, d: 2304 };
 
@@ -169,9 +172,18 @@ async function _benchFusedBackward(
   return runs;
 }
 
-/** Every tuning tool's kernels (see the module doc). */
+/** The kernels outside the methods and the tuning tools: the busy load and the SGD step. */
+async function _others(codes: Map<string, string>): Promise<ManifestRun[]> {
+  const em = emulatedContext(H100_PROFILE);
+  await prepareBusyLoad(em.ctx);
+  await prepareSgd(em.ctx);
+  return [{ key: "others", kernels: await collect(em.kernels, codes) }];
+}
+
+/** Every tuning tool's kernels and the others (see the module doc). */
 export async function manifestExtras(codes: Map<string, string>): Promise<ManifestRun[]> {
   return [
+    ...await _others(codes),
     ...await _benchGemm(codes, H100_PROFILE, PAPER),
     ...await _benchGemm(codes, SOFTWARE_PROFILE, { n: 37, v: 53, d: 19 }),
     ...await _tuneForward(codes, H100_PROFILE, HW_TILES, PAPER),

@@ -317,7 +317,7 @@ Deno.test("fused forward: split plan and workspace at the paper's shape", async 
   // n·S·4 (partial log-sum-exps) + colsum (d f32) + column-sum partials (32 chunks·d·4)
   const ws = ff.workspaceBytes(spec, { cShardRows: [256000] });
   assert.equal(ws, 8192 * 16 * 4 + 2304 * 4 + 32 * 2304 * 4);
-  assert.ok(ws <= 1.1 * 2 ** 20, `forward workspace ${ws} bytes > 1.1 MiB (issue 3)`);
+  assert.ok(ws <= 1.1 * 2 ** 20, `forward workspace ${ws} bytes > 1.1 MiB`);
   // with the calibration stats the (max, Σexp) pairs are kept: n·S·8 + n·S·8 stats
   assert.equal(
     ff.workspaceBytes(spec, { cShardRows: [256000], tokenStats: true }),

@@ -1,14 +1,13 @@
 /**
- * dE of the fused backward's kept tiles as one dense product per token tile (issue 17, item 1):
- * the kept tiles are gathered instead of walked one by one.
+ * dE of the fused backward's kept tiles as one dense product per token tile: the kept tiles are
+ * gathered instead of walked one by one.
  *
  * The per-tile dE pass (kernels/fused/kept_tiles.ts) recomputes a kept tile's logits and then adds
  * P·C[vocab tile, :] into its token rows in d chunks, each a product of depth VT with a
  * read-modify-write of the f32 accumulator: on the `llm` fixture (38% of tiles kept) it ran at a
- * third of the plain product's rate. Here the same work is three passes (H100, `llm`: 4.8 + 7.1 ms
- * against 23.7 for the per-tile pass, 19.4 with its product's 16-byte loads of C: the recompute
- * and the product at 30 TFLOP/s, 65% of the plain product's 45.7; at the paper's shape, 0.05% of
- * tiles kept, 1.1 ms against 0.7: reports/README.md, session 8):
+ * third of the plain product's rate. Here the same work is three passes, about twice as fast on
+ * the H100 where many tiles are kept and a few tenths of a millisecond slower at the paper's
+ * shape, where almost none are (docs/performance.md):
  *
  * 0. pass `dE plan` ({@link gatheredPlanWgsl}, one workgroup): counts each token tile's kept tiles
  *    and packs the token tiles in order into *rounds* of at most `cap` slots, writing each round's
@@ -74,8 +73,8 @@ import {
   logitsMainloop,
   rowKey,
   tileLanes,
-  WgslBindings,
 } from "./backward_wgsl.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
 
 /** Options of the kernels of passes `kept g` and `dE`. */
 export interface GatheredDEKernelOptions {
@@ -103,7 +102,7 @@ export interface GatheredDEKernelOptions {
 
 /**
  * The product tile of pass `dE`: for 128-token tiles on hardware 128×32 (8×4 a thread, 16-byte
- * loads, [k][row] staging; tuned on the H100, see reports/README.md), else TT×64 with at most 256
+ * loads, [k][row] staging; tuned on the H100, see docs/performance.md), else TT×64 with at most 256
  * threads (TT/16 rows a thread, at least 4).
  */
 export function gatheredDETile(bt: BackwardTile, hardware: boolean): GemmTile {
@@ -116,9 +115,95 @@ export function slotBytes(bt: BackwardTile): number {
   return bt.tokens * bt.vocab * 4;
 }
 
-const PARAMS =
-  `struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
-  tBase: u32, vBase: u32, vTotal: u32, nVT: u32, round: u32, gW: u32, lW: u32, nR: u32 };`;
+/**
+ * The uniform fields of passes `kept g` and `dE` (one block serves both passes of a round): the
+ * token segment [tS, tE) of E's binding from row eR0 and of dE's from row oR0, the vocab segment
+ * [vS, vE) of C's from cR0, depth d, the segments' first global tiles tBase and vBase, vTotal vocab
+ * tiles in all, nVT tiles of the segment, the round, the word offsets gW (slots) and lW (row
+ * lists) in the free storage, nR rounds.
+ */
+const PARAMS = {
+  tS: "u32",
+  tE: "u32",
+  eR0: "u32",
+  vS: "u32",
+  vE: "u32",
+  cR0: "u32",
+  oR0: "u32",
+  d: "u32",
+  tBase: "u32",
+  vBase: "u32",
+  vTotal: "u32",
+  nVT: "u32",
+  round: "u32",
+  gW: "u32",
+  lW: "u32",
+  nR: "u32",
+} as const;
+
+/**
+ * Pass `kept g`'s signature: E, C, lse, the row weights w, [perm], the mask, the plan, ws (the
+ * free storage: the slots and row lists, u32 words).
+ */
+function _keptGradSignature(o: GatheredDEKernelOptions) {
+  const st = wgslStorageType(o.dtype, o.vecLoads === true);
+  return signature({
+    params: PARAMS,
+    bindings: {
+      e: { elem: st, access: "read" },
+      c: { elem: st, access: "read" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      perm: { elem: "u32", access: "read", when: o.sort },
+      mask: { elem: "u32", access: "read" },
+      plan: { elem: "u32", access: "read" },
+      ws: { elem: "u32", access: "read_write" },
+    },
+    layout: { breaks: [8] },
+  });
+}
+
+/**
+ * Pass `dE`'s signature: C, w, the plan, ws (slots, row lists, and with `accShared` dE's f32
+ * accumulator, as 16-byte words), [acc] (dE's f32 accumulator, without `accShared`).
+ */
+function _gatheredDESignature(o: GatheredDEKernelOptions) {
+  return signature({
+    params: PARAMS,
+    bindings: {
+      c: { elem: wgslStorageType(o.dtype, o.cVec === true), access: "read" },
+      w: { elem: "f32", access: "read" },
+      plan: { elem: "u32", access: "read" },
+      ws: { elem: "vec4<f32>", access: "read_write" },
+      acc: { elem: "f32", access: "read_write", when: !o.accShared },
+    },
+    layout: { breaks: [8] },
+  });
+}
+
+/**
+ * The plan's signature: T token tiles, nVT vocab tiles, cap slots a round, nR rounds, the
+ * segments' first global tiles tBase and vBase, vTotal, and the grids' x of passes kept g (gX)
+ * and dE (dX); the mask, the plan.
+ */
+const PLAN_SIG = signature({
+  params: {
+    T: "u32",
+    nVT: "u32",
+    cap: "u32",
+    nR: "u32",
+    tBase: "u32",
+    vTotal: "u32",
+    vBase: "u32",
+    gX: "u32",
+    dX: "u32",
+  },
+  bindings: {
+    mask: { elem: "u32", access: "read" },
+    plan: { elem: "u32", access: "read_write" },
+  },
+  layout: { struct: "Q", breaks: [8] },
+});
 
 /**
  * WGSL of the round's token tile `tl` (its index in the segment, `tt`), its first slot in the
@@ -164,8 +249,7 @@ ${BITS_IN}`;
 
 /**
  * WGSL of pass `kept g` (see the module doc). Grid: (vocab tiles of the segment, token tiles of
- * the round: from the plan, indirectly). Bindings: P, e, c, lse, w, [perm], mask, plan, ws (the
- * slots and row lists, u32 words).
+ * the round: from the plan, indirectly).
  */
 export function keptGradWgsl(o: GatheredDEKernelOptions): string {
   const t = o.keptTile ?? { ...backwardGemmTiles(o.tile).dE, stage2d: true };
@@ -175,17 +259,6 @@ export function keptGradWgsl(o: GatheredDEKernelOptions): string {
   }
   const TT = o.tile.tokens, VT = o.tile.vocab, threads = tileThreads(t);
   const vec = o.vecLoads === true;
-  const st = wgslStorageType(o.dtype, vec);
-  const b = new WgslBindings();
-  b.add("uniform> P: Params");
-  b.add(`storage, read> e: array<${st}>`);
-  b.add(`storage, read> c: array<${st}>`);
-  b.add("storage, read> lse: array<f32>");
-  b.add("storage, read> w: array<f32>");
-  if (o.sort) b.add("storage, read> perm: array<u32>");
-  b.add("storage, read> mask: array<u32>");
-  b.add("storage, read> plan: array<u32>");
-  b.add("storage, read_write> ws: array<u32>");
   const crow = (x: string) => `(${o.sort ? `s_rows[(${x}) - v0]` : `(${x})`} - P.cR0)`;
   const slots = accSlots(t);
   const lanes = tileLanes(slots);
@@ -203,8 +276,7 @@ export function keptGradWgsl(o: GatheredDEKernelOptions): string {
   });
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
-${PARAMS}
-${b}
+${_keptGradSignature(o).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 ${_maskDecls()}
@@ -248,8 +320,7 @@ function _slotWords(o: GatheredDEKernelOptions): number {
 
 /**
  * WGSL of pass `dE` (see the module doc). Grid: (⌈d/BN⌉, token tiles of the round: from the plan,
- * indirectly). Bindings: P, c, w, plan, ws (slots, row lists, and with `accShared` dE's f32
- * accumulator, as 16-byte words), [acc] (dE's f32 accumulator, without `accShared`).
+ * indirectly).
  */
 export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
   const gt = o.gemmTile;
@@ -258,13 +329,6 @@ export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
   if (gt.bm !== TT) throw new RangeError(`gathered dE: tile rows ${gt.bm} ≠ ${TT} tokens`);
   if (VT % 4 !== 0) throw new RangeError(`gathered dE: ${VT} vocab entries a tile`);
   const cVec = o.cVec === true;
-  const b = new WgslBindings();
-  b.add("uniform> P: Params");
-  b.add(`storage, read> c: array<${wgslStorageType(o.dtype, cVec)}>`);
-  b.add("storage, read> w: array<f32>");
-  b.add("storage, read> plan: array<u32>");
-  b.add("storage, read_write> ws: array<vec4<f32>>");
-  if (!o.accShared) b.add("storage, read_write> acc: array<f32>");
   const add = o.accShared
     ? "ws[j >> 2u][j & 3u] = ws[j >> 2u][j & 3u] + x;"
     : "acc[j] = acc[j] + x;";
@@ -272,8 +336,7 @@ export function gatheredDEWgsl(o: GatheredDEKernelOptions): string {
     `{ let tk = t0 + ${x.row}; let col = n0 + ${x.col}; if (tk < P.tE && col < P.d) { acc_add((tk - P.oR0) * P.d + col, w[tk] * ${x.expr}); } }`
   );
   return `${enableDirectives([o.dtype])}
-${PARAMS}
-${b}
+${_gatheredDESignature(o).wgsl}
 ${dtypeHelpers([{ name: "c", dtype: o.dtype, vec: cVec }])}
 ${gemmShared({ tile: gt })}
 /** The C row at word i of the row list (as f32, written by pass kept g). */
@@ -417,11 +480,7 @@ function _layout(
  * and its kept tiles (words 7R + 2·tile and 7R + 2·tile + 1: pass dE reads the count there).
  */
 export function gatheredPlanWgsl(): string {
-  return `struct Q { T: u32, nVT: u32, cap: u32, nR: u32, tBase: u32, vTotal: u32, vBase: u32, gX: u32,
-  dX: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Q;
-@group(0) @binding(1) var<storage, read> mask: array<u32>;
-@group(0) @binding(2) var<storage, read_write> plan: array<u32>;
+  return `${PLAN_SIG.wgsl}
 ${BITS_IN}
 fn close_round(r: u32, first: u32, count: u32) {
   plan[6u * r] = P.gX; plan[6u * r + 1u] = count; plan[6u * r + 2u] = 1u;
@@ -464,9 +523,20 @@ export async function prepareGatheredDE(
   ctx: GpuContext,
   o: GatheredDEPrepareOptions,
 ): Promise<PreparedGatheredDE> {
-  const planPass = await ctx.pipeline(gatheredPlanWgsl(), "fused_backward_dE_plan");
-  const gPass = await ctx.pipeline(keptGradWgsl(o), "fused_backward_kept_g");
-  const gemm = await ctx.pipeline(gatheredDEWgsl(o), "fused_backward_gathered_dE");
+  const planPass = await compileKernel(
+    ctx,
+    PLAN_SIG,
+    gatheredPlanWgsl(),
+    "fused_backward_dE_plan",
+  );
+  const gSig = _keptGradSignature(o);
+  const gPass = await compileKernel(ctx, gSig, keptGradWgsl(o), "fused_backward_kept_g");
+  const gemm = await compileKernel(
+    ctx,
+    _gatheredDESignature(o),
+    gatheredDEWgsl(o),
+    "fused_backward_gathered_dE",
+  );
   const tMax = Math.ceil(o.n / o.tile.tokens);
   const plan = createTensor(ctx, {
     dtype: "u32",
@@ -495,25 +565,63 @@ export async function prepareGatheredDE(
       if (!lay) return false;
       const { rec } = a;
       const dX = Math.ceil(a.d / o.gemmTile.bn);
-      const q = [ts.tiles, vs.tiles, lay.cap, lay.rounds, ts.base, a.vTotal, vs.base, vs.tiles];
-      const u = rec.uniform(new Uint32Array([...q, dX, 0, 0, 0]), "gathered dE plan params");
+      const q = {
+        T: ts.tiles,
+        nVT: vs.tiles,
+        cap: lay.cap,
+        nR: lay.rounds,
+        tBase: ts.base,
+        vTotal: a.vTotal,
+        vBase: vs.base,
+        gX: vs.tiles,
+        dX,
+      };
       rec.pass("fused backward dE plan", (p) => {
-        p.dispatch(planPass, rec.bindGroup(planPass, [u, a.mask, pb]), 1);
+        p.dispatch(planPass.pipeline, planPass.bind(rec, q, { mask: a.mask, plan: pb }), 1);
       });
       const eb = a.e.shards[0].buffer, cb = a.c.shards[0].buffer;
-      const perm = a.perm ? [a.perm] : [];
-      const acc = o.accShared ? [] : [lay.acc.buffer];
       for (let r = 0; r < lay.rounds; r++) {
-        const words = [ts.start, ts.end, 0, vs.start, vs.end, 0, 0, a.d, ts.base, vs.base];
-        const more = [a.vTotal, vs.tiles, r, lay.gW, lay.lW, lay.rounds];
-        const P = rec.uniform(new Uint32Array([...words, ...more]), "gathered dE params");
+        // E, C and dE are one binding each from row 0 (see `record`'s conditions)
+        const P = gSig.uniform(rec, {
+          tS: ts.start,
+          tE: ts.end,
+          eR0: 0,
+          vS: vs.start,
+          vE: vs.end,
+          cR0: 0,
+          oR0: 0,
+          d: a.d,
+          tBase: ts.base,
+          vBase: vs.base,
+          vTotal: a.vTotal,
+          nVT: vs.tiles,
+          round: r,
+          gW: lay.gW,
+          lW: lay.lW,
+          nR: lay.rounds,
+        }, "gathered dE params");
         rec.pass("fused backward kept g", (p) => {
-          const bufs = [P, eb, cb, a.lse, a.w, ...perm, a.mask, pb, lay.free];
-          p.dispatchIndirect(gPass, rec.bindGroup(gPass, bufs), pb, 24 * r);
+          const bg = gPass.bind(rec, P, {
+            e: eb,
+            c: cb,
+            lse: a.lse,
+            w: a.w,
+            perm: a.perm,
+            mask: a.mask,
+            plan: pb,
+            ws: lay.free,
+          });
+          p.dispatchIndirect(gPass.pipeline, bg, pb, 24 * r);
         });
         rec.pass("fused backward dE", (p) => {
-          const bufs = [P, cb, a.w, pb, lay.free, ...acc];
-          p.dispatchIndirect(gemm, rec.bindGroup(gemm, bufs), pb, 24 * r + 12);
+          const bg = gemm.bind(rec, P, {
+            c: cb,
+            w: a.w,
+            plan: pb,
+            ws: lay.free,
+            acc: o.accShared ? undefined : lay.acc.buffer,
+          });
+          p.dispatchIndirect(gemm.pipeline, bg, pb, 24 * r + 12);
         });
       }
       prepared.lastRounds = lay.rounds;
