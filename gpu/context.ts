@@ -117,6 +117,44 @@ export type BindingResource =
   | GPUBuffer
   | { buffer: TrackedBuffer | GPUBuffer; offset?: number; size?: number };
 
+/** A resource as bound: the shader's name and type of its binding, its buffer and byte range. */
+export interface BoundBuffer {
+  name: string;
+  /** Binding type (undefined where the pipeline's bindings are unknown). */
+  type?: GPUBufferBindingType;
+  buffer: GPUBuffer;
+  offset: number;
+  size: number;
+}
+
+/**
+ * What the WebGPU specification forbids among the buffers bound for one dispatch, or undefined:
+ * two writable ("storage") bindings whose byte ranges of one buffer overlap ("encoder bind groups
+ * alias a writable resource"), or one buffer bound writable and also read-only or as a uniform,
+ * whatever the ranges (a buffer is one subresource, and a writable usage is compatible with no
+ * other in a usage scope). Read-only bindings may share a buffer freely.
+ */
+export function bindingConflict(bound: BoundBuffer[]): string | undefined {
+  for (let i = 0; i < bound.length; i++) {
+    for (let j = i + 1; j < bound.length; j++) {
+      const a = bound[i], b = bound[j];
+      if (a.buffer !== b.buffer) continue;
+      const wa = a.type === "storage", wb = b.type === "storage";
+      if (!wa && !wb) continue;
+      const where = `bindings '${a.name}' and '${b.name}' share the buffer "${a.buffer.label}"`;
+      const ra = `[${a.offset}, ${a.offset + a.size})`, rb = `[${b.offset}, ${b.offset + b.size})`;
+      if (wa && wb) {
+        if (a.offset < b.offset + b.size && b.offset < a.offset + a.size) {
+          return `${where}: two writable bindings of overlapping byte ranges ${ra} and ${rb}`;
+        }
+        continue;
+      }
+      return `${where}: one writable, the other read-only (${ra} and ${rb})`;
+    }
+  }
+  return undefined;
+}
+
 /** A binding of a compiled pipeline's group 0 as its shader declares it. */
 export interface PipelineBinding {
   index: number;
@@ -485,19 +523,63 @@ export class GpuContext {
 
   /**
    * A bind group of `pipeline`'s group 0 from resources in binding order (the i-th of them at
-   * binding i).
+   * binding i). Refuses, with a GpuError naming the kernel and the two bindings, what the WebGPU
+   * specification forbids within one dispatch ({@link bindingConflict}): two writable bindings of
+   * overlapping ranges of one buffer, or a buffer bound writable and read-only at once.
    */
   bindGroup(
     pipeline: GPUComputePipeline,
     resources: BindingResource[],
     label: string,
   ): GPUBindGroup {
+    const info = this.#layouts.get(pipeline);
+    const bound = resources.map((r, i) => {
+      const b = info?.bindings.find((x) => x.index === i);
+      return { name: b?.name ?? `#${i}`, type: b?.type, ...bindingRange(r) };
+    });
+    const clash = bindingConflict(bound);
+    if (clash) throw new GpuError("validation", `${info?.label ?? label}: ${clash}`);
     const entries = resources.map((r, i) => ({ binding: i, resource: _bufferBinding(r) }));
-    return this.device.createBindGroup({
+    const group = this.device.createBindGroup({
       label,
       layout: pipeline.getBindGroupLayout(0),
       entries,
     });
+    this.#groups.set(group, { label: info?.label ?? label, bound });
+    return group;
+  }
+
+  #groups = new WeakMap<GPUBindGroup, { label: string; bound: BoundBuffer[] }>();
+  #unused: GPUBuffer | undefined;
+
+  /**
+   * A 256-byte storage buffer for a binding that a dispatch declares but does not access (the
+   * split-K partials of an unsplit product): bound there instead of another binding's buffer, it
+   * aliases nothing. One per context, not tracked; a kernel must never read or write it.
+   */
+  get unusedBinding(): GPUBuffer {
+    this.#unused ??= this.device.createBuffer({
+      size: 256,
+      usage: GPUBufferUsage.STORAGE,
+      label: "unused binding",
+    });
+    return this.#unused;
+  }
+
+  /**
+   * Throws a GpuError when `args`, the indirect arguments of a dispatch with `group`, is bound
+   * writable in the group (a buffer read as dispatch input cannot be written in that dispatch).
+   */
+  checkIndirect(group: GPUBindGroup, args: GPUBuffer): void {
+    const g = this.#groups.get(group);
+    const w = g?.bound.find((b) => b.buffer === args && b.type === "storage");
+    if (w) {
+      throw new GpuError(
+        "validation",
+        `${g!.label}: binding '${w.name}' writes the buffer "${args.label}" that holds the ` +
+          "dispatch's indirect arguments",
+      );
+    }
   }
 
   /**
@@ -554,6 +636,7 @@ export class GpuContext {
   /** Destroys the device. */
   destroy(): void {
     this.releaseCache();
+    this.#unused?.destroy();
     this.device.destroy();
   }
 }

@@ -96,7 +96,8 @@ export class Recorder {
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroups(x, y, z);
       },
-      dispatchIndirect(pipeline, bindGroup, args, offset) {
+      dispatchIndirect: (pipeline, bindGroup, args, offset) => {
+        this.#ctx.checkIndirect(bindGroup, args.buffer);
         enc.setPipeline(pipeline);
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroupsIndirect(args.buffer, offset);

@@ -340,7 +340,7 @@ interface _Target {
   per: number;
   slices: number;
   first: number;
-  part: TrackedBuffer;
+  part: TrackedBuffer | GPUBuffer;
 }
 
 /** What one record's dispatches share. */
@@ -532,7 +532,9 @@ function _recordRegion(
   const depth = g.kHi - g.kLo;
   const { per, slices } = _cut(s.k.tile, depth, S);
   if (slices <= 1) {
-    const d = { out: os.buffer, cOff, acc, per: depth, slices: 1, first: 1, part: os.buffer };
+    // one slice writes the output only: the partials' binding is not accessed
+    const part = ctx.unusedBinding;
+    const d = { out: os.buffer, cOff, acc, per: depth, slices: 1, first: 1, part };
     _dispatchProduct(s, ap, bp, g, d);
     return;
   }
