@@ -6,6 +6,19 @@
  */
 import { GpuError } from "../core/errors.ts";
 import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
+import {
+  bindingConflict,
+  bindingRange,
+  type BindingResource,
+  bindingsOf,
+  type BoundBuffer,
+  bufferBinding,
+  layoutEntries,
+  type PipelineBinding,
+} from "./bindings.ts";
+
+export { bindingConflict, bindingRange } from "./bindings.ts";
+export type { BindingResource, BoundBuffer, PipelineBinding } from "./bindings.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -108,60 +121,6 @@ export class TrackedBuffer {
   }
 }
 
-/**
- * What one binding of a bind group holds: a whole buffer, or `size` bytes of it from `offset`
- * (default: the rest of the buffer).
- */
-export type BindingResource =
-  | TrackedBuffer
-  | GPUBuffer
-  | { buffer: TrackedBuffer | GPUBuffer; offset?: number; size?: number };
-
-/** A resource as bound: the shader's name and type of its binding, its buffer and byte range. */
-export interface BoundBuffer {
-  name: string;
-  /** Binding type (undefined where the pipeline's bindings are unknown). */
-  type?: GPUBufferBindingType;
-  buffer: GPUBuffer;
-  offset: number;
-  size: number;
-}
-
-/**
- * What the WebGPU specification forbids among the buffers bound for one dispatch, or undefined:
- * two writable ("storage") bindings whose byte ranges of one buffer overlap ("encoder bind groups
- * alias a writable resource"), or one buffer bound writable and also read-only or as a uniform,
- * whatever the ranges (a buffer is one subresource, and a writable usage is compatible with no
- * other in a usage scope). Read-only bindings may share a buffer freely.
- */
-export function bindingConflict(bound: BoundBuffer[]): string | undefined {
-  for (let i = 0; i < bound.length; i++) {
-    for (let j = i + 1; j < bound.length; j++) {
-      const a = bound[i], b = bound[j];
-      if (a.buffer !== b.buffer) continue;
-      const wa = a.type === "storage", wb = b.type === "storage";
-      if (!wa && !wb) continue;
-      const where = `bindings '${a.name}' and '${b.name}' share the buffer "${a.buffer.label}"`;
-      const ra = `[${a.offset}, ${a.offset + a.size})`, rb = `[${b.offset}, ${b.offset + b.size})`;
-      if (wa && wb) {
-        if (a.offset < b.offset + b.size && b.offset < a.offset + a.size) {
-          return `${where}: two writable bindings of overlapping byte ranges ${ra} and ${rb}`;
-        }
-        continue;
-      }
-      return `${where}: one writable, the other read-only (${ra} and ${rb})`;
-    }
-  }
-  return undefined;
-}
-
-/** A binding of a compiled pipeline's group 0 as its shader declares it. */
-export interface PipelineBinding {
-  index: number;
-  name: string;
-  type: GPUBufferBindingType;
-}
-
 /** Options of {@link GpuContext.createBuffer}. */
 export interface BufferOptions {
   /** Bytes; rounded up to a multiple of 4. */
@@ -215,6 +174,7 @@ export class GpuContext {
   #pipelines = new Map<string, GPUComputePipeline>();
   #layouts = new WeakMap<GPUComputePipeline, { label: string; bindings: PipelineBinding[] }>();
   #uncaptured: string[] = [];
+  #unused: GPUBuffer | undefined;
 
   private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
     this.adapter = adapter;
@@ -490,12 +450,7 @@ export class GpuContext {
   /** Caches a pipeline by its source and keeps its label and bindings for bind groups. */
   #remember(p: GPUComputePipeline, code: string, label: string): void {
     this.#pipelines.set(code, p);
-    this.#layouts.set(p, { label, bindings: _bindingsOf(code) });
-  }
-
-  /** The label and group-0 bindings of a pipeline made by {@link pipeline} or {@link pipelineNow}. */
-  pipelineInfo(p: GPUComputePipeline): { label: string; bindings: PipelineBinding[] } | undefined {
-    return this.#layouts.get(p);
+    this.#layouts.set(p, { label, bindings: bindingsOf(code) });
   }
 
   /** The pipeline of `module`'s `main` with one bind group laid out from `code`'s bindings. */
@@ -506,15 +461,7 @@ export class GpuContext {
   ): GPUComputePipelineDescriptor {
     return {
       layout: this.device.createPipelineLayout({
-        bindGroupLayouts: [
-          this.device.createBindGroupLayout({
-            entries: _bindingsOf(code).map((b) => ({
-              binding: b.index,
-              visibility: GPUShaderStage.COMPUTE,
-              buffer: { type: b.type },
-            })),
-          }),
-        ],
+        bindGroupLayouts: [this.device.createBindGroupLayout({ entries: layoutEntries(code) })],
       }),
       compute: { module, entryPoint: "main" },
       label,
@@ -522,10 +469,10 @@ export class GpuContext {
   }
 
   /**
-   * A bind group of `pipeline`'s group 0 from resources in binding order (the i-th of them at
-   * binding i). Refuses, with a GpuError naming the kernel and the two bindings, what the WebGPU
-   * specification forbids within one dispatch ({@link bindingConflict}): two writable bindings of
-   * overlapping ranges of one buffer, or a buffer bound writable and read-only at once.
+   * A bind group of `pipeline`'s group 0 from resources in binding order (the i-th at binding i).
+   * Refuses, naming the kernel and the two bindings, what WebGPU forbids within one dispatch
+   * ({@link bindingConflict}): writable bindings of overlapping ranges of one buffer, or a buffer
+   * bound writable and read-only at once.
    */
   bindGroup(
     pipeline: GPUComputePipeline,
@@ -539,7 +486,7 @@ export class GpuContext {
     });
     const clash = bindingConflict(bound);
     if (clash) throw new GpuError("validation", `${info?.label ?? label}: ${clash}`);
-    const entries = resources.map((r, i) => ({ binding: i, resource: _bufferBinding(r) }));
+    const entries = resources.map((r, i) => ({ binding: i, resource: bufferBinding(r) }));
     const group = this.device.createBindGroup({
       label,
       layout: pipeline.getBindGroupLayout(0),
@@ -550,12 +497,9 @@ export class GpuContext {
   }
 
   #groups = new WeakMap<GPUBindGroup, { label: string; bound: BoundBuffer[] }>();
-  #unused: GPUBuffer | undefined;
-
   /**
-   * A 256-byte storage buffer for a binding that a dispatch declares but does not access (the
-   * split-K partials of an unsplit product): bound there instead of another binding's buffer, it
-   * aliases nothing. One per context, not tracked; a kernel must never read or write it.
+   * A 256-byte storage buffer (untracked, one per context) for a binding a dispatch declares but
+   * never accesses (an unsplit product's partials): it aliases no other binding's buffer.
    */
   get unusedBinding(): GPUBuffer {
     this.#unused ??= this.device.createBuffer({
@@ -573,13 +517,8 @@ export class GpuContext {
   checkIndirect(group: GPUBindGroup, args: GPUBuffer): void {
     const g = this.#groups.get(group);
     const w = g?.bound.find((b) => b.buffer === args && b.type === "storage");
-    if (w) {
-      throw new GpuError(
-        "validation",
-        `${g!.label}: binding '${w.name}' writes the buffer "${args.label}" that holds the ` +
-          "dispatch's indirect arguments",
-      );
-    }
+    const what = `writes the buffer "${args.label}" that holds the dispatch's indirect arguments`;
+    if (w) throw new GpuError("validation", `${g!.label}: binding '${w.name}' ${what}`);
   }
 
   /**
@@ -639,44 +578,6 @@ export class GpuContext {
     this.#unused?.destroy();
     this.device.destroy();
   }
-}
-
-/**
- * The bind group layout declared by a shader's group-0 bindings, so that a binding the shader
- * does not use still belongs to the layout (an "auto" layout would drop it).
- */
-function _bindingsOf(code: string): PipelineBinding[] {
-  const re =
-    /@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage)\s*(?:,\s*(read_write|read))?\s*>\s*(\w+)/g;
-  const out: PipelineBinding[] = [];
-  for (const m of code.matchAll(re)) {
-    const type: GPUBufferBindingType = m[2] === "uniform"
-      ? "uniform"
-      : m[3] === "read_write"
-      ? "storage"
-      : "read-only-storage";
-    out.push({ index: Number(m[1]), name: m[4], type });
-  }
-  return out.sort((a, b) => a.index - b.index);
-}
-
-/** The GPUBufferBinding of a resource. */
-function _bufferBinding(r: BindingResource): GPUBufferBinding {
-  if (r instanceof TrackedBuffer) return { buffer: r.buffer };
-  if ("buffer" in r && !("usage" in r)) {
-    const buffer = r.buffer instanceof TrackedBuffer ? r.buffer.buffer : r.buffer;
-    return { buffer, offset: r.offset, size: r.size };
-  }
-  return { buffer: r as GPUBuffer };
-}
-
-/** The buffer and the byte range [offset, offset + size) a binding resource covers. */
-export function bindingRange(
-  r: BindingResource,
-): { buffer: GPUBuffer; offset: number; size: number } {
-  const b = _bufferBinding(r);
-  const offset = b.offset ?? 0;
-  return { buffer: b.buffer, offset, size: b.size ?? Math.max(0, b.buffer.size - offset) };
 }
 
 /** The device's subgroup-matrix configurations, read from the adapter's info (Dawn only). */

@@ -300,6 +300,19 @@ export function declaredBindings(code: string): ResolvedBinding[] {
   }));
 }
 
+/** The words of a space-separated list, as a union of string literals. */
+type _Words<S extends string> = S extends `${infer A} ${infer B}` ? A | _Words<B> : S;
+
+/**
+ * Uniform fields of type u32 named in order in one space-separated string:
+ * `{ ...u32s("rows d"), scale: "f32" }` is `{ rows: "u32", d: "u32", scale: "f32" }`.
+ */
+export function u32s<const S extends string>(names: S): { [N in _Words<S>]: "u32" } {
+  return Object.fromEntries(names.split(" ").map((n) => [n, "u32"])) as {
+    [N in _Words<S>]: "u32";
+  };
+}
+
 /** Declares a signature (see the module doc). */
 export function signature<
   const P extends Record<string, ParamType>,

@@ -20,7 +20,7 @@
 import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { PassEncoder, Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
-import { type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
+import { gemmGrid, type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
 import { vecWidth } from "./wgsl_common.ts";
 import {
   type MatmulKernelOptions,
@@ -109,13 +109,9 @@ export const SPLITK_EFFICIENCY_SLACK = 0.005;
  * With `upTo`, up to that many slices past the byte limit (methods/baseline.ts). 1 on a
  * software adapter, whose few threads any output fills.
  *
- * Measured on an H100 (reports/h100_2026-11-25s10/run_j/), each against the slices of the rule
- * before (the fewest reaching 90% of waves of 264 workgroups whatever the tile): the compiled
- * row's dEᵀ 227.2 / 235.3 / 226.9 / 222.0 / 220.2 ms split 2 / 3 / 4 / 5 / 11 ways (efficiency
- * 0.97 / 0.935 / 0.97 / 0.992 / 1 with one 128×128 workgroup an SM: the times follow it), the
- * baseline's dE 212.1 / 210.4 / 224.9 ms split 10 / 11 / 12 ways (0.992 / 1 / 0.935), the chunked
- * row's chunk dE 28.60 / 26.86 / 26.93 ms split 5 / 9 / 11 ways (0.909 / 0.982 / 1), Liger's
- * chunk dE 3.59 / 3.46 / 3.42 ms split 14 / 29 / 44 ways (0.955 / 0.989 / 1).
+ * On an H100 the split products of the methods (the compiled row's dEᵀ, the baseline's dE, the
+ * chunked row's and Liger's chunk dE) ran in the order of this efficiency, not of a fixed wave
+ * fraction (docs/performance.md).
  */
 export function autoSplitK(
   o: {
@@ -403,8 +399,7 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   s.pass.dispatch(
     kernel.pipeline,
     kernel.bind(s.rec, params, { a: ap.buffer, b: bp.buffer, outp: d.out, part: d.part }),
-    t.mFirst ? tilesM : tilesN,
-    t.mFirst ? tilesN : tilesM,
+    ...gemmGrid(t, tilesM, tilesN),
     d.slices,
   );
 }

@@ -11,12 +11,13 @@ import {
   gemmShared,
   gemmThreadCoords,
   type GemmTile,
+  gemmTileOrigin,
   tileThreads,
   validateTile,
 } from "./gemm_codegen.ts";
 import { dtypeHelpers, enableDirectives, wgslStorageType } from "./wgsl_common.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
-import { signature } from "../gpu/signature.ts";
+import { signature, u32s } from "../gpu/signature.ts";
 
 /** Generator options of the product kernel. */
 export interface MatmulKernelOptions {
@@ -49,21 +50,9 @@ export function matmulSignature(o: MatmulKernelOptions) {
   const vo = o.vecOut === true && out === "f32";
   return signature({
     params: {
-      M: "u32",
-      N: "u32",
-      K: "u32",
-      aOff: "u32",
-      sAm: "u32",
-      sAk: "u32",
-      bOff: "u32",
-      sBn: "u32",
-      sBk: "u32",
-      cOff: "u32",
-      sCm: "u32",
-      accumulate: "u32",
+      ...u32s("M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate"),
       alpha: "f32",
-      kPer: "u32",
-      first: "u32",
+      ...u32s("kPer first"),
     },
     bindings: {
       a: { elem: wgslStorageType(o.aDtype, o.vecA), access: "read" },
@@ -81,15 +70,7 @@ export function matmulSignature(o: MatmulKernelOptions) {
 /** The split-K reduction's signature (see {@link splitKReduceWgsl}). */
 export function splitKReduceSignature(outDtype: TensorDtype) {
   return signature({
-    params: {
-      M: "u32",
-      N: "u32",
-      S: "u32",
-      cOff: "u32",
-      sCm: "u32",
-      accumulate: "u32",
-      alpha: "f32",
-    },
+    params: { ...u32s("M N S cOff sCm accumulate"), alpha: "f32" },
     bindings: {
       part: { elem: "f32", access: "read" },
       outp: { elem: outDtype === "f32" ? "f32" : "atomic<u32>", access: "read_write" },
@@ -267,12 +248,13 @@ export function matmulEntry(
   const t = o.tile;
   // with slices: this workgroup's K range starts at ks and is kn deep (see matmulWgsl)
   const sl = opt.slices === true;
+  const origin = gemmTileOrigin(t);
   return `${gemmShared({ tile: t })}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
-  let m0 = wg.${t.mFirst ? "x" : "y"} * ${t.bm}u;
-  let n0 = wg.${t.mFirst ? "y" : "x"} * ${t.bn}u;
+  let m0 = wg.${origin.m} * ${t.bm}u;
+  let n0 = wg.${origin.n} * ${t.bn}u;
   ${sl ? "let ks = wg.z * P.kPer;\n  let kn = min(P.K - ks, P.kPer);" : ""}
   ${
     gemmMainloop({

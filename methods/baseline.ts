@@ -17,11 +17,8 @@ import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
  * a GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
- * (72 MiB at the paper's shape). On an H100, with G in shards of 2048 rows, the paper's dE ran
- * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (reports/h100_2026-11-25s10/run_j/: the
- * rule takes 11, a whole number of waves); before the shards were aligned, on TILE_HW_512, in
- * 256.5, 240.5, 224.7, 234.7 and 220.9 ms split 3, 4, 6, 8 and 12 ways
- * (reports/h100_2026-11-23d/run_d/).
+ * (72 MiB at the paper's shape), and at the paper's shape the rule's whole number of waves within
+ * 12 slices ran fastest on an H100 (docs/performance.md).
  */
 const BASELINE_DE_MAX_SLICES = 12;
 

@@ -11,13 +11,14 @@ import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type TensorDtype } from "../gpu/tensor.ts";
 import { prepareMatmul } from "../kernels/matmul.ts";
 import { prepareRowSoftmaxStats } from "../kernels/row_softmax_stats.ts";
-import { type GemmTile, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
+import type { GemmTile } from "../kernels/gemm_codegen.ts";
 import { type FusedForwardOptions, prepareFusedForward } from "../kernels/fused/forward.ts";
-import { fusedTilesWorkgroupBytes } from "../kernels/fused/forward_tiles.ts";
 import { fusedMethod } from "../methods/fused.ts";
-import { _cases, CASES, TILES } from "../scripts/bench_gemm.ts";
-import { _fillRandom, HW_TILES, SW_TILES } from "../scripts/tune_forward.ts";
-import { _config, BASE, CONFIGS } from "../scripts/bench_fused_backward.ts";
+import { GEMM_CASES, gemmCases } from "../tuning/gemm_cases.ts";
+import { GEMM_TILE_CANDIDATES } from "../tuning/gemm_candidates.ts";
+import { fillRandom } from "../tuning/fill_random.ts";
+import { FORWARD_TILES_HW, FORWARD_TILES_SW, runnableTiles } from "../tuning/forward_tuner.ts";
+import { BENCH_BASE, BENCH_CONFIGS, benchConfig } from "../tuning/fused_backward_configs.ts";
 import {
   type AdapterProfile,
   emulatedContext,
@@ -38,21 +39,21 @@ async function _benchGemm(
 ): Promise<ManifestRun[]> {
   const runs: ManifestRun[] = [];
   for (const dtype of ["bf16", "f16", "f32"] as const) {
-    for (const [tn, tile] of Object.entries(TILES)) {
+    for (const [tn, tile] of Object.entries(GEMM_TILE_CANDIDATES)) {
       const key = `bench_gemm ${profile.name} ${dtype} ${tn}`;
       const em = emulatedContext(profile);
       const ctx = em.ctx;
       const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
         createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
       const e = mk(shape.n, shape.d, dtype, "E"), c = mk(shape.v, shape.d, dtype, "C");
-      const cases = _cases(mk, { e, c, ...shape, dtype });
+      const cases = gemmCases(mk, { e, c, ...shape, dtype });
       try {
-        for (const cn of CASES) {
+        for (const cn of GEMM_CASES) {
           const cs = cases[cn]();
           const mm = await prepareMatmul(ctx, {
             tile,
             aDtype: cs.aDtype,
-            bDtype: cs.bDtype ?? dtype,
+            bDtype: cs.bDtype,
             aTrans: cs.a.trans,
             bTrans: cs.b.trans,
             outDtype: cs.outDtype,
@@ -78,17 +79,8 @@ async function _tuneForward(
   shape: { n: number; v: number; d: number },
 ): Promise<ManifestRun[]> {
   const runs: ManifestRun[] = [];
-  const lim = profile.limits;
-  const fits = (t: GemmTile) => {
-    try {
-      validateTile(t);
-    } catch {
-      return false;
-    }
-    const mem = fusedTilesWorkgroupBytes(t, { sumZ: true, stats: true, state: "registers" });
-    return mem <= lim.maxComputeWorkgroupStorageSize && t.bm <= tileThreads(t) &&
-      tileThreads(t) <= lim.maxComputeInvocationsPerWorkgroup;
-  };
+  const runnable = new Set(runnableTiles(tiles, profile.limits as unknown as GPUSupportedLimits));
+  const fits = (t: GemmTile) => runnable.has(t);
   for (const dtype of ["bf16", "f32"] as const) {
     for (const softcap of [undefined, 30]) {
       for (const [i, tile] of tiles.entries()) {
@@ -117,7 +109,7 @@ async function _tuneForward(
           const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
             createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
           const e = mk(shape.n, shape.d, dtype, "E"), c = mk(shape.v, shape.d, dtype, "C");
-          await _fillRandom(ctx, e, 11, 1);
+          await fillRandom(ctx, e, 11, 1);
           const mm = await prepareMatmul(ctx, {
             tile,
             aDtype: dtype,
@@ -155,12 +147,13 @@ async function _benchFusedBackward(
   shape: { n: number; v: number; d: number },
 ): Promise<ManifestRun[]> {
   const runs: ManifestRun[] = [];
-  const names = [...Object.keys(CONFIGS), "s2r2", "g128k16t8x8s-kgs"];
+  const names = [...Object.keys(BENCH_CONFIGS), "s2r2", "g128k16t8x8s-kgs"];
   for (const dtype of ["bf16", "f32"] as const) {
     for (const name of names) {
       const key = `bench_fused_backward ${profile.name} ${dtype} ${name}`;
       const em = emulatedContext(profile);
-      const m = fusedMethod({ ...BASE, ..._config(name)!(em.ctx), name });
+      const cfg = benchConfig(name)!(em.ctx);
+      const m = fusedMethod({ ...BENCH_BASE, ...cfg.variant, name }, cfg.kernels);
       try {
         await runMethodKernels(em.ctx, m, { ...shape, dtype }, resolveOptions({ beta: 0.1 }));
         runs.push({ key, kernels: await collect(em.kernels, codes) });
@@ -186,8 +179,8 @@ export async function manifestExtras(codes: Map<string, string>): Promise<Manife
     ...await _others(codes),
     ...await _benchGemm(codes, H100_PROFILE, PAPER),
     ...await _benchGemm(codes, SOFTWARE_PROFILE, { n: 37, v: 53, d: 19 }),
-    ...await _tuneForward(codes, H100_PROFILE, HW_TILES, PAPER),
-    ...await _tuneForward(codes, SOFTWARE_PROFILE, SW_TILES, { n: 256, v: 4096, d: 128 }),
+    ...await _tuneForward(codes, H100_PROFILE, FORWARD_TILES_HW, PAPER),
+    ...await _tuneForward(codes, SOFTWARE_PROFILE, FORWARD_TILES_SW, { n: 256, v: 4096, d: 128 }),
     ...await _benchFusedBackward(codes, H100_PROFILE, PAPER),
     ...await _benchFusedBackward(codes, SOFTWARE_PROFILE, { n: 512, v: 8192, d: 256 }),
   ];

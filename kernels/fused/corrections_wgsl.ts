@@ -13,7 +13,7 @@ import {
   wgslStorageType,
 } from "../wgsl_common.ts";
 import { type Dtype16, wgslFrom16, wgslTo16 } from "../cast16.ts";
-import { signature } from "../../gpu/signature.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
 
 const DOT_WG = 64;
 const SCATTER_WG = 128;
@@ -111,15 +111,7 @@ export function targetScatterSignature(dtype: Dtype) {
 /** The 16-bit target scatter's: as {@link targetScatterSignature} with first, and r. */
 export function targetScatter16Signature(dtype: Dtype) {
   return signature({
-    params: {
-      eRows: "u32",
-      eR0: "u32",
-      dRows: "u32",
-      dR0: "u32",
-      d: "u32",
-      n: "u32",
-      first: "u32",
-    },
+    params: u32s("eRows eR0 dRows dR0 d n first"),
     bindings: {
       ..._scatterBindings(dtype),
       rvec: { elem: "f32", access: "read" },

@@ -65,7 +65,7 @@ import {
   rowKey,
   tileLanes,
 } from "./backward_wgsl.ts";
-import { type KernelOf, signature } from "../../gpu/signature.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 
 /** Options of {@link filterPassWgsl}. */
 export interface FilterPassKernelOptions {
@@ -131,19 +131,7 @@ function _filterShape(o: FilterPassKernelOptions): _FilterShape {
 function _filterSignature(s: { o: FilterPassKernelOptions; vec: boolean; hot: boolean }) {
   const vst = wgslStorageType(s.o.dtype, s.vec);
   return signature({
-    params: {
-      tS: "u32",
-      tE: "u32",
-      eR0: "u32",
-      vS: "u32",
-      vE: "u32",
-      cR0: "u32",
-      d: "u32",
-      tBase: "u32",
-      vBase: "u32",
-      vTotal: "u32",
-      hotWords: "u32",
-    },
+    params: u32s("tS tE eR0 vS vE cR0 d tBase vBase vTotal hotWords"),
     bindings: {
       e: { elem: vst, access: "read" },
       c: { elem: vst, access: "read" },
@@ -283,15 +271,7 @@ export const KEPT_BOUNDS_SIG = signature({
  * `tiles` tiles, vTotal, tTotal, hotWords; perm, the entry bits, maskS, the counters.
  */
 export const SORTED_MASK_SIG = signature({
-  params: {
-    vS: "u32",
-    vE: "u32",
-    vBase: "u32",
-    vTotal: "u32",
-    tTotal: "u32",
-    hotWords: "u32",
-    tiles: "u32",
-  },
+  params: u32s("vS vE vBase vTotal tTotal hotWords tiles"),
   bindings: {
     perm: { elem: "u32", access: "read" },
     hot: { elem: "u32", access: "read" },

@@ -57,7 +57,7 @@ import {
   type TileHooks,
   treeSum,
 } from "./forward_epilogue.ts";
-import { type KernelOf, signature } from "../../gpu/signature.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 import { tileMapForwardWgsl, type TileMapLayout } from "./tile_map.ts";
 
 /**
@@ -250,20 +250,9 @@ function _lsePartial(v: TilesVariant, pair: string, m: string, s: string): strin
  */
 function _signature(v: TilesVariant) {
   return signature({
-    params: {
-      rows: "u32",
-      rowStart: "u32",
-      vRows: "u32",
-      vStart: "u32",
-      d: "u32",
-      tiles: "u32",
-      splits: "u32",
-      splitBase: "u32",
-      sTotal: "u32",
-      mapRow0: "u32",
-      mapCol0: "u32",
-      mapCols: "u32",
-    },
+    params: u32s(
+      "rows rowStart vRows vStart d tiles splits splitBase sTotal mapRow0 mapCol0 mapCols",
+    ),
     bindings: {
       e: { elem: wgslStorageType(v.dtype, v.vec), access: "read" },
       c: { elem: wgslStorageType(v.dtype, v.vec), access: "read" },

@@ -76,7 +76,7 @@ import {
   rowKey,
   tileLanes,
 } from "./backward_wgsl.ts";
-import { type KernelOf, signature } from "../../gpu/signature.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -205,23 +205,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
 function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
   return signature({
-    params: {
-      tS: "u32",
-      tE: "u32",
-      eR0: "u32",
-      vS: "u32",
-      vE: "u32",
-      cR0: "u32",
-      oR0: "u32",
-      d: "u32",
-      tBase: "u32",
-      vBase: "u32",
-      vTotal: "u32",
-      nOuter: "u32",
-      lo: "u32",
-      hi: "u32",
-      sRows: "u32",
-    },
+    params: u32s("tS tE eR0 vS vE cR0 oR0 d tBase vBase vTotal nOuter lo hi sRows"),
     bindings: {
       e: { elem: st, access: "read" },
       c: { elem: st, access: "read" },

@@ -53,7 +53,7 @@ import { createTensor, type DeviceTensor } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { LceOptions } from "../../core/options.ts";
 import { f32Lit } from "../wgsl_common.ts";
-import { compileKernel, signature } from "../../gpu/signature.ts";
+import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 
 /** Absolute part of the map filter's rounding slack δ on M (see the module doc). */
 export const MAP_SLACK_ABS = 2 ** -5;
@@ -214,21 +214,7 @@ const MAP_FILTER_WG = 256;
  * weights w, the tile map, the mask and the kept-tile counter.
  */
 const MAP_FILTER_SIG = signature({
-  params: {
-    tS: "u32",
-    tE: "u32",
-    eR0: "u32",
-    fR0: "u32",
-    vS: "u32",
-    vE: "u32",
-    cR0: "u32",
-    fC0: "u32",
-    tBase: "u32",
-    vBase: "u32",
-    vTotal: "u32",
-    tiles: "u32",
-    mapCols: "u32",
-  },
+  params: u32s("tS tE eR0 fR0 vS vE cR0 fC0 tBase vBase vTotal tiles mapCols"),
   bindings: {
     lse: { elem: "f32", access: "read" },
     w: { elem: "f32", access: "read" },
