@@ -22,7 +22,7 @@ import {
   TILE_HW_WIDE,
   TILE_SMALL,
 } from "../kernels/gemm_codegen.ts";
-import { type PreparedMatmul, prepareMatmul } from "../kernels/matmul.ts";
+import { type PreparedMatmul, prepareMatmul, SPLITK_MAX_BYTES } from "../kernels/matmul.ts";
 import type { TensorDtype } from "../gpu/tensor.ts";
 
 /** An n×1 f32 vector. */
@@ -167,4 +167,29 @@ export function recordLossFromLogits(
   o.reduce.record(rec, { lossRows, targets: o.targets, loss, count });
   rec.release(lossRows.shards[0].buffer);
   return { loss, saved: { tensors: [o.logits, lse, count], logits: o.logits, lse, count } };
+}
+
+/** The part of a memory estimate its formula leaves out besides split-K partials. */
+export const ESTIMATE_SLACK_BYTES = 256 * 1024;
+
+/**
+ * What a materialising method's memory formula leaves out, as bytes to add to it: the uniform
+ * parameter blocks and the rounding of each shard to 16 bytes ({@link ESTIMATE_SLACK_BYTES}),
+ * and on a GPU the split-K partials of its products (kernels/matmul.ts autoSplitK: a product
+ * splits only while its partials stay within SPLITK_MAX_BYTES and one output more, so at most
+ * twice that; `upTo` slices of an `upToBytes` output where a product may take more); none on a
+ * software adapter, where products do not split.
+ */
+export function estimateSlack(
+  ctx: GpuContext,
+  o: { upTo?: number; upToBytes?: number } = {},
+): number {
+  if (ctx.report.isFallbackAdapter) return ESTIMATE_SLACK_BYTES;
+  const partials = Math.max(2 * SPLITK_MAX_BYTES, (o.upTo ?? 0) * (o.upToBytes ?? 0));
+  return ESTIMATE_SLACK_BYTES + partials;
+}
+
+/** A vector of `k` f32 values as a buffer: rounded up to 16 bytes. */
+export function vectorBytes(k: number): number {
+  return Math.ceil(Math.max(k, 1) * 4 / 16) * 16;
 }

@@ -11,8 +11,16 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
-import type { LceMethod } from "./types.ts";
-import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
+import type { LceMethod, ProblemSpec } from "./types.ts";
+import type { LceOptions } from "../core/options.ts";
+import {
+  ESTIMATE_SLACK_BYTES,
+  estimateSlack,
+  prepareLceProducts,
+  recordLossFromLogits,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
@@ -27,15 +35,7 @@ export const baseline: LceMethod = {
   name: "baseline",
   label: "Baseline (materialised f32 logits)",
   description: "f32 logits and their gradient materialised in GPU memory, then two matrix products",
-  estimateBytes(spec, opts) {
-    const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
-    const small = spec.n * 4 * 3 + (opts.reduction === "none" ? spec.n * 4 : 16);
-    return {
-      fwd: logits + small,
-      bwd: logits + grads + small,
-      "fwd+bwd": 2 * logits + grads + small,
-    };
-  },
+  estimateBytes: (spec, opts) => _estimate(spec, opts, ESTIMATE_SLACK_BYTES),
   async prepare(ctx, spec, opts) {
     const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
       dtype: spec.dtype,
@@ -104,6 +104,26 @@ export const baseline: LceMethod = {
       dispose(saved) {
         for (const t of saved.tensors) t.destroy();
       },
+      estimateBytes: () =>
+        _estimate(
+          spec,
+          opts,
+          estimateSlack(ctx, { upTo: BASELINE_DE_MAX_SLICES, upToBytes: spec.n * spec.d * 4 }),
+        ),
     };
   },
 };
+
+/**
+ * The memory of the baseline's calls: the f32 logits (and in the backward their gradient), the
+ * f32 gradients, the per-token vectors, plus `slack` for what the formula leaves out.
+ */
+function _estimate(spec: ProblemSpec, opts: LceOptions, slack: number) {
+  const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
+  const small = vectorBytes(spec.n) * 4 + vectorBytes(opts.reduction === "none" ? spec.n : 1);
+  return {
+    fwd: logits + small + slack,
+    bwd: logits + grads + small + slack,
+    "fwd+bwd": 2 * logits + grads + small + 2 * slack,
+  };
+}
