@@ -4,6 +4,8 @@
  * @module
  */
 
+import { GpuError } from "../core/errors.ts";
+
 /** A tracked buffer (gpu/context.ts TrackedBuffer): the GPUBuffer it holds. */
 export interface BufferHolder {
   readonly buffer: GPUBuffer;
@@ -111,4 +113,37 @@ export function bindingRange(
   const b = bufferBinding(r);
   const offset = b.offset ?? 0;
   return { buffer: b.buffer, offset, size: b.size ?? Math.max(0, b.buffer.size - offset) };
+}
+
+const _groups = new WeakMap<GPUBindGroup, { label: string; bound: BoundBuffer[] }>();
+
+/** Keeps what a bind group binds (GpuContext.bindGroup), for {@link checkIndirect}. */
+export function rememberGroup(group: GPUBindGroup, label: string, bound: BoundBuffer[]): void {
+  _groups.set(group, { label, bound });
+}
+
+/**
+ * Throws a GpuError when `args`, the indirect arguments of a dispatch with `group`, is bound
+ * writable in the group (a buffer read as dispatch input cannot be written in that dispatch).
+ */
+export function checkIndirect(group: GPUBindGroup, args: GPUBuffer): void {
+  const g = _groups.get(group);
+  const w = g?.bound.find((b) => b.buffer === args && b.type === "storage");
+  const what = `writes the buffer "${args.label}" that holds the dispatch's indirect arguments`;
+  if (w) throw new GpuError("validation", `${g!.label}: binding '${w.name}' ${what}`);
+}
+
+const _unused = new WeakMap<GPUDevice, GPUBuffer>();
+
+/**
+ * A 256-byte storage buffer of `device` (untracked, made once) for a binding a dispatch declares
+ * but never accesses (an unsplit product's partials): it aliases no other binding's buffer.
+ */
+export function unusedBinding(device: GPUDevice): GPUBuffer {
+  let b = _unused.get(device);
+  if (!b) {
+    b = device.createBuffer({ size: 256, usage: GPUBufferUsage.STORAGE, label: "unused binding" });
+    _unused.set(device, b);
+  }
+  return b;
 }

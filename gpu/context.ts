@@ -11,10 +11,11 @@ import {
   bindingRange,
   type BindingResource,
   bindingsOf,
-  type BoundBuffer,
   bufferBinding,
   layoutEntries,
   type PipelineBinding,
+  rememberGroup,
+  unusedBinding,
 } from "./bindings.ts";
 
 export { bindingConflict, bindingRange } from "./bindings.ts";
@@ -174,7 +175,6 @@ export class GpuContext {
   #pipelines = new Map<string, GPUComputePipeline>();
   #layouts = new WeakMap<GPUComputePipeline, { label: string; bindings: PipelineBinding[] }>();
   #uncaptured: string[] = [];
-  #unused: GPUBuffer | undefined;
 
   private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
     this.adapter = adapter;
@@ -507,33 +507,13 @@ export class GpuContext {
       layout: pipeline.getBindGroupLayout(0),
       entries,
     });
-    this.#groups.set(group, { label: info?.label ?? label, bound });
+    rememberGroup(group, info?.label ?? label, bound);
     return group;
   }
 
-  #groups = new WeakMap<GPUBindGroup, { label: string; bound: BoundBuffer[] }>();
-  /**
-   * A 256-byte storage buffer (untracked, one per context) for a binding a dispatch declares but
-   * never accesses (an unsplit product's partials): it aliases no other binding's buffer.
-   */
+  /** The device's buffer for bindings a dispatch never accesses (see unusedBinding). */
   get unusedBinding(): GPUBuffer {
-    this.#unused ??= this.device.createBuffer({
-      size: 256,
-      usage: GPUBufferUsage.STORAGE,
-      label: "unused binding",
-    });
-    return this.#unused;
-  }
-
-  /**
-   * Throws a GpuError when `args`, the indirect arguments of a dispatch with `group`, is bound
-   * writable in the group (a buffer read as dispatch input cannot be written in that dispatch).
-   */
-  checkIndirect(group: GPUBindGroup, args: GPUBuffer): void {
-    const g = this.#groups.get(group);
-    const w = g?.bound.find((b) => b.buffer === args && b.type === "storage");
-    const what = `writes the buffer "${args.label}" that holds the dispatch's indirect arguments`;
-    if (w) throw new GpuError("validation", `${g!.label}: binding '${w.name}' ${what}`);
+    return unusedBinding(this.device);
   }
 
   /**
@@ -590,7 +570,6 @@ export class GpuContext {
   /** Destroys the device. */
   destroy(): void {
     this.releaseCache();
-    this.#unused?.destroy();
     this.device.destroy();
   }
 }

@@ -5,6 +5,7 @@
  * @module
  */
 import type { BindingResource, GpuContext, TrackedBuffer } from "./context.ts";
+import { checkIndirect } from "./bindings.ts";
 
 /** GPU time of one compute pass. */
 export interface PassTiming {
@@ -97,7 +98,7 @@ export class Recorder {
         enc.dispatchWorkgroups(x, y, z);
       },
       dispatchIndirect: (pipeline, bindGroup, args, offset) => {
-        this.#ctx.checkIndirect(bindGroup, args.buffer);
+        checkIndirect(bindGroup, args.buffer);
         enc.setPipeline(pipeline);
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroupsIndirect(args.buffer, offset);

@@ -52,6 +52,7 @@ import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backw
 import { ESTIMATE_SLACK_BYTES, lossTensor, vector } from "./_common.ts";
 import { createTileMap, tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
 import { rowsPerBinding } from "../gpu/tensor.ts";
+import type { GemmTile } from "../kernels/gemm_codegen.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -111,6 +112,27 @@ export function fusedMethod(f: FusedVariant, k: FusedKernelOptions = {}): LceMet
   };
 }
 
+/** The filtered backward, or without the filter the dense one (methods/_dense_backward.ts). */
+function _prepareBackward(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  f: FusedVariant,
+  k: FusedKernelOptions,
+  forwardTile: GemmTile,
+): Promise<PreparedFusedBackward | PreparedDenseBackward> {
+  if (!f.filter) return prepareDenseBackward(ctx, { spec, opts, chunkRows: k.denseChunkRows });
+  return prepareFusedBackward(ctx, {
+    ...k.backward,
+    spec,
+    opts,
+    filterEps: defaultFilterEps(spec.dtype),
+    sort: f.sort ?? false,
+    gradDtype: f.gradDtype,
+    mapFilter: f.tileMap ? { tile: forwardTile } : undefined,
+  });
+}
+
 async function _prepare(
   ctx: GpuContext,
   spec: ProblemSpec,
@@ -120,18 +142,7 @@ async function _prepare(
 ): Promise<PreparedMethod> {
   const fwd = await prepareFusedForward(ctx, { spec, opts, tileMax: f.tileMap });
   const reduce = await prepareLossReduce(ctx, opts);
-  // Without the filter: the dense backward on the GEMM core (methods/_dense_backward.ts).
-  const bwd: PreparedFusedBackward | PreparedDenseBackward = f.filter
-    ? await prepareFusedBackward(ctx, {
-      ...k.backward,
-      spec,
-      opts,
-      filterEps: defaultFilterEps(spec.dtype),
-      sort: f.sort ?? false,
-      gradDtype: f.gradDtype,
-      mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
-    })
-    : await prepareDenseBackward(ctx, { spec, opts, chunkRows: k.denseChunkRows });
+  const bwd = await _prepareBackward(ctx, spec, opts, f, k, fwd.tile);
   // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
   // fused forward-backward's scaling by the upstream gradient.
   const extra = f.fusedForwardBackward && bwd.gradDtype !== "f32" ? 1 : 0;
