@@ -10,7 +10,6 @@ import {
   gemmMainloop,
   gemmSharedBytes,
   type GemmTile,
-  TILE_LARGE,
   TILE_SMALL,
 } from "../kernels/gemm_codegen.ts";
 import { describeTile, tileFromDescription, tileLayout, withLayout } from "./gemm_layouts.ts";
@@ -98,8 +97,8 @@ Deno.test({
       [{ ...TILE_SMALL, tn: 8, threadMajor: true }, [
         withLayout({ ...TILE_SMALL, tn: 8, threadMajor: true }, { warpTile: true }),
       ]],
-      [{ ...TILE_LARGE, vec: true, stage2d: true }, [
-        withLayout({ ...TILE_LARGE, vec: true, stage2d: true }, { warpTile: true, mFirst: true }),
+      [{ ...TILE_SMALL, vec: true, stage2d: true }, [
+        withLayout({ ...TILE_SMALL, vec: true, stage2d: true }, { warpTile: true, mFirst: true }),
       ]],
     ];
     for (const [core, layouts] of cases) {
@@ -169,8 +168,8 @@ Deno.test({
       return out;
     };
     for (
-      const core of [{ ...TILE_LARGE, bk: 8, vec: true, stage2d: true }, {
-        ...TILE_LARGE,
+      const core of [{ ...TILE_SMALL, bk: 8, vec: true, stage2d: true }, {
+        ...TILE_SMALL,
         bk: 8,
         vec: true,
       }]
