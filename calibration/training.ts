@@ -24,20 +24,27 @@ import { check } from "../core/errors.ts";
 import { checkInputs, type HostInputs, resolveOptions } from "../core/options.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** Workgroups of one SGD dispatch (one per tensor shard): partial sums per shard. */
 export const SGD_GROUPS = 64;
 const WG = 256;
 
+/** The SGD step's signature: `count` values, update (0 or 1), lr, slot; g, x, the partials. */
+const SGD_SIG = signature({
+  params: { count: "u32", update: "u32", lr: "f32", slot: "u32" },
+  bindings: {
+    g: { elem: "f32", access: "read" },
+    x: { elem: "f32", access: "read_write" },
+    partial: { elem: "f32", access: "read_write" },
+  },
+});
+
 /**
  * WGSL of the SGD step: x ← x − lr·g over `count` f32 values when `update` ≠ 0, and the
  * workgroup's Σ g² into partial[slot·SGD_GROUPS + workgroup]. Grid: SGD_GROUPS workgroups.
  */
-export const SGD_WGSL = `struct Params { count: u32, update: u32, lr: f32, slot: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> g: array<f32>;
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partial: array<f32>;
+export const SGD_WGSL = `${SGD_SIG.wgsl}
 var<workgroup> red: array<f32, ${WG}>;
 @compute @workgroup_size(${WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -79,7 +86,7 @@ export interface PreparedSgd {
 
 /** Compiles the SGD step. */
 export async function prepareSgd(ctx: GpuContext): Promise<PreparedSgd> {
-  const pipeline = await ctx.pipeline(SGD_WGSL, "sgd_step");
+  const k = await compileKernel(ctx, SGD_SIG, SGD_WGSL, "sgd_step");
   return {
     record(rec, a) {
       const { x, g } = a;
@@ -93,15 +100,18 @@ export async function prepareSgd(ctx: GpuContext): Promise<PreparedSgd> {
       let slot = a.slot;
       rec.pass(`sgd ${x.label}`, (p) => {
         g.shards.forEach((gs, i) => {
-          const params = new ArrayBuffer(16);
-          const u32 = new Uint32Array(params), f32 = new Float32Array(params);
-          u32[0] = gs.rows * g.cols;
-          u32[1] = a.lr === 0 ? 0 : 1;
-          f32[2] = a.lr;
-          u32[3] = slot++;
-          const u = rec.uniform(u32, "sgd params");
-          const bufs = [u, gs.buffer, x.shards[i].buffer, a.partials];
-          p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), SGD_GROUPS);
+          const params = {
+            count: gs.rows * g.cols,
+            update: a.lr === 0 ? 0 : 1,
+            lr: a.lr,
+            slot: slot++,
+          };
+          const bg = k.bind(rec, params, {
+            g: gs.buffer,
+            x: x.shards[i].buffer,
+            partial: a.partials,
+          });
+          p.dispatch(k.pipeline, bg, SGD_GROUPS);
         });
       });
       return slot;

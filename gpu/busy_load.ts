@@ -5,13 +5,14 @@
  * Why: an idle H100 sits at 345 MHz and raises its clock with its utilisation. Calls that keep it
  * 40–60% busy (a 10 ms forward with the host's work between calls) held it below about 1 GHz for
  * over a second, so such a cell measured 2–5× its time; under full load it reached 1,980 MHz
- * within 0.1 s, and it stayed there for 1.4 s after the load stopped
- * (reports/h100_2026-11-23d/run_e_clocks.csv, `nvidia-smi` every 100 ms beside the `llm` check).
+ * within 0.1 s, and it stayed there for 1.4 s after the load stopped (`nvidia-smi` every 100 ms
+ * beside a measurement; docs/performance.md).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "./context.ts";
 import { Recorder } from "./recorder.ts";
 import { createTensor } from "./tensor.ts";
+import { compileKernel, signature } from "./signature.ts";
 
 /** Independent vec4 accumulators a thread, FMA steps per loop iteration, iterations, threads. */
 const ACC = 8, STEPS = 16, ITERS = 4096, THREADS = 256;
@@ -21,12 +22,15 @@ export const FMA_LOOP_GROUP_FLOP = 2 * 4 * ACC * STEPS * ITERS * THREADS;
 
 const _names = Array.from({ length: ACC }, (_, i) => `a${i}`);
 
+/** The loop's signature: its output, one vec4. */
+const SIG = signature({ bindings: { out: { elem: "vec4<f32>", access: "read_write" } } });
+
 /**
  * WGSL: each thread runs ACC independent chains `a = fma(a, m, c)` (written out: Deno's WGSL
  * compiler does not unroll), then writes their sum only if it is exactly −1 (never, but the
- * compiler cannot know), so the output is one vec4. Binding: out (f32 ×4).
+ * compiler cannot know), so the output is one vec4.
  */
-export const FMA_LOOP_WGSL = `@group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
+export const FMA_LOOP_WGSL = `${SIG.wgsl}
 @compute @workgroup_size(${THREADS})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let s = f32(gid.x) * 1e-9;
@@ -60,8 +64,8 @@ const SUBMISSION_MS = 100;
 /**
  * Relative difference of two consecutive submissions' rates (workgroups per GPU ms) below which
  * {@link BusyLoad.run} takes the clock as settled. Why it waits for that: 400 ms of this load
- * once left an idle H100 at 1,005 MHz for the 1.6 s of the first cell measured after it
- * (reports/h100_2026-11-24/run_f/clocks.csv; 1,980 MHz is its clock under full load).
+ * once left an idle H100 at 1,005 MHz for the 1.6 s of the first cell measured after it (1,980
+ * MHz is its clock under full load).
  */
 export const SETTLED_RATE = 0.02;
 /** Most wall time (ms) {@link BusyLoad.run} adds to the time asked while the clock settles. */
@@ -71,12 +75,12 @@ const MAX_GROUPS = 65535;
 
 /** Compiles the workload. */
 export async function prepareBusyLoad(ctx: GpuContext): Promise<BusyLoad> {
-  const pl = await ctx.pipeline(FMA_LOOP_WGSL, "busy load");
+  const k = await compileKernel(ctx, SIG, FMA_LOOP_WGSL, "busy load");
   const submit = (out: TrackedBuffer, groups: number) =>
     ctx.scoped(async () => {
       const rec = new Recorder(ctx);
       rec.pass("busy load", (p) => {
-        p.dispatch(pl, ctx.bindGroup(pl, [out], "busy load"), groups);
+        p.dispatch(k.pipeline, k.bind(rec, undefined, { out }), groups);
       });
       const t = await rec.finish();
       return Number.isNaN(t.gpuMs) ? t.wallMs : t.gpuMs;

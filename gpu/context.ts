@@ -6,6 +6,20 @@
  */
 import { GpuError } from "../core/errors.ts";
 import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
+import {
+  bindingConflict,
+  bindingRange,
+  type BindingResource,
+  bindingsOf,
+  bufferBinding,
+  layoutEntries,
+  type PipelineBinding,
+  rememberGroup,
+  unusedBinding,
+} from "./bindings.ts";
+
+export { bindingConflict, bindingRange } from "./bindings.ts";
+export type { BindingResource, BoundBuffer, PipelineBinding } from "./bindings.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -159,6 +173,7 @@ export class GpuContext {
   #liveTotal = 0;
   #peakTotal = 0;
   #pipelines = new Map<string, GPUComputePipeline>();
+  #layouts = new WeakMap<GPUComputePipeline, { label: string; bindings: PipelineBinding[] }>();
   #uncaptured: string[] = [];
 
   private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
@@ -220,6 +235,19 @@ export class GpuContext {
     } catch (e) {
       throw new GpuError("internal", `requestDevice failed: ${(e as Error).message}`);
     }
+    return GpuContext.fromDevice(adapter, device, { ...opts, engine, engineVersion: version });
+  }
+
+  /**
+   * A context on a device opened elsewhere: what {@link create} does once it has one. Tools that
+   * emulate another adapter (the kernel manifest, testing/emulated_device.ts) pass their own.
+   */
+  static fromDevice(
+    adapter: GPUAdapter,
+    device: GPUDevice,
+    opts: ContextOptions & { engine: Engine; engineVersion: string },
+  ): GpuContext {
+    const { engine, engineVersion: version } = opts;
     const info = adapter.info;
     const limits: Record<string, number> = {};
     for (const k in device.limits) {
@@ -415,7 +443,7 @@ export class GpuContext {
         }`,
       );
     }
-    this.#pipelines.set(code, p);
+    this.#remember(p, code, label);
     return p;
   }
 
@@ -430,8 +458,14 @@ export class GpuContext {
     this.assertAlive();
     const module = this.device.createShaderModule({ code, label });
     const p = this.device.createComputePipeline(this.#descriptor(code, label, module));
-    this.#pipelines.set(code, p);
+    this.#remember(p, code, label);
     return p;
+  }
+
+  /** Caches a pipeline by its source and keeps its label and bindings for bind groups. */
+  #remember(p: GPUComputePipeline, code: string, label: string): void {
+    this.#pipelines.set(code, p);
+    this.#layouts.set(p, { label, bindings: bindingsOf(code) });
   }
 
   /** The pipeline of `module`'s `main` with one bind group laid out from `code`'s bindings. */
@@ -442,27 +476,44 @@ export class GpuContext {
   ): GPUComputePipelineDescriptor {
     return {
       layout: this.device.createPipelineLayout({
-        bindGroupLayouts: [this.device.createBindGroupLayout({ entries: _bindingsOf(code) })],
+        bindGroupLayouts: [this.device.createBindGroupLayout({ entries: layoutEntries(code) })],
       }),
       compute: { module, entryPoint: "main" },
       label,
     };
   }
 
-  /** A bind group of `pipeline`'s group 0 from buffers in binding order. */
+  /**
+   * A bind group of `pipeline`'s group 0 from resources in binding order (the i-th at binding i).
+   * Refuses, naming the kernel and the two bindings, what WebGPU forbids within one dispatch
+   * ({@link bindingConflict}): writable bindings of overlapping ranges of one buffer, or a buffer
+   * bound writable and read-only at once.
+   */
   bindGroup(
     pipeline: GPUComputePipeline,
-    buffers: (TrackedBuffer | GPUBuffer)[],
+    resources: BindingResource[],
     label: string,
   ): GPUBindGroup {
-    return this.device.createBindGroup({
+    const info = this.#layouts.get(pipeline);
+    const bound = resources.map((r, i) => {
+      const b = info?.bindings.find((x) => x.index === i);
+      return { name: b?.name ?? `#${i}`, type: b?.type, ...bindingRange(r) };
+    });
+    const clash = bindingConflict(bound);
+    if (clash) throw new GpuError("validation", `${info?.label ?? label}: ${clash}`);
+    const entries = resources.map((r, i) => ({ binding: i, resource: bufferBinding(r) }));
+    const group = this.device.createBindGroup({
       label,
       layout: pipeline.getBindGroupLayout(0),
-      entries: buffers.map((b, i) => ({
-        binding: i,
-        resource: { buffer: b instanceof TrackedBuffer ? b.buffer : b },
-      })),
+      entries,
     });
+    rememberGroup(group, info?.label ?? label, bound);
+    return group;
+  }
+
+  /** The device's buffer for bindings a dispatch never accesses (see unusedBinding). */
+  get unusedBinding(): GPUBuffer {
+    return unusedBinding(this.device);
   }
 
   /**
@@ -521,25 +572,6 @@ export class GpuContext {
     this.releaseCache();
     this.device.destroy();
   }
-}
-
-/**
- * The bind group layout declared by a shader's group-0 bindings, so that a binding the shader
- * does not use still belongs to the layout (an "auto" layout would drop it).
- */
-function _bindingsOf(code: string): GPUBindGroupLayoutEntry[] {
-  const re =
-    /@group\(0\)\s*@binding\((\d+)\)\s*var<(uniform|storage)\s*(?:,\s*(read_write|read))?\s*>/g;
-  const out: GPUBindGroupLayoutEntry[] = [];
-  for (const m of code.matchAll(re)) {
-    const type: GPUBufferBindingType = m[2] === "uniform"
-      ? "uniform"
-      : m[3] === "read_write"
-      ? "storage"
-      : "read-only-storage";
-    out.push({ binding: Number(m[1]), visibility: GPUShaderStage.COMPUTE, buffer: { type } });
-  }
-  return out.sort((a, b) => a.binding - b.binding);
 }
 
 /** The device's subgroup-matrix configurations, read from the adapter's info (Dawn only). */

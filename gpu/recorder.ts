@@ -4,7 +4,8 @@
  * has been submitted. One Recorder per measured call.
  * @module
  */
-import type { GpuContext, TrackedBuffer } from "./context.ts";
+import type { BindingResource, GpuContext, TrackedBuffer } from "./context.ts";
+import { checkIndirect } from "./bindings.ts";
 
 /** GPU time of one compute pass. */
 export interface PassTiming {
@@ -96,7 +97,8 @@ export class Recorder {
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroups(x, y, z);
       },
-      dispatchIndirect(pipeline, bindGroup, args, offset) {
+      dispatchIndirect: (pipeline, bindGroup, args, offset) => {
+        checkIndirect(bindGroup, args.buffer);
         enc.setPipeline(pipeline);
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroupsIndirect(args.buffer, offset);
@@ -118,13 +120,13 @@ export class Recorder {
     return u;
   }
 
-  /** A bind group of `pipeline` from buffers in binding order. */
+  /** A bind group of `pipeline` from resources in binding order (GpuContext.bindGroup). */
   bindGroup(
     pipeline: GPUComputePipeline,
-    buffers: (TrackedBuffer | GPUBuffer)[],
+    resources: BindingResource[],
     label = "",
   ): GPUBindGroup {
-    return this.#ctx.bindGroup(pipeline, buffers, label);
+    return this.#ctx.bindGroup(pipeline, resources, label);
   }
 
   /** Zero-fills `size` bytes of `buf` at `offset` (untimed copy-engine work). */

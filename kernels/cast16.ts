@@ -9,6 +9,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** The 16-bit dtypes a kernel can write. */
 export type Dtype16 = "bf16" | "f16";
@@ -71,15 +72,18 @@ export function gridStrideGroups(items: number, wg = WG): number {
   return Math.max(1, Math.min(Math.ceil(items / wg), 65535));
 }
 
+/** The cast's signature: src f32, dst 16-bit as u32 words. */
+const SIG = signature({
+  params: { count: "u32", words: "u32", srcOff: "u32", dstOff: "u32" },
+  bindings: { src: { elem: "f32", access: "read" }, dst: { elem: "u32", access: "read_write" } },
+});
+
 /**
- * WGSL of the cast of `count` elements from element `srcOff` of src to word `dstOff` of dst (an
- * even element). Bindings: params {count, words, srcOff, dstOff}, src (f32), dst (16-bit).
+ * WGSL of the cast of `count` elements (`words` words) from element `srcOff` of src to word
+ * `dstOff` of dst (an even element).
  */
 export function cast16Wgsl(dtype: Dtype16): string {
-  return `struct Params { count: u32, words: u32, srcOff: u32, dstOff: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<u32>;
+  return `${SIG.wgsl}
 ${wgslTo16(dtype)}
 @compute @workgroup_size(${WG})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -106,7 +110,7 @@ export interface PreparedCast16 {
 
 /** Compiles the cast to `dtype`. */
 export async function prepareCast16(ctx: GpuContext, dtype: Dtype16): Promise<PreparedCast16> {
-  const pipeline = await ctx.pipeline(cast16Wgsl(dtype), `cast f32→${dtype}`);
+  const k = await compileKernel(ctx, SIG, cast16Wgsl(dtype), `cast f32→${dtype}`);
   return {
     record(rec, a) {
       if (
@@ -129,12 +133,9 @@ export async function prepareCast16(ctx: GpuContext, dtype: Dtype16): Promise<Pr
           if (dstEl % 2 !== 0) throw new RangeError("cast16: a piece starts inside a word");
           const count = (r1 - r0) * cols;
           const words = Math.ceil(count / 2);
-          const u = rec.uniform(
-            new Uint32Array([count, words, (r0 - s.rowStart) * cols, dstEl / 2]),
-            "cast params",
-          );
-          const bg = rec.bindGroup(pipeline, [u, s.buffer, ds.buffer]);
-          p.dispatch(pipeline, bg, gridStrideGroups(words));
+          const params = { count, words, srcOff: (r0 - s.rowStart) * cols, dstOff: dstEl / 2 };
+          const bg = k.bind(rec, params, { src: s.buffer, dst: ds.buffer });
+          p.dispatch(k.pipeline, bg, gridStrideGroups(words));
         });
       });
     },

@@ -10,8 +10,9 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { DeviceTensor, type TensorDtype } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
-import { rowSoftmaxStatsWgsl } from "./row_softmax_stats.ts";
-import { logitGradWgsl } from "./logit_grad.ts";
+import { rowSoftmaxStatsSignature, rowSoftmaxStatsWgsl } from "./row_softmax_stats.ts";
+import { logitGradSignature, logitGradWgsl } from "./logit_grad.ts";
+import { compileKernel } from "../gpu/signature.ts";
 
 /**
  * The first `rows` rows of `t` as a tensor sharing its buffers (its shards cut at `rows`).
@@ -58,24 +59,30 @@ export async function prepareChunkStats(
   ctx: GpuContext,
   o: ChunkKernelOptions,
 ): Promise<PreparedChunkStats> {
-  const pipeline = await ctx.pipeline(rowSoftmaxStatsWgsl(o), "row_softmax_stats");
+  const k = await compileKernel(
+    ctx,
+    rowSoftmaxStatsSignature(o.logitsDtype),
+    rowSoftmaxStatsWgsl(o),
+    "row_softmax_stats",
+  );
   return {
     record(rec, a) {
       _checkChunk(a.logits, a.rowOffset, a.targets.rows, o.v);
       rec.pass("row_softmax_stats", (p) => {
         for (const s of a.logits.shards) {
-          const u = rec.uniform(
-            new Uint32Array([s.rows, o.v, a.rowOffset + s.rowStart, a.logits.cols]),
-            "params",
-          );
-          const bg = rec.bindGroup(pipeline, [
-            u,
-            s.buffer,
-            a.targets.shards[0].buffer,
-            a.lse.shards[0].buffer,
-            a.lossRows.shards[0].buffer,
-          ]);
-          p.dispatch(pipeline, bg, Math.min(s.rows, 65535));
+          const params = {
+            rows: s.rows,
+            v: o.v,
+            rowStart: a.rowOffset + s.rowStart,
+            ldz: a.logits.cols,
+          };
+          const bg = k.bind(rec, params, {
+            z: s.buffer,
+            targets: a.targets.shards[0].buffer,
+            lse: a.lse.shards[0].buffer,
+            loss_rows: a.lossRows.shards[0].buffer,
+          });
+          p.dispatch(k.pipeline, bg, Math.min(s.rows, 65535));
         }
       });
     },
@@ -105,7 +112,7 @@ export async function prepareChunkGrad(
   ctx: GpuContext,
   o: ChunkKernelOptions & { inPlace: boolean },
 ): Promise<PreparedChunkGrad> {
-  const pipeline = await ctx.pipeline(logitGradWgsl(o), "logit_grad");
+  const kernel = await compileKernel(ctx, logitGradSignature(o), logitGradWgsl(o), "logit_grad");
   return {
     record(rec, a) {
       _checkChunk(a.logits, a.rowOffset, a.targets.rows, o.v);
@@ -118,15 +125,15 @@ export async function prepareChunkGrad(
           if (!gs || gs.rowStart !== s.rowStart || gs.rows !== s.rows) {
             throw new RangeError("logit_grad: shard mismatch");
           }
-          const u = rec.uniform(
-            new Uint32Array([s.rows, o.v, a.rowOffset + s.rowStart, 0]),
-            "params",
-          );
-          const common = [a.targets.shards[0].buffer, a.lse.shards[0].buffer, a.w.shards[0].buffer];
-          const bg = o.inPlace
-            ? rec.bindGroup(pipeline, [u, gs.buffer, ...common])
-            : rec.bindGroup(pipeline, [u, s.buffer, ...common, gs.buffer]);
-          p.dispatch(pipeline, bg, Math.ceil(o.v / 256), Math.min(s.rows, 65535));
+          const params = { rows: s.rows, v: o.v, rowStart: a.rowOffset + s.rowStart, colStart: 0 };
+          const bg = kernel.bind(rec, params, {
+            z: o.inPlace ? undefined : s.buffer,
+            g: gs.buffer,
+            targets: a.targets.shards[0].buffer,
+            lse: a.lse.shards[0].buffer,
+            w: a.w.shards[0].buffer,
+          });
+          p.dispatch(kernel.pipeline, bg, Math.ceil(o.v / 256), Math.min(s.rows, 65535));
         });
       });
     },

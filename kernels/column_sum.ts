@@ -29,6 +29,7 @@ import {
   vecWidth,
   wgslStorageType,
 } from "./wgsl_common.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** Most chunks (pass-1 partials per column) of one shard. */
 export const MAX_CHUNKS = 32;
@@ -36,13 +37,27 @@ const COLS = 64; // columns per pass-1 workgroup
 const LANES = 4; // row lanes per column in pass 1
 const WG2 = 256; // threads per column in pass 2
 
-/** WGSL of pass 1. Bindings: params, C shard, partials (column-major: col·chunks + chunk). */
+/** Pass 1's signature: a C shard (as `elem`), partials (column-major: col·chunks + chunk). */
+function _partialSignature(elem: string) {
+  return signature({
+    params: { rows: "u32", d: "u32", chunkBase: "u32", chunks: "u32", chunkRows: "u32" },
+    bindings: { c: { elem, access: "read" }, partials: { elem: "f32", access: "read_write" } },
+  });
+}
+
+/** Pass 2's signature: the partials, out (d f32). */
+const FINAL_SIG = signature({
+  params: { d: "u32", chunks: "u32" },
+  bindings: {
+    partials: { elem: "f32", access: "read" },
+    outp: { elem: "f32", access: "read_write" },
+  },
+});
+
+/** WGSL of pass 1. */
 export function columnSumPartialWgsl(dtype: Dtype): string {
   return `${enableDirectives([dtype])}
-struct Params { rows: u32, d: u32, chunkBase: u32, chunks: u32, chunkRows: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(dtype)}>;
-@group(0) @binding(2) var<storage, read_write> partials: array<f32>;
+${_partialSignature(wgslStorageType(dtype)).wgsl}
 ${dtypeHelpers([{ name: "c", dtype }])}
 var<workgroup> red: array<f32, ${COLS * LANES}>;
 @compute @workgroup_size(${COLS * LANES})
@@ -104,10 +119,7 @@ export function columnSumPartialVecWgsl(dtype: Dtype): string {
   const each = (f: (j: number) => string, sep = " ") => idx.map(f).join(sep);
   const T = COLS * LANES;
   return `${enableDirectives([dtype])}
-struct Params { rows: u32, d: u32, chunkBase: u32, chunks: u32, chunkRows: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> c: array<${ty}>;
-@group(0) @binding(2) var<storage, read_write> partials: array<f32>;
+${_partialSignature(ty).wgsl}
 var<workgroup> red: array<array<f32, ${T}>, ${w}>;
 @compute @workgroup_size(${T})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -155,12 +167,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
-/** WGSL of pass 2. Bindings: params, partials, out (d f32). */
+/** WGSL of pass 2. */
 export function columnSumFinalWgsl(): string {
-  return `struct Params { d: u32, chunks: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> outp: array<f32>;
+  return `${FINAL_SIG.wgsl}
 var<workgroup> red: array<f32, ${WG2}>;
 @compute @workgroup_size(${WG2})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
@@ -231,9 +240,19 @@ export async function prepareColumnSum(
   ctx: GpuContext,
   o: { dtype: Dtype },
 ): Promise<PreparedColumnSum> {
-  const p1 = await ctx.pipeline(columnSumPartialWgsl(o.dtype), "column_sum_partial");
-  const p1v = await ctx.pipeline(columnSumPartialVecWgsl(o.dtype), "column_sum_partial_vec");
-  const p2 = await ctx.pipeline(columnSumFinalWgsl(), "column_sum_final");
+  const p1 = await compileKernel(
+    ctx,
+    _partialSignature(wgslStorageType(o.dtype)),
+    columnSumPartialWgsl(o.dtype),
+    "column_sum_partial",
+  );
+  const p1v = await compileKernel(
+    ctx,
+    _partialSignature(wgslStorageType(o.dtype, true)),
+    columnSumPartialVecWgsl(o.dtype),
+    "column_sum_partial_vec",
+  );
+  const p2 = await compileKernel(ctx, FINAL_SIG, columnSumFinalWgsl(), "column_sum_final");
   const plan = (c: DeviceTensor) =>
     columnSumPlan(c.shards.map((s) => s.rows), c.cols, ctx.maxBindingBytes);
   return {
@@ -255,22 +274,27 @@ export async function prepareColumnSum(
       rec.pass("column_sum", (p) => {
         let base = 0;
         c.shards.forEach((s, i) => {
-          const u = rec.uniform(
-            new Uint32Array([s.rows, d, base, pl.chunks, pl.chunkRows, 0, 0, 0]),
-            "column sum params",
-          );
+          const params = {
+            rows: s.rows,
+            d,
+            chunkBase: base,
+            chunks: pl.chunks,
+            chunkRows: pl.chunkRows,
+          };
           // vector loads where every row starts at a multiple of the width (shards start at
           // row boundaries)
           const w = vecWidth(o.dtype);
-          const pipe = d % w === 0 ? p1v : p1;
-          const bg = rec.bindGroup(pipe, [u, s.buffer, partials]);
+          const k = d % w === 0 ? p1v : p1;
+          const bg = k.bind(rec, params, { c: s.buffer, partials });
           const x = d % w === 0 ? Math.ceil(d / (COLS * w)) : Math.ceil(d / COLS);
-          p.dispatch(pipe, bg, x, pl.chunksPerShard[i]);
+          p.dispatch(k.pipeline, bg, x, pl.chunksPerShard[i]);
           base += pl.chunksPerShard[i];
         });
-        const u = rec.uniform(new Uint32Array([d, pl.chunks, 0, 0]), "column sum params");
-        const bg = rec.bindGroup(p2, [u, partials, out.shards[0].buffer]);
-        p.dispatch(p2, bg, Math.min(d, 65535));
+        const bg = p2.bind(rec, { d, chunks: pl.chunks }, {
+          partials,
+          outp: out.shards[0].buffer,
+        });
+        p.dispatch(p2.pipeline, bg, Math.min(d, 65535));
       });
       rec.release(partials);
     },
@@ -290,10 +314,30 @@ const COLSUM_WG = 64;
  */
 export type ColumnWeights = "vector" | "validMean";
 
-/**
- * WGSL of pass 1: partial[chunk·d + col] = Σ_{r in chunk} ω_r·X[r, col], rows in order.
- * Params: rows, rowStart, d, chunkBase. Bindings: params, x shard, weights, targets, partials.
- */
+/** The weighted sum's pass 1 signature: an X shard, the weights, targets, the partials. */
+function _weightedPartialSignature(dtype: TensorDtype) {
+  return signature({
+    params: { rows: "u32", rowStart: "u32", d: "u32", chunkBase: "u32" },
+    bindings: {
+      x: { elem: wgslStorageType(dtype), access: "read" },
+      wts: { elem: "f32", access: "read" },
+      targets: { elem: "i32", access: "read" },
+      partials: { elem: "f32", access: "read_write" },
+    },
+  });
+}
+
+/** The weighted sum's pass 2 signature: the partials, the count, out. */
+const WEIGHTED_FINAL_SIG = signature({
+  params: { d: "u32", chunks: "u32", scale: "f32" },
+  bindings: {
+    partials: { elem: "f32", access: "read" },
+    count: { elem: "f32", access: "read" },
+    outp: { elem: "f32", access: "read_write" },
+  },
+});
+
+/** WGSL of pass 1: partial[chunk·d + col] = Σ_{r in chunk} ω_r·X[r, col], rows in order. */
 export function weightedColumnPartialWgsl(
   o: { dtype: TensorDtype; weights: ColumnWeights; ignoreIndex: number },
 ): string {
@@ -301,12 +345,7 @@ export function weightedColumnPartialWgsl(
     ? "wts[row]"
     : `select(1.0, 0.0, targets[row] == ${o.ignoreIndex})`;
   return `${enableDirectives([o.dtype])}
-struct Params { rows: u32, rowStart: u32, d: u32, chunkBase: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> x: array<${wgslStorageType(o.dtype)}>;
-@group(0) @binding(2) var<storage, read> wts: array<f32>;
-@group(0) @binding(3) var<storage, read> targets: array<i32>;
-@group(0) @binding(4) var<storage, read_write> partials: array<f32>;
+${_weightedPartialSignature(o.dtype).wgsl}
 ${dtypeHelpers([{ name: "x", dtype: o.dtype }])}
 @compute @workgroup_size(${COLSUM_WG})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -327,14 +366,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg
 
 /**
  * WGSL of pass 2: out[col] = scale·Σ_chunk partial (in chunk order), divided by count[0] for
- * `validMean`. Params: d, chunks, scale. Bindings: params, partials, count, out.
+ * `validMean`.
  */
 export function weightedColumnFinalWgsl(o: { weights: ColumnWeights }): string {
-  return `struct Params { d: u32, chunks: u32, scale: f32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read> count: array<f32>;
-@group(0) @binding(3) var<storage, read_write> outp: array<f32>;
+  return `${WEIGHTED_FINAL_SIG.wgsl}
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let col = gid.x;
@@ -387,8 +422,18 @@ export async function prepareWeightedColumnSum(
   ctx: GpuContext,
   o: { dtype: TensorDtype; weights: ColumnWeights; ignoreIndex: number },
 ): Promise<PreparedWeightedColumnSum> {
-  const p1 = await ctx.pipeline(weightedColumnPartialWgsl(o), "weighted_colsum_partial");
-  const p2 = await ctx.pipeline(weightedColumnFinalWgsl(o), "weighted_colsum_final");
+  const p1 = await compileKernel(
+    ctx,
+    _weightedPartialSignature(o.dtype),
+    weightedColumnPartialWgsl(o),
+    "weighted_colsum_partial",
+  );
+  const p2 = await compileKernel(
+    ctx,
+    WEIGHTED_FINAL_SIG,
+    weightedColumnFinalWgsl(o),
+    "weighted_colsum_final",
+  );
   const chunksOf = (rows: number[]) =>
     rows.reduce((s, r) => s + Math.max(1, Math.ceil(r / COLSUM_CHUNK_ROWS)), 0);
   return {
@@ -421,21 +466,19 @@ export async function prepareWeightedColumnSum(
         let base = 0;
         for (const s of a.x.shards) {
           const nc = Math.max(1, Math.ceil(s.rows / COLSUM_CHUNK_ROWS));
-          const u = rec.uniform(new Uint32Array([s.rows, s.rowStart, d, base]), "colsum params");
+          const params = { rows: s.rows, rowStart: s.rowStart, d, chunkBase: base };
           p.dispatch(
-            p1,
-            rec.bindGroup(p1, [u, s.buffer, wts, tg, partials]),
+            p1.pipeline,
+            p1.bind(rec, params, { x: s.buffer, wts, targets: tg, partials }),
             Math.ceil(d / COLSUM_WG),
             nc,
           );
           base += nc;
         }
-        const words = new Uint32Array([d, chunks, 0, 0]);
-        new Float32Array(words.buffer)[2] = a.scale ?? 1;
-        const u = rec.uniform(words, "colsum params");
+        const params = { d, chunks, scale: a.scale ?? 1 };
         p.dispatch(
-          p2,
-          rec.bindGroup(p2, [u, partials, cnt, a.out.shards[0].buffer]),
+          p2.pipeline,
+          p2.bind(rec, params, { partials, count: cnt, outp: a.out.shards[0].buffer }),
           Math.ceil(d / 64),
         );
       });

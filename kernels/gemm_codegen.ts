@@ -18,29 +18,16 @@
  */
 import type { TensorDtype } from "../gpu/tensor.ts";
 import { loadF32, vecWidth, wgslStorageType } from "./wgsl_common.ts";
-import { type GemmTile, tileThreads } from "./gemm_tiles.ts";
+import {
+  GEMM_CODEGEN,
+  type GemmCodegen,
+  type GemmTile,
+  type MainloopOptions,
+  type OperandSpec,
+  tileThreads,
+} from "./gemm_tiles.ts";
 
 export * from "./gemm_tiles.ts";
-
-/** Which operand index is contiguous in memory: `k` (A·Bᵀ style) or the row index (`mn`). */
-export type Contig = "k" | "mn";
-
-/** What the generator needs to know about one operand. */
-export interface OperandSpec {
-  /** Storage type in its binding. */
-  dtype: TensorDtype;
-  /** Contiguous index, for coalesced global loads. */
-  contig: Contig;
-  /**
-   * The binding is declared as 16-byte vectors ({@link wgslStorageType} with `vec`) and read 16
-   * bytes at a time along the contiguous index: along k (`contig: "k"`: K, the offset and the row
-   * stride multiples of {@link vecWidth}) or along the rows (`contig: "mn"`: the offset and the k
-   * stride multiples of the width; the tile's rows too). The caller's promise: the kernel does not
-   * check. Rows past the extent inside a vector are read (they stay inside the k-row) but only
-   * feed output rows that are never stored.
-   */
-  vec?: boolean;
-}
 
 /**
  * Whether an operand of `dtype` with `k` contiguous can use vector loads in a tile: the tile asks
@@ -106,33 +93,6 @@ export function accVecs(t: GemmTile): string[] {
   return [...new Set(accSlots(t).map((s) => s.vec))];
 }
 
-/** Options of {@link gemmMainloop}. */
-export interface MainloopOptions {
-  tile: GemmTile;
-  a: OperandSpec;
-  b: OperandSpec;
-  /** Binding names of A and B. */
-  aBuf: string;
-  bBuf: string;
-  /**
-   * WGSL expressions (u32) for the problem: rows M, columns N, depth K, the tile's first row m0
-   * and column n0, the element offsets and strides of A and B, and the first k (default 0u).
-   */
-  M: string;
-  N: string;
-  K: string;
-  m0: string;
-  n0: string;
-  aOff: string;
-  sAm: string;
-  sAk: string;
-  bOff: string;
-  sBn: string;
-  sBk: string;
-  /** Prefix for the workgroup arrays (so two products can live in one shader). */
-  prefix?: string;
-}
-
 /** vec4s of workgroup memory per staged copy of A and of B (padded against bank conflicts). */
 function _stageVecs(t: GemmTile): { a: number; b: number } {
   return { a: t.bk * (t.bm / 4 + 1), b: t.bk * (t.bn / 4 + 1) };
@@ -148,9 +108,8 @@ interface _LaneDims {
   rowVecs: number;
 }
 
-/** The {@link GemmTile.threadMajor} staging of A and B. */
-function _threadMajorDims(t: GemmTile): { a: _LaneDims; b: _LaneDims } {
-  const copies = t.dbuf ? 2 : 1;
+/** The {@link GemmTile.threadMajor} staging of A and B, `copies` slices deep. */
+function _threadMajorDims(t: GemmTile, copies = 1): { a: _LaneDims; b: _LaneDims } {
   const dims = (lanes: number, groups: number) => ({
     lanes,
     groups,
@@ -159,14 +118,27 @@ function _threadMajorDims(t: GemmTile): { a: _LaneDims; b: _LaneDims } {
   return { a: dims(t.bm / t.tm, t.tm / 4), b: dims(t.bn / t.tn, t.tn / 4) };
 }
 
-/** Bytes of workgroup memory the staging of a product takes (both copies with `dbuf`). */
+/** The generator of a tile's WGSL: its own ({@link GemmTile}), else the core's. */
+function _codegen(t: GemmTile): GemmCodegen {
+  return t[GEMM_CODEGEN] ?? CORE_CODEGEN;
+}
+
+/** Bytes of workgroup memory the staging of a product takes. */
 export function gemmSharedBytes(t: GemmTile): number {
+  return _codegen(t).sharedBytes(t);
+}
+
+/**
+ * Bytes of workgroup memory of the staging with `copies` K-step slices of A and B (1 in the core;
+ * a double-buffered layout takes 2).
+ */
+export function stagingBytes(t: GemmTile, copies: number): number {
   if (t.threadMajor) {
-    const d = _threadMajorDims(t);
+    const d = _threadMajorDims(t, copies);
     return (d.a.lanes * d.a.rowVecs + d.b.lanes * d.b.rowVecs) * 16;
   }
   const s = _stageVecs(t);
-  return (s.a + s.b) * 16 * (t.dbuf ? 2 : 1);
+  return (s.a + s.b) * 16 * copies;
 }
 
 /**
@@ -177,14 +149,19 @@ export function gemmSharedBytes(t: GemmTile): number {
  * indices is then one per row group, not one per read.
  */
 export function gemmShared(o: { tile: GemmTile; prefix?: string }): string {
+  return _codegen(o.tile).shared(o);
+}
+
+/** {@link gemmShared} with `copies` K-step slices ({@link stagingBytes}). */
+export function stagingDecls(o: { tile: GemmTile; prefix?: string }, copies: number): string {
   const t = o.tile, p = o.prefix ?? "";
   if (t.threadMajor) {
-    const d = _threadMajorDims(t);
+    const d = _threadMajorDims(t, copies);
     return `var<workgroup> ${p}As: array<array<vec4<f32>, ${d.a.rowVecs}>, ${d.a.lanes}>;
 var<workgroup> ${p}Bs: array<array<vec4<f32>, ${d.b.rowVecs}>, ${d.b.lanes}>;
 `;
   }
-  const copies = t.dbuf ? 2 : 1, s = _stageVecs(t);
+  const s = _stageVecs(t);
   if (!t.stage2d) {
     return `var<workgroup> ${p}As: array<vec4<f32>, ${copies * s.a}>;
 var<workgroup> ${p}Bs: array<vec4<f32>, ${copies * s.b}>;
@@ -231,11 +208,28 @@ interface _Side {
  * Global loads are prefetched into registers one K-step ahead (issued before the step's
  * arithmetic, stored to workgroup memory after it). Scalar loads read one element per thread per
  * load with the bounds test per element; vector loads ({@link OperandSpec.vec}) read 16 bytes along
- * k, one bounds test per vector. With `dbuf` the staging alternates between two copies and the
- * step needs one barrier; the loop then ends with a barrier so that code after it may reuse the
- * staging (or run the loop again).
+ * k, one bounds test per vector.
  */
 export function gemmMainloop(o: MainloopOptions, declare = true): string {
+  return _codegen(o.tile).mainloop(o, declare);
+}
+
+/** The statements a main loop is assembled from ({@link mainloopParts}). */
+export interface MainloopParts {
+  /** Accumulator and register declarations, one per line. */
+  decls: string[];
+  /** `let k_tiles = …;` */
+  kTiles: string;
+  /** The global loads of the K-step starting at `kBase` (a u32 expression) into registers. */
+  fetch(kBase: string): string;
+  /** The registers stored to staging copy `copy` (0, or 1 for a second copy a K-step deeper). */
+  stash(copy: number): string;
+  /** The arithmetic of one K-step read from staging copy `copy`. */
+  compute(copy: number): string;
+}
+
+/** The pieces of {@link gemmMainloop}, for generators that arrange them otherwise. */
+export function mainloopParts(o: MainloopOptions, declare: boolean): MainloopParts {
   const t = o.tile;
   const sides = _sides(o);
   _checkVectorSides(t, sides);
@@ -246,53 +240,31 @@ export function gemmMainloop(o: MainloopOptions, declare = true): string {
   ];
   const regDecls = loads.flatMap((l) => l.decls).join(" ");
   const fetchS = loads.flatMap((l) => l.fetch);
-  const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
-  const fetch = (kBase: string) => `{ let KB = ${kBase};\n    ${fetchS.join("\n    ")}\n    }`;
-  const compute = (copy: number) => _compute(t, sides, copy).join("\n    ");
   const decl = declare ? accVecs(t).map((v) => `var ${v} = vec4<f32>(0.0);`) : [];
-  const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
-  if (!t.dbuf) {
-    return [
-      ...decl,
-      regDecls,
-      `{
-  ${kTiles}
-  ${fetch("0u")}
-  for (var kt = 0u; kt < k_tiles; kt++) {
-    ${stash(0)}
-    workgroupBarrier();
-    ${fetch(`(kt + 1u) * ${t.bk}u`)}
-    ${compute(0)}
-    workgroupBarrier();
-  }
-}`,
-    ].join("\n");
-  }
-  // Two copies, one barrier per K-step; the loop body runs two steps so that every read and
-  // write of the staging has a constant copy index (a dynamic one costs a bounds clamp per read).
-  // A step stashes the next slice into the copy the previous step read: every thread passed the
-  // barrier after that read, so the write is safe.
+  return {
+    decls: [...decl, regDecls],
+    kTiles: `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`,
+    fetch: (kBase) => `{ let KB = ${kBase};\n    ${fetchS.join("\n    ")}\n    }`,
+    stash: (copy) => loads.flatMap((l) => l.stash(copy)).join("\n    "),
+    compute: (copy) => _compute(t, sides, copy).join("\n    "),
+  };
+}
+
+/** The core's main loop: one staging copy, two barriers per K-step. */
+function _mainloop(o: MainloopOptions, declare: boolean): string {
+  const p = mainloopParts(o, declare);
   return [
-    ...decl,
-    regDecls,
+    ...p.decls,
     `{
-  ${kTiles}
-  ${fetch("0u")}
-  ${stash(0)}
-  workgroupBarrier();
-  for (var kt = 0u; kt < k_tiles; kt += 2u) {
-    ${fetch(`(kt + 1u) * ${t.bk}u`)}
-    ${compute(0)}
-    if (kt + 1u < k_tiles) {
-      ${stash(1)}
-      workgroupBarrier();
-      ${fetch(`(kt + 2u) * ${t.bk}u`)}
-      ${compute(1)}
-      ${stash(0)}
-      workgroupBarrier();
-    }
+  ${p.kTiles}
+  ${p.fetch("0u")}
+  for (var kt = 0u; kt < k_tiles; kt++) {
+    ${p.stash(0)}
+    workgroupBarrier();
+    ${p.fetch(`(kt + 1u) * ${o.tile.bk}u`)}
+    ${p.compute(0)}
+    workgroupBarrier();
   }
-  workgroupBarrier();
 }`,
   ].join("\n");
 }
@@ -354,8 +326,8 @@ function _checkVectorSides(t: GemmTile, sides: _Side[]): void {
 type _KRow = string | { slot: string; at: number };
 
 /**
- * Element (k-row, vec4 column) of a side's staging in staging copy `copy` (0, or 1 with `dbuf`):
- * `k` is shifted by the K-step in copy 1.
+ * Element (k-row, vec4 column) of a side's staging in staging copy `copy` (0, or 1 for a second
+ * copy): `k` is shifted by the K-step in copy 1.
  */
 function _at(t: GemmTile, sd: _Side, k: _KRow, col: string, copy: number): string {
   if (t.stage2d && t.kSplit !== undefined) return `${sd.arr}${_splitK(t, k, copy)}[${col}]`;
@@ -557,16 +529,36 @@ function _compute(t: GemmTile, sides: _Side[], copy: number): string[] {
   return out;
 }
 
-/**
- * Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`: row-major over the
- * thread grid, or with {@link GemmTile.warpTile} each 32-thread group covering 4 × 8 of it.
- */
+/** Statements defining `tm`, `tn` (thread coordinates in the tile) from `lid`. */
 export function gemmThreadCoords(t: GemmTile): string {
-  const tx = t.bn / t.tn, ty = t.bm / t.tm;
-  if (t.warpTile && tx % 8 === 0 && ty % 4 === 0 && tx * ty >= 32) {
-    const wx = tx / 8;
-    return `let tm = (lid / 32u / ${wx}u) * 4u + (lid % 32u) / 8u;\n` +
-      `let tn = ((lid / 32u) % ${wx}u) * 8u + lid % 8u;`;
-  }
+  return _codegen(t).threadCoords(t);
+}
+
+/** The core's thread coordinates: row-major over the tile's thread grid. */
+export function rowMajorThreadCoords(t: GemmTile): string {
+  const tx = t.bn / t.tn;
   return `let tm = lid / ${tx}u;\nlet tn = lid % ${tx}u;`;
 }
+
+/** The workgroup id components of a plain product's tile row and column. */
+export function gemmTileOrigin(t: GemmTile): { m: "x" | "y"; n: "x" | "y" } {
+  return _codegen(t).origin(t);
+}
+
+/** The grid (x, y) of a plain product of tilesM × tilesN output tiles. */
+export function gemmGrid(t: GemmTile, tilesM: number, tilesN: number): [number, number] {
+  return _codegen(t).grid(tilesM, tilesN);
+}
+
+/**
+ * The core's generator: one staging copy, row-major threads, consecutive workgroups along the
+ * output's columns.
+ */
+export const CORE_CODEGEN: GemmCodegen = {
+  shared: (o) => stagingDecls(o, 1),
+  sharedBytes: (t) => stagingBytes(t, 1),
+  threadCoords: rowMajorThreadCoords,
+  mainloop: _mainloop,
+  origin: () => ({ m: "y", n: "x" }),
+  grid: (tilesM, tilesN) => [tilesN, tilesM],
+};

@@ -17,6 +17,39 @@ import {
   lossConstants,
   wgslStorageType,
 } from "./wgsl_common.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
+
+/**
+ * The signature of the kernel over a logits shard (`rows` rows from `rowStart`, columns from
+ * `colStart`): the logits z (z4 in 16-byte vectors with `vec4`; absent in place, where G holds
+ * them), targets, lse, the row weights w, and G (binding 1 in place, else 5).
+ */
+export function logitGradSignature(o: { logitsDtype: TensorDtype; inPlace: boolean }) {
+  return signature({
+    params: { rows: "u32", v: "u32", rowStart: "u32", colStart: "u32" },
+    bindings: {
+      z: { elem: wgslStorageType(o.logitsDtype), access: "read", when: !o.inPlace },
+      g: { elem: "f32", access: "read_write", index: o.inPlace ? undefined : 5 },
+      targets: { elem: "i32", access: "read" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+    },
+  });
+}
+
+/** {@link logitGradSignature} of the f32 kernel reading 4 columns a thread. */
+function _vec4Signature(inPlace: boolean) {
+  return signature({
+    params: { rows: "u32", v: "u32", rowStart: "u32", colStart: "u32" },
+    bindings: {
+      z4: { elem: "vec4<f32>", access: "read", when: !inPlace },
+      g: { elem: "vec4<f32>", access: "read_write", index: inPlace ? undefined : 5 },
+      targets: { elem: "i32", access: "read" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+    },
+  });
+}
 
 /**
  * WGSL of the f32 kernel reading and writing 4 columns a thread (16-byte accesses; the row length
@@ -30,17 +63,7 @@ function _vec4Wgsl(o: { opts: LceOptions; v: number; inPlace: boolean }): string
       out[${c}] = wr * (p - on_target - BETA / VOCAB) * softcap_grad(zc); }`
   ).join("\n    ");
   return `${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, v: u32, rowStart: u32, colStart: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-${
-    o.inPlace
-      ? "@group(0) @binding(1) var<storage, read_write> g: array<vec4<f32>>;"
-      : `@group(0) @binding(1) var<storage, read> z4: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> g: array<vec4<f32>>;`
-  }
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read> lse: array<f32>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
+${_vec4Signature(o.inPlace).wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let j = gid.x;
@@ -60,7 +83,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/** WGSL: bindings params, logits shard, targets, lse, w, G shard (out). */
+/** WGSL of the kernel ({@link logitGradSignature}). */
 export function logitGradWgsl(
   o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean; vec4?: boolean },
 ): string {
@@ -70,19 +93,10 @@ export function logitGradWgsl(
     }
     return _vec4Wgsl(o);
   }
-  const zDecl = o.inPlace
-    ? "@group(0) @binding(1) var<storage, read_write> g: array<f32>;"
-    : `@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
-@group(0) @binding(5) var<storage, read_write> g: array<f32>;`;
   const load = o.inPlace ? "g[i]" : loadF32("z", o.logitsDtype, "i");
   return `${enableDirectives([o.logitsDtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, v: u32, rowStart: u32, colStart: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-${zDecl}
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read> lse: array<f32>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
+${logitGradSignature(o).wgsl}
 ${o.inPlace ? "" : dtypeHelpers([{ name: "z", dtype: o.logitsDtype }])}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -108,10 +122,15 @@ export async function prepareLogitGrad(
   ctx: GpuContext,
   o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
 ) {
-  const pipeline = await ctx.pipeline(logitGradWgsl(o), "logit_grad");
+  const kernel = await compileKernel(ctx, logitGradSignature(o), logitGradWgsl(o), "logit_grad");
   // f32 logits: 4 columns a thread where the rows hold whole vec4s, and a few rows a thread
   const vec4 = o.logitsDtype === "f32"
-    ? await ctx.pipeline(logitGradWgsl({ ...o, vec4: true }), "logit_grad vec4")
+    ? await compileKernel(
+      ctx,
+      _vec4Signature(o.inPlace),
+      logitGradWgsl({ ...o, vec4: true }),
+      "logit_grad vec4",
+    )
     : undefined;
   return {
     /** `grad` must have the logits' row sharding (it is `logits` itself when in place). */
@@ -133,27 +152,31 @@ export async function prepareLogitGrad(
           if (gs.rowStart !== s.rowStart || gs.rows !== s.rows) {
             throw new RangeError("logit_grad: shard mismatch");
           }
-          const u = rec.uniform(
-            new Uint32Array([s.rows, a.logits.cols, s.rowStart, a.colStart ?? 0]),
-            "params",
-          );
-          const common = [a.targets.shards[0].buffer, a.lse.shards[0].buffer, a.w.shards[0].buffer];
+          const params = {
+            rows: s.rows,
+            v: a.logits.cols,
+            rowStart: s.rowStart,
+            colStart: a.colStart ?? 0,
+          };
+          const z = o.inPlace ? undefined : s.buffer;
+          const common = {
+            g: gs.buffer,
+            targets: a.targets.shards[0].buffer,
+            lse: a.lse.shards[0].buffer,
+            w: a.w.shards[0].buffer,
+          };
           if (vec4 !== undefined && a.logits.cols % 4 === 0) {
-            const bg = o.inPlace
-              ? rec.bindGroup(vec4, [u, gs.buffer, ...common])
-              : rec.bindGroup(vec4, [u, s.buffer, ...common, gs.buffer]);
+            const bg = vec4.bind(rec, params, { z4: z, ...common });
             p.dispatch(
-              vec4,
+              vec4.pipeline,
               bg,
               Math.ceil(a.logits.cols / 1024),
               Math.min(s.rows, VEC4_ROW_GROUPS),
             );
             return;
           }
-          const bg = o.inPlace
-            ? rec.bindGroup(pipeline, [u, gs.buffer, ...common])
-            : rec.bindGroup(pipeline, [u, s.buffer, ...common, gs.buffer]);
-          p.dispatch(pipeline, bg, Math.ceil(a.logits.cols / 256), Math.min(s.rows, 65535));
+          const bg = kernel.bind(rec, params, { z, ...common });
+          p.dispatch(kernel.pipeline, bg, Math.ceil(a.logits.cols / 256), Math.min(s.rows, 65535));
         });
       });
     },

@@ -18,6 +18,7 @@ import {
   wgslStorageType,
 } from "./wgsl_common.ts";
 import { type Dtype16, gridStrideGroups, wgslTo16 } from "./cast16.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** Kernel options. */
 export interface LogitGrad16Options {
@@ -27,17 +28,28 @@ export interface LogitGrad16Options {
   v: number;
 }
 
-/** WGSL: bindings params {rows, v, rowStart, words}, logits shard, targets, lse, w, G shard (u32). */
+/**
+ * The signature: a logits shard z (`rows` rows from `rowStart`), targets, lse, the row weights w,
+ * and G's shard as `words` u32 words.
+ */
+function _signature(logitsDtype: TensorDtype) {
+  return signature({
+    params: { rows: "u32", v: "u32", rowStart: "u32", words: "u32" },
+    bindings: {
+      z: { elem: wgslStorageType(logitsDtype), access: "read" },
+      targets: { elem: "i32", access: "read" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      g: { elem: "u32", access: "read_write" },
+    },
+  });
+}
+
+/** WGSL of the kernel. */
 export function logitGrad16Wgsl(o: LogitGrad16Options): string {
   return `${enableDirectives([o.logitsDtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, v: u32, rowStart: u32, words: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read> lse: array<f32>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
-@group(0) @binding(5) var<storage, read_write> g: array<u32>;
+${_signature(o.logitsDtype).wgsl}
 ${dtypeHelpers([{ name: "z", dtype: o.logitsDtype }])}
 ${wgslTo16(o.gradDtype)}
 fn grad_at(e: u32) -> f32 {
@@ -85,7 +97,8 @@ export async function prepareLogitGrad16(
   ctx: GpuContext,
   o: LogitGrad16Options,
 ): Promise<PreparedLogitGrad16> {
-  const pipeline = await ctx.pipeline(logitGrad16Wgsl(o), `logit_grad→${o.gradDtype}`);
+  const label = `logit_grad→${o.gradDtype}`;
+  const kernel = await compileKernel(ctx, _signature(o.logitsDtype), logitGrad16Wgsl(o), label);
   return {
     record(rec, a) {
       const off = a.rowOffset ?? 0;
@@ -105,19 +118,14 @@ export async function prepareLogitGrad16(
             throw new RangeError("logit_grad16: shard mismatch");
           }
           const words = Math.ceil((s.rows * o.v) / 2);
-          const u = rec.uniform(
-            new Uint32Array([s.rows, o.v, off + s.rowStart, words]),
-            "params",
-          );
-          const bg = rec.bindGroup(pipeline, [
-            u,
-            s.buffer,
-            a.targets.shards[0].buffer,
-            a.lse.shards[0].buffer,
-            a.w.shards[0].buffer,
-            gs.buffer,
-          ]);
-          p.dispatch(pipeline, bg, gridStrideGroups(words));
+          const bg = kernel.bind(rec, { rows: s.rows, v: o.v, rowStart: off + s.rowStart, words }, {
+            z: s.buffer,
+            targets: a.targets.shards[0].buffer,
+            lse: a.lse.shards[0].buffer,
+            w: a.w.shards[0].buffer,
+            g: gs.buffer,
+          });
+          p.dispatch(kernel.pipeline, bg, gridStrideGroups(words));
         });
       });
     },

@@ -8,18 +8,25 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 const WG = 256;
 
-/** WGSL: bindings params{n}, loss rows, targets, loss (out: 1 or n values), count (out: 1 f32). */
+/** The signature: n loss rows and targets in; loss (1 or n values) and count (1 f32) out. */
+const SIG = signature({
+  params: { n: "u32" },
+  bindings: {
+    rows: { elem: "f32", access: "read" },
+    targets: { elem: "i32", access: "read" },
+    loss: { elem: "f32", access: "read_write" },
+    count: { elem: "f32", access: "read_write" },
+  },
+});
+
+/** WGSL of the reduction. */
 export function lossReduceWgsl(o: LceOptions): string {
   return `const IGNORE: i32 = ${o.ignoreIndex};
-struct Params { n: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> rows: array<f32>;
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read_write> loss: array<f32>;
-@group(0) @binding(4) var<storage, read_write> count: array<f32>;
+${SIG.wgsl}
 var<workgroup> s_sum: array<f32, ${WG}>;
 var<workgroup> s_cnt: array<f32, ${WG}>;
 @compute @workgroup_size(${WG})
@@ -58,21 +65,19 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 
 /** Compiled kernel. */
 export async function prepareLossReduce(ctx: GpuContext, o: LceOptions) {
-  const pipeline = await ctx.pipeline(lossReduceWgsl(o), "loss_reduce");
+  const k = await compileKernel(ctx, SIG, lossReduceWgsl(o), "loss_reduce");
   return {
     record(
       rec: Recorder,
       a: { lossRows: DeviceTensor; targets: DeviceTensor; loss: DeviceTensor; count: DeviceTensor },
     ) {
-      const u = rec.uniform(new Uint32Array([a.lossRows.rows, 0, 0, 0]), "params");
-      const bg = rec.bindGroup(pipeline, [
-        u,
-        a.lossRows.shards[0].buffer,
-        a.targets.shards[0].buffer,
-        a.loss.shards[0].buffer,
-        a.count.shards[0].buffer,
-      ]);
-      rec.pass("loss_reduce", (p) => p.dispatch(pipeline, bg, 1));
+      const bg = k.bind(rec, { n: a.lossRows.rows }, {
+        rows: a.lossRows.shards[0].buffer,
+        targets: a.targets.shards[0].buffer,
+        loss: a.loss.shards[0].buffer,
+        count: a.count.shards[0].buffer,
+      });
+      rec.pass("loss_reduce", (p) => p.dispatch(k.pipeline, bg, 1));
     },
   };
 }

@@ -20,9 +20,19 @@
 import type { GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import type { PassEncoder, Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
-import { type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
+import { gemmGrid, type GemmTile, workgroupSlots } from "./gemm_codegen.ts";
 import { vecWidth } from "./wgsl_common.ts";
-import { type MatmulKernelOptions, matmulWgsl, splitKReduceWgsl } from "./matmul_wgsl.ts";
+import {
+  type MatmulKernelOptions,
+  matmulSignature,
+  matmulWgsl,
+  splitKReduceSignature,
+  splitKReduceWgsl,
+} from "./matmul_wgsl.ts";
+import { compileKernel, compileKernelNow, type KernelOf } from "../gpu/signature.ts";
+
+type _ProductKernel = KernelOf<ReturnType<typeof matmulSignature>>;
+type _ReduceKernel = KernelOf<ReturnType<typeof splitKReduceSignature>>;
 
 export type { MatmulKernelOptions };
 
@@ -99,13 +109,9 @@ export const SPLITK_EFFICIENCY_SLACK = 0.005;
  * With `upTo`, up to that many slices past the byte limit (methods/baseline.ts). 1 on a
  * software adapter, whose few threads any output fills.
  *
- * Measured on an H100 (reports/h100_2026-11-25s10/run_j/), each against the slices of the rule
- * before (the fewest reaching 90% of waves of 264 workgroups whatever the tile): the compiled
- * row's dEᵀ 227.2 / 235.3 / 226.9 / 222.0 / 220.2 ms split 2 / 3 / 4 / 5 / 11 ways (efficiency
- * 0.97 / 0.935 / 0.97 / 0.992 / 1 with one 128×128 workgroup an SM: the times follow it), the
- * baseline's dE 212.1 / 210.4 / 224.9 ms split 10 / 11 / 12 ways (0.992 / 1 / 0.935), the chunked
- * row's chunk dE 28.60 / 26.86 / 26.93 ms split 5 / 9 / 11 ways (0.909 / 0.982 / 1), Liger's
- * chunk dE 3.59 / 3.46 / 3.42 ms split 14 / 29 / 44 ways (0.955 / 0.989 / 1).
+ * On an H100 the split products of the methods (the compiled row's dEᵀ, the baseline's dE, the
+ * chunked row's and Liger's chunk dE) ran in the order of this efficiency, not of a fixed wave
+ * fraction (docs/performance.md).
  */
 export function autoSplitK(
   o: {
@@ -208,7 +214,7 @@ interface _Variants {
   /** The tile allows vector loads of A, of B, vector stores of the output. */
   allowed: _Flags;
   /** The first variant on the ladder of `allowed` that a dispatch allows (the scalar one exists). */
-  pick(want: _Flags): { pl: GPUComputePipeline; va: boolean; vb: boolean };
+  pick(want: _Flags): { kernel: _ProductKernel; va: boolean; vb: boolean };
 }
 
 /**
@@ -237,17 +243,28 @@ async function _compileVariants(
     k.outDtype === "f32" && t.vec === true,
   ];
   const ladder = new Set(_ladder(allowed).map(_key));
-  const code = ([vecA, vecB, vecOut]: _Flags) => matmulWgsl({ ...k, vecA, vecB, vecOut });
+  const opts = ([vecA, vecB, vecOut]: _Flags) => ({ ...k, vecA, vecB, vecOut });
   const name = (f: _Flags) => `${label}${f.some((x) => x) ? "_vec" : ""}`;
-  const variants = new Map<string, GPUComputePipeline>();
-  variants.set(_key(allowed), await ctx.pipeline(code(allowed), name(allowed)));
+  const variants = new Map<string, _ProductKernel>();
+  variants.set(
+    _key(allowed),
+    await compileKernel(
+      ctx,
+      matmulSignature(opts(allowed)),
+      matmulWgsl(opts(allowed)),
+      name(allowed),
+    ),
+  );
   return {
     allowed,
     pick(want) {
       const f = _ladder(want).find((x) => ladder.has(_key(x)))!;
-      let pl = variants.get(_key(f));
-      if (pl === undefined) variants.set(_key(f), pl = ctx.pipelineNow(code(f), name(f)));
-      return { pl, va: f[0], vb: f[1] };
+      let kernel = variants.get(_key(f));
+      if (kernel === undefined) {
+        kernel = compileKernelNow(ctx, matmulSignature(opts(f)), matmulWgsl(opts(f)), name(f));
+        variants.set(_key(f), kernel);
+      }
+      return { kernel, va: f[0], vb: f[1] };
     },
   };
 }
@@ -319,7 +336,7 @@ interface _Target {
   per: number;
   slices: number;
   first: number;
-  part: TrackedBuffer;
+  part: TrackedBuffer | GPUBuffer;
 }
 
 /** What one record's dispatches share. */
@@ -339,25 +356,23 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   const { M, N, K } = s.dims, o = s.o, k = s.k, t = k.tile;
   const aStart = o.a.trans ? (g.kLo - ap.base) * M + g.mLo : (g.mLo - ap.base) * K + g.kLo;
   const bStart = o.b.trans ? (g.kLo - bp.base) * N + g.nLo : (g.nLo - bp.base) * K + g.kLo;
-  const words = new Uint32Array(16);
-  words.set([
-    g.mHi - g.mLo,
-    g.nHi - g.nLo,
-    g.kHi - g.kLo,
-    aStart,
-    o.a.trans ? 1 : K,
-    o.a.trans ? M : 1,
-    bStart,
-    o.b.trans ? 1 : K,
-    o.b.trans ? N : 1,
-    d.cOff,
-    N,
-    d.acc,
-    0,
-    d.per,
-    d.first,
-  ]);
-  new Float32Array(words.buffer)[12] = o.alpha ?? 1;
+  const params = {
+    M: g.mHi - g.mLo,
+    N: g.nHi - g.nLo,
+    K: g.kHi - g.kLo,
+    aOff: aStart,
+    sAm: o.a.trans ? 1 : K,
+    sAk: o.a.trans ? M : 1,
+    bOff: bStart,
+    sBn: o.b.trans ? 1 : K,
+    sBk: o.b.trans ? N : 1,
+    cOff: d.cOff,
+    sCm: N,
+    accumulate: d.acc,
+    alpha: o.alpha ?? 1,
+    kPer: d.per,
+    first: d.first,
+  };
   // slices start at multiples of 16 elements: the whole range decides (a vector along k never
   // straddles the end of a slice when the whole depth is a multiple of its width)
   const depth = g.kHi - g.kLo;
@@ -378,15 +393,13 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   });
   // vec4 stores: every row of the output region and of the partials starts at a multiple of 4
   const vo = voOk && N % 4 === 0 && d.cOff % 4 === 0 && (g.nHi - g.nLo) % 4 === 0;
-  const { pl, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
+  const { kernel, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
   Object.assign(s.used, { vecA: usedA, vecB: usedB, splitK: d.slices });
-  const u = s.rec.uniform(words, "matmul params");
   const tilesN = Math.ceil((g.nHi - g.nLo) / t.bn), tilesM = Math.ceil((g.mHi - g.mLo) / t.bm);
   s.pass.dispatch(
-    pl,
-    s.rec.bindGroup(pl, [u, ap.buffer, bp.buffer, d.out, d.part]),
-    t.mFirst ? tilesM : tilesN,
-    t.mFirst ? tilesN : tilesM,
+    kernel.pipeline,
+    kernel.bind(s.rec, params, { a: ap.buffer, b: bp.buffer, outp: d.out, part: d.part }),
+    ...gemmGrid(t, tilesM, tilesN),
     d.slices,
   );
 }
@@ -404,7 +417,12 @@ export async function prepareMatmul(
   const label = wide ? "matmul" : `matmul→${k.outDtype}`;
   const t = k.tile;
   const variants = await _compileVariants(ctx, k, label);
-  const reduce = await ctx.pipeline(splitKReduceWgsl(k.outDtype), `${label} split-K sum`);
+  const reduce = await compileKernel(
+    ctx,
+    splitKReduceSignature(k.outDtype),
+    splitKReduceWgsl(k.outDtype),
+    `${label} split-K sum`,
+  );
   const lastVariant = { vecA: false, vecB: false, splitK: 1 };
   const slicesOf = (
     m: number,
@@ -499,7 +517,7 @@ function _regions(dims: _Dims, o: MatmulOptions, wide: boolean): _ShardRegion[] 
 function _recordRegion(
   ctx: GpuContext,
   s: _RecordScope,
-  reduce: GPUComputePipeline,
+  reduce: _ReduceKernel,
   r: _ShardRegion,
   S: number,
 ): void {
@@ -509,7 +527,9 @@ function _recordRegion(
   const depth = g.kHi - g.kLo;
   const { per, slices } = _cut(s.k.tile, depth, S);
   if (slices <= 1) {
-    const d = { out: os.buffer, cOff, acc, per: depth, slices: 1, first: 1, part: os.buffer };
+    // one slice writes the output only: the partials' binding is not accessed
+    const part = ctx.unusedBinding;
+    const d = { out: os.buffer, cOff, acc, per: depth, slices: 1, first: 1, part };
     _dispatchProduct(s, ap, bp, g, d);
     return;
   }
@@ -522,12 +542,18 @@ function _recordRegion(
     ? ctx.createBuffer({ size: bytes, role: "workspace", label: "split-K partials" })
     : o.workspace!;
   _dispatchProduct(s, ap, bp, g, { out: os.buffer, cOff, acc, per, slices, first, part });
-  const w = new Uint32Array(8);
-  w.set([mm, nn, slices - first, cOff, N, first === 1 ? 1 : acc]);
-  new Float32Array(w.buffer)[6] = o.alpha ?? 1;
-  const u = s.rec.uniform(w, "split-K params");
+  const params = {
+    M: mm,
+    N: nn,
+    S: slices - first,
+    cOff,
+    sCm: N,
+    accumulate: first === 1 ? 1 : acc,
+    alpha: o.alpha ?? 1,
+  };
   const wgs = Math.ceil((mm * (wide ? nn : Math.ceil(nn / 4))) / 256);
   const x = Math.min(wgs, 65535);
-  s.pass.dispatch(reduce, s.rec.bindGroup(reduce, [u, part, os.buffer]), x, Math.ceil(wgs / x));
+  const bg = reduce.bind(s.rec, params, { part, outp: os.buffer });
+  s.pass.dispatch(reduce.pipeline, bg, x, Math.ceil(wgs / x));
   if (own) s.rec.release(part);
 }

@@ -193,14 +193,14 @@ Deno.test({
 });
 
 Deno.test({
-  name: "matmul: thread-major staging, odd M/N, every layout, double-buffered",
+  name: "matmul: thread-major staging, odd M/N, every layout",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
     const tiles = [
       { ...TILE_SMALL, vec: true, threadMajor: true },
-      { ...TILE_SMALL, bk: 8, tm: 8, vec: true, dbuf: true, threadMajor: true },
-      { ...TILE_SMALL, tn: 8, warpTile: true, threadMajor: true },
+      { ...TILE_SMALL, bk: 8, tm: 8, vec: true, threadMajor: true },
+      { ...TILE_SMALL, tn: 8, threadMajor: true },
     ];
     // the tile of dC = Gᵀ·E with a 16-bit G on hardware adapters, in its layout, accumulating
     // (the chunked method's dC +=) and not
@@ -228,7 +228,7 @@ Deno.test({
     });
     for (const tile of tiles) {
       for (const dtype of ["bf16", "f32"] as const) {
-        // K = 40: vector loads, K = 37: scalar ones; odd K-tile counts for the double buffer
+        // K = 40: vector loads, K = 37: scalar ones
         for (const K of [40, 37]) {
           for (const [aTrans, bTrans] of [[false, false], [true, false], [false, true]]) {
             await runCase(ctx, { M: 69, N: 70, K, dtype, aTrans, bTrans, tile });
@@ -240,29 +240,26 @@ Deno.test({
 });
 
 Deno.test({
-  name: "matmul: vector loads and double-buffered staging, odd M/N, K a multiple of the width",
+  name: "matmul: vector loads and [k][row] staging, odd M/N, K a multiple of the width",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
     const dtypes: Dtype[] = ctx.hasF16 ? ["f32", "bf16", "f16"] : ["f32", "bf16"];
     const tiles = [
       { ...TILE_SMALL, vec: true },
-      { ...TILE_SMALL, dbuf: true },
-      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true },
-      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true, stage2d: true },
+      { ...TILE_SMALL, bk: 8, vec: true },
+      { ...TILE_SMALL, bk: 8, vec: true, stage2d: true },
       { ...TILE_SMALL, stage2d: true },
       // [k slot][k in slot][row] staging: 16-bit vectors fill a slot (constant positions), f32
-      // vectors, transposed operands and scalar loads go through the general index; with dbuf
-      // the second copy's slots
+      // vectors, transposed operands and scalar loads go through the general index
       { ...TILE_SMALL, vec: true, stage2d: true, kSplit: 8 },
-      { ...TILE_SMALL, bk: 8, vec: true, dbuf: true, stage2d: true, kSplit: 8 },
+      { ...TILE_SMALL, bk: 8, vec: true, stage2d: true, kSplit: 8 },
       { ...TILE_SMALL, stage2d: true, kSplit: 4 },
     ];
     for (const tile of tiles) {
       for (const dtype of dtypes) {
         // K = 40, 32: vector variant (multiple of 8 and 4); K = 37: the scalar fallback; with
-        // K-steps 8 and 16 the K-tile counts are odd and even (the double-buffered loop runs two
-        // steps per iteration)
+        // K-steps 8 and 16 the K-tile counts are odd and even
         for (const K of [40, 37, 32]) {
           for (const [aTrans, bTrans] of [[false, false], [false, true], [true, false]]) {
             await runCase(ctx, { M: 37, N: 70, K, dtype, aTrans, bTrans, tile });
@@ -316,9 +313,9 @@ Deno.test({
       tile: TILE_HW,
       splitK: 2,
     });
-    // rows first (workgroup x = row tile) on 128×128 tiles with 8×16 or 16×8 per thread
+    // 128×128 tiles with 8×16 or 16×8 per thread
     for (const [tm, tn] of [[8, 16], [16, 8]]) {
-      const tile = { bm: 128, bn: 128, bk: 16, tm, tn, vec: true, stage2d: true, mFirst: true };
+      const tile = { bm: 128, bn: 128, bk: 16, tm, tn, vec: true, stage2d: true };
       for (const [aTrans, bTrans] of [[false, false], [true, true]]) {
         await runCase(ctx, { M: 259, N: 141, K: 40, dtype: "bf16", aTrans, bTrans, tile });
       }
@@ -394,13 +391,12 @@ Deno.test({
         expect: { vecA: true, vecB: true, splitK: 1 },
       });
     }
-    // flat staging, double buffering, the 4×8 thread groups, with transposed vector loads
+    // flat and [k][row] staging, with transposed vector loads
     for (
       const t of [
         { ...TILE_SMALL, vec: true },
-        { ...tile, bk: 8, dbuf: true },
-        { ...tile, warpTile: true },
-        { ...TILE_LARGE, vec: true, stage2d: true, warpTile: true },
+        { ...tile, bk: 8 },
+        { ...TILE_LARGE, vec: true, stage2d: true },
       ]
     ) {
       await runCase(ctx, {

@@ -11,11 +11,13 @@ import {
   gemmShared,
   gemmThreadCoords,
   type GemmTile,
+  gemmTileOrigin,
   tileThreads,
   validateTile,
 } from "./gemm_codegen.ts";
 import { dtypeHelpers, enableDirectives, wgslStorageType } from "./wgsl_common.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
+import { signature, u32s } from "../gpu/signature.ts";
 
 /** Generator options of the product kernel. */
 export interface MatmulKernelOptions {
@@ -37,10 +39,45 @@ export interface MatmulKernelOptions {
   vecOut?: boolean;
 }
 
-const PARAMS =
-  `struct Params { M: u32, N: u32, K: u32, aOff: u32, sAm: u32, sAk: u32, bOff: u32, sBn: u32,
-  sBk: u32, cOff: u32, sCm: u32, accumulate: u32, alpha: f32, kPer: u32, first: u32, _p: u32 };
-@group(0) @binding(0) var<uniform> P: Params;`;
+/**
+ * The product kernel's signature: M×N output from A (offset aOff, strides sAm, sAk) and B (bOff,
+ * sBn, sBk) over depth K, into outp at cOff with row stride sCm (accumulate: add to it), scaled by
+ * alpha; split-K slices of kPer, `first` as in {@link matmulWgsl}. A, B and the output (and the
+ * partials `part`) take their element types from the variant.
+ */
+export function matmulSignature(o: MatmulKernelOptions) {
+  const out = o.outDtype ?? "f32";
+  const vo = o.vecOut === true && out === "f32";
+  return signature({
+    params: {
+      ...u32s("M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate"),
+      alpha: "f32",
+      ...u32s("kPer first"),
+    },
+    bindings: {
+      a: { elem: wgslStorageType(o.aDtype, o.vecA), access: "read" },
+      b: { elem: wgslStorageType(o.bDtype, o.vecB), access: "read" },
+      outp: {
+        elem: out === "f32" ? (vo ? "vec4<f32>" : "f32") : "atomic<u32>",
+        access: "read_write",
+      },
+      part: { elem: vo ? "vec4<f32>" : "f32", access: "read_write" },
+    },
+    layout: { pad: ["_p"], breaks: [8] },
+  });
+}
+
+/** The split-K reduction's signature (see {@link splitKReduceWgsl}). */
+export function splitKReduceSignature(outDtype: TensorDtype) {
+  return signature({
+    params: { ...u32s("M N S cOff sCm accumulate"), alpha: "f32" },
+    bindings: {
+      part: { elem: "f32", access: "read" },
+      outp: { elem: outDtype === "f32" ? "f32" : "atomic<u32>", access: "read_write" },
+    },
+    layout: { pad: ["_p0"], breaks: [6] },
+  });
+}
 
 /**
  * Slots whose old output values an accumulating store reads before it writes any of them. The
@@ -141,8 +178,7 @@ fn store4(m: u32, nb: u32, v: vec4<f32>) {
 }
 
 /**
- * WGSL of the product kernel. Params: M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate alpha
- * (a 16-bit output needs accumulate 0), kPer, first. Bindings: params, a, b, out, part.
+ * WGSL of the product kernel ({@link matmulSignature}; a 16-bit output needs accumulate 0).
  *
  * Split-K in one dispatch: workgroup z takes K range [z·kPer, min(K, (z+1)·kPer)). With `first` = 1
  * slice 0 stores into the output as usual and slice z ≥ 1 its f32 partial product into `part` at
@@ -157,12 +193,10 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
   }
   const vo = o.vecOut === true && out === "f32";
-  let outDecl: string, extra = "", stores: string;
+  let extra = "", stores: string;
   if (out === "f32") {
-    outDecl = vo ? "array<vec4<f32>>" : "array<f32>";
     stores = _storeF32(t, vo);
   } else {
-    outDecl = "array<atomic<u32>>";
     extra = _store16Fns(out);
     stores = _vecSlots(t)
       .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, P.alpha * ${s.vec});`).join("\n  ");
@@ -177,11 +211,7 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
     if (m < P.M && n < P.N) { part[pb + m * P.N + n] = ${s.expr}; } }`
     ).join("\n    ");
   return `${enableDirectives([o.aDtype, o.bDtype])}
-${PARAMS}
-@group(0) @binding(1) var<storage, read> a: array<${wgslStorageType(o.aDtype, o.vecA)}>;
-@group(0) @binding(2) var<storage, read> b: array<${wgslStorageType(o.bDtype, o.vecB)}>;
-@group(0) @binding(3) var<storage, read_write> outp: ${outDecl};
-@group(0) @binding(4) var<storage, read_write> part: array<${vo ? "vec4<f32>" : "f32"}>;
+${matmulSignature(o).wgsl}
 ${
     dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
       name: "b",
@@ -218,12 +248,13 @@ export function matmulEntry(
   const t = o.tile;
   // with slices: this workgroup's K range starts at ks and is kn deep (see matmulWgsl)
   const sl = opt.slices === true;
+  const origin = gemmTileOrigin(t);
   return `${gemmShared({ tile: t })}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
-  let m0 = wg.${t.mFirst ? "x" : "y"} * ${t.bm}u;
-  let n0 = wg.${t.mFirst ? "y" : "x"} * ${t.bn}u;
+  let m0 = wg.${origin.m} * ${t.bm}u;
+  let n0 = wg.${origin.n} * ${t.bn}u;
   ${sl ? "let ks = wg.z * P.kPer;\n  let kn = min(P.K - ks, P.kPer);" : ""}
   ${
     gemmMainloop({
@@ -253,14 +284,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
  * WGSL of the split-K reduction: out[m, n] = (out[m, n] +) alpha·Σ_{s<S} part[s][m][n], summed in
  * slice order. The partials are dense S×M×N; the output region has offset cOff and row stride sCm.
  * One thread per output element (4 adjacent columns for a 16-bit output, written like the
- * product's 16-bit store). Params: M, N, S, cOff, sCm, accumulate, alpha.
+ * product's 16-bit store).
  */
 export function splitKReduceWgsl(outDtype: TensorDtype): string {
   const wide = outDtype === "f32";
-  const head = `struct Params { M: u32, N: u32, S: u32, cOff: u32, sCm: u32, accumulate: u32,
-  alpha: f32, _p0: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> part: array<f32>;`;
+  const sig = splitKReduceSignature(outDtype);
+  const head = `${sig.struct}
+${sig.line("P")}
+${sig.line("part")}`;
   const sum = `fn total(m: u32, n: u32) -> f32 {
   var v = 0.0;
   for (var s = 0u; s < P.S; s++) { v = v + part[(s * P.M + m) * P.N + n]; }
@@ -268,7 +299,7 @@ export function splitKReduceWgsl(outDtype: TensorDtype): string {
 }`;
   if (wide) {
     return `${head}
-@group(0) @binding(2) var<storage, read_write> outp: array<f32>;
+${sig.line("outp")}
 ${sum}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
@@ -284,7 +315,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
   }
   return `${head}
-@group(0) @binding(2) var<storage, read_write> outp: array<atomic<u32>>;
+${sig.line("outp")}
 ${sum}
 ${_store16Fns(outDtype as Dtype16)}
 @compute @workgroup_size(256)

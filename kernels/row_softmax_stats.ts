@@ -17,6 +17,7 @@ import {
   LSE_MERGE,
   wgslStorageType,
 } from "./wgsl_common.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 const WG = 256;
 /** Elements each thread loads before merging them (see the kernel). */
@@ -36,18 +37,26 @@ function _unrolledStep(dtype: TensorDtype): string {
   return [...loads, ...merges].join("\n");
 }
 
-/** WGSL of the kernel. Bindings: params, logits shard, targets, lse (out), loss rows (out). */
+/** The signature: a logits shard (`rows` rows from `rowStart`, `ldz` apart), lse and loss rows. */
+export function rowSoftmaxStatsSignature(logitsDtype: TensorDtype) {
+  return signature({
+    params: { rows: "u32", v: "u32", rowStart: "u32", ldz: "u32" },
+    bindings: {
+      z: { elem: wgslStorageType(logitsDtype), access: "read" },
+      targets: { elem: "i32", access: "read" },
+      lse: { elem: "f32", access: "read_write" },
+      loss_rows: { elem: "f32", access: "read_write" },
+    },
+  });
+}
+
+/** WGSL of the kernel. */
 export function rowSoftmaxStatsWgsl(
   o: { logitsDtype: TensorDtype; opts: LceOptions; v: number },
 ): string {
   return `${enableDirectives([o.logitsDtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, v: u32, rowStart: u32, ldz: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> z: array<${wgslStorageType(o.logitsDtype)}>;
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(4) var<storage, read_write> loss_rows: array<f32>;
+${rowSoftmaxStatsSignature(o.logitsDtype).wgsl}
 ${dtypeHelpers([{ name: "z", dtype: o.logitsDtype }])}
 ${LSE_MERGE}
 var<workgroup> s_ms: array<vec2<f32>, ${WG}>;
@@ -106,7 +115,12 @@ export async function prepareRowSoftmaxStats(
   ctx: GpuContext,
   o: { logitsDtype: TensorDtype; opts: LceOptions; v: number },
 ) {
-  const pipeline = await ctx.pipeline(rowSoftmaxStatsWgsl(o), "row_softmax_stats");
+  const k = await compileKernel(
+    ctx,
+    rowSoftmaxStatsSignature(o.logitsDtype),
+    rowSoftmaxStatsWgsl(o),
+    "row_softmax_stats",
+  );
   return {
     /** lse and lossRows are n×1 f32 tensors in one shard each. */
     record(
@@ -115,18 +129,14 @@ export async function prepareRowSoftmaxStats(
     ) {
       rec.pass("row_softmax_stats", (p) => {
         for (const s of a.logits.shards) {
-          const u = rec.uniform(
-            new Uint32Array([s.rows, a.logits.cols, s.rowStart, a.logits.cols]),
-            "params",
-          );
-          const bg = rec.bindGroup(pipeline, [
-            u,
-            s.buffer,
-            a.targets.shards[0].buffer,
-            a.lse.shards[0].buffer,
-            a.lossRows.shards[0].buffer,
-          ]);
-          p.dispatch(pipeline, bg, Math.min(s.rows, 65535));
+          const v = a.logits.cols;
+          const bg = k.bind(rec, { rows: s.rows, v, rowStart: s.rowStart, ldz: v }, {
+            z: s.buffer,
+            targets: a.targets.shards[0].buffer,
+            lse: a.lse.shards[0].buffer,
+            loss_rows: a.lossRows.shards[0].buffer,
+          });
+          p.dispatch(k.pipeline, bg, Math.min(s.rows, 65535));
         }
       });
     },

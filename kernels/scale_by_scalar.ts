@@ -8,12 +8,21 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import { type Dtype16, gridStrideGroups, wgslFrom16, wgslTo16 } from "./cast16.ts";
+import { compileKernel, type KernelOf, signature } from "../gpu/signature.ts";
 
-/** WGSL: bindings params {count}, scalar (1 f32), x (f32 shard, in place). */
-export const SCALE_BY_SCALAR_WGSL = `struct Params { count: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> s: array<f32>;
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;
+/** The f32 kernel's signature: `count` elements; the scalar s (1 f32), x (scaled in place). */
+const SIG = signature({
+  params: { count: "u32" },
+  bindings: { s: { elem: "f32", access: "read" }, x: { elem: "f32", access: "read_write" } },
+});
+/** The 16-bit kernel's: x as `words` u32 words of two elements. */
+const SIG16 = signature({
+  params: { words: "u32" },
+  bindings: { s: { elem: "f32", access: "read" }, x: { elem: "u32", access: "read_write" } },
+});
+
+/** WGSL of the f32 kernel. */
+export const SCALE_BY_SCALAR_WGSL = `${SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let k = s[0];
@@ -23,13 +32,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /**
  * WGSL for a packed 16-bit x: one thread per word (both halves), each product rounded to nearest
- * even. Bindings: params {words}, scalar (1 f32), x (16-bit shard as u32 words, in place).
+ * even; x is the 16-bit shard as u32 words.
  */
 export function scaleByScalar16Wgsl(dtype: Dtype16): string {
-  return `struct Params { words: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> s: array<f32>;
-@group(0) @binding(2) var<storage, read_write> x: array<u32>;
+  return `${SIG16.wgsl}
 ${wgslTo16(dtype)}${wgslFrom16(dtype)}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -56,24 +62,27 @@ export async function prepareScaleByScalar(
   ctx: GpuContext,
   dtypes16: Dtype16[] = [],
 ): Promise<PreparedScaleByScalar> {
-  const pipeline = await ctx.pipeline(SCALE_BY_SCALAR_WGSL, "scale_by_scalar");
-  const p16 = new Map<string, GPUComputePipeline>();
+  const f32 = await compileKernel(ctx, SIG, SCALE_BY_SCALAR_WGSL, "scale_by_scalar");
+  const k16 = new Map<string, KernelOf<typeof SIG16>>();
   for (const dt of dtypes16) {
-    p16.set(dt, await ctx.pipeline(scaleByScalar16Wgsl(dt), `scale_by_scalar ${dt}`));
+    k16.set(dt, await compileKernel(ctx, SIG16, scaleByScalar16Wgsl(dt), `scale_by_scalar ${dt}`));
   }
   return {
     record(rec, a) {
-      const pl = a.x.dtype === "f32" ? pipeline : p16.get(a.x.dtype);
-      if (!pl || a.scalar.dtype !== "f32") {
+      const k = k16.get(a.x.dtype);
+      if ((a.x.dtype !== "f32" && !k) || a.scalar.dtype !== "f32") {
         throw new RangeError(`scale_by_scalar: ${a.x.dtype} tensor not prepared`);
       }
       rec.pass(`scale ${a.x.label}`, (p) => {
         for (const s of a.x.shards) {
           const count = s.rows * a.x.cols;
-          const items = pl === pipeline ? count : Math.ceil(count / 2);
-          const u = rec.uniform(new Uint32Array([items, 0, 0, 0]), "params");
-          const bg = rec.bindGroup(pl, [u, a.scalar.shards[0].buffer, s.buffer]);
-          p.dispatch(pl, bg, gridStrideGroups(items));
+          const buffers = { s: a.scalar.shards[0].buffer, x: s.buffer };
+          if (!k) {
+            p.dispatch(f32.pipeline, f32.bind(rec, { count }, buffers), gridStrideGroups(count));
+            continue;
+          }
+          const words = Math.ceil(count / 2);
+          p.dispatch(k.pipeline, k.bind(rec, { words }, buffers), gridStrideGroups(words));
         }
       });
     },

@@ -8,20 +8,21 @@
 import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 const TILE = 32;
 /** Most workgroups along one grid dimension (WebGPU's default limit). */
 const MAX_GROUPS = 65535;
 
-/**
- * WGSL: bindings params {rows, cols, srcLd, dstLd, srcOff, dstOff}, src (f32 shard), dst (f32
- * shard): dst[dstOff + j·dstLd + i] = src[srcOff + i·srcLd + j] for i < rows, j < cols.
- */
-export const TRANSPOSE_WGSL = `struct Params { rows: u32, cols: u32, srcLd: u32, dstLd: u32,
-  srcOff: u32, dstOff: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+/** The signature: src and dst are f32 shards. */
+const SIG = signature({
+  params: { rows: "u32", cols: "u32", srcLd: "u32", dstLd: "u32", srcOff: "u32", dstOff: "u32" },
+  bindings: { src: { elem: "f32", access: "read" }, dst: { elem: "f32", access: "read_write" } },
+  layout: { breaks: [4] },
+});
+
+/** WGSL: dst[dstOff + j·dstLd + i] = src[srcOff + i·srcLd + j] for i < rows, j < cols. */
+export const TRANSPOSE_WGSL = `${SIG.wgsl}
 var<workgroup> tile: array<array<f32, ${TILE + 1}>, ${TILE}>;
 @compute @workgroup_size(${TILE}, 8)
 fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -54,7 +55,7 @@ export function transposeFits(rows: number, cols: number): boolean {
 
 /** Compiles the kernel. */
 export async function prepareTranspose(ctx: GpuContext): Promise<PreparedTranspose> {
-  const pl = await ctx.pipeline(TRANSPOSE_WGSL, "transpose");
+  const k = await compileKernel(ctx, SIG, TRANSPOSE_WGSL, "transpose");
   return {
     record(rec, { src, dst, label }) {
       if (
@@ -71,13 +72,18 @@ export async function prepareTranspose(ctx: GpuContext): Promise<PreparedTranspo
           for (const d of dst.shards) {
             // the block: the source rows of shard s × the source columns that are shard d's rows
             if (s.rows === 0 || d.rows === 0) continue;
-            const u = rec.uniform(
-              new Uint32Array([s.rows, d.rows, src.cols, dst.cols, d.rowStart, s.rowStart, 0, 0]),
-              "transpose params",
-            );
+            // rows: the block's source rows; cols: its source columns (destination rows)
+            const params = {
+              rows: s.rows,
+              cols: d.rows,
+              srcLd: src.cols,
+              dstLd: dst.cols,
+              srcOff: d.rowStart,
+              dstOff: s.rowStart,
+            };
             p.dispatch(
-              pl,
-              rec.bindGroup(pl, [u, s.buffer, d.buffer]),
+              k.pipeline,
+              k.bind(rec, params, { src: s.buffer, dst: d.buffer }),
               Math.ceil(d.rows / TILE),
               Math.ceil(s.rows / TILE),
             );

@@ -9,17 +9,24 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
+import { compileKernel, signature } from "../gpu/signature.ts";
 
 const WG = 256;
 
-/** WGSL: bindings params {n}, targets, w (out, n), count (out, 1 f32). */
+/** The signature: n targets in; w (n) and count (1 f32) out. */
+const SIG = signature({
+  params: { n: "u32" },
+  bindings: {
+    targets: { elem: "i32", access: "read" },
+    w: { elem: "f32", access: "read_write" },
+    count: { elem: "f32", access: "read_write" },
+  },
+});
+
+/** WGSL of the weights. */
 export function unitRowWeightsWgsl(o: LceOptions): string {
   return `const IGNORE: i32 = ${o.ignoreIndex};
-struct Params { n: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> targets: array<i32>;
-@group(0) @binding(2) var<storage, read_write> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> count: array<f32>;
+${SIG.wgsl}
 var<workgroup> s_cnt: array<f32, ${WG}>;
 @compute @workgroup_size(${WG})
 fn main(@builtin(local_invocation_index) lid: u32) {
@@ -52,17 +59,15 @@ export async function prepareUnitRowWeights(
   ctx: GpuContext,
   o: LceOptions,
 ): Promise<PreparedUnitRowWeights> {
-  const pipeline = await ctx.pipeline(unitRowWeightsWgsl(o), "unit_row_weights");
+  const k = await compileKernel(ctx, SIG, unitRowWeightsWgsl(o), "unit_row_weights");
   return {
     record(rec, a) {
-      const u = rec.uniform(new Uint32Array([a.targets.rows, 0, 0, 0]), "params");
-      const bg = rec.bindGroup(pipeline, [
-        u,
-        a.targets.shards[0].buffer,
-        a.w.shards[0].buffer,
-        a.count.shards[0].buffer,
-      ]);
-      rec.pass("unit_row_weights", (p) => p.dispatch(pipeline, bg, 1));
+      const bg = k.bind(rec, { n: a.targets.rows }, {
+        targets: a.targets.shards[0].buffer,
+        w: a.w.shards[0].buffer,
+        count: a.count.shards[0].buffer,
+      });
+      rec.pass("unit_row_weights", (p) => p.dispatch(k.pipeline, bg, 1));
     },
   };
 }

@@ -54,32 +54,19 @@ export interface LceProducts {
 }
 
 /**
- * Compiles a method's three products on the GEMM core. Tiles on hardware adapters: TILE_HW,
- * except
- * - dC with an f32 G over a long K (`dC: "long-k"`): TILE_HW_TT (K-step 32: 209.7 against 219.6
- *   ms for the paper's dC on an H100; slower with a bf16 G);
- * - dC with a 16-bit G: TILE_HW_8X16_TM (8×16 a thread, thread-major staging: 199.0–200.5 against
- *   209.3–210.8 ms for the paper's dC, 24.99 against 26.24 for the chunked method's 1,024-row
- *   chunks);
- * - dE over a long K (`dE: "long-k"`): TILE_HW_8X16 (Liger's skinny 128-row chunks, f32 G split
- *   14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW in two runs, which ran
- *   3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a third; the chunked
- *   method's 1,024-row chunks, bf16 G split 5 ways: 28.56 against 30.61 ms);
- * - dE with an f32 G of all rows (`dE: "all-rows"`, the baseline's, the caller asking for the
- *   slices: see methods/baseline.ts): TILE_HW_512 (220.9 ms split 12 ways against 229.9 for
- *   TILE_HW_8X16 split 6 ways, which beat TILE_HW's 234.1);
- * - `dE: "transposed"`: the dE product is dEᵀ = Cᵀ·Gᵀ on TILE_HW (a 16-bit G over the whole
- *   vocabulary, the compiled method's: 212.9 against 227.3 ms for G·C on an H100, both split 2
- *   ways; with an f32 G, 247.5 against 230.3 for the baseline's);
- * - f32 logits of many rows (`logits: "wide"`): TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for
- *   the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
- *   product); Liger's 128-row chunks ask for it too (3.39 and 3.41 ms a chunk back to back
- *   against 3.55 and 3.57 for TILE_HW);
- * - 16-bit logits: TILE_HW_TM (thread-major staging: 215.4 against 220.3 ms for the paper's E·Cᵀ,
- *   26.71 against 27.20 for the chunked method's 1,024-row chunks);
+ * Compiles a method's three products on the GEMM core, on these tiles on hardware adapters
+ * (kernels/gemm_tiles.ts; the measurements that chose them: docs/performance.md) and TILE_SMALL
+ * on software ones:
  *
- * and 64×64 on software adapters. The measurements and the commits that hold them:
- * docs/performance.md (the GEMM core).
+ * | product | asked for                      | G or logits dtype | tile            |
+ * | ------- | ------------------------------ | ----------------- | --------------- |
+ * | logits  | `logits: "wide"`               | f32               | TILE_HW_WIDE    |
+ * | logits  |                                | 16-bit            | TILE_HW_TM      |
+ * | dE      | `dE: "all-rows"` (baseline)    | f32               | TILE_HW_512     |
+ * | dE      | `dE: "long-k"` or `"all-rows"` | other             | TILE_HW_8X16    |
+ * | dC      | `dC: "long-k"`                 | f32               | TILE_HW_TT      |
+ * | dC      |                                | 16-bit            | TILE_HW_8X16_TM |
+ * | any     | otherwise (dEᵀ included)       |                   | TILE_HW         |
  */
 export async function prepareLceProducts(
   ctx: GpuContext,

@@ -13,11 +13,9 @@ const variant = (fb: boolean, chunk: number) =>
     label: "dense backward (test)",
     description: "test",
     filter: false,
-    sort: true,
     fusedForwardBackward: fb,
     gradDtype: "f32",
-    denseChunkRows: chunk,
-  });
+  }, { denseChunkRows: chunk });
 
 Deno.test({
   name: "dense backward: vocabulary chunks at odd sizes, every dtype, β, reduction, softcap",

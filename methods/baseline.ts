@@ -25,9 +25,8 @@ import {
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
  * a GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
- * (72 MiB at the paper's shape). On an H100, with G in shards of 2048 rows, the paper's dE ran
- * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (the rule takes 11, a whole number of
- * waves; docs/performance.md).
+ * (72 MiB at the paper's shape), and at the paper's shape the rule's whole number of waves within
+ * 12 slices ran fastest on an H100 (docs/performance.md).
  */
 const BASELINE_DE_MAX_SLICES = 12;
 

@@ -31,7 +31,6 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
-import type { GemmTile } from "../kernels/gemm_codegen.ts";
 import type { LceOptions } from "../core/options.ts";
 import { prepareFusedForward } from "../kernels/fused/forward.ts";
 import { prepareLossReduce } from "../kernels/loss_reduce.ts";
@@ -39,7 +38,6 @@ import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
 import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
 import {
-  type BackwardTile,
   defaultFilterEps,
   type GradDtype,
   gradRowsPerBinding,
@@ -54,6 +52,7 @@ import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backw
 import { ESTIMATE_SLACK_BYTES, lossTensor, vector } from "./_common.ts";
 import { createTileMap, tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
 import { rowsPerBinding } from "../gpu/tensor.ts";
+import type { GemmTile } from "../kernels/gemm_codegen.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -62,13 +61,8 @@ export interface FusedVariant {
   description: string;
   /** Gradient filter on. */
   filter: boolean;
-  /** Vocabulary sorting on. */
-  sort: boolean;
-  /**
-   * With sorting and the filter: keep the sorted order only where it keeps fewer tiles than the
-   * own order (default true, kernels/fused/filter.ts "Order decision"); false: always sorted.
-   */
-  decideOrder?: boolean;
+  /** Vocabulary sorting on (with the filter: without it the backward is dense, in no order). */
+  sort?: boolean;
   /** Gradients computed in the forward (the "Fused Version"). */
   fusedForwardBackward: boolean;
   /**
@@ -76,20 +70,6 @@ export interface FusedVariant {
    * tiles (kernels/fused/tile_map.ts); needs the filter, no sorting, not the Fused Version.
    */
   tileMap?: boolean;
-  /** Backward tile override (tests). */
-  tile?: BackwardTile;
-  /** GEMM tile of the backward's filter pass (tuning; default defaultFilterTile). */
-  filterTile?: GemmTile;
-  /** dE split override (tests, tuning). */
-  dESplits?: number;
-  /** dE row-slice override (tests, tuning). */
-  dERowSlices?: number;
-  /** The gathered dE's override: false for the per-tile pass (tests, tuning). */
-  dEGather?: FusedBackwardOptions["dEGather"];
-  /** The dC pass's vocab tile order (FusedBackwardOptions.dCOrder; default on with the filter). */
-  dCOrder?: boolean;
-  /** Vocabulary rows per chunk of the no-filter rows' dense backward (tests). */
-  denseChunkRows?: number;
   /**
    * Dtype of the gradients (kernels/fused/backward.ts): "input" (bf16/f16 gradients for 16-bit
    * inputs, f32 for f32 inputs) or "f32" (f32 accumulation and output whatever the input).
@@ -97,11 +77,26 @@ export interface FusedVariant {
   gradDtype: GradDtype;
 }
 
-/** Builds an {@link LceMethod} for a fused variant. */
-export function fusedMethod(f: FusedVariant): LceMethod {
+/**
+ * Kernel options no shipped row sets, for tests and the tuning tools (tuning/): the filtered
+ * backward's (kernels/fused/backward.ts: its tile, the filter pass's tile, the dE splits and row
+ * slices, the gathered dE, the dC order, the order decision), and the vocabulary rows per chunk of
+ * the no-filter rows' dense backward (methods/_dense_backward.ts).
+ */
+export interface FusedKernelOptions {
+  backward?: Pick<
+    FusedBackwardOptions,
+    "tile" | "filterTile" | "dESplits" | "dERowSlices" | "dEGather" | "dCOrder" | "decideOrder"
+  >;
+  denseChunkRows?: number;
+}
+
+/** Builds an {@link LceMethod} for a fused variant (with kernel options: tests, tuning). */
+export function fusedMethod(f: FusedVariant, k: FusedKernelOptions = {}): LceMethod {
   if (f.tileMap && (!f.filter || f.sort || f.fusedForwardBackward)) {
     throw new RangeError(`${f.name}: the tile map needs the filter, no sorting, no Fused Version`);
   }
+  if (f.sort && !f.filter) throw new RangeError(`${f.name}: sorting serves the filter only`);
   return {
     name: f.name,
     label: f.label,
@@ -113,8 +108,29 @@ export function fusedMethod(f: FusedVariant): LceMethod {
       }
       return undefined;
     },
-    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f),
+    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f, k),
   };
+}
+
+/** The filtered backward, or without the filter the dense one (methods/_dense_backward.ts). */
+function _prepareBackward(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  f: FusedVariant,
+  k: FusedKernelOptions,
+  forwardTile: GemmTile,
+): Promise<PreparedFusedBackward | PreparedDenseBackward> {
+  if (!f.filter) return prepareDenseBackward(ctx, { spec, opts, chunkRows: k.denseChunkRows });
+  return prepareFusedBackward(ctx, {
+    ...k.backward,
+    spec,
+    opts,
+    filterEps: defaultFilterEps(spec.dtype),
+    sort: f.sort ?? false,
+    gradDtype: f.gradDtype,
+    mapFilter: f.tileMap ? { tile: forwardTile } : undefined,
+  });
 }
 
 async function _prepare(
@@ -122,27 +138,11 @@ async function _prepare(
   spec: ProblemSpec,
   opts: LceOptions,
   f: FusedVariant,
+  k: FusedKernelOptions,
 ): Promise<PreparedMethod> {
   const fwd = await prepareFusedForward(ctx, { spec, opts, tileMax: f.tileMap });
   const reduce = await prepareLossReduce(ctx, opts);
-  // Without the filter: the dense backward on the GEMM core (methods/_dense_backward.ts).
-  const bwd: PreparedFusedBackward | PreparedDenseBackward = f.filter
-    ? await prepareFusedBackward(ctx, {
-      spec,
-      opts,
-      filterEps: defaultFilterEps(spec.dtype),
-      sort: f.sort,
-      decideOrder: f.decideOrder,
-      tile: f.tile,
-      dESplits: f.dESplits,
-      dERowSlices: f.dERowSlices,
-      dEGather: f.dEGather,
-      dCOrder: f.dCOrder,
-      filterTile: f.filterTile,
-      gradDtype: f.gradDtype,
-      mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
-    })
-    : await prepareDenseBackward(ctx, { spec, opts, chunkRows: f.denseChunkRows });
+  const bwd = await _prepareBackward(ctx, spec, opts, f, k, fwd.tile);
   // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
   // fused forward-backward's scaling by the upstream gradient.
   const extra = f.fusedForwardBackward && bwd.gradDtype !== "f32" ? 1 : 0;
@@ -332,7 +332,6 @@ export const fusedNoFilter: LceMethod = fusedMethod({
   description: "Ours without the gradient filter: every tile's products, as dense products per " +
     "vocabulary chunk (logits recomputed, dE, dC)",
   filter: false,
-  sort: true,
   fusedForwardBackward: false,
   gradDtype: "f32",
 });
@@ -355,7 +354,6 @@ export const fusedFbNoFilter: LceMethod = fusedMethod({
   label: "Fused Version (No Grad. Filter)",
   description: "Fused Version without the gradient filter",
   filter: false,
-  sort: true,
   fusedForwardBackward: true,
   gradDtype: "f32",
 });

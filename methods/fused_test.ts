@@ -424,8 +424,7 @@ Deno.test({
       sort: true,
       fusedForwardBackward: false,
       gradDtype: "input",
-      filterTile: TILE_HW_WIDE,
-    });
+    }, { backward: { filterTile: TILE_HW_WIDE } });
     for (const [n, v, d] of [[300, 700, 72], [137, 529, 41]]) {
       for (const beta of [0, 0.1]) {
         await assertParity(ctx, wide, {

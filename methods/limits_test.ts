@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
 import type { LceMethod } from "./types.ts";
-import { GpuContext, TrackedBuffer } from "../gpu/context.ts";
+import { bindingRange, GpuContext } from "../gpu/context.ts";
 import { GpuError, InputError } from "../core/errors.ts";
 import { resolveOptions } from "../core/options.ts";
 import { assertParity, caseInputs, type ParityCase } from "../testing/parity.ts";
@@ -32,11 +32,11 @@ function _watchBindings(ctx: GpuContext): { over: Map<string, number>; reset(): 
   const inner = ctx.bindGroup.bind(ctx);
   ctx.bindGroup = (pipeline, buffers, label) => {
     for (const b of buffers) {
-      const buf = b instanceof TrackedBuffer ? b.buffer : b;
+      const { buffer: buf, size } = bindingRange(b);
       const isUniform = (buf.usage & GPUBufferUsage.UNIFORM) !== 0;
-      if (!isUniform && buf.size > ctx.maxBindingBytes) {
+      if (!isUniform && size > ctx.maxBindingBytes) {
         const key = `${label || "?"}: ${buf.label || "?"}`;
-        over.set(key, Math.max(over.get(key) ?? 0, buf.size));
+        over.set(key, Math.max(over.get(key) ?? 0, size));
       }
     }
     return inner(pipeline, buffers, label);

@@ -94,17 +94,28 @@ import {
 } from "./backward_plan.ts";
 import {
   defaultFilterTile,
+  filterPassSignature,
   filterPassWgsl,
+  KEPT_BOUNDS_SIG,
   keptBoundsWgsl,
+  ORDER_SELECT_SIG,
   orderSelectWgsl,
   recordFilterPass,
   recordKeptBounds,
   recordOrderDecision,
+  SORTED_MASK_SIG,
   sortedMaskWgsl,
   sortedOrderWins,
 } from "./filter.ts";
-import { recordDCPass, recordDEPass, tilePassWgsl } from "./kept_tiles.ts";
-import { recordSlabReduce, slabReduceWgsl } from "./slab_reduce.ts";
+import {
+  recordDCPass,
+  recordDEPass,
+  type TilePassKernelOptions,
+  tilePassSignature,
+  tilePassWgsl,
+} from "./kept_tiles.ts";
+import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";
+import { compileKernel } from "../../gpu/signature.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
 import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
 import { prepareDCOrder } from "./dc_order.ts";
@@ -206,27 +217,36 @@ type _Pipelines = Awaited<ReturnType<typeof _pipelines>>;
 /** The filter and order-decision pipelines of a plan. */
 async function _filterPipelines(ctx: GpuContext, p: _Plan) {
   const { spec, eps, filterTile, decide, tile } = p;
-  const filterPass = eps !== null && filterTile
-    ? await ctx.pipeline(
-      filterPassWgsl({
-        tile,
-        dtype: spec.dtype,
-        opts: p.opts,
-        v: spec.v,
-        eps,
-        filterTile,
-        vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
-        sort: decide ? false : p.sort,
-        entryBits: decide,
-      }),
+  const fo = eps !== null && filterTile
+    ? {
+      tile,
+      dtype: spec.dtype,
+      opts: p.opts,
+      v: spec.v,
+      eps,
+      filterTile,
+      vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
+      sort: decide ? false : p.sort,
+      entryBits: decide,
+    }
+    : undefined;
+  const filterPass = fo
+    ? await compileKernel(
+      ctx,
+      filterPassSignature(fo),
+      filterPassWgsl(fo),
       "fused_backward_filter",
     )
     : undefined;
   const keptBounds = p.balanced
-    ? await ctx.pipeline(keptBoundsWgsl(p.splits), "kept_bounds")
+    ? await compileKernel(ctx, KEPT_BOUNDS_SIG, keptBoundsWgsl(p.splits), "kept_bounds")
     : undefined;
-  const sortedMask = decide ? await ctx.pipeline(sortedMaskWgsl(tile), "sorted_mask") : undefined;
-  const orderSelect = decide ? await ctx.pipeline(orderSelectWgsl(), "order_select") : undefined;
+  const sortedMask = decide
+    ? await compileKernel(ctx, SORTED_MASK_SIG, sortedMaskWgsl(tile), "sorted_mask")
+    : undefined;
+  const orderSelect = decide
+    ? await compileKernel(ctx, ORDER_SELECT_SIG, orderSelectWgsl(), "order_select")
+    : undefined;
   const mapFilter = eps !== null && p.mapTile
     ? await prepareMapFilter(ctx, { tile, mapTile: p.mapTile, opts: p.opts, v: spec.v, eps })
     : undefined;
@@ -243,33 +263,31 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
   const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
     spec.dtype === "bf16" &&
     vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
-  const dCPass = await ctx.pipeline(
-    tilePassWgsl({
-      ...base,
-      kind: "dC",
-      out16: p.dCInPlace,
-      vecLoads: tileVec("dC", tile),
-      ordered: p.dCOrder,
-    }),
-    "fused_backward_dC",
-  );
+  const tilePass = (o: TilePassKernelOptions, label: string) =>
+    compileKernel(ctx, tilePassSignature(o), tilePassWgsl(o), label);
+  const dCPass = await tilePass({
+    ...base,
+    kind: "dC",
+    out16: p.dCInPlace,
+    vecLoads: tileVec("dC", tile),
+    ordered: p.dCOrder,
+  }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
-  const dEPass = await ctx.pipeline(
-    tilePassWgsl({
-      ...base,
-      kind: "dE",
-      rowSlices: p.slices,
-      vecLoads: tileVec("dE", dESliceTile(tile, p.slices)),
-      splits,
-      balanced: p.balanced,
-    }),
-    "fused_backward_dE",
-  );
+  const dEPass = await tilePass({
+    ...base,
+    kind: "dE",
+    rowSlices: p.slices,
+    vecLoads: tileVec("dE", dESliceTile(tile, p.slices)),
+    splits,
+    balanced: p.balanced,
+  }, "fused_backward_dE");
   // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
   // the f32 output (slab parts 0…S−1)
   const reduce = splits > 1
-    ? await ctx.pipeline(
+    ? await compileKernel(
+      ctx,
+      slabReduceSignature(out16 !== undefined),
       slabReduceWgsl(out16 !== undefined ? splits - 1 : splits, out16 !== undefined),
       "fused_backward_split_reduce",
     )
@@ -406,7 +424,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       mask,
       counter,
       hotWords: m.hotWords,
-      pipeline: filterPass,
+      kernel: filterPass,
       filterTile: p.filterTile,
       lse: a.lse.shards[0].buffer,
       w: a.w.shards[0].buffer,
@@ -438,7 +456,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
     label: "dE split bounds",
   });
   r.release.push(bounds);
-  recordKeptBounds({ rec, pipeline: keptBounds, mask, bounds, tTotal: r.tTotal, vTotal: r.vTotal });
+  recordKeptBounds({ rec, kernel: keptBounds, mask, bounds, tTotal: r.tTotal, vTotal: r.vTotal });
   return bounds;
 }
 
@@ -460,7 +478,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
       rec.clear(sl.buffer, first * bytes, (g.parts - first) * bytes);
     }
   }
-  const tail = [a.lse.shards[0].buffer, w.shards[0].buffer, m.perm, m.mask].filter((b) => !!b);
+  const tail = { lse: a.lse.shards[0].buffer, w: w.shards[0].buffer, perm: m.perm, mask: m.mask };
   const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
   const { sliceRows, splits } = p;
   const gathered = m.mask && pipes.gathered?.record({
@@ -471,10 +489,10 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     mask: m.mask,
     grads: g,
   });
-  if (!gathered) recordDEPass({ ...base, ...g, pipeline: pipes.dEPass, sliceRows, splits, bounds });
+  if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
-    recordSlabReduce({ rec, pipeline: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
+    recordSlabReduce({ rec, kernel: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
   pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC", coefficients });
@@ -492,7 +510,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
       vTotal: r.vTotal,
     });
   }
-  recordDCPass({ ...base, pipeline: pipes.dCPass, dC: g.dC, order });
+  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order });
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
 

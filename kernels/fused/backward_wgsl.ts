@@ -1,6 +1,6 @@
 /**
  * WGSL pieces shared by the passes of the fused backward (kernels/fused/filter.ts and
- * kernels/fused/kept_tiles.ts): the bindings list, the logits product of a tile, the per-lane
+ * kernels/fused/kept_tiles.ts): the logits product of a tile, the per-lane
  * token and vocabulary values, and the unweighted gradient g = p·f' + (β/|V|)(z/s)² that the
  * filter tests and the tile passes multiply by w_n. Each piece decides one switch, so the two
  * passes cannot drift apart.
@@ -8,19 +8,6 @@
  */
 import type { Dtype, LceOptions } from "../../core/options.ts";
 import { type AccSlot, gemmMainloop, type GemmTile } from "../gemm_codegen.ts";
-
-/** Binding declarations numbered in the order they are added. */
-export class WgslBindings {
-  readonly #lines: string[] = [];
-  /** Adds `@group(0) @binding(i) var<decl>;` (decl: e.g. `storage, read> e: array<f32>`). */
-  add(decl: string): void {
-    this.#lines.push(`@group(0) @binding(${this.#lines.length}) var<${decl};`);
-  }
-  /** The declarations, one per line. */
-  toString(): string {
-    return this.#lines.join("\n");
-  }
-}
 
 /** One value per distinct row or column of a tile's accumulator slots. */
 export interface Lane {

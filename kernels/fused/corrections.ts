@@ -30,15 +30,23 @@ import { paddedSortLength, preparePairSort } from "./vocab_order.ts";
 import {
   correctionTerms,
   dCInit16Wgsl,
+  dCInitSignature,
   dCInitWgsl,
+  dEInitSignature,
   dEInitWgsl,
   scatterColumnsPerGroup,
+  TARGET_COEF_PLAIN_SIG,
+  TARGET_PAIRS_SIG,
   targetCoefPlainWgsl,
+  targetCoefSoftcapSignature,
   targetCoefSoftcapWgsl,
   targetPairsWgsl,
+  targetScatter16Signature,
   targetScatter16Wgsl,
+  targetScatterSignature,
   targetScatterWgsl,
 } from "./corrections_wgsl.ts";
+import { compileKernel } from "../../gpu/signature.ts";
 
 /** Arguments of {@link PreparedGradCorrections.record}. */
 export interface GradCorrectionArgs {
@@ -143,23 +151,42 @@ async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
   const { opts } = o;
   const { target, smooth } = correctionTerms(opts);
   const softcap = opts.capped;
-  const coef = target
-    ? await ctx.pipeline(
-      softcap ? targetCoefSoftcapWgsl(o) : targetCoefPlainWgsl(opts),
+  const coef = target && !softcap
+    ? await compileKernel(ctx, TARGET_COEF_PLAIN_SIG, targetCoefPlainWgsl(opts), "target_coef")
+    : undefined;
+  const coefCapped = target && softcap
+    ? await compileKernel(
+      ctx,
+      targetCoefSoftcapSignature(o.dtype),
+      targetCoefSoftcapWgsl(o),
       "target_coef",
     )
     : undefined;
-  const deInit = await ctx.pipeline(dEInitWgsl(o), "dE_init");
+  const deInit = await compileKernel(ctx, dEInitSignature(o.dtype), dEInitWgsl(o), "dE_init");
   const dc16 = o.dC16;
-  const dcInit = await ctx.pipeline(
+  const dcInit = await compileKernel(
+    ctx,
+    dCInitSignature(dc16 ? "u32" : "f32"),
     dc16 ? dCInit16Wgsl(opts, dc16) : dCInitWgsl(opts),
     dc16 ? `dC_init→${dc16}` : "dC_init",
   );
-  const fill = target ? await ctx.pipeline(targetPairsWgsl(opts), "target_pairs") : undefined;
-  const scatter = target
-    ? await ctx.pipeline(
-      dc16 ? targetScatter16Wgsl(o.dtype, dc16, smooth) : targetScatterWgsl(o.dtype),
-      dc16 ? `target_scatter→${dc16}` : "target_scatter",
+  const fill = target
+    ? await compileKernel(ctx, TARGET_PAIRS_SIG, targetPairsWgsl(opts), "target_pairs")
+    : undefined;
+  const scatter = target && !dc16
+    ? await compileKernel(
+      ctx,
+      targetScatterSignature(o.dtype),
+      targetScatterWgsl(o.dtype),
+      "target_scatter",
+    )
+    : undefined;
+  const scatter16 = target && dc16
+    ? await compileKernel(
+      ctx,
+      targetScatter16Signature(o.dtype),
+      targetScatter16Wgsl(o.dtype, dc16, smooth),
+      `target_scatter→${dc16}`,
     )
     : undefined;
   const sort = target ? await preparePairSort(ctx) : undefined;
@@ -172,7 +199,7 @@ async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
     })
     : undefined;
   const k = { o, target, smooth, softcap, deInit, dcInit };
-  return { ...k, coef, fill, scatter, sort, colsum, wsum };
+  return { ...k, coef, coefCapped, fill, scatter, scatter16, sort, colsum, wsum };
 }
 
 /** The vectors of one record (f32, one shard each). */
@@ -187,25 +214,30 @@ interface _Vectors {
 
 /** Records the target coefficients a_n into `a`. */
 function _recordCoefficients(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, a: DeviceTensor) {
-  const coef = k.coef!;
   const { e, c } = x;
   const n = e.rows, d = e.cols;
+  const ab = a.shards[0].buffer;
   const tg = x.targets.shards[0].buffer, wb = x.w.shards[0].buffer;
   rec.pass("target coefficients", (p) => {
-    if (!k.softcap) {
-      const u = rec.uniform(new Uint32Array([n, 0, 0, 0]), "coef params");
-      p.dispatch(coef, rec.bindGroup(coef, [u, tg, wb, a.shards[0].buffer]), Math.ceil(n / 256));
+    if (k.coef) {
+      const bg = k.coef.bind(rec, { n }, { targets: tg, w: wb, a: ab });
+      p.dispatch(k.coef.pipeline, bg, Math.ceil(n / 256));
       return;
     }
+    const coef = k.coefCapped!;
     for (const es of e.shards) {
       c.shards.forEach((cs, ci) => {
-        const u = rec.uniform(
-          new Uint32Array([es.rows, es.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
-          "coef params",
-        );
+        const params = {
+          eRows: es.rows,
+          eR0: es.rowStart,
+          cRows: cs.rows,
+          cR0: cs.rowStart,
+          d,
+          first: ci === 0 ? 1 : 0,
+        };
         p.dispatch(
-          coef,
-          rec.bindGroup(coef, [u, es.buffer, cs.buffer, tg, wb, a.shards[0].buffer]),
+          coef.pipeline,
+          coef.bind(rec, params, { e: es.buffer, c: cs.buffer, targets: tg, w: wb, a: ab }),
           Math.min(es.rows, 65535),
         );
       });
@@ -223,20 +255,24 @@ function _recordDE(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, t: _Vector
     for (const os of dE!.shards) {
       c.shards.forEach((cs, ci) => {
         if (ci > 0 && !k.target) return;
-        const u = rec.uniform(
-          new Uint32Array([os.rows, os.rowStart, cs.rows, cs.rowStart, d, ci === 0 ? 1 : 0]),
-          "dE init params",
-        );
-        const bufs = [
-          u,
-          cs.buffer,
-          tg,
-          t.a?.shards[0].buffer ?? dummy,
-          wb,
-          t.csum?.shards[0].buffer ?? dummy,
-          os.buffer,
-        ];
-        p.dispatch(deInit, rec.bindGroup(deInit, bufs), grid(os.rows * d, 256));
+        const params = {
+          rows: os.rows,
+          oR0: os.rowStart,
+          cRows: cs.rows,
+          cR0: cs.rowStart,
+          d,
+          first: ci === 0 ? 1 : 0,
+        };
+        // a term that does not exist reads nothing: any read-only buffer fills its binding
+        const bg = deInit.bind(rec, params, {
+          c: cs.buffer,
+          targets: tg,
+          a: t.a?.shards[0].buffer ?? dummy,
+          w: wb,
+          csum: t.csum?.shards[0].buffer ?? dummy,
+          de: os.buffer,
+        });
+        p.dispatch(deInit.pipeline, bg, grid(os.rows * d, 256));
       });
     }
   });
@@ -251,32 +287,35 @@ function _recordScatter(
   t: _Vectors,
 ) {
   const { e, dC } = x;
-  const fill = k.fill!, scatter = k.scatter!, a = t.a!;
+  const fill = k.fill!, a = t.a!;
   const n = e.rows, d = e.cols;
   const tg = x.targets.shards[0].buffer, dummy = x.w.shards[0].buffer;
   const count = paddedSortLength(n);
   const pairs = ctx.createBuffer({ size: count * 8, role: "workspace", label: "target pairs" });
   rec.pass("target pairs", (p) => {
-    const u = rec.uniform(new Uint32Array([n, count, 0, 0]), "pairs params");
-    p.dispatch(fill, rec.bindGroup(fill, [u, tg, pairs]), grid(count, 256));
+    p.dispatch(
+      fill.pipeline,
+      fill.bind(rec, { n, count }, { targets: tg, pairs }),
+      grid(count, 256),
+    );
   });
   k.sort!.record(rec, pairs, count, "target sort");
   rec.pass("dC target scatter", (p) => {
     e.shards.forEach((es, ei) => {
       for (const ds of dC!.shards) {
-        const u = rec.uniform(
-          new Uint32Array([es.rows, es.rowStart, ds.rows, ds.rowStart, d, n, ei === 0 ? 1 : 0, 0]),
-          "scatter params",
-        );
-        const bufs = k.o.dC16
-          ? [u, pairs, a.shards[0].buffer, es.buffer, t.rvec?.shards[0].buffer ?? dummy, ds.buffer]
-          : [u, pairs, a.shards[0].buffer, es.buffer, ds.buffer];
-        p.dispatch(
-          scatter,
-          rec.bindGroup(scatter, bufs),
-          Math.min(n, 65535),
-          Math.ceil(d / scatterColumnsPerGroup(k.o.dC16 !== undefined)),
-        );
+        const params = { eRows: es.rows, eR0: es.rowStart, dRows: ds.rows, dR0: ds.rowStart, d, n };
+        const common = { pairs, a: a.shards[0].buffer, e: es.buffer, dc: ds.buffer };
+        const grid = [Math.min(n, 65535), Math.ceil(d / scatterColumnsPerGroup(!!k.scatter16))];
+        if (k.scatter16) {
+          const bg = k.scatter16.bind(rec, { ...params, first: ei === 0 ? 1 : 0 }, {
+            ...common,
+            rvec: t.rvec?.shards[0].buffer ?? dummy,
+          });
+          p.dispatch(k.scatter16.pipeline, bg, grid[0], grid[1]);
+        } else {
+          const bg = k.scatter!.bind(rec, params, common);
+          p.dispatch(k.scatter!.pipeline, bg, grid[0], grid[1]);
+        }
       }
     });
   });
@@ -288,9 +327,11 @@ function _recordDCInit(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, t: _Ve
   const d = x.e.cols, dummy = x.w.shards[0].buffer, dcInit = k.dcInit;
   rec.pass("dC smoothing term", (p) => {
     for (const ds of x.dC!.shards) {
-      const u = rec.uniform(new Uint32Array([ds.rows, d, 0, 0]), "dC init params");
-      const bufs = [u, t.rvec?.shards[0].buffer ?? dummy, ds.buffer];
-      p.dispatch(dcInit, rec.bindGroup(dcInit, bufs), grid(ds.rows * d, 256));
+      const bg = dcInit.bind(rec, { rows: ds.rows, d }, {
+        rvec: t.rvec?.shards[0].buffer ?? dummy,
+        dc: ds.buffer,
+      });
+      p.dispatch(dcInit.pipeline, bg, grid(ds.rows * d, 256));
     }
   });
 }
@@ -331,7 +372,7 @@ function _record(
     csum: smooth && doE ? x.csum ?? vec(d, "Σ_v C_v") : undefined,
     rvec: smooth && doC ? vec(d, "−(β/|V|)·Σ_n w_n E_n") : undefined,
   };
-  if (t.a && k.coef && !x.coefficients) _recordCoefficients(k, rec, x, t.a);
+  if (t.a && (k.coef || k.coefCapped) && !x.coefficients) _recordCoefficients(k, rec, x, t.a);
   if (t.csum && k.colsum && !x.csum) k.colsum.record(rec, { c, out: t.csum });
   // a column sum handed in belongs to the caller
   const own = (v?: DeviceTensor) => v !== undefined && v !== x.csum;
@@ -345,7 +386,7 @@ function _record(
     return { coefficients: t.a };
   }
   _recordDCInit(k, rec, x, t);
-  if (t.a && k.fill && k.sort && k.scatter) _recordScatter(k, ctx, rec, x, t);
+  if (t.a && k.fill && k.sort && (k.scatter || k.scatter16)) _recordScatter(k, ctx, rec, x, t);
   for (const v of [t.a, t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);
   return {};
 }

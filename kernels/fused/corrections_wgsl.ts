@@ -13,6 +13,7 @@ import {
   wgslStorageType,
 } from "../wgsl_common.ts";
 import { type Dtype16, wgslFrom16, wgslTo16 } from "../cast16.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
 
 const DOT_WG = 64;
 const SCATTER_WG = 128;
@@ -22,16 +23,107 @@ export function correctionTerms(o: LceOptions): { target: boolean; smooth: boole
   return { target: o.targetTerm, smooth: o.smoothing };
 }
 
+/** The plain target coefficients' signature: n tokens; targets, the row weights w, a. */
+export const TARGET_COEF_PLAIN_SIG = signature({
+  params: { n: "u32" },
+  bindings: {
+    targets: { elem: "i32", access: "read" },
+    w: { elem: "f32", access: "read" },
+    a: { elem: "f32", access: "read_write" },
+  },
+});
+
 /**
- * WGSL of the target coefficients a_n = −w_n(1−β)·f'(z_t) without softcap (f' = 1): elementwise.
- * Params: n. Bindings: params, targets, w, a.
+ * The softcap target coefficients' signature: the E shard's eRows rows from eR0, the C shard's
+ * cRows from cR0, depth d, first (write 0 for ignored tokens); E, C, targets, w, a.
  */
+export function targetCoefSoftcapSignature(dtype: Dtype) {
+  return signature({
+    params: { eRows: "u32", eR0: "u32", cRows: "u32", cR0: "u32", d: "u32", first: "u32" },
+    bindings: {
+      e: { elem: wgslStorageType(dtype), access: "read" },
+      c: { elem: wgslStorageType(dtype), access: "read" },
+      targets: { elem: "i32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      a: { elem: "f32", access: "read_write" },
+    },
+  });
+}
+
+/**
+ * dE initialisation's signature: the dE shard's rows from oR0, the C shard's cRows from cR0, depth
+ * d, first; C, targets, a, w, Σ_v C_v (csum), dE.
+ */
+export function dEInitSignature(dtype: Dtype) {
+  return signature({
+    params: { rows: "u32", oR0: "u32", cRows: "u32", cR0: "u32", d: "u32", first: "u32" },
+    bindings: {
+      c: { elem: wgslStorageType(dtype), access: "read" },
+      targets: { elem: "i32", access: "read" },
+      a: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      csum: { elem: "f32", access: "read" },
+      de: { elem: "f32", access: "read_write" },
+    },
+  });
+}
+
+/** dC initialisation's signature: a dC shard of rows × d (f32, or 16-bit as u32 words); r. */
+export function dCInitSignature(dcElem: string) {
+  return signature({
+    params: { rows: "u32", d: "u32" },
+    bindings: {
+      rvec: { elem: "f32", access: "read" },
+      dc: { elem: dcElem, access: "read_write" },
+    },
+  });
+}
+
+/** The target pairs' signature: n tokens, count pairs (padded); targets, the pairs. */
+export const TARGET_PAIRS_SIG = signature({
+  params: { n: "u32", count: "u32" },
+  bindings: {
+    targets: { elem: "i32", access: "read" },
+    pairs: { elem: "vec2<u32>", access: "read_write" },
+  },
+});
+
+/** The bindings both target scatters share: the sorted (target, token) pairs, a, E's shard. */
+function _scatterBindings(dtype: Dtype) {
+  return {
+    pairs: { elem: "vec2<u32>", access: "read" },
+    a: { elem: "f32", access: "read" },
+    e: { elem: wgslStorageType(dtype), access: "read" },
+  } as const;
+}
+
+/**
+ * The f32 target scatter's signature: the E shard's eRows rows from eR0, the dC shard's dRows from
+ * dR0, d, n pairs; the pairs, a, E, dC.
+ */
+export function targetScatterSignature(dtype: Dtype) {
+  return signature({
+    params: { eRows: "u32", eR0: "u32", dRows: "u32", dR0: "u32", d: "u32", n: "u32" },
+    bindings: { ..._scatterBindings(dtype), dc: { elem: "f32", access: "read_write" } },
+  });
+}
+
+/** The 16-bit target scatter's: as {@link targetScatterSignature} with first, and r. */
+export function targetScatter16Signature(dtype: Dtype) {
+  return signature({
+    params: u32s("eRows eR0 dRows dR0 d n first"),
+    bindings: {
+      ..._scatterBindings(dtype),
+      rvec: { elem: "f32", access: "read" },
+      dc: { elem: "u32", access: "read_write" },
+    },
+    layout: { pad: ["_b"] },
+  });
+}
+
+/** WGSL of the target coefficients a_n = −w_n(1−β)·f'(z_t) without softcap (f' = 1): elementwise. */
 export function targetCoefPlainWgsl(o: LceOptions): string {
-  return `struct Params { n: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> targets: array<i32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> a: array<f32>;
+  return `${TARGET_COEF_PLAIN_SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let i = gid.x;
@@ -43,19 +135,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 /**
  * WGSL of the target coefficients with softcap: one workgroup per token recomputes
- * z_t = softcap(E_n·C_{t_n}) when t_n lies in the bound C shard. Params: eRows, eR0, cRows, cR0,
- * d, first (write 0 for ignored tokens). Bindings: params, e, c, targets, w, a.
+ * z_t = softcap(E_n·C_{t_n}) when t_n lies in the bound C shard.
  */
 export function targetCoefSoftcapWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { eRows: u32, eR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> e: array<${wgslStorageType(o.dtype)}>;
-@group(0) @binding(2) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
-@group(0) @binding(3) var<storage, read> targets: array<i32>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
-@group(0) @binding(5) var<storage, read_write> a: array<f32>;
+${targetCoefSoftcapSignature(o.dtype).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 var<workgroup> red: array<f32, ${DOT_WG}>;
 var<workgroup> s_t: i32;
@@ -94,21 +179,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
 /**
  * WGSL initialising dE: dE_n = b_n·ΣC + a_n·C_{t_n} (the C row added by the dispatch of the C shard
- * holding it). Params: rows, oR0 (dE shard), cRows, cR0, d, first. Bindings: params, c, targets, a,
- * w, csum, dE.
+ * holding it).
  */
 export function dEInitWgsl(o: { dtype: Dtype; opts: LceOptions; v: number }): string {
   const { target, smooth } = correctionTerms(o.opts);
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { rows: u32, oR0: u32, cRows: u32, cR0: u32, d: u32, first: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
-@group(0) @binding(2) var<storage, read> targets: array<i32>;
-@group(0) @binding(3) var<storage, read> a: array<f32>;
-@group(0) @binding(4) var<storage, read> w: array<f32>;
-@group(0) @binding(5) var<storage, read> csum: array<f32>;
-@group(0) @binding(6) var<storage, read_write> de: array<f32>;
+${dEInitSignature(o.dtype).wgsl}
 ${dtypeHelpers([{ name: "c", dtype: o.dtype }])}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -136,12 +213,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/** WGSL initialising dC: every row = r (or 0 when β = 0). Params: rows, d. Bindings: params, r, dC. */
+/** WGSL initialising dC: every row = r (or 0 when β = 0). */
 export function dCInitWgsl(o: LceOptions): string {
-  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> rvec: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dc: array<f32>;
+  return `${dCInitSignature("f32").wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let total = P.rows * P.d;
@@ -154,15 +228,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /**
  * WGSL initialising a packed 16-bit dC (d even: a word never straddles rows): every row = r
- * rounded to nearest even (or 0 when β = 0); one thread per word. Params: rows, d. Bindings:
- * params, r, dC.
+ * rounded to nearest even (or 0 when β = 0); one thread per word.
  */
 export function dCInit16Wgsl(o: LceOptions, dtype: Dtype16): string {
   const smooth = correctionTerms(o).smooth;
-  return `struct Params { rows: u32, d: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> rvec: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dc: array<u32>;
+  return `${dCInitSignature("u32").wgsl}
 ${wgslTo16(dtype)}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -178,15 +248,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/**
- * WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index).
- * Params: n, count. Bindings: params, targets, pairs.
- */
+/** WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index). */
 export function targetPairsWgsl(o: LceOptions): string {
-  return `struct Params { n: u32, count: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> targets: array<i32>;
-@group(0) @binding(2) var<storage, read_write> pairs: array<vec2<u32>>;
+  return `${TARGET_PAIRS_SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
@@ -199,14 +263,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   }
 }
 `;
-}
-
-/** Bindings 0–3 of both target scatters: params, the sorted (target, token) pairs, a, E's shard. */
-function _scatterBindings(dtype: Dtype): string {
-  return `@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> pairs: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> a: array<f32>;
-@group(0) @binding(3) var<storage, read> e: array<${wgslStorageType(dtype)}>;`;
 }
 
 /**
@@ -291,14 +347,11 @@ function _laneCols(count: number): string[] {
 
 /**
  * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
- * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t. Params: eRows, eR0,
- * dRows, dR0, d, n. Bindings: params, pairs, a, e, dC.
+ * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t.
  */
 export function targetScatterWgsl(dtype: Dtype): string {
   return `${enableDirectives([dtype])}
-struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, _a: u32, _b: u32 };
-${_scatterBindings(dtype)}
-@group(0) @binding(4) var<storage, read_write> dc: array<f32>;
+${targetScatterSignature(dtype).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 @compute @workgroup_size(${SCATTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
@@ -326,14 +379,11 @@ ${_SCATTER_RUNS}
  * WGSL of the target scatter into a packed 16-bit dC (d even): as {@link targetScatterWgsl}, one
  * thread per word (columns k, k + 1). The first E shard's dispatch (first ≠ 0) adds the run's sum to
  * the f32 smoothing row r instead of the stored value, so a target row is rounded once (with E in
- * one binding). Params: eRows, eR0, dRows, dR0, d, n, first. Bindings: params, pairs, a, e, r, dC.
+ * one binding).
  */
 export function targetScatter16Wgsl(dtype: Dtype, out: Dtype16, smooth: boolean): string {
   return `${enableDirectives([dtype])}
-struct Params { eRows: u32, eR0: u32, dRows: u32, dR0: u32, d: u32, n: u32, first: u32, _b: u32 };
-${_scatterBindings(dtype)}
-@group(0) @binding(4) var<storage, read> rvec: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dc: array<u32>;
+${targetScatter16Signature(dtype).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 ${wgslTo16(out)}${wgslFrom16(out)}
 @compute @workgroup_size(${SCATTER_WG})

@@ -9,7 +9,7 @@
  * index order as earlier ones finish. In the vocabulary's order a long walk that starts late ends
  * last while other SMs idle; longest first (the LPT rule of list scheduling) the pass ends about
  * when the average SM's share of the kept tiles is done (measured on the H100: see
- * reports/README.md, session 9). Which workgroup walks which tile changes no sum's order: the
+ * docs/performance.md). Which workgroup walks which tile changes no sum's order: the
  * gradients are bitwise the same in any order.
  *
  * Three dispatches over the buffer `ord` (3·vTotal u32: the order, the counts, the ranks):
@@ -27,17 +27,34 @@
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import type { TileSegment } from "./backward_plan.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
 
 const WG = 256;
 
-const PARAMS = `struct Params { vTotal: u32, tTotal: u32, vBase: u32, tiles: u32 };
-@group(0) @binding(0) var<uniform> P: Params;`;
+/** The uniform fields of the three dispatches: vocab and token tiles, the segment's tiles. */
+const PARAMS = { vTotal: "u32", tTotal: "u32", vBase: "u32", tiles: "u32" } as const;
+/** `count`'s signature: the mask, ord. */
+const COUNT_SIG = signature({
+  params: PARAMS,
+  bindings: {
+    mask: { elem: "u32", access: "read" },
+    ord: { elem: "u32", access: "read_write" },
+  },
+});
+/** `rank`'s: ord, added to atomically. */
+const RANK_SIG = signature({
+  params: PARAMS,
+  bindings: { ord: { elem: "atomic<u32>", access: "read_write" } },
+});
+/** `place`'s: ord. */
+const PLACE_SIG = signature({
+  params: PARAMS,
+  bindings: { ord: { elem: "u32", access: "read_write" } },
+});
 
-/** WGSL of dispatch `count` (grid ⌈vTotal/256⌉). Bindings: P, mask, ord. */
+/** WGSL of dispatch `count` (grid ⌈vTotal/256⌉). */
 export function dCOrderCountWgsl(): string {
-  return `${PARAMS}
-@group(0) @binding(1) var<storage, read> mask: array<u32>;
-@group(0) @binding(2) var<storage, read_write> ord: array<u32>;
+  return `${COUNT_SIG.wgsl}
 @compute @workgroup_size(${WG})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let v = gid.x;
@@ -55,11 +72,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 /**
  * WGSL of dispatch `rank` (grid ⌈tiles/256⌉ × ⌈tiles/256⌉ per vocab segment: workgroup (x, y)
- * compares tiles 256x… with tiles 256y…, staged in workgroup memory). Bindings: P, ord.
+ * compares tiles 256x… with tiles 256y…, staged in workgroup memory).
  */
 export function dCOrderRankWgsl(): string {
-  return `${PARAMS}
-@group(0) @binding(1) var<storage, read_write> ord: array<atomic<u32>>;
+  return `${RANK_SIG.wgsl}
 var<workgroup> s_cnt: array<u32, ${WG}>;
 @compute @workgroup_size(${WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -81,10 +97,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
-/** WGSL of dispatch `place` (grid ⌈tiles/256⌉ per vocab segment). Bindings: P, ord. */
+/** WGSL of dispatch `place` (grid ⌈tiles/256⌉ per vocab segment). */
 export function dCOrderPlaceWgsl(): string {
-  return `${PARAMS}
-@group(0) @binding(1) var<storage, read_write> ord: array<u32>;
+  return `${PLACE_SIG.wgsl}
 @compute @workgroup_size(${WG})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let j = gid.x;
@@ -112,23 +127,27 @@ export interface DCOrderPass {
 
 /** Compiles pass `dC order`. */
 export async function prepareDCOrder(ctx: GpuContext): Promise<DCOrderPass> {
-  const count = await ctx.pipeline(dCOrderCountWgsl(), "dc_order_count");
-  const rank = await ctx.pipeline(dCOrderRankWgsl(), "dc_order_rank");
-  const place = await ctx.pipeline(dCOrderPlaceWgsl(), "dc_order_place");
+  const count = await compileKernel(ctx, COUNT_SIG, dCOrderCountWgsl(), "dc_order_count");
+  const rank = await compileKernel(ctx, RANK_SIG, dCOrderRankWgsl(), "dc_order_rank");
+  const place = await compileKernel(ctx, PLACE_SIG, dCOrderPlaceWgsl(), "dc_order_place");
   return {
     record({ rec, mask, ord, voc, tTotal, vTotal }) {
       rec.pass("fused backward dC order", (p) => {
-        const u = rec.uniform(new Uint32Array([vTotal, tTotal, 0, 0]), "dC order params");
-        p.dispatch(count, rec.bindGroup(count, [u, mask, ord]), Math.ceil(vTotal / WG));
+        const all = { vTotal, tTotal, vBase: 0, tiles: 0 };
+        p.dispatch(
+          count.pipeline,
+          count.bind(rec, all, { mask, ord }),
+          Math.ceil(vTotal / WG),
+        );
         const segs = voc.map((vs) => ({
           groups: Math.ceil(vs.tiles / WG),
-          u: rec.uniform(new Uint32Array([vTotal, tTotal, vs.base, vs.tiles]), "dC order"),
+          u: RANK_SIG.uniform(rec, { vTotal, tTotal, vBase: vs.base, tiles: vs.tiles }),
         }));
         for (const { groups, u } of segs) {
-          p.dispatch(rank, rec.bindGroup(rank, [u, ord]), groups, groups);
+          p.dispatch(rank.pipeline, rank.bind(rec, u, { ord }), groups, groups);
         }
         for (const { groups, u } of segs) {
-          p.dispatch(place, rec.bindGroup(place, [u, ord]), groups);
+          p.dispatch(place.pipeline, place.bind(rec, u, { ord }), groups);
         }
       });
     },

@@ -64,8 +64,8 @@ import {
   logitsMainloop,
   rowKey,
   tileLanes,
-  WgslBindings,
 } from "./backward_wgsl.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 
 /** Options of {@link filterPassWgsl}. */
 export interface FilterPassKernelOptions {
@@ -121,20 +121,34 @@ function _filterShape(o: FilterPassKernelOptions): _FilterShape {
   return { o, t, TT, VT, subT, subV, hot, vec: o.vecLoads === true, HW: t.bn / 32 + 1 };
 }
 
-/** Bindings: params, e, c, lse, w, [perm], mask, counter, [hot]. */
-function _filterBindings(s: _FilterShape): string {
-  const b = new WgslBindings();
+/**
+ * The filter pass's signature: the token segment [tS, tE) of the E shard starting at row eR0, the
+ * vocab segment [vS, vE) of the C shard starting at cR0, depth d, the segments' first global tiles
+ * tBase and vBase, vTotal vocab tiles in all, hotWords words of entry bits per token tile.
+ * Bindings: E, C, lse, the row weights w, [perm] (the sorted order), the mask, the counters,
+ * [the entry bits].
+ */
+function _filterSignature(s: { o: FilterPassKernelOptions; vec: boolean; hot: boolean }) {
   const vst = wgslStorageType(s.o.dtype, s.vec);
-  b.add("uniform> P: Params");
-  b.add(`storage, read> e: array<${vst}>`);
-  b.add(`storage, read> c: array<${vst}>`);
-  b.add("storage, read> lse: array<f32>");
-  b.add("storage, read> w: array<f32>");
-  if (s.o.sort) b.add("storage, read> perm: array<u32>");
-  b.add("storage, read_write> mask: array<atomic<u32>>");
-  b.add("storage, read_write> counter: array<atomic<u32>>");
-  if (s.hot) b.add("storage, read_write> hot: array<atomic<u32>>");
-  return b.toString();
+  return signature({
+    params: u32s("tS tE eR0 vS vE cR0 d tBase vBase vTotal hotWords"),
+    bindings: {
+      e: { elem: vst, access: "read" },
+      c: { elem: vst, access: "read" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      perm: { elem: "u32", access: "read", when: s.o.sort },
+      mask: { elem: "atomic<u32>", access: "read_write" },
+      counter: { elem: "atomic<u32>", access: "read_write" },
+      hot: { elem: "atomic<u32>", access: "read_write", when: s.hot },
+    },
+    layout: { pad: ["_b"], breaks: [8] },
+  });
+}
+
+/** The filter pass's signature for these options. */
+export function filterPassSignature(o: FilterPassKernelOptions) {
+  return _filterSignature(_filterShape(o));
 }
 
 /** The entry bit of slot `x` in the workgroup's bit set (with entry bits only). */
@@ -200,9 +214,7 @@ function _keptTilesFlush(s: _FilterShape): string {
  * w_n ≠ 0), ORs the verdicts of the (bm/TT)·(bn/VT) backward tiles it covers into a workgroup
  * atomic bit set, sets the kept tiles' bits of the zeroed mask (integer atomicOr: several
  * workgroups share a mask word, and OR does not depend on their order) and counts the kept ones
- * (integer atomic).
- * Params: tS, tE, eR0, vS, vE, cR0, d, tBase, vBase, vTotal. Bindings: params, e, c, lse, w,
- * [perm], mask, counter.
+ * (integer atomic) ({@link filterPassSignature}).
  */
 export function filterPassWgsl(o: FilterPassKernelOptions): string {
   const s = _filterShape(o);
@@ -211,9 +223,7 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 const EPS: f32 = ${f32Lit(o.eps)};
-struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
-  vBase: u32, vTotal: u32, hotWords: u32, _b: u32 };
-${_filterBindings(s)}
+${_filterSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
@@ -238,9 +248,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 /**
  * The filter pass's GEMM tile: on hardware adapters the GEMM core's 128×256 tile
  * ({@link TILE_HW_WIDE}: 8×16 per thread, 16-byte loads where d allows, [k slot][k in slot][row]
- * staging) when TT divides 128 and VT divides 256 (on an H100 at the paper's shape the filter pass
- * ran 206.9 ms against 218.8 ms with the 128×128 tile, before the k-slot staging:
- * reports/gemm_h100_2026-11-23/bwd_widefilter.log), else the dE pass's own tile.
+ * staging) when TT divides 128 and VT divides 256 (on an H100 the filter pass ran about 5% faster
+ * than on the 128×128 tile: docs/performance.md), else the dE pass's own tile.
  */
 export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   const t = TILE_HW_WIDE;
@@ -248,19 +257,51 @@ export function defaultFilterTile(ctx: GpuContext, bt: BackwardTile): GemmTile {
   return backwardGemmTiles(bt).dE;
 }
 
+/** The kept bounds' signature: vTotal vocab tiles; the mask, the bounds. */
+export const KEPT_BOUNDS_SIG = signature({
+  params: { vTotal: "u32" },
+  bindings: {
+    mask: { elem: "u32", access: "read" },
+    bounds: { elem: "u32", access: "read_write" },
+  },
+});
+
+/**
+ * The sorted mask's signature: the vocab segment [vS, vE) with its first global tile vBase and
+ * `tiles` tiles, vTotal, tTotal, hotWords; perm, the entry bits, maskS, the counters.
+ */
+export const SORTED_MASK_SIG = signature({
+  params: u32s("vS vE vBase vTotal tTotal hotWords tiles"),
+  bindings: {
+    perm: { elem: "u32", access: "read" },
+    hot: { elem: "u32", access: "read" },
+    maskS: { elem: "atomic<u32>", access: "read_write" },
+    counter: { elem: "atomic<u32>", access: "read_write" },
+  },
+  layout: { breaks: [6] },
+});
+
+/** The order selection's signature: maskWords mask words, v rows; counters, maskS, mask, perm. */
+export const ORDER_SELECT_SIG = signature({
+  params: { maskWords: "u32", v: "u32" },
+  bindings: {
+    counter: { elem: "u32", access: "read" },
+    maskS: { elem: "u32", access: "read" },
+    mask: { elem: "u32", access: "read_write" },
+    perm: { elem: "u32", access: "read_write" },
+  },
+});
+
 /**
  * WGSL of the balanced dE splits: one workgroup per token tile counts the kept tiles of its mask
  * row (K), and writes S + 1 bounds: b_0 = 0, b_S = vTotal, and b_s = the global vocab tile index
  * of its kept tile of rank ⌊s·K/S⌋ (vTotal when there is none), so split s walks the tiles [b_s,
  * b_{s+1}) holding ⌊(s+1)·K/S⌋ − ⌊s·K/S⌋ kept tiles. Integer counts and a fixed-order
- * workgroup scan: deterministic. Params: vTotal. Bindings: params, mask, bounds. Grid: tTotal.
+ * workgroup scan: deterministic ({@link KEPT_BOUNDS_SIG}). Grid: tTotal.
  */
 export function keptBoundsWgsl(splits: number): string {
   const S = splits;
-  return `struct Params { vTotal: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> mask: array<u32>;
-@group(0) @binding(2) var<storage, read_write> bounds: array<u32>;
+  return `${KEPT_BOUNDS_SIG.wgsl}
 var<workgroup> s_scan: array<u32, 256>;
 fn bit(i: u32) -> u32 { return (mask[i >> 5u] >> (i & 31u)) & 1u; }
 @compute @workgroup_size(256)
@@ -312,17 +353,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
  * {@link FilterPassKernelOptions.entryBits}): one thread per (token tile, vocab tile of the sorted
  * order in one segment) keeps the tile when any of its rows perm[p] has its bit set for the token
  * tile; sets the tile's bit in the zeroed `maskS` and counts the kept tiles in counter[1] (integer
- * atomics). Params: vS, vE, vBase, vTotal, tTotal, hotWords, tiles (of the segment). Bindings:
- * params, perm, hot, maskS, counter. Grid: (⌈tiles/64⌉, tTotal).
+ * atomics) ({@link SORTED_MASK_SIG}). Grid: (⌈tiles/64⌉, tTotal).
  */
 export function sortedMaskWgsl(tile: BackwardTile): string {
-  return `struct Params { vS: u32, vE: u32, vBase: u32, vTotal: u32, tTotal: u32, hotWords: u32,
-  tiles: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> perm: array<u32>;
-@group(0) @binding(2) var<storage, read> hot: array<u32>;
-@group(0) @binding(3) var<storage, read_write> maskS: array<atomic<u32>>;
-@group(0) @binding(4) var<storage, read_write> counter: array<atomic<u32>>;
+  return `${SORTED_MASK_SIG.wgsl}
 var<workgroup> s_count: atomic<u32>;
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -371,15 +405,10 @@ export function sortedOrderWins(ownKept: number, sortedKept: number): boolean {
  * WGSL of the order decision: the sorted order is kept when it keeps fewer tiles than the own
  * order by the margin ({@link sortedOrderWins}, counts counter[0] of the filter pass and
  * counter[1] of {@link sortedMaskWgsl}); then mask = maskS, else perm = identity (mask stays the
- * own order's). Params: maskWords, v. Bindings: params, counter, maskS, mask, perm.
+ * own order's) ({@link ORDER_SELECT_SIG}).
  */
 export function orderSelectWgsl(): string {
-  return `struct Params { maskWords: u32, v: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> counter: array<u32>;
-@group(0) @binding(2) var<storage, read> maskS: array<u32>;
-@group(0) @binding(3) var<storage, read_write> mask: array<u32>;
-@group(0) @binding(4) var<storage, read_write> perm: array<u32>;
+  return `${ORDER_SELECT_SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let sorted = ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0];
@@ -418,7 +447,7 @@ export interface FilterRecordOptions {
  */
 export function recordFilterPass(
   o: FilterRecordOptions & {
-    pipeline: GPUComputePipeline;
+    kernel: KernelOf<ReturnType<typeof filterPassSignature>>;
     filterTile: GemmTile;
     lse: TrackedBuffer;
     w: TrackedBuffer;
@@ -427,7 +456,7 @@ export function recordFilterPass(
     hot?: TrackedBuffer;
   },
 ): void {
-  const { rec, e, c, filterTile, pipeline } = o;
+  const { rec, e, c, filterTile, kernel } = o;
   rec.pass("fused backward filter", (p) => {
     for (const vs of o.voc) {
       const cs = c.shardOf(vs.start);
@@ -438,28 +467,30 @@ export function recordFilterPass(
         if (gVoc > 65535 || gTok > 65535) {
           throw new GpuError("limits", `fused backward: filter grid ${gTok}×${gVoc}`);
         }
-        const u = rec.uniform(
-          new Uint32Array([
-            ts.start,
-            ts.end,
-            es.rowStart,
-            vs.start,
-            vs.end,
-            cs.rowStart,
-            o.d,
-            ts.base,
-            vs.base,
-            o.vTotal,
-            o.hotWords,
-            0,
-          ]),
-          "filter params",
-        );
-        const bufs: TrackedBuffer[] = [u, es.buffer, cs.buffer, o.lse, o.w];
-        if (o.perm) bufs.push(o.perm);
-        bufs.push(o.mask, o.counter);
-        if (o.hot) bufs.push(o.hot);
-        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), gTok, gVoc);
+        const params = {
+          tS: ts.start,
+          tE: ts.end,
+          eR0: es.rowStart,
+          vS: vs.start,
+          vE: vs.end,
+          cR0: cs.rowStart,
+          d: o.d,
+          tBase: ts.base,
+          vBase: vs.base,
+          vTotal: o.vTotal,
+          hotWords: o.hotWords,
+        };
+        const bg = kernel.bind(rec, params, {
+          e: es.buffer,
+          c: cs.buffer,
+          lse: o.lse,
+          w: o.w,
+          perm: o.perm,
+          mask: o.mask,
+          counter: o.counter,
+          hot: o.hot,
+        });
+        p.dispatch(kernel.pipeline, bg, gTok, gVoc);
       }
     }
   });
@@ -471,8 +502,8 @@ export function recordFilterPass(
  */
 export function recordOrderDecision(
   o: FilterRecordOptions & {
-    sortedMask: GPUComputePipeline;
-    orderSelect: GPUComputePipeline;
+    sortedMask: KernelOf<typeof SORTED_MASK_SIG>;
+    orderSelect: KernelOf<typeof ORDER_SELECT_SIG>;
     v: number;
     perm: TrackedBuffer;
     hot: TrackedBuffer;
@@ -484,19 +515,22 @@ export function recordOrderDecision(
   const { rec, sortedMask, orderSelect, perm, hot, maskS, mask, counter } = o;
   rec.pass("fused backward order decision", (p) => {
     for (const vs of o.voc) {
-      const u = rec.uniform(
-        new Uint32Array([vs.start, vs.end, vs.base, o.vTotal, o.tTotal, o.hotWords, vs.tiles, 0]),
-        "sorted mask params",
-      );
-      const bufs = [u, perm, hot, maskS, counter];
-      p.dispatch(sortedMask, rec.bindGroup(sortedMask, bufs), Math.ceil(vs.tiles / 64), o.tTotal);
+      const params = {
+        vS: vs.start,
+        vE: vs.end,
+        vBase: vs.base,
+        vTotal: o.vTotal,
+        tTotal: o.tTotal,
+        hotWords: o.hotWords,
+        tiles: vs.tiles,
+      };
+      const bg = sortedMask.bind(rec, params, { perm, hot, maskS, counter });
+      p.dispatch(sortedMask.pipeline, bg, Math.ceil(vs.tiles / 64), o.tTotal);
     }
     const words = o.maskSize / 4;
-    const u = rec.uniform(new Uint32Array([words, o.v, 0, 0]), "order select params");
-    const bufs = [u, counter, maskS, mask, perm];
     p.dispatch(
-      orderSelect,
-      rec.bindGroup(orderSelect, bufs),
+      orderSelect.pipeline,
+      orderSelect.bind(rec, { maskWords: words, v: o.v }, { counter, maskS, mask, perm }),
       Math.min(Math.ceil(Math.max(words, o.v) / 256), 65535),
     );
   });
@@ -505,15 +539,15 @@ export function recordOrderDecision(
 /** Records the `kept bounds` pass ({@link keptBoundsWgsl}) into `bounds`. */
 export function recordKeptBounds(o: {
   rec: Recorder;
-  pipeline: GPUComputePipeline;
+  kernel: KernelOf<typeof KEPT_BOUNDS_SIG>;
   mask: TrackedBuffer;
   bounds: TrackedBuffer;
   tTotal: number;
   vTotal: number;
 }): void {
-  const { rec, pipeline } = o;
+  const { rec, kernel } = o;
   rec.pass("fused backward kept bounds", (p) => {
-    const u = rec.uniform(new Uint32Array([o.vTotal, 0, 0, 0]), "kept bounds params");
-    p.dispatch(pipeline, rec.bindGroup(pipeline, [u, o.mask, o.bounds]), o.tTotal);
+    const bg = kernel.bind(rec, { vTotal: o.vTotal }, { mask: o.mask, bounds: o.bounds });
+    p.dispatch(kernel.pipeline, bg, o.tTotal);
   });
 }

@@ -40,13 +40,20 @@ import { type GemmTile, TILE_SMALL, validateTile, vecLoadsFit } from "../gemm_co
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import {
   defaultRoundRows,
+  fusedTilesSignature,
   fusedTilesWgsl,
   fusedTilesWorkgroupBytes,
   recordTilesPass,
   type TileState,
 } from "./forward_tiles.ts";
-import { fusedMergeWgsl, recordMergePass, type SmoothingPlan } from "./forward_merge.ts";
+import {
+  fusedMergeSignature,
+  fusedMergeWgsl,
+  recordMergePass,
+  type SmoothingPlan,
+} from "./forward_merge.ts";
 import { checkTileMap } from "./tile_map.ts";
+import { compileKernel } from "../../gpu/signature.ts";
 
 /** Shape and storage dtype of the problem. */
 export interface FusedForwardSpec extends Shape {
@@ -191,15 +198,12 @@ export function defaultVocabSplits(
 
 /**
  * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
- * staging: the fused forward's tile on hardware adapters (on an H200 at the paper's shape 225.7
- * ms, 42.8 TFLOP/s effective with S = 4 and 8 rows per round, 0.99× the plain GEMM with the same
- * tile; on an H100 223.7 ms). The GEMM core's 128×256 tile (TILE_HW_WIDE), 5% faster as a plain
- * product, ran the fused forward in 214.7 ms only with S = 64 (2 MiB of split partials, past
- * {@link SPLIT_WORKSPACE_BUDGET}) and 4 rows per round, and in 222.3 ms with the default S = 4
- * in Table 3, where it also coarsened the tile map of `fused-tilemap` (its backward 5.1 against
- * 4.0 ms): not adopted (reports/gemm_h100_2026-11-23/tune_forward_wide*,
- * table3_wide_forward_h100.json). Where d is not a multiple of the vector width the kernel falls
- * back to scalar loads.
+ * staging: the fused forward's tile on hardware adapters (at the paper's shape it runs at the
+ * plain GEMM's speed with the same tile). The GEMM core's 128×256 tile (TILE_HW_WIDE), 5% faster
+ * as a plain product, was faster here only with S = 64 (2 MiB of split partials, past
+ * {@link SPLIT_WORKSPACE_BUDGET}), and it coarsened the tile map of `fused-tilemap` (a slower
+ * backward): not adopted (docs/performance.md). Where d is not a multiple of the vector width the
+ * kernel falls back to scalar loads.
  */
 export const FUSED_TILE_HW: GemmTile = {
   bm: 128,
@@ -326,26 +330,34 @@ export async function prepareFusedForward(
   const { spec, opts } = o;
   const p = _plan(ctx, o);
   const { tile, smoothing, splits } = p;
-  const compile = async (withStats: boolean) => ({
-    tiles: await ctx.pipeline(
-      fusedTilesWgsl({
-        tile,
-        dtype: spec.dtype,
-        softcap: opts.softcap,
-        sumZ: p.sumZ,
-        stats: withStats,
-        state: p.state,
-        roundRows: p.roundRows,
-        vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
-        tileMax: p.tileMax,
-      }),
-      "fused_forward_tiles",
-    ),
-    merge: await ctx.pipeline(
-      fusedMergeWgsl({ dtype: spec.dtype, opts, v: spec.v, smoothing, stats: withStats }),
-      "fused_forward_merge",
-    ),
-  });
+  const compile = async (withStats: boolean) => {
+    const to = {
+      tile,
+      dtype: spec.dtype,
+      softcap: opts.softcap,
+      sumZ: p.sumZ,
+      stats: withStats,
+      state: p.state,
+      roundRows: p.roundRows,
+      vecLoads: vecLoadsFit(tile, spec.dtype, spec.d),
+      tileMax: p.tileMax,
+    };
+    const mo = { dtype: spec.dtype, opts, v: spec.v, smoothing, stats: withStats };
+    return {
+      tiles: await compileKernel(
+        ctx,
+        fusedTilesSignature(to),
+        fusedTilesWgsl(to),
+        "fused_forward_tiles",
+      ),
+      merge: await compileKernel(
+        ctx,
+        fusedMergeSignature(mo),
+        fusedMergeWgsl(mo),
+        "fused_forward_merge",
+      ),
+    };
+  };
   const plain = await compile(false);
   const withStats = p.stats ? await compile(true) : undefined;
   const colsum: PreparedColumnSum | undefined = smoothing === "identity"
@@ -401,7 +413,7 @@ export async function prepareFusedForward(
       const zt = a.lossRows.shards[0].buffer;
       const work = { ws, wsz, wsx, sTotal };
       recordTilesPass(rec, {
-        pipeline: pipes.tiles,
+        kernel: pipes.tiles,
         tile,
         e,
         c,
@@ -412,7 +424,7 @@ export async function prepareFusedForward(
         ...work,
       });
       recordMergePass(rec, {
-        pipeline: pipes.merge,
+        kernel: pipes.merge,
         e,
         targets,
         colsum: cs,

@@ -161,8 +161,6 @@ export interface TileHooks {
 
 /** An optional quantity carried beside each row's (max, Σexp): all it adds to the tiles kernel. */
 export interface RowTerm {
-  /** Its workspace binding (one value per token and split). */
-  binding: string;
   /** Workgroup bytes per partial in the scratch. */
   partialBytes: number;
   /** With it the (max, Σexp) partials are kept as pairs instead of max + log Σexp. */
@@ -173,7 +171,6 @@ export interface RowTerm {
 
 /** Σ_v z_nv of the capped logits (every column summed: off the vocab edge z = softcap(0) = 0). */
 export const SUM_Z_TERM: RowTerm = {
-  binding: "var<storage, read_write> wsz: array<f32>",
   partialBytes: 4,
   keepsPairs: false,
   registers: {
@@ -206,7 +203,6 @@ export const SUM_Z_TERM: RowTerm = {
  * Σexp(z − m)·(z − m) relative to the running max m (see {@link STATS_MERGE}).
  */
 export const STATS_TERM: RowTerm = {
-  binding: "var<storage, read_write> wsx: array<vec2<f32>>",
   partialBytes: 8,
   keepsPairs: true,
   registers: {

@@ -21,6 +21,7 @@ import {
   wgslStorageType,
 } from "../wgsl_common.ts";
 import { STATS_MERGE } from "./forward_epilogue.ts";
+import { type KernelOf, signature } from "../../gpu/signature.ts";
 
 /** What the smoothing term costs where: resolved from the options. */
 export type SmoothingPlan = "none" | "identity" | "in-kernel";
@@ -36,21 +37,27 @@ export interface FusedMergeKernelOptions {
 
 const MERGE_WG = 64;
 
-/** Bindings: params, ws, [wsz], [wsx], targets, [e, colsum], lse, lossRows, [stats]. */
-function _bindings(o: FusedMergeKernelOptions): string {
-  const decls = ["var<uniform> P: Params"];
-  decls.push(`var<storage, read> ws: array<${o.stats ? "vec2<f32>" : "f32"}>`);
-  if (o.smoothing === "in-kernel") decls.push("var<storage, read> wsz: array<f32>");
-  if (o.stats) decls.push("var<storage, read> wsx: array<vec2<f32>>");
-  decls.push("var<storage, read> targets: array<i32>");
-  if (o.smoothing === "identity") {
-    decls.push(`var<storage, read> e: array<${wgslStorageType(o.dtype)}>`);
-    decls.push("var<storage, read> colsum: array<f32>");
-  }
-  decls.push("var<storage, read_write> lse: array<f32>");
-  decls.push("var<storage, read_write> loss_rows: array<f32>");
-  if (o.stats) decls.push("var<storage, read_write> token_stats: array<f32>");
-  return decls.map((d, b) => `@group(0) @binding(${b}) ${d};`).join("\n");
+/**
+ * The signature of the merge pass: the E shard's `rows` rows from `rowStart`, `sTotal` splits,
+ * depth d. Bindings: the tiles pass's workspaces (ws, [Σz], [stats]), targets, [E shard and
+ * colsum(C) for the `identity` term], lse, the loss rows (the target logits on entry), [stats].
+ */
+export function fusedMergeSignature(o: FusedMergeKernelOptions) {
+  const identity = o.smoothing === "identity";
+  return signature({
+    params: { rows: "u32", rowStart: "u32", sTotal: "u32", d: "u32" },
+    bindings: {
+      ws: { elem: o.stats ? "vec2<f32>" : "f32", access: "read" },
+      wsz: { elem: "f32", access: "read", when: o.smoothing === "in-kernel" },
+      wsx: { elem: "vec2<f32>", access: "read", when: o.stats },
+      targets: { elem: "i32", access: "read" },
+      e: { elem: wgslStorageType(o.dtype), access: "read", when: identity },
+      colsum: { elem: "f32", access: "read", when: identity },
+      lse: { elem: "f32", access: "read_write" },
+      loss_rows: { elem: "f32", access: "read_write" },
+      token_stats: { elem: "f32", access: "read_write", when: o.stats },
+    },
+  });
 }
 
 /** The smoothing term's pieces: the workgroup's dot product, then lane 0's `zsum` and its use. */
@@ -86,10 +93,7 @@ const STATS_WRITE = `
       token_stats[4u * row + 2u] = a.x + wz;
       token_stats[4u * row + 3u] = log(a.y) - wz;`;
 
-/**
- * WGSL of the merge pass. Params: rows (E shard), rowStart, sTotal, d. Bindings: params, ws,
- * [wsz], [wsx], targets, [e, colsum], lse, lossRows (holds the target logits on entry), [stats].
- */
+/** WGSL of the merge pass ({@link fusedMergeSignature}). */
 export function fusedMergeWgsl(o: FusedMergeKernelOptions): string {
   const identity = o.smoothing === "identity";
   const sm = _smoothing(o);
@@ -99,8 +103,7 @@ export function fusedMergeWgsl(o: FusedMergeKernelOptions): string {
 ${lossConstants(o.opts, o.v)}
 ${LSE_MERGE}
 ${o.stats ? STATS_MERGE : ""}
-struct Params { rows: u32, rowStart: u32, sTotal: u32, d: u32 };
-${_bindings(o)}
+${fusedMergeSignature(o).wgsl}
 ${identity ? dtypeHelpers([{ name: "e", dtype: o.dtype }]) : ""}
 var<workgroup> red: array<f32, ${MERGE_WG}>;
 @compute @workgroup_size(${MERGE_WG})
@@ -133,7 +136,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
 /** Arguments of {@link recordMergePass}. */
 export interface MergePassArgs {
-  pipeline: GPUComputePipeline;
+  kernel: KernelOf<ReturnType<typeof fusedMergeSignature>>;
   /** E (sharded by rows; read for the `identity` term), targets (one shard). */
   e: DeviceTensor;
   targets: DeviceTensor;
@@ -153,21 +156,22 @@ export interface MergePassArgs {
 
 /** Records the merge pass: one dispatch per E shard, a workgroup per token (up to 65535). */
 export function recordMergePass(rec: Recorder, a: MergePassArgs): void {
-  const { pipeline } = a;
+  const { kernel } = a;
   rec.pass("fused forward merge", (p) => {
     for (const es of a.e.shards) {
-      const u = rec.uniform(
-        new Uint32Array([es.rows, es.rowStart, a.sTotal, a.e.cols]),
-        "fused merge params",
-      );
-      const bufs = [u, a.ws];
-      if (a.wsz) bufs.push(a.wsz);
-      if (a.wsx) bufs.push(a.wsx);
-      bufs.push(a.targets.shards[0].buffer);
-      if (a.colsum) bufs.push(es.buffer, a.colsum.shards[0].buffer);
-      bufs.push(a.lse.shards[0].buffer, a.lossRows.shards[0].buffer);
-      if (a.tokenStats) bufs.push(a.tokenStats.shards[0].buffer);
-      p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(es.rows, 65535));
+      const params = { rows: es.rows, rowStart: es.rowStart, sTotal: a.sTotal, d: a.e.cols };
+      const bg = kernel.bind(rec, params, {
+        ws: a.ws,
+        wsz: a.wsz,
+        wsx: a.wsx,
+        targets: a.targets.shards[0].buffer,
+        e: a.colsum ? es.buffer : undefined,
+        colsum: a.colsum?.shards[0].buffer,
+        lse: a.lse.shards[0].buffer,
+        loss_rows: a.lossRows.shards[0].buffer,
+        token_stats: a.tokenStats?.shards[0].buffer,
+      });
+      p.dispatch(kernel.pipeline, bg, Math.min(es.rows, 65535));
     }
   });
 }

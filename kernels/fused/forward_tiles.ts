@@ -51,10 +51,13 @@ import {
   rowTerms,
   rowValues,
   softcapFn,
+  STATS_TERM,
+  SUM_Z_TERM,
   targetWrite,
   type TileHooks,
   treeSum,
 } from "./forward_epilogue.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 import { tileMapForwardWgsl, type TileMapLayout } from "./tile_map.ts";
 
 /**
@@ -120,11 +123,10 @@ export const WIDE_ROUND_ROWS = 4;
 /**
  * The default rows per round of `tile` state: the largest power of two dividing TM whose
  * workgroup memory fits `limitBytes` (all TM rows in one round needs one barrier pair per tile
- * instead of TM; on an H200 at the paper's shape 128×128×16 vec 2d ran 225.7 ms with 8 rows per
- * round, 233.7 ms with 2), at least {@link tileRowsPerRound}'s choice's smaller neighbour 1.
- * Threads of 16 columns (the 128×256 tile) take at most {@link WIDE_ROUND_ROWS} rows per round: on
- * an H100 the 128×256×16 tile ran 214.7 ms with 4 rows per round, 224.4 with 8 and 229.3 with 2
- * (reports/gemm_h100_2026-11-23/tune_forward_wide2/).
+ * instead of TM, which ran faster than 2 rows per round on an H200 at the paper's shape), at
+ * least {@link tileRowsPerRound}'s choice's smaller neighbour 1. Threads of 16 columns (the
+ * 128×256 tile) take at most {@link WIDE_ROUND_ROWS} rows per round, the fastest of 2, 4 and 8 on
+ * an H100 (docs/performance.md).
  */
 export function defaultRoundRows(
   t: GemmTile,
@@ -239,20 +241,35 @@ function _lsePartial(v: TilesVariant, pair: string, m: string, s: string): strin
   return v.pairs ? pair : `${m} + log(${s})`;
 }
 
-/** Bindings: params, e, c, targets, ws, then each term's workspace, then zt (target logits). */
-function _bindings(v: TilesVariant): string {
-  const decls = [
-    "var<uniform> P: Params",
-    `var<storage, read> e: array<${wgslStorageType(v.dtype, v.vec)}>`,
-    `var<storage, read> c: array<${wgslStorageType(v.dtype, v.vec)}>`,
-    "var<storage, read> targets: array<i32>",
-    // a split's (max, Σexp) pair, or its log-sum-exp max + log Σexp (half the bytes)
-    `var<storage, read_write> ws: array<${v.pairs ? "vec2<f32>" : "f32"}>`,
-    ...v.terms.map((term) => term.binding),
-    "var<storage, read_write> zt: array<f32>",
-    ...(v.tileMax ? [tileMapForwardWgsl.binding] : []),
-  ];
-  return decls.map((d, b) => `@group(0) @binding(${b}) ${d};`).join("\n");
+/**
+ * The signature of the tiles pass: the E shard's `rows` rows from `rowStart` and the C shard's
+ * `vRows` from `vStart`, depth d; the shard's `tiles` vocab tiles in `splits` splits from global
+ * split `splitBase` of `sTotal`; the tile map's origin and width. Bindings: E, C, targets, the split
+ * workspace ws (pairs, or each split's log-sum-exp: half the bytes), each row term's workspace
+ * (Σz, stats), zt (the target logits), the tile map.
+ */
+function _signature(v: TilesVariant) {
+  return signature({
+    params: u32s(
+      "rows rowStart vRows vStart d tiles splits splitBase sTotal mapRow0 mapCol0 mapCols",
+    ),
+    bindings: {
+      e: { elem: wgslStorageType(v.dtype, v.vec), access: "read" },
+      c: { elem: wgslStorageType(v.dtype, v.vec), access: "read" },
+      targets: { elem: "i32", access: "read" },
+      ws: { elem: v.pairs ? "vec2<f32>" : "f32", access: "read_write" },
+      wsz: { elem: "f32", access: "read_write", when: v.terms.includes(SUM_Z_TERM) },
+      wsx: { elem: "vec2<f32>", access: "read_write", when: v.terms.includes(STATS_TERM) },
+      zt: { elem: "f32", access: "read_write" },
+      tmap: { elem: "u32", access: "read_write", when: v.tileMax },
+    },
+    layout: { breaks: [7] },
+  });
+}
+
+/** The signature of the tiles pass of these options. */
+export function fusedTilesSignature(o: FusedTilesKernelOptions) {
+  return _signature(_variant(o));
 }
 
 /** Everything before `main`. */
@@ -266,9 +283,7 @@ function _header(v: TilesVariant, s: StateCode): string {
 const NEG_INF: f32 = -3.0e38;
 ${softcapFn(v.softcap)}
 ${s.helpers}
-struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
-  splitBase: u32, sTotal: u32, mapRow0: u32, mapCol0: u32, mapCols: u32 };
-${_bindings(v)}
+${_signature(v).wgsl}
 ${dtypeHelpers(ops)}
 ${gemmShared({ tile: v.tile })}
 ${s.decls}
@@ -321,10 +336,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
-/**
- * WGSL of the tiles pass. Params: rows (E shard), rowStart, vRows (C shard), vStart, d, tiles,
- * splits, splitBase, sTotal. Bindings: params, e, c, targets, ws, [wsz], [wsx], zt (target logits).
- */
+/** WGSL of the tiles pass ({@link fusedTilesSignature}). */
 export function fusedTilesWgsl(o: FusedTilesKernelOptions): string {
   const v = _variant(o);
   const s = v.state === "registers" ? _registersState(v) : _tileState(v);
@@ -495,7 +507,7 @@ function _tileState(v: TilesVariant): StateCode {
 
 /** Arguments of {@link recordTilesPass}. */
 export interface TilesPassArgs {
-  pipeline: GPUComputePipeline;
+  kernel: KernelOf<ReturnType<typeof fusedTilesSignature>>;
   tile: GemmTile;
   /** E and C (sharded by rows), targets (one shard). */
   e: DeviceTensor;
@@ -517,36 +529,38 @@ export interface TilesPassArgs {
 
 /** Records the tiles pass: one dispatch of splits × token blocks per (E shard, C shard). */
 export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
-  const { pipeline, tile, e, c } = a;
+  const { kernel, tile, e, c } = a;
   rec.pass("fused forward tiles", (p) => {
     for (const es of e.shards) {
       const blocks = Math.ceil(es.rows / tile.bm);
       if (blocks > 65535) throw new RangeError(`fused forward: ${blocks} token blocks`);
       c.shards.forEach((cshard, i) => {
         const sp = a.shards[i];
-        const u = rec.uniform(
-          new Uint32Array([
-            es.rows,
-            es.rowStart,
-            cshard.rows,
-            cshard.rowStart,
-            e.cols,
-            sp.tiles,
-            sp.splits,
-            sp.base,
-            a.sTotal,
-            a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
-            a.map ? a.map.layout.colBase[i] : 0,
-            a.map ? a.map.layout.cols : 0,
-          ]),
-          "fused tiles params",
-        );
-        const bufs = [u, es.buffer, cshard.buffer, a.targets.shards[0].buffer, a.ws];
-        if (a.wsz) bufs.push(a.wsz);
-        if (a.wsx) bufs.push(a.wsx);
-        bufs.push(a.zt);
-        if (a.map) bufs.push(a.map.buffer);
-        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), sp.splits, blocks);
+        const params = {
+          rows: es.rows,
+          rowStart: es.rowStart,
+          vRows: cshard.rows,
+          vStart: cshard.rowStart,
+          d: e.cols,
+          tiles: sp.tiles,
+          splits: sp.splits,
+          splitBase: sp.base,
+          sTotal: a.sTotal,
+          mapRow0: a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
+          mapCol0: a.map ? a.map.layout.colBase[i] : 0,
+          mapCols: a.map ? a.map.layout.cols : 0,
+        };
+        const bg = kernel.bind(rec, params, {
+          e: es.buffer,
+          c: cshard.buffer,
+          targets: a.targets.shards[0].buffer,
+          ws: a.ws,
+          wsz: a.wsz,
+          wsx: a.wsx,
+          zt: a.zt,
+          tmap: a.map?.buffer,
+        });
+        p.dispatch(kernel.pipeline, bg, sp.splits, blocks);
       });
     }
   });

@@ -75,8 +75,8 @@ import {
   logitsMainloop,
   rowKey,
   tileLanes,
-  WgslBindings,
 } from "./backward_wgsl.ts";
+import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -193,21 +193,37 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
   };
 }
 
-/** Bindings: params, e, c, out, lse, w, [perm], [mask], [bounds], [order]. */
-function _tileBindings(s: _TileShape): string {
-  const b = new WgslBindings();
+/**
+ * The signature of a tile pass: the token segment [tS, tE) of E's binding from row eR0, the vocab
+ * segment [vS, vE) (positions) of C's from cR0, the output binding's first row oR0, depth d, the
+ * segments' first global tiles tBase and vBase, vTotal vocab tiles in all, nOuter owned tiles or
+ * slices, lo and hi (the walked tiles; dE: 0 and the segment's tiles, cut by the splits), sRows
+ * (dE: rows between the splits' slab parts). Bindings: E, C, the output, lse, the row weights w,
+ * [perm], [mask] (one bit per backward tile, from the filter pass), [bounds] (balanced splits),
+ * [order] (the dC pass's tile order).
+ */
+function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
-  b.add("uniform> P: Params");
-  b.add(`storage, read> e: array<${st}>`);
-  b.add(`storage, read> c: array<${st}>`);
-  b.add(`storage, read_write> outp: array<${s.out16 ? "u32" : "f32"}>`);
-  b.add("storage, read> lse: array<f32>");
-  b.add("storage, read> w: array<f32>");
-  if (s.o.sort) b.add("storage, read> perm: array<u32>");
-  if (s.filter) b.add("storage, read> mask: array<u32>");
-  if (s.balanced) b.add("storage, read> bounds: array<u32>");
-  if (s.ordered) b.add("storage, read> order: array<u32>");
-  return b.toString();
+  return signature({
+    params: u32s("tS tE eR0 vS vE cR0 oR0 d tBase vBase vTotal nOuter lo hi sRows"),
+    bindings: {
+      e: { elem: st, access: "read" },
+      c: { elem: st, access: "read" },
+      outp: { elem: s.out16 ? "u32" : "f32", access: "read_write" },
+      lse: { elem: "f32", access: "read" },
+      w: { elem: "f32", access: "read" },
+      perm: { elem: "u32", access: "read", when: s.o.sort },
+      mask: { elem: "u32", access: "read", when: s.filter },
+      bounds: { elem: "u32", access: "read", when: s.balanced },
+      order: { elem: "u32", access: "read", when: s.ordered },
+    },
+    layout: { pad: ["_b"], breaks: [8] },
+  });
+}
+
+/** The signature of the tile pass of these options. */
+export function tilePassSignature(o: TilePassKernelOptions) {
+  return _tileSignature(_tileShape(o));
 }
 
 /**
@@ -374,9 +390,7 @@ function _tileDecls(s: _TileShape): string {
   const staging = backwardStaging(s.t, s.gt);
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
-struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, oR0: u32, d: u32,
-  tBase: u32, vBase: u32, vTotal: u32, nOuter: u32, lo: u32, hi: u32, sRows: u32, _b: u32 };
-${_tileBindings(s)}
+${_tileSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
@@ -387,15 +401,7 @@ ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
 ${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}`;
 }
 
-/**
- * WGSL of a tile pass (see the module doc). Params: tS, tE (token segment), eR0 (E shard's first
- * row), vS, vE (vocab segment, positions), cR0 (C shard's first row), oR0 (output shard's first
- * row), d, tBase, vBase (global tile index of the segments' first tiles), vTotal (vocab tiles in
- * all), nOuter (owned tiles or slices), lo, hi (range of walked tiles; dE: lo 0, hi the
- * segment's tiles, cut by the splits), sRows (dE: rows between the splits' slab parts). Bindings:
- * params, e, c, out, lse, w, [perm], [mask] (read: one bit per backward tile, written by the
- * filter pass), [bounds] (balanced splits).
- */
+/** WGSL of a tile pass (see the module doc and {@link tilePassSignature}). */
 export function tilePassWgsl(o: TilePassKernelOptions): string {
   const s = _tileShape(o);
   const { dE, t, gt, TT, VT } = s;
@@ -447,7 +453,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 /** What the records of the tile passes share. */
 export interface TileRecordOptions {
   rec: Recorder;
-  pipeline: GPUComputePipeline;
+  kernel: KernelOf<ReturnType<typeof tilePassSignature>>;
   e: DeviceTensor;
   c: DeviceTensor;
   /** Token and vocabulary segments, and the vocab tiles in all. */
@@ -456,7 +462,7 @@ export interface TileRecordOptions {
   vTotal: number;
   d: number;
   /** The bindings after the output: lse, w, [perm], [mask]. */
-  tail: TrackedBuffer[];
+  tail: { lse: TrackedBuffer; w: TrackedBuffer; perm?: TrackedBuffer; mask?: TrackedBuffer };
 }
 
 /** The params block of a tile pass's dispatch (see {@link tilePassWgsl}). */
@@ -470,11 +476,25 @@ function _tileParams(o: TileRecordOptions, x: {
   lo: number;
   hi: number;
   sRows?: number;
-}): TrackedBuffer {
+}) {
   const { ts, vs } = x;
-  const words = [ts.start, ts.end, x.eR0, vs.start, vs.end, x.cR0, x.oR0, o.d];
-  const more = [ts.base, vs.base, o.vTotal, x.nOuter, x.lo, x.hi, x.sRows ?? 0, 0];
-  return o.rec.uniform(new Uint32Array([...words, ...more]), "fused backward params");
+  return {
+    tS: ts.start,
+    tE: ts.end,
+    eR0: x.eR0,
+    vS: vs.start,
+    vE: vs.end,
+    cR0: x.cR0,
+    oR0: x.oR0,
+    d: o.d,
+    tBase: ts.base,
+    vBase: vs.base,
+    vTotal: o.vTotal,
+    nOuter: x.nOuter,
+    lo: x.lo,
+    hi: x.hi,
+    sRows: x.sRows ?? 0,
+  };
 }
 
 /**
@@ -494,7 +514,7 @@ export function recordDEPass(
     bounds?: TrackedBuffer;
   },
 ): void {
-  const { rec, pipeline, e, c, slabs } = o;
+  const { rec, kernel, e, c, slabs } = o;
   const slabOf = (row: number) => slabs.find((sl) => row < sl.r0 + sl.rows)!;
   rec.pass("fused backward dE", (p) => {
     for (const ts of o.tok) {
@@ -506,7 +526,7 @@ export function recordDEPass(
       const [buffer, oR0, sRows] = sl ? [sl.buffer, sl.r0, sl.rows] : [os!.buffer, os!.rowStart, 0];
       for (const vs of o.voc) {
         const cs = c.shardOf(vs.start);
-        const u = _tileParams(o, {
+        const params = _tileParams(o, {
           ts,
           eR0: es.rowStart,
           vs,
@@ -517,9 +537,14 @@ export function recordDEPass(
           hi: vs.tiles,
           sRows,
         });
-        const bufs = [u, es.buffer, cs.buffer, buffer, ...o.tail];
-        if (o.bounds) bufs.push(o.bounds);
-        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(owned, 65535), o.splits);
+        const bg = kernel.bind(rec, params, {
+          e: es.buffer,
+          c: cs.buffer,
+          outp: buffer,
+          ...o.tail,
+          bounds: o.bounds,
+        });
+        p.dispatch(kernel.pipeline, bg, Math.min(owned, 65535), o.splits);
       }
     }
   });
@@ -533,13 +558,13 @@ export function recordDCPass(
     order?: TrackedBuffer;
   },
 ): void {
-  const { rec, pipeline, e, c, dC } = o;
+  const { rec, kernel, e, c, dC } = o;
   rec.pass("fused backward dC", (p) => {
     for (const vs of o.voc) {
       const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
       for (const ts of o.tok) {
         const es = e.shardOf(ts.start);
-        const u = _tileParams(o, {
+        const params = _tileParams(o, {
           ts,
           eR0: es.rowStart,
           vs,
@@ -549,9 +574,14 @@ export function recordDCPass(
           lo: 0,
           hi: ts.tiles,
         });
-        const bufs = [u, es.buffer, cs.buffer, os.buffer, ...o.tail];
-        if (o.order) bufs.push(o.order);
-        p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), Math.min(vs.tiles, 65535));
+        const bg = kernel.bind(rec, params, {
+          e: es.buffer,
+          c: cs.buffer,
+          outp: os.buffer,
+          ...o.tail,
+          order: o.order,
+        });
+        p.dispatch(kernel.pipeline, bg, Math.min(vs.tiles, 65535));
       }
     }
   });

@@ -7,11 +7,25 @@
 import type { Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import type { DESlab } from "./backward_plan.ts";
+import { type KernelOf, signature } from "../../gpu/signature.ts";
+
+/**
+ * The signature: `count` elements, the partials `stride` apart from sOff in src, dE from dOff in
+ * dst; `inPlace`: one binding src holds both (the slab holding dE's accumulator and its partials).
+ */
+export function slabReduceSignature(inPlace: boolean) {
+  return signature({
+    params: { count: "u32", stride: "u32", sOff: "u32", dOff: "u32" },
+    bindings: {
+      src: { elem: "f32", access: inPlace ? "read_write" : "read" },
+      dst: { elem: "f32", access: "read_write", when: !inPlace },
+    },
+  });
+}
 
 /**
  * WGSL adding `parts` partial dE blocks to dE in split order: dst[dOff + i] += Σ_j src[sOff + i +
- * j·stride] for i < count (`inPlace`: src and dst are one binding, the slab holding dE's
- * accumulator and its partials). Bindings: params {count, stride, sOff, dOff}, src, [dst].
+ * j·stride] for i < count ({@link slabReduceSignature}).
  */
 export function slabReduceWgsl(parts: number, inPlace: boolean): string {
   const adds = Array.from(
@@ -20,10 +34,11 @@ export function slabReduceWgsl(parts: number, inPlace: boolean): string {
   )
     .join(" ");
   const dst = inPlace ? "src" : "dst";
-  return `struct Params { count: u32, stride: u32, sOff: u32, dOff: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, ${inPlace ? "read_write" : "read"}> src: array<f32>;
-${inPlace ? "" : "@group(0) @binding(2) var<storage, read_write> dst: array<f32>;"}
+  const sig = slabReduceSignature(inPlace);
+  return `${sig.struct}
+${sig.line("P")}
+${sig.line("src")}
+${inPlace ? "" : sig.line("dst")}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
@@ -42,21 +57,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
  */
 export function recordSlabReduce(o: {
   rec: Recorder;
-  pipeline: GPUComputePipeline;
+  kernel: KernelOf<ReturnType<typeof slabReduceSignature>>;
   slabs: DESlab[];
   d: number;
   dEOut: DeviceTensor;
   inPlace: boolean;
 }): void {
-  const { rec, pipeline: reduce, d, dEOut } = o;
+  const { rec, kernel, d, dEOut } = o;
   rec.pass("fused backward dE splits", (p) => {
     for (const sl of o.slabs) {
       const stride = sl.rows * d;
       if (o.inPlace) {
-        const u = rec.uniform(new Uint32Array([stride, stride, stride, 0]), "reduce params");
+        const params = { count: stride, stride, sOff: stride, dOff: 0 };
         p.dispatch(
-          reduce,
-          rec.bindGroup(reduce, [u, sl.buffer]),
+          kernel.pipeline,
+          kernel.bind(rec, params, { src: sl.buffer }),
           Math.min(Math.ceil(stride / 256), 65535),
         );
         continue;
@@ -69,13 +84,10 @@ export function recordSlabReduce(o: {
         const r1 = i + 1 < starts.length ? starts[i + 1] : sl.r0 + sl.rows;
         const os = dEOut.shardOf(r0);
         const count = (r1 - r0) * d;
-        const u = rec.uniform(
-          new Uint32Array([count, stride, (r0 - sl.r0) * d, (r0 - os.rowStart) * d]),
-          "reduce params",
-        );
+        const params = { count, stride, sOff: (r0 - sl.r0) * d, dOff: (r0 - os.rowStart) * d };
         p.dispatch(
-          reduce,
-          rec.bindGroup(reduce, [u, sl.buffer, os.buffer]),
+          kernel.pipeline,
+          kernel.bind(rec, params, { src: sl.buffer, dst: os.buffer }),
           Math.min(Math.ceil(count / 256), 65535),
         );
       });

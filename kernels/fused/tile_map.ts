@@ -53,6 +53,7 @@ import { createTensor, type DeviceTensor } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { LceOptions } from "../../core/options.ts";
 import { f32Lit } from "../wgsl_common.ts";
+import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 
 /** Absolute part of the map filter's rounding slack δ on M (see the module doc). */
 export const MAP_SLACK_ABS = 2 ** -5;
@@ -170,14 +171,13 @@ fn tmap_value(k: u32) -> f32 {
 `;
 
 /**
- * WGSL pieces of the forward tiles kernel (kernels/fused/forward_tiles.ts) with a tile map: its binding
- * declaration, the workgroup key, the per-row line (inside a row's block of the epilogue, where
+ * WGSL pieces of the forward tiles kernel (kernels/fused/forward_tiles.ts) with a tile map (bound
+ * as `tmap`, one u32 per tile): the workgroup key, the per-row line (inside a row's block of the epilogue, where
  * `mx` is the row's max over the thread's columns, NEG_INF off the vocab edge; `row` the row's
  * index expression in the tile) and the store after the epilogue (`it` the vocab tile of the C
  * shard, wg.y the token block of the E shard; Params mapRow0, mapCol0, mapCols).
  */
 export const tileMapForwardWgsl = {
-  binding: "var<storage, read_write> tmap: array<u32>",
   decls: `var<workgroup> s_tmax: atomic<u32>;\n${TILE_MAP_KEY_WGSL}`,
   init: "var tmx = NEG_INF;",
   row: (row: string) => `tmx = max(tmx, select(NEG_INF, mx, m0 + ${row} < P.rows));`,
@@ -207,16 +207,31 @@ export interface MapFilterKernelOptions {
 const MAP_FILTER_WG = 256;
 
 /**
+ * The map filter's signature: the token segment [tS, tE) of the E shard starting at eR0, whose
+ * first block is map row fR0; the vocab segment [vS, vE) of the C shard starting at cR0, whose
+ * first tile is map column fC0; tBase, vBase (global tile indices of the segments' first tiles),
+ * vTotal (vocab tiles in all), tiles (vocab tiles of the segment), mapCols. Bindings: lse, the row
+ * weights w, the tile map, the mask and the kept-tile counter.
+ */
+const MAP_FILTER_SIG = signature({
+  params: u32s("tS tE eR0 fR0 vS vE cR0 fC0 tBase vBase vTotal tiles mapCols"),
+  bindings: {
+    lse: { elem: "f32", access: "read" },
+    w: { elem: "f32", access: "read" },
+    tmap: { elem: "u32", access: "read" },
+    mask: { elem: "atomic<u32>", access: "read_write" },
+    counter: { elem: "atomic<u32>", access: "read_write" },
+  },
+  layout: { breaks: [8] },
+});
+
+/**
  * WGSL of the map filter: one workgroup per (token tile, 256 vocab tiles of one segment pair).
  * The workgroup takes L_min, the smallest LSE of the token tile's rows with w_n ≠ 0 (integer
  * atomicMin of the keys); each thread then takes M, the largest map entry over the forward tiles
  * covering its backward tile, and keeps the tile when exp(M + δ − L_min) + b ≥ ε (see the module
  * doc): it sets the tile's bit in the zeroed mask (integer atomicOr) and counts it (workgroup
- * count, then one integer atomicAdd into counter[0]).
- * Params: tS, tE (token segment), eR0 (its E shard's first row), fR0 (map row of that shard's
- * first block), vS, vE, cR0, fC0 (the same for the vocab segment and its C shard), tBase, vBase
- * (global tile index of the segments' first tiles), vTotal (vocab tiles in all), tiles (vocab
- * tiles of the segment), mapCols. Bindings: params, lse, w, tmap, mask, counter.
+ * count, then one integer atomicAdd into counter[0]) ({@link MAP_FILTER_SIG}).
  * Grid: (⌈tiles/256⌉, token tiles of the segment).
  */
 export function mapFilterWgsl(o: MapFilterKernelOptions): string {
@@ -229,14 +244,7 @@ export function mapFilterWgsl(o: MapFilterKernelOptions): string {
 const MIDDLE: f32 = ${f32Lit(middle)};
 const SLACK_ABS: f32 = ${f32Lit(MAP_SLACK_ABS)};
 const SLACK_REL: f32 = ${f32Lit(MAP_SLACK_REL)};
-struct Params { tS: u32, tE: u32, eR0: u32, fR0: u32, vS: u32, vE: u32, cR0: u32, fC0: u32,
-  tBase: u32, vBase: u32, vTotal: u32, tiles: u32, mapCols: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> lse: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> tmap: array<u32>;
-@group(0) @binding(4) var<storage, read_write> mask: array<atomic<u32>>;
-@group(0) @binding(5) var<storage, read_write> counter: array<atomic<u32>>;
+${MAP_FILTER_SIG.wgsl}
 var<workgroup> s_lmin: atomic<u32>;
 var<workgroup> s_count: atomic<u32>;
 ${TILE_MAP_KEY_WGSL}
@@ -330,7 +338,12 @@ export async function prepareMapFilter(
   ctx: GpuContext,
   o: MapFilterKernelOptions,
 ): Promise<PreparedMapFilter> {
-  const pipe = await ctx.pipeline(mapFilterWgsl(o), "fused_backward_map_filter");
+  const kernel = await compileKernel(
+    ctx,
+    MAP_FILTER_SIG,
+    mapFilterWgsl(o),
+    "fused_backward_map_filter",
+  );
   return {
     mapTile: o.mapTile,
     record(rec, a) {
@@ -346,36 +359,29 @@ export async function prepareMapFilter(
             if (ts.tiles > 65535 || gx > 65535) {
               throw new GpuError("limits", `map filter grid ${gx}×${ts.tiles}`);
             }
-            const u = rec.uniform(
-              new Uint32Array([
-                ts.start,
-                ts.end,
-                a.e.shards[ei].rowStart,
-                layout.rowBase[ei],
-                vs.start,
-                vs.end,
-                a.c.shards[ci].rowStart,
-                layout.colBase[ci],
-                ts.base,
-                vs.base,
-                a.vTotal,
-                vs.tiles,
-                layout.cols,
-                0,
-                0,
-                0,
-              ]),
-              "map filter params",
-            );
-            const bufs = [
-              u,
-              a.lse.shards[0].buffer,
-              a.w.shards[0].buffer,
-              a.tileMap.shards[0].buffer,
-              a.mask,
-              a.counter,
-            ];
-            p.dispatch(pipe, rec.bindGroup(pipe, bufs), gx, ts.tiles);
+            const params = {
+              tS: ts.start,
+              tE: ts.end,
+              eR0: a.e.shards[ei].rowStart,
+              fR0: layout.rowBase[ei],
+              vS: vs.start,
+              vE: vs.end,
+              cR0: a.c.shards[ci].rowStart,
+              fC0: layout.colBase[ci],
+              tBase: ts.base,
+              vBase: vs.base,
+              vTotal: a.vTotal,
+              tiles: vs.tiles,
+              mapCols: layout.cols,
+            };
+            const bg = kernel.bind(rec, params, {
+              lse: a.lse.shards[0].buffer,
+              w: a.w.shards[0].buffer,
+              tmap: a.tileMap.shards[0].buffer,
+              mask: a.mask,
+              counter: a.counter,
+            });
+            p.dispatch(kernel.pipeline, bg, gx, ts.tiles);
           }
         }
       });

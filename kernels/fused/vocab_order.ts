@@ -42,6 +42,7 @@ import { createTensor, type DeviceTensor, type TensorDtype } from "../../gpu/ten
 import type { LceOptions } from "../../core/options.ts";
 import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "../wgsl_common.ts";
 import { columnPartialsBytes, prepareWeightedColumnSum } from "../column_sum.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
 
 /** Pairs per workgroup in the local (workgroup-memory) bitonic stages. */
 export const SORT_BLOCK = 512;
@@ -54,19 +55,28 @@ export function paddedSortLength(len: number): number {
   return n;
 }
 
+/** The local pair stages' signature: k (merge size), j (first compare distance), initial. */
+const BITONIC_LOCAL_SIG = signature({
+  params: { k: "u32", j: "u32", initial: "u32" },
+  bindings: { pairs: { elem: "vec2<u32>", access: "read_write" } },
+});
+/** One global pair stage's: k, j, half (pairs / 2). */
+const BITONIC_GLOBAL_SIG = signature({
+  params: { k: "u32", j: "u32", half: "u32" },
+  bindings: { pairs: { elem: "vec2<u32>", access: "read_write" } },
+});
+
 const LESS = `fn less(a: vec2<u32>, b: vec2<u32>) -> bool {
   return a.x < b.x || (a.x == b.x && a.y < b.y);
 }
 `;
 
 /**
- * WGSL of the local bitonic stages. Params: k (merge size), j (first compare distance), initial
- * (1: run every merge size 2..SORT_BLOCK). Bindings: params, pairs.
+ * WGSL of the local bitonic stages ({@link BITONIC_LOCAL_SIG}; initial 1: run every merge size
+ * 2..SORT_BLOCK).
  */
 export function bitonicLocalWgsl(): string {
-  return `struct Params { k: u32, j: u32, initial: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> pairs: array<vec2<u32>>;
+  return `${BITONIC_LOCAL_SIG.wgsl}
 var<workgroup> s: array<vec2<u32>, ${SORT_BLOCK}>;
 ${LESS}
 fn cmp_swap(i: u32, base: u32, k: u32, j: u32) {
@@ -105,11 +115,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 `;
 }
 
-/** WGSL of one global bitonic stage (k, j). Params: k, j, half (pairs / 2). */
+/** WGSL of one global bitonic stage ({@link BITONIC_GLOBAL_SIG}). */
 export function bitonicGlobalWgsl(): string {
-  return `struct Params { k: u32, j: u32, half: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> pairs: array<vec2<u32>>;
+  return `${BITONIC_GLOBAL_SIG.wgsl}
 ${LESS}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -139,8 +147,13 @@ export interface PreparedPairSort {
 
 /** Compiles the pair sort. */
 export async function preparePairSort(ctx: GpuContext): Promise<PreparedPairSort> {
-  const local = await ctx.pipeline(bitonicLocalWgsl(), "bitonic_local");
-  const global = await ctx.pipeline(bitonicGlobalWgsl(), "bitonic_global");
+  const local = await compileKernel(ctx, BITONIC_LOCAL_SIG, bitonicLocalWgsl(), "bitonic_local");
+  const global = await compileKernel(
+    ctx,
+    BITONIC_GLOBAL_SIG,
+    bitonicGlobalWgsl(),
+    "bitonic_global",
+  );
   return {
     record(rec, pairs, count, label = "pair sort") {
       if (count < SORT_BLOCK || (count & (count - 1)) !== 0) {
@@ -148,19 +161,18 @@ export async function preparePairSort(ctx: GpuContext): Promise<PreparedPairSort
       }
       const blocks = count / SORT_BLOCK;
       rec.pass(label, (p) => {
-        const u0 = rec.uniform(new Uint32Array([0, 0, 1, 0]), "sort params");
-        p.dispatch(local, rec.bindGroup(local, [u0, pairs]), blocks);
+        const all = local.bind(rec, { k: 0, j: 0, initial: 1 }, { pairs });
+        p.dispatch(local.pipeline, all, blocks);
         for (let k = 2 * SORT_BLOCK; k <= count; k *= 2) {
           for (let j = k / 2; j >= SORT_BLOCK; j /= 2) {
-            const u = rec.uniform(new Uint32Array([k, j, count / 2, 0]), "sort params");
             p.dispatch(
-              global,
-              rec.bindGroup(global, [u, pairs]),
+              global.pipeline,
+              global.bind(rec, { k, j, half: count / 2 }, { pairs }),
               Math.min(Math.ceil(count / 2 / 256), 65535),
             );
           }
-          const u = rec.uniform(new Uint32Array([k, SORT_BLOCK / 2, 0, 0]), "sort params");
-          p.dispatch(local, rec.bindGroup(local, [u, pairs]), blocks);
+          const bg = local.bind(rec, { k, j: SORT_BLOCK / 2, initial: 0 }, { pairs });
+          p.dispatch(local.pipeline, bg, blocks);
         }
       });
     },
@@ -171,15 +183,25 @@ export async function preparePairSort(ctx: GpuContext): Promise<PreparedPairSort
 // In-place sort of u32 words, any length.
 
 /**
+ * The local u32 stages' signature: the range [off, off + len) of data, j (0: merge sizes
+ * 2..SORT_BLOCK, each from its mirrored first stage; else the plain stages j, j/2, …, 1).
+ */
+const U32_LOCAL_SIG = signature({
+  params: { off: "u32", len: "u32", j: "u32" },
+  bindings: { data: { elem: "u32", access: "read_write" } },
+});
+/** One global u32 stage's: the range, j, mirrored, half (comparators: the padded length / 2). */
+const U32_GLOBAL_SIG = signature({
+  params: { off: "u32", len: "u32", j: "u32", mirrored: "u32", half: "u32" },
+  bindings: { data: { elem: "u32", access: "read_write" } },
+});
+
+/**
  * WGSL of the local stages of the in-place u32 sort: a workgroup loads SORT_BLOCK words of the
- * range (+∞ past its end), runs stages and writes back the words inside the range. Params: off,
- * len (the range), j (0: merge sizes 2..SORT_BLOCK, each from its mirrored first stage; else the
- * plain stages j, j/2, …, 1). Bindings: params, data.
+ * range (+∞ past its end), runs stages and writes back the words inside the range.
  */
 export function u32SortLocalWgsl(): string {
-  return `struct Params { off: u32, len: u32, j: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> data: array<u32>;
+  return `${U32_LOCAL_SIG.wgsl}
 var<workgroup> s: array<u32, ${SORT_BLOCK}>;
 // comparator i of a stage at distance j; mirrored (first stage of merge size k = 2j) or plain
 fn stage(i: u32, j: u32, mirrored: bool) {
@@ -228,13 +250,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 /**
  * WGSL of one global stage of the in-place u32 sort: distance j, mirrored (the first stage of
  * merge size 2j) or plain; comparators whose upper word lies past the range are skipped (it is
- * +∞). Params: off, len, j, mirrored, half (comparators: the padded length / 2).
- * Bindings: params, data.
+ * +∞).
  */
 export function u32SortGlobalWgsl(): string {
-  return `struct Params { off: u32, len: u32, j: u32, mirrored: u32, half: u32, _a: u32, _b: u32, _c: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> data: array<u32>;
+  return `${U32_GLOBAL_SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.half; i += nwg.x * 256u) {
@@ -261,8 +280,8 @@ export interface PreparedU32Sort {
 
 /** Compiles the u32 sort. */
 export async function prepareU32Sort(ctx: GpuContext): Promise<PreparedU32Sort> {
-  const local = await ctx.pipeline(u32SortLocalWgsl(), "u32_sort_local");
-  const global = await ctx.pipeline(u32SortGlobalWgsl(), "u32_sort_global");
+  const local = await compileKernel(ctx, U32_LOCAL_SIG, u32SortLocalWgsl(), "u32_sort_local");
+  const global = await compileKernel(ctx, U32_GLOBAL_SIG, u32SortGlobalWgsl(), "u32_sort_global");
   return {
     record(rec, data, off, len, label = "u32 sort") {
       if (len <= 1) return;
@@ -270,22 +289,18 @@ export async function prepareU32Sort(ctx: GpuContext): Promise<PreparedU32Sort> 
       const blocks = Math.ceil(len / SORT_BLOCK);
       if (blocks > 65535) throw new RangeError(`u32 sort: ${len} words`);
       rec.pass(label, (p) => {
-        const u0 = rec.uniform(new Uint32Array([off, len, 0, 0]), "sort params");
-        p.dispatch(local, rec.bindGroup(local, [u0, data]), blocks);
+        p.dispatch(local.pipeline, local.bind(rec, { off, len, j: 0 }, { data }), blocks);
         for (let k = 2 * SORT_BLOCK; k <= count; k *= 2) {
           for (let j = k / 2; j >= SORT_BLOCK; j /= 2) {
-            const u = rec.uniform(
-              new Uint32Array([off, len, j, j === k / 2 ? 1 : 0, count / 2, 0, 0, 0]),
-              "sort params",
-            );
+            const params = { off, len, j, mirrored: j === k / 2 ? 1 : 0, half: count / 2 };
             p.dispatch(
-              global,
-              rec.bindGroup(global, [u, data]),
+              global.pipeline,
+              global.bind(rec, params, { data }),
               Math.min(Math.ceil(count / 2 / 256), 65535),
             );
           }
-          const u = rec.uniform(new Uint32Array([off, len, SORT_BLOCK / 2, 0]), "sort params");
-          p.dispatch(local, rec.bindGroup(local, [u, data]), blocks);
+          const bg = local.bind(rec, { off, len, j: SORT_BLOCK / 2 }, { data });
+          p.dispatch(local.pipeline, bg, blocks);
         }
       });
     },
@@ -304,19 +319,41 @@ const ASC = `fn asc(b: u32) -> u32 { return select(b ^ 0x80000000u, ~b, (b & 0x8
 fn unasc(a: u32) -> f32 { return bitcast<f32>(select(~a, a ^ 0x80000000u, (a & 0x80000000u) != 0u)); }
 `;
 
+/** The keys' signature: a C shard (`rows` rows from `rowStart`, d wide), Ē, perm, range. */
+function _keysSignature(dtype: TensorDtype) {
+  return signature({
+    params: { rows: "u32", rowStart: "u32", d: "u32" },
+    bindings: {
+      c: { elem: wgslStorageType(dtype), access: "read" },
+      ebar: { elem: "f32", access: "read" },
+      perm: { elem: "u32", access: "read_write" },
+      range: { elem: "atomic<u32>", count: 2, access: "read_write" },
+    },
+  });
+}
+
+/** Packing's signature: the segment [start, start + len), shift, qmax; perm, the key range. */
+const PACK_SIG = signature({
+  params: { start: "u32", len: "u32", shift: "u32", qmax: "u32" },
+  bindings: {
+    perm: { elem: "u32", access: "read_write" },
+    range: { elem: "u32", count: 2, access: "read" },
+  },
+});
+
+/** Unpacking's signature: the segment and the index bits' mask; perm. */
+const UNPACK_SIG = signature({
+  params: { start: "u32", len: "u32", mask: "u32" },
+  bindings: { perm: { elem: "u32", access: "read_write" } },
+});
+
 /**
  * WGSL of the sort keys: perm[rowStart + r] = the f32 bits of Ē·C_r, and
- * range = (max asc(key), max ~asc(key)) by atomics (one pair per workgroup). Params: rows,
- * rowStart, d. Bindings: params, C shard, Ē, perm, range.
+ * range = (max asc(key), max ~asc(key)) by atomics (one pair per workgroup).
  */
 export function sortKeysWgsl(dtype: TensorDtype): string {
   return `${enableDirectives([dtype])}
-struct Params { rows: u32, rowStart: u32, d: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> c: array<${wgslStorageType(dtype)}>;
-@group(0) @binding(2) var<storage, read> ebar: array<f32>;
-@group(0) @binding(3) var<storage, read_write> perm: array<u32>;
-@group(0) @binding(4) var<storage, read_write> range: array<atomic<u32>, 2>;
+${_keysSignature(dtype).wgsl}
 ${dtypeHelpers([{ name: "c", dtype }])}
 ${ASC}
 var<workgroup> red: array<f32, ${KEY_WG}>;
@@ -354,14 +391,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 
 /**
  * WGSL packing a segment's keys in place: perm[start + i] = (q << shift) | i with q the key's
- * level between the largest (q = 0) and the smallest key (q = qmax). Params: start, len, shift,
- * qmax. Bindings: params, perm, range.
+ * level between the largest (q = 0) and the smallest key (q = qmax).
  */
 export function packKeysWgsl(): string {
-  return `struct Params { start: u32, len: u32, shift: u32, qmax: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> perm: array<u32>;
-@group(0) @binding(2) var<storage, read> range: array<u32, 2>;
+  return `${PACK_SIG.wgsl}
 ${ASC}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -380,9 +413,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /** WGSL unpacking a sorted segment: perm[start + i] = start + (perm[start + i] & mask). */
 export function unpackPermWgsl(): string {
-  return `struct Params { start: u32, len: u32, mask: u32, _a: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> perm: array<u32>;
+  return `${UNPACK_SIG.wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.len; i += nwg.x * 256u) {
@@ -457,9 +488,14 @@ export async function prepareVocabSort(
     weights: "validMean",
     ignoreIndex: o.opts.ignoreIndex,
   });
-  const keysP = await ctx.pipeline(sortKeysWgsl(o.dtype), "vocab_sort_keys");
-  const pack = await ctx.pipeline(packKeysWgsl(), "vocab_sort_pack");
-  const unpack = await ctx.pipeline(unpackPermWgsl(), "vocab_sort_unpack");
+  const keys = await compileKernel(
+    ctx,
+    _keysSignature(o.dtype),
+    sortKeysWgsl(o.dtype),
+    "vocab_sort_keys",
+  );
+  const pack = await compileKernel(ctx, PACK_SIG, packKeysWgsl(), "vocab_sort_pack");
+  const unpack = await compileKernel(ctx, UNPACK_SIG, unpackPermWgsl(), "vocab_sort_unpack");
   const sort = await prepareU32Sort(ctx);
   return {
     workspaceBytes: vocabSortWorkspaceBytes,
@@ -488,12 +524,13 @@ export async function prepareVocabSort(
       rec.clear(range);
       rec.pass("vocab sort keys", (p) => {
         for (const s of c.shards) {
-          const u = rec.uniform(new Uint32Array([s.rows, s.rowStart, d, 0]), "keys params");
-          p.dispatch(
-            keysP,
-            rec.bindGroup(keysP, [u, s.buffer, ebar.shards[0].buffer, a.perm, range]),
-            Math.min(s.rows, KEY_GRID),
-          );
+          const bg = keys.bind(rec, { rows: s.rows, rowStart: s.rowStart, d }, {
+            c: s.buffer,
+            ebar: ebar.shards[0].buffer,
+            perm: a.perm,
+            range,
+          });
+          p.dispatch(keys.pipeline, bg, Math.min(s.rows, KEY_GRID));
         }
       });
       const bits = sortIndexBits(Math.max(...segs.map((g) => g.end - g.start)));
@@ -501,19 +538,13 @@ export async function prepareVocabSort(
       for (const seg of segs) {
         const len = seg.end - seg.start;
         rec.pass("vocab sort pack", (p) => {
-          const u = rec.uniform(
-            new Uint32Array([seg.start, len, bits, 2 ** (32 - bits) - 1]),
-            "pack params",
-          );
-          p.dispatch(pack, rec.bindGroup(pack, [u, a.perm, range]), grid(len));
+          const params = { start: seg.start, len, shift: bits, qmax: 2 ** (32 - bits) - 1 };
+          p.dispatch(pack.pipeline, pack.bind(rec, params, { perm: a.perm, range }), grid(len));
         });
         sort.record(rec, a.perm, seg.start, len, "vocab sort");
         rec.pass("vocab sort unpack", (p) => {
-          const u = rec.uniform(
-            new Uint32Array([seg.start, len, 2 ** bits - 1, 0]),
-            "unpack params",
-          );
-          p.dispatch(unpack, rec.bindGroup(unpack, [u, a.perm]), grid(len));
+          const params = { start: seg.start, len, mask: 2 ** bits - 1 };
+          p.dispatch(unpack.pipeline, unpack.bind(rec, params, { perm: a.perm }), grid(len));
         });
       }
       rec.release(ebar.shards[0].buffer, range);

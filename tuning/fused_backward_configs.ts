@@ -1,0 +1,84 @@
+/**
+ * The fused backward bench's configurations (scripts/bench_fused_backward.ts `--configs`), by
+ * name: the `fused` method's variant and kernel options (methods/fused.ts FusedKernelOptions):
+ *
+ * - `ours` (the `fused` method: order decision, the kept tiles' dE gathered, the dC pass's tile
+ *   order), `always-sort` (sorted order always: the paper's rule), `nosort` (`fused-nosort`),
+ *   `f32grad` (`fused-f32grad`);
+ * - `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices), `s8r1` (8 balanced
+ *   splits), and any `s<S>r<R>` (S dE splits, R row slices);
+ * - `widefilter` (the filter pass on the 128×256 product tile), `pertile` (dE by the per-tile
+ *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
+ *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first);
+ * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
+ *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
+ *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags.
+ * @module
+ */
+import type { GpuContext } from "../gpu/context.ts";
+import { type GemmTile, TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
+import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused/backward_plan.ts";
+import type { FusedKernelOptions, FusedVariant } from "../methods/fused.ts";
+import { withLayout } from "./gemm_layouts.ts";
+
+/** The `fused` method's variant, which every configuration starts from. */
+export const BENCH_BASE: FusedVariant = {
+  name: "bench",
+  label: "bench",
+  description: "bench",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: false,
+  gradDtype: "input",
+};
+
+/** A configuration: what it changes of the variant, and its kernel options. */
+export interface BenchConfig {
+  variant?: Partial<FusedVariant>;
+  kernels?: FusedKernelOptions;
+}
+
+const backward = (b: FusedKernelOptions["backward"]): BenchConfig => ({ kernels: { backward: b } });
+
+/** The named configurations. */
+export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
+  ours: () => ({}),
+  "always-sort": () => backward({ decideOrder: false }),
+  nosort: () => ({ variant: { sort: false } }),
+  s1r4: (ctx) =>
+    backward({
+      dESplits: 1,
+      dERowSlices: defaultBackwardTile(ctx) === BACKWARD_TILE_WIDE ? 4 : undefined,
+    }),
+  s8r1: () => backward({ dESplits: 8, dERowSlices: 1 }),
+  f32grad: () => ({ variant: { gradDtype: "f32" } }),
+  widefilter: () => backward({ filterTile: TILE_HW_WIDE }),
+  pertile: () => backward({ dEGather: false }),
+  g1: () => backward({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
+  dcseq: () => backward({ dCOrder: false }),
+};
+
+/** A tile with the flags of a `g…` name: `s` stage2d, `m` thread-major, `w` the warp layout. */
+function _flagged(t: GemmTile, f: string): GemmTile {
+  const tile = {
+    ...t,
+    stage2d: f.includes("s") || undefined,
+    threadMajor: f.includes("m") || undefined,
+  };
+  return f.includes("w") ? withLayout(tile, { warpTile: true }) : tile;
+}
+
+/** The configuration called `name` (see the module doc), or undefined. */
+export function benchConfig(name: string): ((ctx: GpuContext) => BenchConfig) | undefined {
+  if (BENCH_CONFIGS[name]) return BENCH_CONFIGS[name];
+  const m = /^s(\d+)r(\d+)$/.exec(name);
+  if (m) return () => backward({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+  const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
+  if (!g) return undefined;
+  const [bn, bk, tm, tn] = g.slice(1, 5).map(Number);
+  const productTile = _flagged({ bm: 128, bn, bk, tm, tn, vec: true }, g[5]);
+  const keptTile = g[6] === undefined
+    ? undefined
+    : _flagged({ bm: 128, bn: 64, bk: 16, tm: 8, tn: 4, vec: true }, g[6]);
+  return () => backward({ dEGather: { productTile, keptTile } });
+}
