@@ -78,6 +78,8 @@ function _report(): SweepReport {
   return {
     env: {
       adapter: {
+        engine: "deno",
+        engineVersion: "wgpu (Deno 2.9.6)",
         description: "NVIDIA H200",
         vendor: "nvidia",
         architecture: "hopper",
@@ -86,6 +88,7 @@ function _report(): SweepReport {
         features: [],
         limits: {},
         maxBindingBytes: 2 ** 31,
+        subgroupMatrixConfigs: [],
       },
       deno: { deno: "2.9.6", v8: "x", typescript: "y" },
       os: "linux",
