@@ -182,16 +182,16 @@ export class GpuContext {
   /** Opens the chosen adapter and a device with every limit raised to the adapter's maximum. */
   static async create(opts: ContextOptions = {}): Promise<GpuContext> {
     const engine = opts.engine ?? engineFromEnv();
-    const { gpu, version } = await loadEngine(engine);
+    const { requestAdapter, version } = await loadEngine(engine);
     const choice = opts.adapter ?? adapterFromEnv();
     let adapter: GPUAdapter | null;
     if (choice === "software") {
-      adapter = await gpu.requestAdapter({ forceFallbackAdapter: true });
+      adapter = await requestAdapter({ forceFallbackAdapter: true });
       if (adapter && !_isFallback(adapter)) {
         adapter = null; // asked for a software adapter, got hardware
       }
     } else {
-      adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
+      adapter = await requestAdapter({ powerPreference: "high-performance" });
       if (adapter && choice === "hardware" && _isFallback(adapter)) adapter = null;
     }
     if (!adapter) {
@@ -378,7 +378,12 @@ export class GpuContext {
     let p: GPUComputePipeline | undefined;
     if (errors.length === 0) {
       try {
-        p = await this.device.createComputePipelineAsync(this.#descriptor(code, label, module));
+        const desc = this.#descriptor(code, label, module);
+        // Dawn's asynchronous creation leaves garbage that V8 takes seconds to collect (see
+        // docs/engines.md); the synchronous one reports its errors to the scope opened above
+        p = this.engine === "dawn"
+          ? this.device.createComputePipeline(desc)
+          : await this.device.createComputePipelineAsync(desc);
       } catch (e) {
         await this.device.popErrorScope();
         throw new GpuError(

@@ -58,7 +58,25 @@ export interface LoadedEngine {
   gpu: GPU;
   /** e.g. "wgpu (Deno 2.9.6)" or "Dawn (npm:webgpu@0.6.2)". */
   version: string;
+  /**
+   * `gpu.requestAdapter`, with Dawn's limit-clamping notices (see {@link DAWN_NOTICE}) kept off
+   * the terminal; everything else it prints reaches stderr unchanged.
+   */
+  requestAdapter(options: GPURequestAdapterOptions): Promise<GPUAdapter | null>;
 }
+
+/** The name reports give an engine: `wgpu` (Deno's) or `Dawn`; old reports without one are wgpu. */
+export function engineName(engine: Engine | undefined): string {
+  return engine === "dawn" ? "Dawn" : "wgpu";
+}
+
+/**
+ * A line Dawn's native code prints to stderr when it first enumerates a Vulkan adapter that
+ * offers more dynamic buffers per pipeline layout than Dawn allocates room for (lavapipe and
+ * NVIDIA's driver both do): a statement about a limit this project never uses, not an error.
+ */
+export const DAWN_NOTICE =
+  /^Warning: maxDynamic(?:Uniform|Storage)BuffersPerPipelineLayout artificially reduced from \d+ to \d+ to fit dynamic offset allocation limit\.$/;
 
 let _dawn: Promise<LoadedEngine> | undefined;
 
@@ -70,10 +88,12 @@ export function loadEngine(engine: Engine): Promise<LoadedEngine> {
         new GpuError("internal", "WebGPU is not available in this Deno (navigator.gpu missing)"),
       );
     }
+    const gpu = navigator.gpu;
     return Promise.resolve({
       engine,
-      gpu: navigator.gpu,
+      gpu,
       version: `wgpu (Deno ${Deno.version.deno})`,
+      requestAdapter: (o) => gpu.requestAdapter(o),
     });
   }
   _dawn ??= _loadDawn().catch((e) => {
@@ -94,6 +114,7 @@ async function _loadDawn(): Promise<LoadedEngine> {
         "it is fetched from npm on first use and needs deno run --allow-ffi (the tasks run with -A)",
     );
   }
+  throttleDawnPolling();
   let gpu: GPU;
   try {
     gpu = mod.create([...DAWN_INSTANCE_TOGGLES]);
@@ -103,7 +124,124 @@ async function _loadDawn(): Promise<LoadedEngine> {
       `Dawn (${DAWN_PACKAGE}) failed to start: ${(e as Error).message.split("\n")[0]}`,
     );
   }
-  return { engine: "dawn", gpu, version: `Dawn (${DAWN_PACKAGE})` };
+  return {
+    engine: "dawn",
+    gpu,
+    version: `Dawn (${DAWN_PACKAGE})`,
+    // the adapters are enumerated, and the notices printed, inside the synchronous part of the call
+    requestAdapter: (o) => withStderrFiltered(() => gpu.requestAdapter(o), DAWN_NOTICE),
+  };
+}
+
+/** Immediate polls of one wait before Dawn's polling falls back to a timer. */
+const _IMMEDIATE_POLLS = 64;
+/** A native poll later than this after the previous one starts a new wait (ms). */
+const _NEW_WAIT_MS = 5;
+
+let _throttled = false;
+
+/**
+ * Slows Dawn's event polling during long waits. While a promise of Dawn's (a readback, a queue
+ * drain, an error scope) is pending, dawn.node calls `setImmediate` with a fresh native function
+ * that processes Dawn's events and schedules the next one: about 15,000 function objects per
+ * second of waiting, each with a native finalizer. Deno collects those finalizers in time that
+ * grows faster than their number, so a few minutes of waiting on a slow adapter (a test suite on
+ * lavapipe) leave a garbage collection that stalls the process for minutes. The first
+ * {@link _IMMEDIATE_POLLS} polls of a wait stay immediate (a short wait keeps its latency); later
+ * ones wait for a 1 ms timer, which bounds the garbage at about a thousand functions a second.
+ * Other callers of `setImmediate` are untouched: only native callbacks are Dawn's.
+ */
+export function throttleDawnPolling(): void {
+  if (_throttled) return;
+  _throttled = true;
+  const immediate = globalThis.setImmediate;
+  const isNative = (f: unknown) =>
+    typeof f === "function" && Function.prototype.toString.call(f).endsWith("{ [native code] }");
+  let polls = 0, last = 0;
+  const throttled = (cb: (...args: unknown[]) => void, ...args: unknown[]) => {
+    if (!isNative(cb)) return immediate(cb, ...args);
+    const now = performance.now();
+    polls = now - last > _NEW_WAIT_MS ? 1 : polls + 1;
+    last = now;
+    if (polls <= _IMMEDIATE_POLLS) return immediate(cb, ...args);
+    return setTimeout(() => cb(...args), 1) as unknown as ReturnType<typeof immediate>;
+  };
+  globalThis.setImmediate = throttled as typeof globalThis.setImmediate;
+}
+
+interface _Libc {
+  dup(fd: number): number;
+  dup2(from: number, to: number): number;
+  close(fd: number): number;
+  creat(path: Uint8Array, mode: number): number;
+}
+
+let _libc: _Libc | null | undefined;
+
+/** The few libc calls that redirect a file descriptor (Linux only; null elsewhere or without --allow-ffi). */
+function _libcCalls(): _Libc | null {
+  if (_libc !== undefined) return _libc;
+  _libc = null;
+  if (Deno.build.os !== "linux") return _libc;
+  try {
+    const lib = Deno.dlopen(
+      "libc.so.6",
+      {
+        dup: { parameters: ["i32"], result: "i32" },
+        dup2: { parameters: ["i32", "i32"], result: "i32" },
+        close: { parameters: ["i32"], result: "i32" },
+        creat: { parameters: ["buffer", "i32"], result: "i32" },
+      } as const,
+    );
+    const f = lib.symbols;
+    _libc = {
+      dup: (fd) => f.dup(fd),
+      dup2: (a, b) => f.dup2(a, b),
+      close: (fd) => f.close(fd),
+      creat: (path, mode) => f.creat(path, mode),
+    };
+  } catch {
+    _libc = null;
+  }
+  return _libc;
+}
+
+/**
+ * Runs `fn` with file descriptor 2 sent to a temporary file, then writes what it printed to
+ * stderr except the lines matching `drop`. Native code writes to the descriptor directly, so
+ * this is the one way to keep a known notice off the terminal without losing anything else;
+ * where the descriptor cannot be redirected, `fn` simply runs.
+ */
+export function withStderrFiltered<T>(fn: () => T, drop: RegExp): T {
+  const libc = _libcCalls();
+  if (!libc) return fn();
+  let path: string;
+  try {
+    path = Deno.makeTempFileSync({ prefix: "lce-stderr-" });
+  } catch {
+    return fn();
+  }
+  const fd = libc.creat(new TextEncoder().encode(path + "\0"), 0o600);
+  const saved = fd < 0 ? -1 : libc.dup(2);
+  if (fd < 0 || saved < 0 || libc.dup2(fd, 2) < 0) {
+    if (fd >= 0) libc.close(fd);
+    if (saved >= 0) libc.close(saved);
+    Deno.removeSync(path);
+    return fn();
+  }
+  try {
+    return fn();
+  } finally {
+    libc.dup2(saved, 2);
+    libc.close(saved);
+    libc.close(fd);
+    const text = Deno.readTextFileSync(path);
+    Deno.removeSync(path);
+    const kept = text.split("\n").filter((l, i, all) =>
+      !drop.test(l) && !(l === "" && i === all.length - 1)
+    );
+    if (kept.length > 0) Deno.stderr.writeSync(new TextEncoder().encode(kept.join("\n") + "\n"));
+  }
 }
 
 /** What to install when an engine finds no adapter, for the one-line error. */
@@ -112,4 +250,51 @@ export function noAdapterHint(engine: Engine): string {
     ? "Dawn needs a Vulkan driver: on Debian 12 without a GPU, Mesa 25's lavapipe " +
       "(apt-get install -t bookworm-backports mesa-vulkan-drivers; Mesa 22's is refused)"
     : "install a Vulkan driver, e.g. Debian's mesa-vulkan-drivers, or set LCE_ADAPTER";
+}
+
+/** What {@link deviceSummary} reads from an adapter report (old reports lack the engine fields). */
+export interface EngineFacts {
+  engine?: Engine;
+  engineVersion?: string;
+  features: readonly string[];
+  subgroupMatrixConfigs?: readonly {
+    componentType: string;
+    resultComponentType: string;
+    M: number;
+    N: number;
+    K: number;
+  }[];
+}
+
+/** The device features the kernels can use, as reports name them, each with its WebGPU name. */
+export const KERNEL_FEATURES: readonly (readonly [string, string])[] = [
+  ["shader-f16", "shader-f16"],
+  ["subgroups", "subgroups"],
+  ["subgroup-matrix", "chromium-experimental-subgroup-matrix"],
+  ["timestamp-query", "timestamp-query"],
+];
+
+/**
+ * One phrase for reports: the engine and version, then which of {@link KERNEL_FEATURES} the
+ * device had and which it lacked, e.g. `Dawn (npm:webgpu@0.6.2); shader-f16, subgroups,
+ * subgroup-matrix (f16→f32 16×16×16), timestamp-query` or `wgpu (Deno 2.9.6); shader-f16,
+ * timestamp-query; no subgroups, no subgroup-matrix`.
+ */
+export function deviceSummary(r: EngineFacts): string {
+  const has: string[] = [], lacks: string[] = [];
+  for (const [name, webgpu] of KERNEL_FEATURES) {
+    if (!r.features.includes(webgpu)) {
+      lacks.push(`no ${name}`);
+      continue;
+    }
+    const configs = name === "subgroup-matrix" ? r.subgroupMatrixConfigs ?? [] : [];
+    const sizes = [
+      ...new Set(
+        configs.map((c) => `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`),
+      ),
+    ];
+    has.push(sizes.length > 0 ? `${name} (${sizes.join(", ")})` : name);
+  }
+  const parts = [r.engineVersion ?? engineName(r.engine), has.join(", "), lacks.join(", ")];
+  return parts.filter((p) => p !== "").join("; ");
 }

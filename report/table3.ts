@@ -6,12 +6,15 @@
  * commit and whether the tree was dirty), CSV of the rows (with adapter, shape and fixture
  * columns), and an SVG chart of time and memory per method and mode (min–max error bars, the
  * lower bound of each mode, log axes where values span more than 10×); written atomically under
- * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
+ * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}` (with `_dawn`
+ * after the slug for a table measured on Dawn, so that the two engines' tables of one card sit
+ * side by side). Every form names the WebGPU engine and the device's kernel features.
  * @module
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, engineName } from "../gpu/engine.ts";
 import type { ExternalRows } from "./external.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
 import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
@@ -306,10 +309,19 @@ export function reportSlug(a: AdapterReport): string {
     .replace(/-+$/, "") || "adapter";
 }
 
-/** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
+/**
+ * What file names add for an engine: nothing for Deno's built-in one (the names reports have
+ * always had), `_dawn` for Dawn.
+ */
+export function engineTag(engine: Engine | undefined): string {
+  return engine === "dawn" ? "_dawn" : "";
+}
+
+/** `table3_<adapter-slug>[_dawn]_<n>x<v>x<d>_<dtype>` for a report. */
 export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
   const { n, v, d, dtype } = r.shape;
-  return `table3_${reportSlug(r.env.adapter)}_${n}x${v}x${d}_${dtype}`;
+  const slug = reportSlug(r.env.adapter) + engineTag(r.env.adapter.engine);
+  return `table3_${slug}_${n}x${v}x${d}_${dtype}`;
 }
 
 /** Rows of `beta`, methods in the paper's order. */
@@ -355,7 +367,7 @@ export function formatMarkdown(r: Table3Report): string {
     `# Table 3: N = ${n.toLocaleString("en-US")}, |V| = ${v.toLocaleString("en-US")}, ` +
       `D = ${d.toLocaleString("en-US")}, ${dtype}, fixture \`${r.fixture}\` on ${
         _md(a.description)
-      }`,
+      }, ${engineName(a.engine)}`,
   );
   lines.push("");
   if (r.complete === false) {
@@ -374,6 +386,7 @@ export function formatMarkdown(r: Table3Report): string {
     `- Adapter: ${_md(a.description)} (${kind}; vendor ${a.vendor || "?"}, architecture ` +
       `${a.architecture || "?"}${driver}); Deno ${r.env.deno.deno}, ${r.env.os}; ${r.env.date}.`,
   );
+  lines.push(`- WebGPU: ${_md(deviceSummary(a))}.`);
   lines.push(
     `- Problem: E ${n}×${d} and C ${v}×${d} in ${dtype} (fixture \`${r.fixture}\`` +
       `${r.generator ? `, generator ${r.generator}` : ""}${
@@ -620,6 +633,7 @@ export function formatJson(r: Table3Report): string {
 /** Columns of the CSV report. */
 export const CSV_COLUMNS = [
   "adapter",
+  "engine",
   "n",
   "v",
   "d",
@@ -664,6 +678,7 @@ export function formatCsv(r: Table3Report): string {
     lines.push(
       [
         r.env.adapter.description,
+        r.env.adapter.engine ?? "deno",
         r.shape.n,
         r.shape.v,
         r.shape.d,
@@ -772,7 +787,7 @@ export async function renderSvg(r: Table3Report): Promise<string> {
     {
       $schema: "https://vega.github.io/schema/vega-lite/v6.json",
       title: {
-        text: `Table 3 — ${r.env.adapter.description}`,
+        text: `Table 3 — ${r.env.adapter.description}, ${engineName(r.env.adapter.engine)}`,
         subtitle: `N = ${n}, |V| = ${v}, D = ${d}, ${dtype}, fixture ${r.fixture}` +
           (r.reducedShape ? " (reduced shape)" : ""),
       },

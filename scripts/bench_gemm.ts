@@ -26,11 +26,19 @@
  * product that fails (e.g. out of memory) is reported in its row and the run goes on.
  * @module
  */
-import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseIntValue,
+  parseList,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { parseDtype } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
@@ -174,6 +182,7 @@ export const BENCH_GEMM_COMMAND = defineCommand({
       default: "auto",
     },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -203,9 +212,16 @@ export async function benchGemmMain(args: string[]): Promise<void> {
     x === "auto" ? "auto" as const : parseIntValue("--splitk", x, { min: 1 })
   );
   if (values.out !== undefined) checkOutputs([values.out]);
-  const ctx = await GpuContext.create({ adapter: values.adapter as AdapterChoice });
+  const ctx = await GpuContext.create({
+    adapter: values.adapter as AdapterChoice,
+    engine: values.webgpu as Engine,
+  });
   const rep = ctx.report;
-  console.log(`adapter: ${rep.description} (${rep.vendor}); n ${n}, v ${v}, d ${d}, ${dtype}`);
+  console.log(
+    `adapter: ${rep.description} (${rep.vendor}; ${
+      deviceSummary(rep)
+    }); n ${n}, v ${v}, d ${d}, ${dtype}`,
+  );
   const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
     createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
   const e = mk(n, d, dtype, "E"), c = mk(v, d, dtype, "C");
@@ -281,6 +297,8 @@ export async function benchGemmMain(args: string[]): Promise<void> {
           env: {
             adapter: rep.description,
             vendor: rep.vendor,
+            engine: rep.engine,
+            webgpu: deviceSummary(rep),
             deno: Deno.version.deno,
             date: new Date().toISOString(),
           },

@@ -20,11 +20,12 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import type { HostInputs } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { methodByName } from "../methods/mod.ts";
 import { lineChartSpec, renderVegaLite, type TopLevelSpec } from "../report/svg.ts";
 import { splitTokens, trainLinearHead } from "../calibration/training.ts";
@@ -58,6 +59,7 @@ export const BETA_CURVE_COMMAND = defineCommand({
     bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -74,6 +76,7 @@ interface _Options {
   bins: number;
   out: string;
   adapter: AdapterChoice;
+  engine: Engine;
 }
 
 /** Held-out statistics of one head. */
@@ -157,10 +160,12 @@ export async function betaCurveMain(args: string[]): Promise<void> {
   if (o === "help") return;
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
-  const ctx = await GpuContext.create({ adapter: o.adapter });
+  const ctx = await GpuContext.create({ adapter: o.adapter, engine: o.engine });
   try {
     console.log(
-      `β curve on ${ctx.report.description}: llm fixture (seed ${o.seed}), ${train.n} training ` +
+      `β curve on ${ctx.report.description} (${
+        deviceSummary(ctx.report)
+      }): llm fixture (seed ${o.seed}), ${train.n} training ` +
         `tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} SGD steps, ` +
         `lr ${o.lr}, C trained (E fixed), fused kernel; ${heldOut.n} held-out tokens`,
     );
@@ -216,6 +221,7 @@ export async function betaCurveMain(args: string[]): Promise<void> {
       trained: "C (E fixed)",
       init: "the fixture's C; the same for every β, same batches in the same order",
       adapter: ctx.report.description,
+      webgpu: deviceSummary(ctx.report),
       deno: Deno.version.deno,
     };
     const json = {
@@ -380,6 +386,7 @@ function _parse(args: string[]): _Options | "help" {
     bins: v.bins,
     out: v.out,
     adapter: v.adapter as AdapterChoice,
+    engine: v.webgpu as Engine,
   };
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(

@@ -26,7 +26,7 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { roundInput } from "../core/dtype.ts";
 import {
@@ -41,6 +41,7 @@ import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
 import { readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
 import { checkOutputs, type OutputFile, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { streamingCalibration } from "../calibration/streaming.ts";
 import type { CalibrationReport } from "../calibration/metrics.ts";
 import {
@@ -97,6 +98,7 @@ export const CALIBRATE_COMMAND = defineCommand({
     out: { type: "string", arg: "DIR", help: "write the report and diagram here" },
     name: { type: "string", help: "file name stem with --out", defaultText: "reliability" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 const USAGE = CALIBRATE_COMMAND.usage();
@@ -114,6 +116,7 @@ interface _Job {
   out?: string;
   name: string;
   adapter?: AdapterChoice;
+  engine?: Engine;
   temperature: number;
   fit: boolean;
   json?: string;
@@ -123,7 +126,7 @@ interface _Job {
 export async function calibrateMain(args: string[]): Promise<void> {
   const job = await _parse(args);
   if (job === "help") return;
-  const ctx = await GpuContext.create({ adapter: job.adapter });
+  const ctx = await GpuContext.create({ adapter: job.adapter, engine: job.engine });
   try {
     const t = job.temperature;
     // the label-smoothed loss of the summary line needs a pass with β; the rest is β = 0 (NLL)
@@ -159,7 +162,9 @@ export async function calibrateMain(args: string[]): Promise<void> {
     console.log(
       `calibration of ${what}: n = ${n}, |V| = ${v}, d = ${d}, ${job.dtype}, β = ${job.opts.beta}` +
         `${job.opts.softcap === undefined ? "" : `, softcap ${job.opts.softcap}`}` +
-        `${t === 1 ? "" : `, temperature ${t}`}; fused forward on ${ctx.report.description}`,
+        `${t === 1 ? "" : `, temperature ${t}`}; fused forward on ${ctx.report.description} (${
+          deviceSummary(ctx.report)
+        })`,
     );
     console.log(_summary(report, smoothedLoss ?? before.nll));
     console.log(_binTable(report));
@@ -192,6 +197,7 @@ export async function calibrateMain(args: string[]): Promise<void> {
         ignoreIndex: job.opts.ignoreIndex,
         temperature: t,
         adapter: ctx.report.description,
+        webgpu: deviceSummary(ctx.report),
         meanLoss: smoothedLoss ?? before.nll,
         ...report,
       };
@@ -202,7 +208,13 @@ export async function calibrateMain(args: string[]): Promise<void> {
       });
     }
     if (job.json !== undefined) {
-      const doc = _jsonDocument(job, ctx.report.description, before, fit);
+      const doc = _jsonDocument(
+        job,
+        ctx.report.description,
+        before,
+        fit,
+        deviceSummary(ctx.report),
+      );
       files.push({ path: job.json, bytes: JSON.stringify(doc, null, 1) + "\n" });
     }
     if (files.length > 0) {
@@ -245,6 +257,7 @@ function _jsonDocument(
   adapter: string,
   before: TemperaturePoint,
   fit: TemperatureFit<TemperaturePoint> | undefined,
+  webgpu: string,
 ) {
   const after = fit?.point;
   return {
@@ -266,6 +279,7 @@ function _jsonDocument(
         "each temperature. Computed from the fused forward's per-token statistics, without " +
         "the n×|V| logits.",
       adapter,
+      webgpu,
       deno: Deno.version.deno,
       os: `${Deno.build.os}-${Deno.build.arch}`,
       source: job.source,
@@ -425,6 +439,7 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
     out: v.out,
     name,
     adapter: v.adapter as AdapterChoice,
+    engine: v.webgpu as Engine,
     temperature,
     fit: v["fit-temperature"],
     json: v.json,

@@ -1,7 +1,7 @@
 /**
  * `deno task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
  * [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32]
- * [--grad-output G] [--adapter auto|software|hardware]`: the loss and both gradients of the
+ * [--grad-output G] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the loss and both gradients of the
  * user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`, `dC.npy` into DIR.
  *
  * All or nothing: the flags and the three output paths are checked before anything is read or
@@ -13,13 +13,14 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
 import { roundInput } from "../core/dtype.ts";
 import { encodeNpy, readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { type Engine, engineName } from "../gpu/engine.ts";
 import { methodByName } from "../methods/mod.ts";
 import { runMethod } from "../methods/run.ts";
 
@@ -62,6 +63,7 @@ export const LCE_COMMAND = defineCommand({
     },
     "grad-output": { type: "number", help: "upstream gradient of the loss", default: 1 },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -80,7 +82,10 @@ export async function lceMain(args: string[]): Promise<void> {
   });
   const outputs = ["loss.npy", "dE.npy", "dC.npy"].map((name) => join(f.out, name));
   checkOutputs(outputs, [f.e, f.c, f.targets]);
-  const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
+  const ctx = await GpuContext.create({
+    adapter: f.adapter as AdapterChoice,
+    engine: f.webgpu as Engine,
+  });
   try {
     // rows are bound whole (f32 on the host, at most 4 bytes a value on the GPU); a tensor is
     // sharded by rows, so its whole size is bounded by the machine's memory, not one binding
@@ -122,7 +127,9 @@ export async function lceMain(args: string[]): Promise<void> {
     ]);
     const lossText = opts.reduction === "none" ? `${n} per-token losses` : `loss ${r.loss[0]}`;
     console.log(
-      `${method.name} (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
+      `${method.name} on ${
+        engineName(ctx.engine)
+      } (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
         opts.softcap !== undefined ? `, softcap ${opts.softcap}` : ""
       }): ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${f.out}`,
     );

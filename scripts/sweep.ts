@@ -24,6 +24,7 @@ import {
   parseList,
   parseNumberValue,
   runCli,
+  WEBGPU_FLAG,
 } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
 import { existsSync, readFileSync } from "node:fs";
@@ -31,6 +32,7 @@ import { join } from "node:path";
 import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { formatDuration, paint, Progress } from "../core/progress.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { type Engine, engineName } from "../gpu/engine.ts";
 import { parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
@@ -106,6 +108,7 @@ export const SWEEP_COMMAND = defineCommand({
     },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "boolean",
       help: "keep the cells an earlier run of the same sweep measured in --out without error " +
@@ -131,6 +134,7 @@ interface _Flags {
   warmup?: number;
   out: string;
   adapter: AdapterChoice;
+  engine: Engine;
   resume: boolean;
 }
 
@@ -184,6 +188,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     warmup: f.warmup,
     out: f.out,
     adapter: f.adapter as AdapterChoice,
+    engine: f.webgpu as Engine,
     resume: f.resume,
   };
 }
@@ -198,7 +203,7 @@ export async function sweepMain(args: string[]): Promise<void> {
   const flags = _parseFlags(args);
   if (!flags) return;
   const started = performance.now();
-  let ctx = await GpuContext.create({ adapter: flags.adapter });
+  let ctx = await GpuContext.create({ adapter: flags.adapter, engine: flags.engine });
   const software = ctx.report.isFallbackAdapter;
   const def = software ? SOFTWARE_SHAPE : PAPER_SHAPE;
   const base = {
@@ -235,7 +240,9 @@ export async function sweepMain(args: string[]): Promise<void> {
   const fixedText = SWEEP_AXES.filter((k) => k !== flags.over).map((k) => `${k}=${base[k]}`)
     .join(" ");
   progress.log(
-    `${ctx.report.description}${software ? " (software)" : ""}: ${flags.over} ∈ {${
+    `${ctx.report.description}${software ? " (software)" : ""}, ${
+      engineName(ctx.engine)
+    }: ${flags.over} ∈ {${
       values.join(", ")
     }} at ${fixedText} ${base.dtype}, fixture ${flags.fixture}, β ∈ {${flags.betas.join(", ")}}, ` +
       `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
@@ -295,7 +302,7 @@ export async function sweepMain(args: string[]): Promise<void> {
     },
     onNote: (text) => progress.log(text),
     done: (x, beta, method, mode) => previous.get(_key(x, beta, method, mode)),
-    reopen: () => GpuContext.create({ adapter: flags.adapter }),
+    reopen: () => GpuContext.create({ adapter: flags.adapter, engine: flags.engine }),
     budgetBytes: (c, inputBytes) =>
       gpuBytes !== undefined ? gpuBytes - inputBytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
   });

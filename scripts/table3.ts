@@ -15,7 +15,14 @@ import { readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { paint, Progress } from "../core/progress.ts";
 import { type ExternalRows, readExternalRows } from "../report/external.ts";
-import { ADAPTER_FLAG, defineCommand, parseList, parseNumberValue, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseList,
+  parseNumberValue,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import {
   type Dtype,
@@ -25,6 +32,7 @@ import {
   resolveOptions,
 } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { type Engine, engineName } from "../gpu/engine.ts";
 import { methodByName, parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
@@ -156,6 +164,7 @@ export const TABLE3_COMMAND = defineCommand({
     warmup: { type: "int", min: 0, help: "warm-up repetitions", defaultText: "1" },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -187,6 +196,7 @@ interface _Flags {
   warmup?: number;
   out: string;
   adapter: AdapterChoice;
+  engine: Engine;
   /** The report to resume and its path. */
   resume?: { path: string; report: Table3Report };
 }
@@ -249,6 +259,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     warmup: f.warmup,
     out: f.out,
     adapter: f.adapter as AdapterChoice,
+    engine: f.webgpu as Engine,
   };
   if (f.resume === undefined) return _withSections(flags);
   // flags given must match the report's plan; the others are taken from it
@@ -280,6 +291,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     reduction: p.reduction,
     reps: p.reps,
     warmup: p.warmup,
+    engine: given.has("webgpu") ? flags.engine : report.env.adapter.engine ?? "deno",
     external: external ?? report.external,
     // by default the finished reports go next to the one resumed
     out: given.has("out") ? flags.out : dirname(path),
@@ -385,17 +397,17 @@ export async function table3Main(args: string[]): Promise<void> {
   if (!flags) return;
   const started = performance.now();
   const prior = flags.resume?.report;
-  let ctx = await GpuContext.create({ adapter: flags.adapter });
+  let ctx = await GpuContext.create({ adapter: flags.adapter, engine: flags.engine });
   if (prior) {
     const a = prior.env.adapter;
     if (
       a.description !== ctx.report.description ||
-      a.isFallbackAdapter !== ctx.report.isFallbackAdapter
+      a.isFallbackAdapter !== ctx.report.isFallbackAdapter || (a.engine ?? "deno") !== ctx.engine
     ) {
       ctx.destroy();
       throw new InputError(
-        `--resume ${flags.resume!.path}: measured on ${a.description}, this adapter is ` +
-          `${ctx.report.description}`,
+        `--resume ${flags.resume!.path}: measured on ${a.description} (${a.engine ?? "deno"}), ` +
+          `this adapter is ${ctx.report.description} (${ctx.engine})`,
       );
     }
   }
@@ -448,7 +460,9 @@ export async function table3Main(args: string[]): Promise<void> {
   const progress = new Progress({ label: "table3", total: total - rows.length });
   const say = (s: string) => progress.log(s);
   say(
-    `${ctx.report.description}${software ? " (software)" : ""}: N=${shape.n} V=${shape.v} ` +
+    `${ctx.report.description}${software ? " (software)" : ""}, ${
+      engineName(ctx.engine)
+    }: N=${shape.n} V=${shape.v} ` +
       `D=${shape.d} ${shape.dtype}, fixture ${flags.fixture}, β ∈ {${betas.join(", ")}}, ` +
       `${flags.methods.length} method${flags.methods.length === 1 ? "" : "s"}, modes ${
         flags.modes.join(",")
@@ -508,7 +522,7 @@ export async function table3Main(args: string[]): Promise<void> {
     if (writeError) throw writeError;
     let inputBytes = 0;
     ({ ctx, inputBytes } = await measureCells(ctx, {
-      openContext: () => GpuContext.create({ adapter: flags.adapter }),
+      openContext: () => GpuContext.create({ adapter: flags.adapter, engine: flags.engine }),
       async openInputs(c) {
         const x = await makeDeviceInputs(c, { fixture: flags.fixture, ...shape, seed: flags.seed });
         say(`inputs (${x.generator}) ready in ${(x.ms / 1000).toFixed(1)} s`);

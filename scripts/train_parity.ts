@@ -20,10 +20,11 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { methodByName } from "../methods/mod.ts";
 import { lineChartSpec, renderVegaLite, type TopLevelSpec } from "../report/svg.ts";
 import type { CalibrationReport } from "../calibration/metrics.ts";
@@ -58,6 +59,7 @@ export const TRAIN_PARITY_COMMAND = defineCommand({
     tol: { type: "number", help: "relative tolerance of the curves", default: 1e-5 },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -76,6 +78,7 @@ interface _Options {
   tol: number;
   out: string;
   adapter?: AdapterChoice;
+  engine?: Engine;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
@@ -84,11 +87,13 @@ export async function trainParityMain(args: string[]): Promise<void> {
   if (o === "help") return;
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
-  const ctx = await GpuContext.create({ adapter: o.adapter });
+  const ctx = await GpuContext.create({ adapter: o.adapter, engine: o.engine });
   try {
     const what = o.trainE ? "C and E trained" : "C trained, E fixed";
     console.log(
-      `train parity on ${ctx.report.description}: llm fixture (seed ${o.seed}), ${train.n} ` +
+      `train parity on ${ctx.report.description} (${
+        deviceSummary(ctx.report)
+      }): llm fixture (seed ${o.seed}), ${train.n} ` +
         `training tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} ` +
         `SGD steps, lr ${o.lr}, β = ${o.beta} (${what}); ${heldOut.n} held-out tokens`,
     );
@@ -170,6 +175,7 @@ export async function trainParityMain(args: string[]): Promise<void> {
       trainE: o.trainE,
       init: "the fixture's C (and E); the same for every run",
       adapter: ctx.report.description,
+      webgpu: deviceSummary(ctx.report),
     };
     const lossSvg = await _lossFigure(fused, baseline, agree, o);
     const calSvg = await reliabilityDiagram({
@@ -335,6 +341,7 @@ function _parse(args: string[]): _Options | "help" {
     tol: v.tol,
     out: v.out,
     adapter: v.adapter as AdapterChoice,
+    engine: v.webgpu as Engine,
   };
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(

@@ -10,7 +10,7 @@
  * cost. Times are GPU times from timestamp queries (median of R reps after W warm-ups) of the
  * whole forward (column sum, tiles, merge); effective TFLOP/s = 2·n·v·d / time. Last, the best
  * configuration's lse and loss rows are checked against the materialised path (plain logits +
- * row_softmax_stats). Prints a table and writes `reports/tune_forward_<adapter-slug>.json|md`.
+ * row_softmax_stats). Prints a table and writes `reports/tune_forward_<adapter-slug>[_dawn].json|md`.
  *
  * Defaults: the paper's shape (n 8192, |V| 256000, d 2304, bf16, β 0.1) on a hardware adapter, a
  * small one (256 × 4096 × 128) with fewer candidates on a software adapter (< 1 min on lavapipe).
@@ -19,10 +19,19 @@
 import { readFileSync } from "node:fs";
 import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseIntValue,
+  parseList,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { type Dtype, type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, engineName } from "../gpu/engine.ts";
+import { engineTag } from "../report/table3.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { median, passMedians, timeRecorder, timeRepetitions } from "../measure/timing.ts";
 import { createTensor, type DeviceTensor, download, upload } from "../gpu/tensor.ts";
@@ -210,6 +219,7 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
     "no-plain": { type: "boolean", help: "skip the plain matmul comparison" },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -221,6 +231,7 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
 /** What a resumed run must share with the run it continues. */
 interface _TuneKey {
   adapter: string;
+  engine: Engine;
   shape: FusedForwardSpec;
   options: { beta: number; softcap: number | null };
   warmup: number;
@@ -228,7 +239,11 @@ interface _TuneKey {
 }
 
 function _readResume(path: string, want: _TuneKey): Row[] {
-  let j: _TuneKey & { complete?: boolean; results?: Row[]; adapter: { description: string } };
+  let j: _TuneKey & {
+    complete?: boolean;
+    results?: Row[];
+    adapter: { description: string; engine?: Engine };
+  };
   try {
     j = JSON.parse(readFileSync(path, "utf8"));
   } catch (e) {
@@ -240,6 +255,7 @@ function _readResume(path: string, want: _TuneKey): Row[] {
   );
   const have: _TuneKey = {
     adapter: j.adapter?.description,
+    engine: j.adapter?.engine ?? "deno",
     shape: j.shape,
     options: j.options,
     warmup: j.warmup,
@@ -267,7 +283,10 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   const splitFlag = values.splits === undefined
     ? undefined
     : parseList("--splits", values.splits).map((x) => parseIntValue("--splits", x, { min: 1 }));
-  const ctx = await GpuContext.create({ adapter: values.adapter as AdapterChoice });
+  const ctx = await GpuContext.create({
+    adapter: values.adapter as AdapterChoice,
+    engine: values.webgpu as Engine,
+  });
   const hw = !ctx.report.isFallbackAdapter;
   const n = values.n ?? (hw ? 8192 : 256);
   const v = values.v ?? (hw ? 256000 : 4096);
@@ -280,7 +299,8 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   const lim = ctx.device.limits;
   const r = ctx.report;
   console.log(
-    `adapter: ${r.description} (${r.vendor} ${r.architecture}, fallback ${r.isFallbackAdapter}); ` +
+    `adapter: ${r.description} (${r.vendor} ${r.architecture}, fallback ${r.isFallbackAdapter}; ` +
+      `${deviceSummary(r)}); ` +
       `shape n=${n} v=${v} d=${d} ${dtype}, β=${opts.beta}${
         softcap ? `, softcap ${softcap}` : ""
       }; ${warmup} warm-up + ${reps} reps`,
@@ -333,10 +353,11 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   }
   const rows: Row[] = [];
   const plainCache = new Map<string, number>();
-  const slug = _adapterSlug(r.description);
+  const slug = _adapterSlug(r.description) + engineTag(r.engine);
   const base = join(values.out, `tune_forward_${slug}`);
   const prior = values.resume === undefined ? [] : _readResume(values.resume, {
     adapter: r.description,
+    engine: r.engine,
     shape: spec,
     options: { beta: opts.beta, softcap: opts.softcap ?? null },
     warmup,
@@ -348,6 +369,8 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
       vendor: r.vendor,
       architecture: r.architecture,
       isFallbackAdapter: r.isFallbackAdapter,
+      engine: r.engine,
+      webgpu: deviceSummary(r),
     },
     date: new Date().toISOString(),
     shape: spec,
@@ -598,6 +621,8 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
       vendor: r.vendor,
       architecture: r.architecture,
       isFallbackAdapter: r.isFallbackAdapter,
+      engine: r.engine,
+      webgpu: deviceSummary(r),
     },
     date,
     shape: spec,
@@ -621,11 +646,11 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
     results: rows.map((x) => ({ ...x, error: x.error ?? null })),
   };
   const md = [
-    `# Fused forward tuning: ${r.description}`,
+    `# Fused forward tuning: ${r.description}, ${engineName(r.engine)}`,
     "",
     `${date}; adapter ${r.description} (vendor ${r.vendor}${
       r.architecture ? `, ${r.architecture}` : ""
-    }, fallback ${r.isFallbackAdapter}).`,
+    }, fallback ${r.isFallbackAdapter}); WebGPU: ${deviceSummary(r)}.`,
     `Shape n=${n}, |V|=${v}, d=${d}, ${dtype}; β=${opts.beta}${
       softcap ? `, softcap ${softcap}` : ""
     }. GPU time from timestamp queries, median of ${reps} after ${warmup} warm-up; TFLOP/s = 2·n·|V|·d / time. ` +
