@@ -5,10 +5,12 @@
  * submission and the wait), so it is wall time including WebGPU's submission overhead; for GPU time
  * from timestamp queries run `deno task bench` (bench/gpu_time.ts). Kernels are compiled and inputs
  * uploaded before any sample; the forward a backward needs runs outside the timed part.
- * Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d; LCE_BENCH_DTYPE, LCE_BENCH_BETA.
+ * Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d; LCE_BENCH_DTYPE, LCE_BENCH_BETA;
+ * LCE_WEBGPU=dawn runs it on Dawn.
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
+import { deviceSummary } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { METHODS } from "../methods/mod.ts";
@@ -21,7 +23,8 @@ import { benchShape } from "./gpu_time.ts";
 const shape = benchShape(Deno.env.get("LCE_BENCH_SHAPE"));
 const dtype = parseDtype(Deno.env.get("LCE_BENCH_DTYPE") ?? "bf16");
 const opts = resolveOptions({ beta: Number(Deno.env.get("LCE_BENCH_BETA") ?? "0.1") });
-const ctx = await GpuContext.create();
+const ctx = await GpuContext.create(); // LCE_ADAPTER and LCE_WEBGPU pick the adapter and engine
+console.log(`adapter: ${ctx.report.description} (${deviceSummary(ctx.report)})`);
 const spec: ProblemSpec = { ...shape, dtype };
 const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
 const gradOut = uploadGradOut(ctx, shape.n, opts);

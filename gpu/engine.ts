@@ -128,9 +128,35 @@ async function _loadDawn(): Promise<LoadedEngine> {
     engine: "dawn",
     gpu,
     version: `Dawn (${DAWN_PACKAGE})`,
-    // the adapters are enumerated, and the notices printed, inside the synchronous part of the call
-    requestAdapter: (o) => withStderrFiltered(() => gpu.requestAdapter(o), DAWN_NOTICE),
+    requestAdapter: (o) => _requestDawnAdapter(gpu, o),
   };
+}
+
+/** What Dawn printed while it found no adapter, for the error's one line. */
+let _noAdapterWhy: string | undefined;
+
+/**
+ * Dawn's requestAdapter with its stderr held back: the adapters are enumerated, and the notices
+ * printed, inside the synchronous part of the call. When an adapter is found, what Dawn printed
+ * (the known notices aside) goes to stderr; when none is, it becomes part of the error's line.
+ */
+async function _requestDawnAdapter(
+  gpu: GPU,
+  o: GPURequestAdapterOptions,
+): Promise<GPUAdapter | null> {
+  const { value, lines } = captureStderr(() => gpu.requestAdapter(o));
+  const kept = lines.filter((l) => !DAWN_NOTICE.test(l));
+  const adapter = await value;
+  if (adapter) {
+    if (kept.length > 0) Deno.stderr.writeSync(new TextEncoder().encode(kept.join("\n") + "\n"));
+    _noAdapterWhy = undefined;
+  } else {
+    const said = kept.map((l) => l.trim().replace(/^Warning: /, "")).filter((l) =>
+      l !== "" && !l.startsWith("at ")
+    );
+    _noAdapterWhy = said.length > 0 ? said.slice(0, 2).join("; ") : undefined;
+  }
+  return adapter;
 }
 
 /** Immediate polls of one wait before Dawn's polling falls back to a timer. */
@@ -207,19 +233,19 @@ function _libcCalls(): _Libc | null {
 }
 
 /**
- * Runs `fn` with file descriptor 2 sent to a temporary file, then writes what it printed to
- * stderr except the lines matching `drop`. Native code writes to the descriptor directly, so
- * this is the one way to keep a known notice off the terminal without losing anything else;
- * where the descriptor cannot be redirected, `fn` simply runs.
+ * Runs `fn` with file descriptor 2 sent to a temporary file and returns what it printed there,
+ * line by line: native code writes to the descriptor directly, so this is the one way to keep a
+ * known notice off the terminal without losing anything else. Where the descriptor cannot be
+ * redirected, `fn` simply runs (its output reaches stderr as usual) and no lines come back.
  */
-export function withStderrFiltered<T>(fn: () => T, drop: RegExp): T {
+export function captureStderr<T>(fn: () => T): { value: T; lines: string[] } {
   const libc = _libcCalls();
-  if (!libc) return fn();
+  if (!libc) return { value: fn(), lines: [] };
   let path: string;
   try {
     path = Deno.makeTempFileSync({ prefix: "lce-stderr-" });
   } catch {
-    return fn();
+    return { value: fn(), lines: [] };
   }
   const fd = libc.creat(new TextEncoder().encode(path + "\0"), 0o600);
   const saved = fd < 0 ? -1 : libc.dup(2);
@@ -227,29 +253,34 @@ export function withStderrFiltered<T>(fn: () => T, drop: RegExp): T {
     if (fd >= 0) libc.close(fd);
     if (saved >= 0) libc.close(saved);
     Deno.removeSync(path);
-    return fn();
+    return { value: fn(), lines: [] };
   }
+  let value: T;
   try {
-    return fn();
+    value = fn();
   } finally {
     libc.dup2(saved, 2);
     libc.close(saved);
     libc.close(fd);
-    const text = Deno.readTextFileSync(path);
-    Deno.removeSync(path);
-    const kept = text.split("\n").filter((l, i, all) =>
-      !drop.test(l) && !(l === "" && i === all.length - 1)
-    );
-    if (kept.length > 0) Deno.stderr.writeSync(new TextEncoder().encode(kept.join("\n") + "\n"));
   }
+  const text = Deno.readTextFileSync(path);
+  Deno.removeSync(path);
+  const lines = text.split("\n");
+  if (lines[lines.length - 1] === "") lines.pop();
+  return { value, lines };
 }
 
-/** What to install when an engine finds no adapter, for the one-line error. */
+/**
+ * What to install when an engine finds no adapter, for the one-line error (with what Dawn said
+ * while it looked, when it said anything).
+ */
 export function noAdapterHint(engine: Engine): string {
-  return engine === "dawn"
-    ? "Dawn needs a Vulkan driver: on Debian 12 without a GPU, Mesa 25's lavapipe " +
-      "(apt-get install -t bookworm-backports mesa-vulkan-drivers; Mesa 22's is refused)"
-    : "install a Vulkan driver, e.g. Debian's mesa-vulkan-drivers, or set LCE_ADAPTER";
+  if (engine === "deno") {
+    return "install a Vulkan driver, e.g. Debian's mesa-vulkan-drivers, or set LCE_ADAPTER";
+  }
+  return (_noAdapterWhy ? `Dawn said: ${_noAdapterWhy}; ` : "") +
+    "Dawn needs a Vulkan driver: on Debian 12 without a GPU, Mesa 25's lavapipe " +
+    "(apt-get install -t bookworm-backports mesa-vulkan-drivers; Mesa 22's is refused)";
 }
 
 /** What {@link deviceSummary} reads from an adapter report (old reports lack the engine fields). */

@@ -1,9 +1,11 @@
 /**
  * `deno task gate [--update] [--baseline FILE] [--suite ci|tiny] [--methods a,b] [--rounds R]
- * [--out FILE] [--adapter auto|software|hardware]`: the regression gate (measure/gate.ts).
+ * [--out FILE] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the regression gate
+ * (measure/gate.ts).
  *
  * Measures the suite on every method of the registry and compares with the committed baseline of
- * this adapter, `reports/gate_baseline_<adapter-slug>.json` (or FILE). Prints the comparison — a
+ * this adapter, `reports/gate_baseline_<adapter-slug>.json` (or FILE; the slug ends in `_dawn` on
+ * Dawn, as table3's file names do). Prints the comparison — a
  * table of what regressed, then a per-method summary — on stdout, progress on stderr, and exits 0
  * when nothing regressed, 1 when something did. Without a baseline of this adapter it compares
  * with another adapter's (memory and parity only; it says so), and without any it fails.
@@ -19,9 +21,10 @@ import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
 import { paint } from "../core/progress.ts";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import type { Engine } from "../gpu/engine.ts";
 import { parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
@@ -64,6 +67,7 @@ export const GATE_COMMAND = defineCommand({
     },
     out: { type: "string", arg: "FILE", help: "also write this run's measurements as JSON" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "string",
       arg: "FILE",
@@ -85,6 +89,7 @@ interface _Flags {
   rounds?: number;
   out?: string;
   adapter: AdapterChoice;
+  engine: Engine;
   resume?: string;
 }
 
@@ -108,6 +113,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     rounds: f.rounds,
     out: f.out,
     adapter: f.adapter as AdapterChoice,
+    engine: f.webgpu as Engine,
     resume: f.resume,
   };
 }
@@ -221,7 +227,7 @@ export async function gateMain(args: string[]): Promise<number> {
   if (!flags) return 0;
   if (flags.baseline !== undefined && !flags.update) readBaseline(flags.baseline); // fail early
   const started = performance.now();
-  const ctx = await GpuContext.create({ adapter: flags.adapter });
+  const ctx = await GpuContext.create({ adapter: flags.adapter, engine: flags.engine });
   try {
     return await _gate(ctx, flags, started);
   } finally {
