@@ -5,7 +5,7 @@
  * @module
  */
 import { GpuError } from "../core/errors.ts";
-import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
+import { type Engine, engineFromEnv, loadEngine, noAdapterHint, parseEngine } from "./engine.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -131,6 +131,14 @@ export function adapterFromEnv(): AdapterChoice {
   throw new GpuError("limits", `LCE_ADAPTER must be auto, software or hardware, got '${v}'`);
 }
 
+/**
+ * The adapter and engine options of a command's `--adapter` and `--webgpu` flags (core/cli.ts's
+ * ADAPTER_FLAG and WEBGPU_FLAG, which have validated them).
+ */
+export function deviceFlags(f: { adapter: string; webgpu: string }): ContextOptions {
+  return { adapter: f.adapter as AdapterChoice, engine: parseEngine(f.webgpu) };
+}
+
 /** An open device with tracked allocations. Create with {@link GpuContext.create}. */
 export class GpuContext {
   /** The adapter in use. */
@@ -174,6 +182,7 @@ export class GpuContext {
       this.lostReason = `${info.reason ?? "unknown"}: ${info.message}`;
     });
     device.addEventListener("uncapturederror", (ev) => {
+      ev.preventDefault(); // handled here (throwUncaptured): Dawn would also print it to stdout
       const e = (ev as GPUUncapturedErrorEvent).error;
       this.#uncaptured.push(`${e.constructor.name}: ${e.message.split("\n")[0]}`);
     });

@@ -37,8 +37,8 @@ import {
 import { InputError } from "../core/errors.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { parseDtype } from "../core/options.ts";
-import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { deviceSummary, type Engine } from "../gpu/engine.ts";
+import { deviceFlags, GpuContext } from "../gpu/context.ts";
+import { deviceSummary } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { type MatmulOperand, prepareMatmul, rowView } from "../kernels/matmul.ts";
@@ -212,16 +212,10 @@ export async function benchGemmMain(args: string[]): Promise<void> {
     x === "auto" ? "auto" as const : parseIntValue("--splitk", x, { min: 1 })
   );
   if (values.out !== undefined) checkOutputs([values.out]);
-  const ctx = await GpuContext.create({
-    adapter: values.adapter as AdapterChoice,
-    engine: values.webgpu as Engine,
-  });
+  const ctx = await GpuContext.create(deviceFlags(values));
   const rep = ctx.report;
-  console.log(
-    `adapter: ${rep.description} (${rep.vendor}; ${
-      deviceSummary(rep)
-    }); n ${n}, v ${v}, d ${d}, ${dtype}`,
-  );
+  const what = `${rep.description} (${rep.vendor}; ${deviceSummary(rep)})`;
+  console.log(`adapter: ${what}; n ${n}, v ${v}, d ${d}, ${dtype}`);
   const mk = (rows: number, cols: number, dt: TensorDtype, label: string) =>
     createTensor(ctx, { dtype: dt, rows, cols, role: "workspace", label });
   const e = mk(n, d, dtype, "E"), c = mk(v, d, dtype, "C");

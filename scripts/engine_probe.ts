@@ -1,39 +1,39 @@
 /**
  * `deno task engine-probe [--engines deno,dawn] [--n N --v V --d D] [--fixture llm] [--beta B]
- * [--methods fused,fused-nofilter,fused-fb] [--reps R] [--out DIR] [--adapter …]`: the same
- * forwards timed on each WebGPU engine, in one process, one engine after the other, to tell an
- * engine's real GPU time from what the host adds to it.
- *
- * For each engine and method: the forward measured as table3 measures it (full load first, 1 s of
- * warm-up, then R repetitions; median, min and max GPU time and median wall time), the same
- * forward recorded {@link BACK_TO_BACK} times into one recorder (GPU time per forward with no host
- * work between them: the engine's kernels alone), and, where `nvidia-smi` runs, the median SM clock
- * while the method was measured. Then, for each engine, whether its timestamps are quantised
- * (every pass duration on Dawn's 65.536 µs grid). Prints a table and the ratio of each engine's
- * times to the first's; writes `engine_probe.json` to DIR with every sample.
- *
- * Defaults: 4096 × 32,000 × 1024 bf16, fixture `llm`, β = 0.1 on a hardware adapter (about a
- * minute for both engines on an H100), 64 × 1024 × 64 on a software one.
+ * [--methods a,b] [--reps R] [--out DIR]`: the same forwards timed on each WebGPU engine, one
+ * engine after the other in one process, to tell an engine's GPU time from what the host adds.
+ * Per engine and method: the forward measured as table3 measures it (full load, 1 s of warm-up,
+ * R repetitions), the same forward {@link BACK_TO_BACK} times in one recorder (no host work
+ * between them: the engine's kernels alone), and the median SM clock meanwhile (`nvidia-smi`);
+ * per engine, whether its timestamps are quantised. docs/engines.md says how to read it.
+ * Defaults: 4096 × 32,000 × 1024 bf16, `llm`, β = 0.1 on hardware (about a minute for both
+ * engines on an H100), 64 × 1024 × 64 on a software adapter.
  * @module
  */
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, parseList, runCli } from "../core/cli.ts";
-import { parseDtype, resolveOptions } from "../core/options.ts";
-import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { oneLine } from "../core/errors.ts";
+import { type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
+import { deviceFlags, GpuContext } from "../gpu/context.ts";
 import { deviceSummary, type Engine, engineName, parseEngine } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { writeAtomic } from "../io/outputs.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { IDLE_GPU_WARMUP_MS, measureMethod } from "../measure/measure.ts";
+import { sampleSmClocks } from "../measure/nvidia_clocks.ts";
 import { median } from "../measure/timing.ts";
-import { parseMethods } from "../methods/mod.ts";
+import { type LceMethod, parseMethods, type ProblemSpec } from "../methods/mod.ts";
+import type { MethodInputs } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 
 /** Forwards recorded into one recorder for the back-to-back time. */
 export const BACK_TO_BACK = 5;
 /** Dawn's timestamp quantum when `timestamp_quantization` is on: the low 16 bits of ns masked. */
 export const QUANTUM_MS = 65536 / 1e6;
+
+/** Ours, the identical forward of its no-filter row, and the Fused Version. */
+const METHODS_DEFAULT = "fused,fused-nofilter,fused-fb";
 
 /** The command line of `engine-probe`. */
 export const ENGINE_PROBE_COMMAND = defineCommand({
@@ -48,12 +48,7 @@ export const ENGINE_PROBE_COMMAND = defineCommand({
     dtype: { type: "string", arg: "bf16|f16|f32", help: "input dtype", default: "bf16" },
     fixture: { type: "string", help: "input data (fixtures/mod.ts)", default: "llm" },
     beta: { type: "number", min: 0, max: 1, help: "label smoothing β", default: 0.1 },
-    methods: {
-      type: "string",
-      arg: "a,b",
-      help: "methods",
-      default: "fused,fused-nofilter,fused-fb",
-    },
+    methods: { type: "string", arg: "a,b", help: "methods", default: METHODS_DEFAULT },
     reps: { type: "int", min: 1, help: "measured repetitions", default: 10 },
     out: { type: "string", arg: "DIR", help: "write engine_probe.json here" },
     adapter: ADAPTER_FLAG,
@@ -70,52 +65,48 @@ interface _Cell {
   samples: number[];
   backToBackMs: number | null;
   smClockMhz: number | null;
-  error?: string;
+  error: string | undefined;
 }
 
-/** One engine's run. */
+/** One engine's run; offGrid of passDurations back-to-back passes were off the 65.536 µs grid. */
 interface _EngineRun {
   engine: Engine;
   device: string;
   webgpu: string;
   seconds: number;
-  /** Pass durations off the 65.536 µs grid, of all back-to-back pass durations. */
   offGrid: number;
   passDurations: number;
   cells: _Cell[];
 }
 
-/** SM clock samples (MHz, at performance.now() ms) from `nvidia-smi -lms`, while it runs. */
-function _clockSampler(): { stop(): Promise<[number, number][]> } {
-  const samples: [number, number][] = [];
-  let child: Deno.ChildProcess;
+/** GPU ms per forward of {@link BACK_TO_BACK} forwards in one recorder, and every pass's ms. */
+async function _backToBack(
+  ctx: GpuContext,
+  method: LceMethod,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  inputs: MethodInputs,
+): Promise<{ ms: number; passMs: number[] }> {
+  const p = await ctx.scoped(() => method.prepare(ctx, spec, opts));
   try {
-    child = new Deno.Command("nvidia-smi", {
-      args: ["--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-lms", "50"],
-      stdout: "piped",
-      stderr: "null",
-    }).spawn();
-  } catch {
-    return { stop: () => Promise.resolve(samples) };
+    const t = await ctx.scoped(async () => {
+      const rec = new Recorder(ctx);
+      const outs = [];
+      for (let i = 0; i < BACK_TO_BACK; i++) outs.push(await p.forward(rec, inputs));
+      const t = await rec.finish();
+      for (const o of outs) {
+        p.dispose(o.saved);
+        o.loss.destroy();
+      }
+      return t;
+    });
+    return {
+      ms: t.gpuMs / BACK_TO_BACK,
+      passMs: t.passes.map((q) => q.gpuMs).filter((ms) => ms > 0),
+    };
+  } finally {
+    p.release?.();
   }
-  const reading = (async () => {
-    let rest = "";
-    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
-      const lines = (rest + chunk).split("\n");
-      rest = lines.pop()!;
-      for (const l of lines) if (/^\d+/.test(l.trim())) samples.push([performance.now(), +l]);
-    }
-  })().catch(() => {});
-  return {
-    async stop() {
-      try {
-        child.kill();
-      } catch { /* already gone */ }
-      await child.status;
-      await reading;
-      return samples;
-    },
-  };
 }
 
 /** One engine: every method's forward, measured and back to back. */
@@ -125,7 +116,7 @@ async function _probeEngine(
   methods: ReturnType<typeof parseMethods>,
 ): Promise<_EngineRun> {
   const t0 = performance.now();
-  const ctx = await GpuContext.create({ engine, adapter: f.adapter as AdapterChoice });
+  const ctx = await GpuContext.create({ ...deviceFlags({ ...f, webgpu: engine }) });
   const soft = ctx.report.isFallbackAdapter;
   const spec = {
     n: f.n ?? (soft ? 64 : 4096),
@@ -139,7 +130,7 @@ async function _probeEngine(
   const gradOut = uploadGradOut(ctx, spec.n, opts);
   const cells: _Cell[] = [];
   const durations: number[] = [];
-  const clocks = _clockSampler();
+  const clocks = sampleSmClocks();
   const spans: [number, number][] = [];
   try {
     for (const method of methods) {
@@ -156,24 +147,10 @@ async function _probeEngine(
         busyLoad: !soft,
       });
       spans.push([s0, performance.now()]);
-      let backToBackMs: number | null = null;
-      if (row.error === undefined) {
-        const p = await ctx.scoped(() => method.prepare(ctx, spec, opts));
-        const t = await ctx.scoped(async () => {
-          const rec = new Recorder(ctx);
-          const outs = [];
-          for (let i = 0; i < BACK_TO_BACK; i++) outs.push(await p.forward(rec, x.inputs));
-          const t = await rec.finish();
-          for (const o of outs) {
-            p.dispose(o.saved);
-            o.loss.destroy();
-          }
-          return t;
-        });
-        p.release?.();
-        backToBackMs = t.gpuMs / BACK_TO_BACK;
-        durations.push(...t.passes.map((q) => q.gpuMs).filter((ms) => ms > 0));
-      }
+      const b2b = row.error === undefined
+        ? await _backToBack(ctx, method, spec, opts, x.inputs).catch((e) => oneLine(e))
+        : undefined;
+      if (typeof b2b === "object") durations.push(...b2b.passMs);
       cells.push({
         method: method.name,
         timeMs: row.timeMs,
@@ -181,9 +158,9 @@ async function _probeEngine(
         timeMsMax: row.timeMsMax,
         wallMs: row.wallMsMedian,
         samples: row.timeMsSamples ?? [],
-        backToBackMs,
+        backToBackMs: typeof b2b === "object" ? b2b.ms : null,
         smClockMhz: null,
-        ...(row.error === undefined ? {} : { error: row.error }),
+        error: row.error ?? (typeof b2b === "string" ? `back to back: ${b2b}` : undefined),
       });
     }
   } finally {
