@@ -8,6 +8,8 @@
  * so every enabled toggle is in one entry.
  * @module
  */
+import v8 from "node:v8";
+import vm from "node:vm";
 import { GpuError, InputError } from "../core/errors.ts";
 
 /** A WebGPU implementation. */
@@ -160,22 +162,26 @@ async function _requestDawnAdapter(
 }
 
 /** Immediate polls of one wait before Dawn's polling falls back to a timer. */
-const _IMMEDIATE_POLLS = 64;
+const _IMMEDIATE_POLLS = 16;
 /** A native poll later than this after the previous one starts a new wait (ms). */
 const _NEW_WAIT_MS = 5;
+/** Native polls between two forced garbage collections. */
+export const DAWN_POLLS_PER_GC = 20000;
 
 let _throttled = false;
 
 /**
- * Slows Dawn's event polling during long waits. While a promise of Dawn's (a readback, a queue
- * drain, an error scope) is pending, dawn.node calls `setImmediate` with a fresh native function
- * that processes Dawn's events and schedules the next one: about 15,000 function objects per
- * second of waiting, each with a native finalizer. Deno collects those finalizers in time that
- * grows faster than their number, so a few minutes of waiting on a slow adapter (a test suite on
- * lavapipe) leave a garbage collection that stalls the process for minutes. The first
- * {@link _IMMEDIATE_POLLS} polls of a wait stay immediate (a short wait keeps its latency); later
- * ones wait for a 1 ms timer, which bounds the garbage at about a thousand functions a second.
- * Other callers of `setImmediate` are untouched: only native callbacks are Dawn's.
+ * Bounds what Dawn's event polling costs. While a promise of Dawn's (a readback, a queue drain, an
+ * error scope) is pending, dawn.node calls `setImmediate` with a fresh native function that
+ * processes Dawn's events and schedules the next: about 15,000 function objects per second of
+ * waiting, each with a native finalizer, and Deno runs a collection's finalizers in time that
+ * grows faster than their number, so minutes of waiting on a slow adapter (a test suite on
+ * lavapipe) left single collections that stalled the process for a minute and more, and the
+ * spinning took a core from the adapter. The first {@link _IMMEDIATE_POLLS} polls of a wait stay
+ * immediate (a short wait keeps its latency), later ones wait for a 1 ms timer; and every
+ * {@link DAWN_POLLS_PER_GC} polls a full collection is forced while the batch is small (through
+ * node:v8's flags; skipped where that is refused). Other callers of `setImmediate` are untouched:
+ * only native callbacks are Dawn's.
  */
 export function throttleDawnPolling(): void {
   if (_throttled) return;
@@ -183,9 +189,14 @@ export function throttleDawnPolling(): void {
   const immediate = globalThis.setImmediate;
   const isNative = (f: unknown) =>
     typeof f === "function" && Function.prototype.toString.call(f).endsWith("{ [native code] }");
-  let polls = 0, last = 0;
+  const collect = _gcFunction();
+  let polls = 0, last = 0, sinceGc = 0;
   const throttled = (cb: (...args: unknown[]) => void, ...args: unknown[]) => {
     if (!isNative(cb)) return immediate(cb, ...args);
+    if (collect && ++sinceGc >= DAWN_POLLS_PER_GC) {
+      sinceGc = 0;
+      setTimeout(collect, 0);
+    }
     const now = performance.now();
     polls = now - last > _NEW_WAIT_MS ? 1 : polls + 1;
     last = now;
@@ -193,6 +204,17 @@ export function throttleDawnPolling(): void {
     return setTimeout(() => cb(...args), 1) as unknown as ReturnType<typeof immediate>;
   };
   globalThis.setImmediate = throttled as typeof globalThis.setImmediate;
+}
+
+/** V8's `gc`, exposed at run time (node:v8 sets the flag, node:vm hands out the function). */
+function _gcFunction(): (() => void) | undefined {
+  try {
+    v8.setFlagsFromString("--expose-gc");
+    const gc = vm.runInNewContext("gc");
+    return typeof gc === "function" ? () => gc() : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 interface _Libc {
