@@ -292,6 +292,33 @@ Deno.test("writeReport: four files named after adapter and shape, SVG well forme
   }
 });
 
+Deno.test("table3 reports name their engine: title, WebGPU line, CSV column, file name", () => {
+  const wgpu = _report();
+  const dawn = _report();
+  dawn.env.adapter = {
+    ...dawn.env.adapter,
+    engine: "dawn",
+    engineVersion: "Dawn (npm:webgpu@0.6.2)",
+    features: ["shader-f16", "subgroups", "timestamp-query"],
+  };
+  assert.equal(reportBaseName(dawn), "table3_nvidia-h200-test_dawn_8192x256000x2304_bf16");
+  assert.notEqual(reportBaseName(dawn), reportBaseName(wgpu));
+  const md = formatMarkdown(dawn).split("\n");
+  assert.match(md[0], /on NVIDIA H200 \\\| test, Dawn$/);
+  assert.ok(
+    md.includes(
+      "- WebGPU: Dawn (npm:webgpu@0.6.2); shader-f16, subgroups, timestamp-query; no " +
+        "subgroup-matrix.",
+    ),
+    md.join("\n"),
+  );
+  assert.match(formatMarkdown(wgpu).split("\n")[0], /, wgpu$/);
+  const col = CSV_COLUMNS.indexOf("engine");
+  const [, first] = formatCsv(dawn).split("\r\n");
+  assert.equal(first.split(",")[col], "dawn");
+  assert.equal(formatCsv(wgpu).split("\r\n")[1].split(",")[col], "deno");
+});
+
 Deno.test("table3 markdown: says when the inputs fit in L2, and not at the paper's shape", () => {
   const base = _report();
   const small = formatMarkdown({ ...base, shape: { n: 256, v: 4096, d: 128, dtype: "bf16" } });
