@@ -22,6 +22,12 @@ const DEVICE_SCRIPTS = [
   "bench/gpu_time.ts",
 ];
 
+/** Flags a command requires (checked before --webgpu): placeholders, never read. */
+const REQUIRED: Record<string, string[]> = {
+  "scripts/sweep.ts": ["--over", "v"],
+  "scripts/lce.ts": ["--e", "E.npy", "--c", "C.npy", "--targets", "T.npy", "--out", "out"],
+};
+
 /** stderr without Deno's own download lines. */
 const _lines = (stderr: string) =>
   stderr.trimEnd().split("\n").filter((l) => l !== "" && !/^Download /.test(l));
@@ -30,7 +36,7 @@ Deno.test("every device command: --webgpu foo and LCE_WEBGPU=foo exit 2 naming t
   for (const script of DEVICE_SCRIPTS) {
     const h = await runScript(script, ["--help"]);
     assert.match(h.stdout, /--webgpu deno\|dawn +which WebGPU implementation to run on/, script);
-    const bad = await runScript(script, ["--webgpu", "foo"]);
+    const bad = await runScript(script, [...(REQUIRED[script] ?? []), "--webgpu", "foo"]);
     assert.equal(bad.code, 2, `${script}: ${bad.stderr}`);
     assert.deepEqual(
       _lines(bad.stderr),
