@@ -1,6 +1,7 @@
 /**
- * `deno run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
- * [--max-work W] [--verbose] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the shape fuzzer of testing/fuzz.ts run for longer than CI does.
+ * `./dev run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
+ * [--max-work W] [--verbose] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the shape
+ * fuzzer of testing/fuzz.ts run for longer than CI does.
  * Case i has seed S + i; every failure prints its seed, the whole case, what differed and the
  * command that replays it (`--seed S --cases 1`). Ends with `N passed, F failed` (and the skipped
  * count, when a method cannot run a case here); exits 1 when any case failed.
@@ -14,7 +15,7 @@ import { DEFAULT_BOUNDS, describeCase, FuzzRunner } from "../testing/fuzz.ts";
 
 /** The command line of the shape fuzzer. */
 export const FUZZ_COMMAND = defineCommand({
-  name: "deno run -A scripts/fuzz.ts",
+  name: "./dev run -A scripts/fuzz.ts",
   summary: "The shape fuzzer of testing/fuzz.ts, for longer than CI runs it; exit 1 when a " +
     "case failed.",
   flags: {
