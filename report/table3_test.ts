@@ -131,7 +131,7 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
   const lines = md.split("\n");
   assert.match(
     lines[0],
-    /^# Table 3: N = 8,192, \|V\| = 256,000, D = 2,304, bf16, fixture `cce` on NVIDIA H200 \\\| test$/,
+    /^# Table 3: N = 8,192, \|V\| = 256,000, D = 2,304, bf16, fixture `cce` on NVIDIA H200 \\\| test, wgpu$/,
   );
   const table = lines.filter((l) => l.startsWith("| ")).slice(0, 11);
   assert.deepEqual(table.map((l) => l.split(" | ")[0]), [
@@ -185,14 +185,15 @@ Deno.test("formatCsv: header, shape columns and one quoted line per row with its
   const csv = formatCsv(r).split("\r\n");
   assert.equal(csv[0], CSV_COLUMNS.join(","));
   assert.equal(csv.length, 1 + 18 + 1);
-  for (const c of ["adapter", "n", "v", "d", "dtype", "fixture"]) {
+  for (const c of ["adapter", "engine", "n", "v", "d", "dtype", "fixture"]) {
     assert.ok(CSV_COLUMNS.includes(c as typeof CSV_COLUMNS[number]), c);
   }
   const failed = csv.find((l) => l.includes(",baseline,Baseline,0.1,fwd+bwd,"))!;
   assert.match(failed, /,"OOM: needs 28,000 MiB"$/);
   const ok = csv[1].split(",");
-  assert.deepEqual(ok.slice(0, 14), [
+  assert.deepEqual(ok.slice(0, 15), [
     "NVIDIA H200 | test",
+    "deno",
     "8192",
     "256000",
     "2304",
