@@ -5,7 +5,9 @@
  *
  * Dawn's instance is created once per process with one set of toggles (see
  * {@link DAWN_INSTANCE_TOGGLES}): a second `enable-dawn-features=` entry would replace the first,
- * so every enabled toggle is in one entry.
+ * so every enabled toggle is in one entry. Loading Dawn also bounds the cost of its event polling
+ * ({@link throttleDawnPolling}), and its adapter request keeps two known notices off stderr
+ * ({@link DAWN_NOTICE}). docs/engines.md tells why.
  * @module
  */
 import v8 from "node:v8";
@@ -28,8 +30,8 @@ export const DAWN_PACKAGE = "npm:webgpu@0.6.2";
  * - `vulkan_enable_f16_on_nvidia`: Dawn withholds shader-f16 on NVIDIA drivers older than 615.71
  *   for known wrong f16 results; the f16 parity tests on the GPU host are what decide whether the
  *   numbers are right there;
- * - `timestamp_quantization` off: Dawn rounds timestamp queries down (a browser's defence against
- *   timing attacks) unless told otherwise, which would quantise every kernel time.
+ * - `timestamp_quantization` off: Dawn rounds timestamp queries down to 65.536 µs (a browser's
+ *   defence against timing attacks) unless told otherwise, which would quantise every kernel time.
  */
 export const DAWN_INSTANCE_TOGGLES: readonly string[] = [
   "enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia",
