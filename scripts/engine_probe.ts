@@ -1,5 +1,5 @@
 /**
- * `deno task engine-probe [--engines deno,dawn] [--n N --v V --d D] [--fixture llm] [--beta B]
+ * `./dev task engine-probe [--engines deno,dawn] [--n N --v V --d D] [--fixture llm] [--beta B]
  * [--methods a,b] [--reps R] [--out DIR]`: the same forwards timed on each WebGPU engine, one
  * engine after the other in one process, to tell an engine's GPU time from what the host adds.
  * Per engine and method: the forward measured as table3 measures it (full load, 1 s of warm-up,
@@ -37,7 +37,7 @@ const METHODS_DEFAULT = "fused,fused-nofilter,fused-fb";
 
 /** The command line of `engine-probe`. */
 export const ENGINE_PROBE_COMMAND = defineCommand({
-  name: "deno task engine-probe",
+  name: "./dev task engine-probe",
   summary: "Times the same forwards on each WebGPU engine (as table3 does, and back to back in " +
     "one recorder), with the SM clock while they ran and whether timestamps are quantised.",
   flags: {
