@@ -7,9 +7,9 @@
  *     ./dev task bench-gpu --shape 1024,32000,512 --methods fused,baseline --iterations 20
  *
  * Flags (`--help`): --shape, --dtype, --beta, --methods, --modes, --iterations, --warmup,
- * --adapter; each falls back to its environment variable (LCE_BENCH_SHAPE, LCE_BENCH_DTYPE,
- * LCE_BENCH_BETA, LCE_BENCH_METHODS, LCE_BENCH_MODES, LCE_BENCH_ITERATIONS, LCE_BENCH_WARMUP,
- * LCE_ADAPTER) when absent, with the same validation.
+ * --adapter, --webgpu; each falls back to its environment variable (LCE_BENCH_SHAPE,
+ * LCE_BENCH_DTYPE, LCE_BENCH_BETA, LCE_BENCH_METHODS, LCE_BENCH_MODES, LCE_BENCH_ITERATIONS,
+ * LCE_BENCH_WARMUP, LCE_ADAPTER, LCE_WEBGPU) when absent, with the same validation.
  *
  * Why tinybench and not Deno.bench: Deno.bench can only time the host between `b.start()` and
  * `b.end()`, which here would include recording the commands in JS, submitting them and the
@@ -23,7 +23,8 @@
  */
 import { Bench, type Task } from "tinybench";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { check, oneLine } from "../core/errors.ts";
@@ -118,6 +119,7 @@ export const BENCH_GPU_COMMAND = defineCommand({
       env: "LCE_BENCH_WARMUP",
     },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -254,13 +256,17 @@ export async function runBench(args: string[] = []): Promise<void> {
   const modes = parseModes(f.modes);
   const iterations = f.iterations;
   const warmup = f.warmup;
-  const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
+  const ctx = await GpuContext.create({
+    adapter: f.adapter as AdapterChoice,
+    engine: f.webgpu as Engine,
+  });
   const spec: ProblemSpec = { ...shape, dtype };
   const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
   const gradOut = uploadGradOut(ctx, shape.n, opts);
   const what = ctx.hasTimestamps ? "GPU" : "wall";
   console.log(
-    `adapter: ${ctx.report.description}${ctx.report.isFallbackAdapter ? " (software)" : ""}; ` +
+    `adapter: ${ctx.report.description}${ctx.report.isFallbackAdapter ? " (software)" : ""} ` +
+      `(${deviceSummary(ctx.report)}); ` +
       `${what} time per call, ${iterations} samples after ${warmup} warm-up`,
   );
   for (const mode of modes) {

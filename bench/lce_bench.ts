@@ -7,11 +7,12 @@
  * overhead; for GPU time from timestamp queries run `./dev task bench-gpu` (bench/gpu_time.ts).
  * Kernels are compiled and inputs uploaded before any sample; the forward a backward needs runs
  * outside the timed part. Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d;
- * LCE_BENCH_DTYPE, LCE_BENCH_BETA. Run without permissions (a plain `deno bench`), the variables
+ * LCE_BENCH_DTYPE, LCE_BENCH_BETA; LCE_WEBGPU=dawn runs it on Dawn. Run without permissions (a plain `deno bench`), the variables
  * cannot be read: the defaults are used, and a line says so.
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
+import { deviceSummary } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { parseNumberValue } from "../core/cli.ts";
@@ -41,7 +42,8 @@ const dtype = parseDtype(_env("LCE_BENCH_DTYPE") ?? "bf16");
 const opts = resolveOptions({
   beta: parseNumberValue("LCE_BENCH_BETA", _env("LCE_BENCH_BETA") ?? "0.1"),
 });
-const ctx = await GpuContext.create();
+const ctx = await GpuContext.create(); // LCE_ADAPTER and LCE_WEBGPU pick the adapter and engine
+console.log(`adapter: ${ctx.report.description} (${deviceSummary(ctx.report)})`);
 const spec: ProblemSpec = { ...shape, dtype };
 const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
 const gradOut = uploadGradOut(ctx, shape.n, opts);

@@ -5,7 +5,7 @@
  * @module
  */
 import { GpuError } from "../core/errors.ts";
-import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
+import { type Engine, engineFromEnv, loadEngine, noAdapterHint, parseEngine } from "./engine.ts";
 import {
   bindingConflict,
   bindingRange,
@@ -145,6 +145,14 @@ export function adapterFromEnv(): AdapterChoice {
   throw new GpuError("limits", `LCE_ADAPTER must be auto, software or hardware, got '${v}'`);
 }
 
+/**
+ * The adapter and engine options of a command's `--adapter` and `--webgpu` flags (core/cli.ts's
+ * ADAPTER_FLAG and WEBGPU_FLAG, which have validated them).
+ */
+export function deviceFlags(f: { adapter: string; webgpu: string }): ContextOptions {
+  return { adapter: f.adapter as AdapterChoice, engine: parseEngine(f.webgpu) };
+}
+
 /** An open device with tracked allocations. Create with {@link GpuContext.create}. */
 export class GpuContext {
   /** The adapter in use. */
@@ -189,6 +197,7 @@ export class GpuContext {
       this.lostReason = `${info.reason ?? "unknown"}: ${info.message}`;
     });
     device.addEventListener("uncapturederror", (ev) => {
+      ev.preventDefault(); // handled here (throwUncaptured): Dawn would also print it to stdout
       const e = (ev as GPUUncapturedErrorEvent).error;
       this.#uncaptured.push(`${e.constructor.name}: ${e.message.split("\n")[0]}`);
     });
@@ -197,16 +206,16 @@ export class GpuContext {
   /** Opens the chosen adapter and a device with every limit raised to the adapter's maximum. */
   static async create(opts: ContextOptions = {}): Promise<GpuContext> {
     const engine = opts.engine ?? engineFromEnv();
-    const { gpu, version } = await loadEngine(engine);
+    const { requestAdapter, version } = await loadEngine(engine);
     const choice = opts.adapter ?? adapterFromEnv();
     let adapter: GPUAdapter | null;
     if (choice === "software") {
-      adapter = await gpu.requestAdapter({ forceFallbackAdapter: true });
+      adapter = await requestAdapter({ forceFallbackAdapter: true });
       if (adapter && !_isFallback(adapter)) {
         adapter = null; // asked for a software adapter, got hardware
       }
     } else {
-      adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
+      adapter = await requestAdapter({ powerPreference: "high-performance" });
       if (adapter && choice === "hardware" && _isFallback(adapter)) adapter = null;
     }
     if (!adapter) {
@@ -421,7 +430,12 @@ export class GpuContext {
     let p: GPUComputePipeline | undefined;
     if (errors.length === 0) {
       try {
-        p = await this.device.createComputePipelineAsync(this.#descriptor(code, label, module));
+        const desc = this.#descriptor(code, label, module);
+        // Dawn's asynchronous creation leaves garbage that V8 takes seconds to collect (see
+        // docs/engines.md); the synchronous one reports its errors to the scope opened above
+        p = this.engine === "dawn"
+          ? this.device.createComputePipeline(desc)
+          : await this.device.createComputePipelineAsync(desc);
       } catch (e) {
         await this.device.popErrorScope();
         throw new GpuError(

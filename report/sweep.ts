@@ -1,10 +1,11 @@
 /**
  * Scaling-sweep reports: the cells of a sweep (measure/sweep.ts) as
- * - `sweep_<adapter>_<over>.csv`: long format, one line per method × β × mode × metric × value
+ * - `sweep_<adapter>[_dawn]_<over>.csv` (`_dawn` on Dawn, as table3's names): long format, one line per method × β × mode × metric × value
  *   ({@link SWEEP_CSV_COLUMNS}; metric `timeMs` in ms or `peakBytes` in bytes, p20/p50/p80/min/max
  *   over the measured repetitions), failed cells with empty figures and their error;
  * - `sweep_<adapter>_<over>.json`: the environment (adapter, driver, Deno, date, git commit) and
- *   every cell with its raw per-repetition samples and failures;
+ *   every cell with its raw per-repetition samples and failures (the adapter's engine and its
+ *   device's features included);
  * - `sweep_<adapter>_<over>_time.svg` and `…_memory.svg`: one line per method against the swept
  *   size, one panel per mode (and per β), min–max error bars, a gap where a method failed, the
  *   memory lower bound as a dashed black line, log axes where the values span more than 10×.
@@ -16,7 +17,8 @@ import { mkdirSync } from "node:fs";
 import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
 import type { ExternalRow, ExternalRows } from "./external.ts";
-import { lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./table3.ts";
+import { engineTag, lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./table3.ts";
+import { deviceSummary } from "../gpu/engine.ts";
 import { logTicks, renderVegaLite, type TopLevelSpec } from "./svg.ts";
 import { type SeriesStyle, seriesStyles } from "./styles.ts";
 import { csvText } from "./csv.ts";
@@ -64,6 +66,7 @@ export interface SweepReport {
 /** Columns of the long-format CSV, in order. */
 export const SWEEP_CSV_COLUMNS = [
   "adapter",
+  "engine",
   "n",
   "v",
   "d",
@@ -91,9 +94,9 @@ export const SWEEP_METRICS = [
   { metric: "peakBytes", unit: "bytes" },
 ] as const;
 
-/** `sweep_<adapter-slug>_<over>` for a report. */
+/** `sweep_<adapter-slug>[_dawn]_<over>` for a report. */
 export function sweepBaseName(r: Pick<SweepReport, "env" | "over">): string {
-  return `sweep_${reportSlug(r.env.adapter)}_${r.over}`;
+  return `sweep_${reportSlug(r.env.adapter)}${engineTag(r.env.adapter.engine)}_${r.over}`;
 }
 
 /** Whether an external file's fixed sizes (all but the swept one) and dtype match the sweep's. */
@@ -118,6 +121,8 @@ export function sweepFailures(cells: readonly SweepCell[]): NonNullable<SweepRep
 /** One line of the long format before CSV encoding. */
 export interface SweepLongRow {
   adapter: string;
+  /** The WebGPU engine (`deno`, `dawn`); empty for external rows. */
+  engine: string;
   n: number;
   v: number;
   d: number;
@@ -156,6 +161,7 @@ function _stats(samples: readonly number[] | undefined, fallback: number | null)
 export function sweepLongRows(r: SweepReport): SweepLongRow[] {
   const out: SweepLongRow[] = [];
   const adapter = r.env.adapter.description;
+  const engine = r.env.adapter.engine ?? "deno";
   for (const c of r.cells) {
     for (const { metric, unit } of SWEEP_METRICS) {
       const ok = c.row.error === undefined;
@@ -170,6 +176,7 @@ export function sweepLongRows(r: SweepReport): SweepLongRow[] {
       }
       out.push({
         adapter,
+        engine,
         ...c.shape,
         fixture: r.fixture,
         method: c.row.method,
@@ -201,6 +208,7 @@ export function sweepLongRows(r: SweepReport): SweepLongRow[] {
         }
         out.push({
           adapter: dev,
+          engine: "",
           ...x.shape,
           dtype: _externalDtype(x, e),
           fixture: x.fixture,
@@ -500,6 +508,7 @@ export function sweepChartSpec(r: SweepReport, metric: "timeMs" | "peakBytes"): 
     `${fixed}, ${r.base.dtype}, fixture ${r.fixture}${
       r.betas.length === 1 ? `, β = ${r.betas[0]}` : ""
     }; ${r.env.adapter.description}${r.reducedShape ? " (reduced shape)" : ""}`,
+    deviceSummary(r.env.adapter),
     `line: median of ${r.reps} repetition${r.reps === 1 ? "" : "s"}; bar: min–max` +
     (metric === "peakBytes" ? "; black dotted: lower bound" : "") +
     ((r.external?.length ?? 0) > 0 ? "; dashed: same-card PyTorch" : "") +

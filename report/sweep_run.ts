@@ -16,6 +16,7 @@ import { check, InputError } from "../core/errors.ts";
 import { formatDuration, paint, Progress } from "../core/progress.ts";
 import type { Dtype, Reduction } from "../core/options.ts";
 import type { GpuContext } from "../gpu/context.ts";
+import { engineName } from "../gpu/engine.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { failedAtRunTime, type Mode } from "../measure/measure.ts";
 import {
@@ -282,7 +283,8 @@ function _intro(
   const fixed = SWEEP_AXES.filter((k) => k !== o.over).map((k) => `${k}=${plan.base[k]}`)
     .join(" ");
   const n = o.methods.length;
-  return `${ctx.report.description}${ctx.report.isFallbackAdapter ? " (software)" : ""}: ` +
+  return `${ctx.report.description}${ctx.report.isFallbackAdapter ? " (software)" : ""}, ` +
+    `${engineName(ctx.engine)}: ` +
     `${o.over} ∈ {${plan.values.join(", ")}} at ${fixed} ${plan.base.dtype}, fixture ` +
     `${o.fixture}, β ∈ {${o.betas.join(", ")}}, ${n} method${n === 1 ? "" : "s"}, modes ` +
     `${o.modes.join(",")}, ${reps} reps after ${plan.warmup} warm-up` +

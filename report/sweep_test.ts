@@ -9,6 +9,7 @@ import type { ExternalRows } from "./external.ts";
 import {
   externalMatches,
   formatSweepCsv,
+  SWEEP_CSV_COLUMNS,
   sweepBaseName,
   sweepChartSpec,
   type SweepReport,
@@ -249,6 +250,21 @@ function _lines(svg: string): Map<string, number> {
   }
   return counts;
 }
+
+Deno.test("sweep reports name their engine: file name, CSV column", () => {
+  const dawn = _report();
+  dawn.env.adapter = {
+    ...dawn.env.adapter,
+    engine: "dawn",
+    engineVersion: "Dawn (npm:webgpu@0.6.2)",
+  };
+  assert.equal(sweepBaseName(dawn), "sweep_nvidia-h200_dawn_v");
+  const csv = formatSweepCsv(dawn).split("\r\n").filter((l) => l !== "");
+  const col = SWEEP_CSV_COLUMNS.indexOf("engine");
+  assert.ok(col > 0 && csv.length > 1);
+  for (const line of csv.slice(1)) assert.equal(line.split(",")[col], "dawn", line);
+  assert.equal(formatSweepCsv(_report()).split("\r\n")[1].split(",")[col], "deno");
+});
 
 Deno.test("sweep charts: well-formed SVG, one line per method in every panel, a gap for failures", async () => {
   const dir = mkdtempSync(join(tmpdir(), "sweep-report-"));

@@ -6,10 +6,13 @@
  * commit and whether the tree was dirty), CSV of the rows (with adapter, shape and fixture
  * columns), and an SVG chart of time and memory per method and mode (min–max error bars, the
  * lower bound of each mode, log axes where values span more than 10×); written atomically under
- * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
+ * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}` (with `_dawn`
+ * after the slug for a table measured on Dawn, so that the two engines' tables of one card sit
+ * side by side). Every form names the WebGPU engine and the device's kernel features.
  * @module
  */
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, engineName } from "../gpu/engine.ts";
 import { type ExternalRows, formatPeers } from "./external.ts";
 import { adapterSlug, driverVersion, nvidiaDriver } from "../measure/host.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
@@ -233,10 +236,19 @@ export function filterNotes(r: Table3Report): string[] {
 /** A file-name slug of an adapter: its description (or vendor, architecture, device) lowercased. */
 export const reportSlug = adapterSlug;
 
-/** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
+/**
+ * What file names add for an engine: nothing for Deno's built-in one (the names reports have
+ * always had), `_dawn` for Dawn.
+ */
+export function engineTag(engine: Engine | undefined): string {
+  return engine === "dawn" ? "_dawn" : "";
+}
+
+/** `table3_<adapter-slug>[_dawn]_<n>x<v>x<d>_<dtype>` for a report. */
 export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
   const { n, v, d, dtype } = r.shape;
-  return `table3_${reportSlug(r.env.adapter)}_${n}x${v}x${d}_${dtype}`;
+  const slug = reportSlug(r.env.adapter) + engineTag(r.env.adapter.engine);
+  return `table3_${slug}_${n}x${v}x${d}_${dtype}`;
 }
 
 /** Rows of `beta`, methods in the paper's order. */
@@ -293,7 +305,7 @@ function _headerLines(r: Table3Report): string[] {
     `# Table 3: N = ${n.toLocaleString("en-US")}, |V| = ${v.toLocaleString("en-US")}, ` +
       `D = ${d.toLocaleString("en-US")}, ${dtype}, fixture \`${r.fixture}\` on ${
         _md(a.description)
-      }`,
+      }, ${engineName(a.engine)}`,
   );
   lines.push("");
   if (r.complete === false) {
@@ -312,6 +324,7 @@ function _headerLines(r: Table3Report): string[] {
     `- Adapter: ${_md(a.description)} (${kind}; vendor ${a.vendor || "?"}, architecture ` +
       `${a.architecture || "?"}${driver}); Deno ${r.env.deno.deno}, ${r.env.os}; ${r.env.date}.`,
   );
+  lines.push(`- WebGPU: ${_md(deviceSummary(a))}.`);
   lines.push(
     `- Problem: E ${n}×${d} and C ${v}×${d} in ${dtype} (fixture \`${r.fixture}\`` +
       `${r.generator ? `, generator ${r.generator}` : ""}${

@@ -1,6 +1,6 @@
 /**
- * The CSV form of a Table 3 report: one line per method × β × mode with the adapter, shape and
- * fixture, the figures, the ratios against the section's baseline row, the statistics and the
+ * The CSV form of a Table 3 report: one line per method × β × mode with the adapter, engine, shape
+ * and fixture, the figures, the ratios against the section's baseline row, the statistics and the
  * error.
  * @module
  */
@@ -10,6 +10,7 @@ import { type Table3Report, vsBaseline } from "./table3.ts";
 /** Columns of the CSV report. */
 export const CSV_COLUMNS = [
   "adapter",
+  "engine",
   "n",
   "v",
   "d",
@@ -48,6 +49,7 @@ export function formatCsv(r: Table3Report): string {
     lines.push(
       [
         r.env.adapter.description,
+        r.env.adapter.engine ?? "deno",
         r.shape.n,
         r.shape.v,
         r.shape.d,

@@ -14,6 +14,7 @@ import { check, InputError, oneLine } from "../core/errors.ts";
 import { paint, Progress } from "../core/progress.ts";
 import type { Dtype, LceOptions, Reduction } from "../core/options.ts";
 import type { GpuContext } from "../gpu/context.ts";
+import { engineName } from "../gpu/engine.ts";
 import type { LceMethod } from "../methods/types.ts";
 import {
   failedAtRunTime,
@@ -213,7 +214,9 @@ function _intro(ctx: GpuContext, o: Table3RunOptions, run: _Run): string {
   const { shape } = run.report;
   const software = ctx.report.isFallbackAdapter;
   const n = o.methods.length;
-  return `${ctx.report.description}${software ? " (software)" : ""}: N=${shape.n} ` +
+  return `${ctx.report.description}${software ? " (software)" : ""}, ${
+    engineName(ctx.engine)
+  }: N=${shape.n} ` +
     `V=${shape.v} D=${shape.d} ${shape.dtype}, fixture ${o.fixture}, β ∈ {${
       o.betas.join(", ")
     }}, ` +
@@ -273,11 +276,11 @@ function _checkResumeAdapter(ctx: GpuContext, o: Table3RunOptions): void {
   const a = prior.env.adapter;
   if (
     a.description !== ctx.report.description ||
-    a.isFallbackAdapter !== ctx.report.isFallbackAdapter
+    a.isFallbackAdapter !== ctx.report.isFallbackAdapter || (a.engine ?? "deno") !== ctx.engine
   ) {
     throw new InputError(
-      `--resume ${o.resume!.path}: measured on ${a.description}, this adapter is ` +
-        `${ctx.report.description}`,
+      `--resume ${o.resume!.path}: measured on ${a.description} (${a.engine ?? "deno"}), ` +
+        `this adapter is ${ctx.report.description} (${ctx.engine})`,
     );
   }
 }

@@ -4,6 +4,7 @@
  * bound of each mode, log axes where values span more than 10×.
  * @module
  */
+import { engineName } from "../gpu/engine.ts";
 import type { MeasureRow } from "../measure/measure.ts";
 import { type Bar, groupedBarChartSpec, renderVegaLite } from "./svg.ts";
 import { seriesStyles } from "./styles.ts";
@@ -92,7 +93,7 @@ export async function renderSvg(r: Table3Report): Promise<string> {
     {
       $schema: "https://vega.github.io/schema/vega-lite/v6.json",
       title: {
-        text: `Table 3 — ${r.env.adapter.description}`,
+        text: `Table 3 — ${r.env.adapter.description}, ${engineName(r.env.adapter.engine)}`,
         subtitle: `N = ${n}, |V| = ${v}, D = ${d}, ${dtype}, fixture ${r.fixture}` +
           (r.reducedShape ? " (reduced shape)" : ""),
       },

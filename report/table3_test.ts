@@ -131,7 +131,7 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
   const lines = md.split("\n");
   assert.match(
     lines[0],
-    /^# Table 3: N = 8,192, \|V\| = 256,000, D = 2,304, bf16, fixture `cce` on NVIDIA H200 \\\| test$/,
+    /^# Table 3: N = 8,192, \|V\| = 256,000, D = 2,304, bf16, fixture `cce` on NVIDIA H200 \\\| test, wgpu$/,
   );
   const table = lines.filter((l) => l.startsWith("| ")).slice(0, 11);
   assert.deepEqual(table.map((l) => l.split(" | ")[0]), [
@@ -185,14 +185,15 @@ Deno.test("formatCsv: header, shape columns and one quoted line per row with its
   const csv = formatCsv(r).split("\r\n");
   assert.equal(csv[0], CSV_COLUMNS.join(","));
   assert.equal(csv.length, 1 + 18 + 1);
-  for (const c of ["adapter", "n", "v", "d", "dtype", "fixture"]) {
+  for (const c of ["adapter", "engine", "n", "v", "d", "dtype", "fixture"]) {
     assert.ok(CSV_COLUMNS.includes(c as typeof CSV_COLUMNS[number]), c);
   }
   const failed = csv.find((l) => l.includes(",baseline,Baseline,0.1,fwd+bwd,"))!;
   assert.match(failed, /,"OOM: needs 28,000 MiB"$/);
   const ok = csv[1].split(",");
-  assert.deepEqual(ok.slice(0, 14), [
+  assert.deepEqual(ok.slice(0, 15), [
     "NVIDIA H200 | test",
+    "deno",
     "8192",
     "256000",
     "2304",
@@ -289,6 +290,33 @@ Deno.test("writeReport: four files named after adapter and shape, SVG well forme
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+Deno.test("table3 reports name their engine: title, WebGPU line, CSV column, file name", () => {
+  const wgpu = _report();
+  const dawn = _report();
+  dawn.env.adapter = {
+    ...dawn.env.adapter,
+    engine: "dawn",
+    engineVersion: "Dawn (npm:webgpu@0.6.2)",
+    features: ["shader-f16", "subgroups", "timestamp-query"],
+  };
+  assert.equal(reportBaseName(dawn), "table3_nvidia-h200-test_dawn_8192x256000x2304_bf16");
+  assert.notEqual(reportBaseName(dawn), reportBaseName(wgpu));
+  const md = formatMarkdown(dawn).split("\n");
+  assert.match(md[0], /on NVIDIA H200 \\\| test, Dawn$/);
+  assert.ok(
+    md.includes(
+      "- WebGPU: Dawn (npm:webgpu@0.6.2); shader-f16, subgroups, timestamp-query; no " +
+        "subgroup-matrix.",
+    ),
+    md.join("\n"),
+  );
+  assert.match(formatMarkdown(wgpu).split("\n")[0], /, wgpu$/);
+  const col = CSV_COLUMNS.indexOf("engine");
+  const [, first] = formatCsv(dawn).split("\r\n");
+  assert.equal(first.split(",")[col], "dawn");
+  assert.equal(formatCsv(wgpu).split("\r\n")[1].split(",")[col], "deno");
 });
 
 Deno.test("table3 markdown: says when the inputs fit in L2, and not at the paper's shape", () => {

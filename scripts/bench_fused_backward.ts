@@ -1,6 +1,7 @@
 /**
  * `deno run -A scripts/bench_fused_backward.ts [--fixture cce|llm] [--n N --v V --d D]
- * [--dtype bf16|f16|f32] [--beta B] [--reps R] [--warmup W] [--configs a,b,…]`: the fused
+ * [--dtype bf16|f16|f32] [--beta B] [--reps R] [--warmup W] [--configs a,b,…]
+ * [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the fused
  * backward's configurations side by side, with the per-pass breakdown (GPU ms from timestamp
  * queries, median over R reps after W warm-ups; each rep's forward runs untimed before it), the
  * kept tiles and the peak bytes above the inputs and the forward's state. The configurations
@@ -10,10 +11,11 @@
  * 512 × 8192 × 256 on a software one.
  * @module
  */
-import { defineCommand, parseList, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, parseList, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { passMedians, timeMode, timeRepetitions } from "../measure/timing.ts";
@@ -44,6 +46,8 @@ export const BENCH_FUSED_BACKWARD_COMMAND = defineCommand({
       help: `configurations, of ${Object.keys(BENCH_CONFIGS).join(", ")} or s<S>r<R>`,
       defaultText: "all named ones",
     },
+    adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -117,7 +121,10 @@ async function main() {
       );
     }
   }
-  const ctx = await GpuContext.create();
+  const ctx = await GpuContext.create({
+    adapter: values.adapter as AdapterChoice,
+    engine: values.webgpu as Engine,
+  });
   try {
     const soft = ctx.report.isFallbackAdapter;
     const shape = {
@@ -126,7 +133,9 @@ async function main() {
       d: values.d ?? (soft ? 256 : 2304),
     };
     console.log(
-      `${ctx.report.description}: fused backward, ${values.fixture} ${shape.n}×${shape.v}×${shape.d} ` +
+      `${ctx.report.description} (${
+        deviceSummary(ctx.report)
+      }): fused backward, ${values.fixture} ${shape.n}×${shape.v}×${shape.d} ` +
         `${dtype}, β ${opts.beta}, median of ${reps} after ${warmup}`,
     );
     const di = await makeDeviceInputs(ctx, { ...shape, dtype, fixture: values.fixture });

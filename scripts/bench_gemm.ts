@@ -12,11 +12,19 @@
  * product that fails (e.g. out of memory) is reported in its row and the run goes on.
  * @module
  */
-import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseIntValue,
+  parseList,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type Dtype, parseDtype } from "../core/options.ts";
-import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceFlags, GpuContext } from "../gpu/context.ts";
+import { deviceSummary } from "../gpu/engine.ts";
 import { createTensor, type TensorDtype, upload } from "../gpu/tensor.ts";
 import { ligerChunkSize } from "../methods/liger.ts";
 import { GEMM_CASES, type GemmCaseName, gemmCases } from "../tuning/gemm_cases.ts";
@@ -62,6 +70,7 @@ export const BENCH_GEMM_COMMAND = defineCommand({
       default: "auto",
     },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -114,9 +123,13 @@ export async function benchGemmMain(args: string[]): Promise<void> {
   if (!p) return;
   const { n, v, d, reps, inner, out: outPath } = p.values;
   const dtype = p.dtype;
-  const ctx = await GpuContext.create({ adapter: p.values.adapter as AdapterChoice });
+  const ctx = await GpuContext.create(deviceFlags(p.values));
   const rep = ctx.report;
-  console.log(`adapter: ${rep.description} (${rep.vendor}); n ${n}, v ${v}, d ${d}, ${dtype}`);
+  console.log(
+    `adapter: ${rep.description} (${rep.vendor}; ${
+      deviceSummary(rep)
+    }); n ${n}, v ${v}, d ${d}, ${dtype}`,
+  );
   const { mk, e, c } = _inputs(ctx, { n, v, d, dtype });
   const cases = gemmCases(mk, { e, c, n, v, d, dtype });
   const results: Record<string, unknown>[] = [];
@@ -145,6 +158,8 @@ export async function benchGemmMain(args: string[]): Promise<void> {
   const env = {
     adapter: rep.description,
     vendor: rep.vendor,
+    engine: rep.engine,
+    webgpu: deviceSummary(rep),
     deno: Deno.version.deno,
     date: new Date().toISOString(),
   };

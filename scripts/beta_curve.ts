@@ -10,7 +10,7 @@
  *
  *   ./dev task beta-curve [--betas 0,0.05,0.1,0.2,0.3] [--n 10240]
  *     [--held-out 2048] [--v 256] [--d 64] [--seed 0] [--steps 300] [--lr 0.1] [--batch 128]
- *     [--bins 15] [--out out] [--adapter auto|software|hardware]
+ *     [--bins 15] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn]
  *
  * Writes OUT/beta_curve.svg (held-out ECE, NLL and entropy gap against β, before and after
  * temperature scaling) and OUT/beta_curve.json (settings, adapter, one row per β and the initial
@@ -20,10 +20,11 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, parseEngine } from "../gpu/engine.ts";
 import { splitTokens } from "../calibration/training.ts";
 import {
   betaCurve,
@@ -60,12 +61,14 @@ export const BETA_CURVE_COMMAND = defineCommand({
     bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
     out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
 interface _Options extends BetaCurveOptions {
   out: string;
   adapter: AdapterChoice;
+  engine: Engine;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
@@ -74,10 +77,11 @@ export async function betaCurveMain(args: string[]): Promise<void> {
   if (o === "help") return;
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
-  const ctx = await GpuContext.create({ adapter: o.adapter });
+  const ctx = await GpuContext.create({ adapter: o.adapter, engine: o.engine });
+  const device = `${ctx.report.description} (${deviceSummary(ctx.report)})`;
   try {
     console.log(
-      `β curve on ${ctx.report.description}: llm fixture (seed ${o.seed}), ${train.n} training ` +
+      `β curve on ${device}: llm fixture (seed ${o.seed}), ${train.n} training ` +
         `tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} SGD steps, ` +
         `lr ${o.lr}, C trained (E fixed), fused kernel; ${heldOut.n} held-out tokens`,
     );
@@ -108,7 +112,7 @@ export async function betaCurveMain(args: string[]): Promise<void> {
       method: "fused",
       trained: "C (E fixed)",
       init: "the fixture's C; the same for every β, same batches in the same order",
-      adapter: ctx.report.description,
+      adapter: device,
       deno: Deno.version.deno,
     };
     const json = {
@@ -122,7 +126,7 @@ export async function betaCurveMain(args: string[]): Promise<void> {
       summary,
       rows,
     };
-    const svg = await betaCurveFigure(curve, init, o, ctx.report.description);
+    const svg = await betaCurveFigure(curve, init, o, device);
     const files: OutputFile[] = [
       { path: _outputs(o.out)[0], bytes: svg },
       { path: _outputs(o.out)[1], bytes: JSON.stringify(json, null, 1) + "\n" },
@@ -172,6 +176,7 @@ function _parse(args: string[]): _Options | "help" {
     bins: v.bins,
     out: v.out,
     adapter: v.adapter as AdapterChoice,
+    engine: parseEngine(v.webgpu),
   };
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(

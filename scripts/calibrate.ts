@@ -8,31 +8,32 @@
  *     [--ignore-fraction F] [options]
  *
  * Options: [--beta B] [--softcap S] [--bins M] [--dtype bf16|f16|f32] [--ignore-index I]
- * [--temperature T] [--fit-temperature] [--json FILE] [--out DIR [--name NAME]]
- * [--adapter auto|software|hardware]. Prints the metrics and the non-empty bins, then entropy
- * calibration (mean entropy against mean NLL, overall and per confidence bin); every statistic is
- * of the logits divided by T (default 1; calibration/temperature.ts: the fused forward on E/T,
- * softcap s/T). --fit-temperature also finds the NLL-optimal T* (one fused forward per step, T*
- * to a relative 1e-4, starting from T) and prints NLL, ECE, RMSCE, entropy and accuracy before
- * (at T) and after (at T*). --json FILE writes {temperature, before, after (only with the fit),
- * tokens, bins, env}. With --out writes DIR/calibration_NAME.svg (reliability diagram; with the
- * fit, before and after) and DIR/calibration_NAME.json (NAME defaults to `reliability`). The flags
- * are declared with core/cli.ts (`--help` lists them with their defaults). Every output path is
- * checked before any GPU work, and the files are written all or nothing (io/outputs.ts). The
- * `.npy` inputs are read bounded (io/npy.ts); a value of E or C that is not finite or overflows
- * the compute dtype is named by tensor, row and column. Bad flags or inputs, and a fit that
- * cannot bracket a minimum, print one line `error: …`, exit with status 2 and write nothing; a
- * GPU failure exits 1.
+ * [--temperature T] [--fit-temperature] [--json FILE] [--out DIR [--name NAME]] [--adapter
+ * auto|software|hardware] [--webgpu deno|dawn]. Prints the metrics and the non-empty bins, then
+ * entropy calibration (mean entropy against mean NLL, overall and per confidence bin); every
+ * statistic is of the logits divided by T (default 1; calibration/temperature.ts: the fused forward
+ * on E/T, softcap s/T). --fit-temperature also finds the NLL-optimal T* (one fused forward per
+ * step, T* to a relative 1e-4, starting from T) and prints NLL, ECE, RMSCE, entropy and accuracy
+ * before (at T) and after (at T*). --json FILE writes {temperature, before, after (only with the
+ * fit), tokens, bins, env}. With --out writes DIR/calibration_NAME.svg (reliability diagram; with
+ * the fit, before and after) and DIR/calibration_NAME.json (NAME defaults to `reliability`). The
+ * flags are declared with core/cli.ts (`--help` lists them with their defaults). Every output path
+ * is checked before any GPU work, and the files are written all or nothing (io/outputs.ts). The
+ * `.npy` inputs are read bounded (io/npy.ts); a value of E or C that is not finite or overflows the
+ * compute dtype is named by tensor, row and column. Bad flags or inputs, and a fit that cannot
+ * bracket a minimum, print one line `error: …`, exit with status 2 and write nothing; a GPU failure
+ * exits 1.
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { checkInputs, type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
 import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
 import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, parseEngine } from "../gpu/engine.ts";
 import { checkTemperature, checkTemperatureFor } from "../calibration/temperature.ts";
 import { inputNeed } from "../measure/inputs.ts";
 import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
@@ -87,6 +88,7 @@ export const CALIBRATE_COMMAND = defineCommand({
     out: { type: "string", arg: "DIR", help: "write the report and diagram here" },
     name: { type: "string", help: "file name stem with --out", defaultText: "reliability" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 const USAGE = CALIBRATE_COMMAND.usage();
@@ -97,13 +99,15 @@ const FIXTURE_DEFAULTS = { n: 2048, v: 4096, d: 128 };
 /** The validated command line: the job and the adapter to run it on. */
 interface _Job extends CalibrateJob {
   adapter?: AdapterChoice;
+  engine?: Engine;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags or inputs; see runCli). */
 export async function calibrateMain(args: string[]): Promise<void> {
   const job = await _parse(args);
   if (job === "help") return;
-  const ctx = await GpuContext.create({ adapter: job.adapter });
+  const ctx = await GpuContext.create({ adapter: job.adapter, engine: job.engine });
+  const device = `${ctx.report.description} (${deviceSummary(ctx.report)})`;
   try {
     // the inputs on the GPU (f32 at most) and the per-token statistics
     const { n, v, d } = job.x;
@@ -111,8 +115,8 @@ export async function calibrateMain(args: string[]): Promise<void> {
     const free = await requireFits(ctx, need, `calibration at ${n} × ${v} × ${d}`);
     const limit = ctx.memory().liveBytes + gpuBudget(free);
     const r = await capAllocations(ctx, limit, () => runCalibration(ctx, job));
-    console.log(calibrationText(job, r, ctx.report.description));
-    const files = await calibrationFiles(job, r, ctx.report.description);
+    console.log(calibrationText(job, r, device));
+    const files = await calibrationFiles(job, r, device);
     if (files.length > 0) {
       await writeAllOrNothing(files);
       console.log(`wrote ${files.map((f) => f.path).join(", ")}`);
@@ -195,6 +199,7 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
     out: v.out,
     name,
     adapter: v.adapter as AdapterChoice,
+    engine: parseEngine(v.webgpu),
     temperature,
     fit: v["fit-temperature"],
     json: v.json,

@@ -1,13 +1,15 @@
 /**
  * `./dev run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
- * [--max-work W] [--verbose]`: the shape fuzzer of testing/fuzz.ts run for longer than CI does.
+ * [--max-work W] [--verbose] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the shape
+ * fuzzer of testing/fuzz.ts run for longer than CI does.
  * Case i has seed S + i; every failure prints its seed, the whole case, what differed and the
  * command that replays it (`--seed S --cases 1`). Ends with `N passed, F failed` (and the skipped
  * count, when a method cannot run a case here); exits 1 when any case failed.
  * @module
  */
-import { defineCommand, runCli } from "../core/cli.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { methodByName, METHODS } from "../methods/mod.ts";
 import { DEFAULT_BOUNDS, describeCase, FuzzRunner } from "../testing/fuzz.ts";
 
@@ -23,6 +25,8 @@ export const FUZZ_COMMAND = defineCommand({
     "max-dim": { type: "int", min: 1, help: "largest n, v, d", default: DEFAULT_BOUNDS.maxDim },
     "max-work": { type: "int", min: 1, help: "largest n·v·d", default: DEFAULT_BOUNDS.maxWork },
     verbose: { type: "boolean", short: "v", help: "a line per case" },
+    adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -35,9 +39,14 @@ export async function fuzzMain(args: string[]): Promise<number> {
   const seed = values.seed;
   const bounds = { maxDim: values["max-dim"], maxWork: values["max-work"] };
   const methods = values.method === undefined ? METHODS : [methodByName(values.method)];
-  const ctx = await GpuContext.create({ poison: true });
+  const ctx = await GpuContext.create({
+    poison: true,
+    adapter: values.adapter as AdapterChoice,
+    engine: values.webgpu as Engine,
+  });
   console.log(
-    `fuzz: ${cases} cases from seed ${seed} on ${ctx.report.description}` +
+    `fuzz: ${cases} cases from seed ${seed} on ${ctx.report.description} ` +
+      `(${deviceSummary(ctx.report)})` +
       ` (methods ${methods.map((m) => m.name).join(", ")}; n, v, d ≤ ${bounds.maxDim}, ` +
       `n·v·d ≤ ${bounds.maxWork})`,
   );

@@ -1,14 +1,15 @@
 /**
- * `./dev task gpu-smoke [--n N --v V --d D --dtype bf16]`: a quick health check of a
- * GPU host: prints the adapter and its f32 FMA peak through WGSL (gpu/busy_load.ts's
+ * `./dev task gpu-smoke [--n N --v V --d D --dtype bf16] [--adapter …] [--webgpu deno|dawn]`: a
+ * quick health check of a GPU host: prints the adapter and its f32 FMA peak through WGSL (gpu/busy_load.ts's
  * register-only loop: the ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
  * f32) for each GEMM tile, and one baseline forward+backward, at the given shape (default the
  * paper's). Effective TFLOP/s = 2·n·v·d / GPU time.
  * @module
  */
-import { defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
-import { GpuContext } from "../gpu/context.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { FMA_LOOP_GROUP_FLOP, prepareBusyLoad } from "../gpu/busy_load.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, upload } from "../gpu/tensor.ts";
@@ -29,6 +30,8 @@ export const GPU_SMOKE_COMMAND = defineCommand({
     d: { type: "int", min: 1, help: "hidden size", default: 2304 },
     dtype: { type: "string", help: "input dtype", default: "bf16", arg: "bf16|f16|f32" },
     reps: { type: "int", min: 1, help: "timed repetitions", default: 3 },
+    adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -37,11 +40,14 @@ await runCli(async () => {
   if (!parsed) return;
   const { n, v, d, reps } = parsed.values;
   const dtype = parseDtype(parsed.values.dtype);
-  const ctx = await GpuContext.create();
+  const ctx = await GpuContext.create({
+    adapter: parsed.values.adapter as AdapterChoice,
+    engine: parsed.values.webgpu as Engine,
+  });
   const r = ctx.report;
   console.log(
-    `adapter: ${r.description} (vendor ${r.vendor}, fallback ${r.isFallbackAdapter}); maxBinding ${r.maxBindingBytes}, maxBuffer ${r.limits.maxBufferSize}, wg mem ${r.limits.maxComputeWorkgroupStorageSize}; features ${
-      r.features.join(",")
+    `adapter: ${r.description} (vendor ${r.vendor}, fallback ${r.isFallbackAdapter}); maxBinding ${r.maxBindingBytes}, maxBuffer ${r.limits.maxBufferSize}, wg mem ${r.limits.maxComputeWorkgroupStorageSize}; ${
+      deviceSummary(r)
     }`,
   );
   console.log(

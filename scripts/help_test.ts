@@ -18,6 +18,7 @@ const SCRIPTS = [
   "scripts/fuzz.ts",
   "scripts/gpu_smoke.ts",
   "scripts/table3_merge.ts",
+  "scripts/engine_probe.ts",
   "bench/gpu_time.ts",
 ];
 

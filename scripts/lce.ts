@@ -1,8 +1,9 @@
 /**
  * `./dev task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
  * [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32]
- * [--grad-output G] [--adapter auto|software|hardware]`: the loss and both gradients of the
- * user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`, `dC.npy` into DIR.
+ * [--grad-output G] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the loss and both
+ * gradients of the user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`,
+ * `dC.npy` into DIR.
  *
  * All or nothing: the flags and the three output paths are checked before anything is read or
  * run (directory writable, no output a directory or one of the inputs); the inputs are read
@@ -15,12 +16,13 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { encodeNpy } from "../io/npy.ts";
 import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
-import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceFlags, GpuContext } from "../gpu/context.ts";
+import { engineName } from "../gpu/engine.ts";
 import { methodByName } from "../methods/mod.ts";
 import { cellNeed } from "../measure/measure.ts";
 import { inputNeed } from "../measure/inputs.ts";
@@ -66,6 +68,7 @@ export const LCE_COMMAND = defineCommand({
     },
     "grad-output": { type: "number", help: "upstream gradient of the loss", default: 1 },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
@@ -87,7 +90,7 @@ export async function lceMain(args: string[]): Promise<void> {
   const files = { e: f.e, c: f.c, targets: f.targets };
   // the host memory the files and their copies take, before anything is read
   await requireFits(undefined, { hostBytes: npyInputsHostNeed(files), gpuBytes: 0 }, "lce");
-  const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
+  const ctx = await GpuContext.create(deviceFlags(f));
   try {
     // rows are bound whole (f32 on the host, at most 4 bytes a value on the GPU); a tensor is
     // sharded by rows, so its whole size is bounded by the machine's memory, not one binding
@@ -116,7 +119,9 @@ export async function lceMain(args: string[]): Promise<void> {
     ]);
     const lossText = opts.reduction === "none" ? `${n} per-token losses` : `loss ${r.loss[0]}`;
     console.log(
-      `${method.name} (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
+      `${method.name} on ${
+        engineName(ctx.engine)
+      } (β = ${opts.beta}, reduction ${opts.reduction}, dtype ${dtype}${
         opts.softcap !== undefined ? `, softcap ${opts.softcap}` : ""
       }): ${lossText}; wrote loss.npy, dE.npy (${n}×${d}), dC.npy (${v}×${d}) to ${f.out}`,
     );

@@ -14,6 +14,9 @@ await writeNpy(join(dir, "E.npy"), e, [n, d]);
 await writeNpy(join(dir, "C.npy"), c, [v, d]);
 await writeNpy(join(dir, "T.npy"), t, [n]);
 
+/** The engine's name in the output line: the scripts run on the engine LCE_WEBGPU names. */
+const ENGINE = Deno.env.get("LCE_WEBGPU") === "dawn" ? "Dawn" : "wgpu";
+
 const lce = (args: string[]) => runScript("scripts/lce.ts", args, { trimStderr: true });
 
 const base = (
@@ -45,7 +48,12 @@ Deno.test("lce: writes loss, dE, dC that match the float64 reference", async () 
     "2",
   ]);
   assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /^baseline \(β = 0\.1, reduction mean, dtype f32, softcap 4\): loss /);
+  assert.ok(
+    r.stdout.startsWith(
+      `baseline on ${ENGINE} (β = 0.1, reduction mean, dtype f32, softcap 4): loss `,
+    ),
+    r.stdout,
+  );
   const ref = lceReference({ n, v, d, e, c, targets: t }, { beta: 0.1, softcap: 4 }, 2);
   const read = async (f: string) => parseNpy(await Deno.readFile(join(out, f)), f);
   const loss = await read("loss.npy"), dE = await read("dE.npy"), dC = await read("dC.npy");
@@ -59,7 +67,10 @@ Deno.test("lce: writes loss, dE, dC that match the float64 reference", async () 
 Deno.test("lce: prints the β, reduction and dtype it used; --help says how its β default differs", async () => {
   const r = await lce([...base(join(dir, "defaults"))]);
   assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /^baseline \(β = 0, reduction mean, dtype f32\): loss /);
+  assert.ok(
+    r.stdout.startsWith(`baseline on ${ENGINE} (β = 0, reduction mean, dtype f32): loss `),
+    r.stdout,
+  );
   const h = await lce(["--help"]);
   assert.equal(h.code, 0);
   assert.match(

@@ -25,10 +25,12 @@ import {
   parseList,
   parseNumberValue,
   runCli,
+  WEBGPU_FLAG,
 } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { parseMethods } from "../methods/mod.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import { parseModes } from "../measure/measure.ts";
@@ -88,6 +90,7 @@ export const SWEEP_COMMAND = defineCommand({
       help: "write into reports/ from a tree with uncommitted changes (the report says so)",
     },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "boolean",
       help: "keep the cells an earlier run of the same sweep measured in --out without error " +
@@ -97,7 +100,7 @@ export const SWEEP_COMMAND = defineCommand({
 });
 
 /** The validated command line (before the context opener is added). */
-type _Flags = Omit<SweepRunOptions, "open"> & { adapter: AdapterChoice };
+type _Flags = Omit<SweepRunOptions, "open"> & { adapter: AdapterChoice; engine: Engine };
 
 /**
  * Parses and validates the flags (InputError for anything wrong; nothing is opened). Returns
@@ -150,6 +153,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     out: f.out,
     allowDirty: f["allow-dirty"],
     adapter: f.adapter as AdapterChoice,
+    engine: parseEngine(f.webgpu),
     resume: f.resume,
   };
 }
@@ -160,7 +164,7 @@ export async function sweepMain(args: string[]): Promise<number> {
   if (!flags) return 0;
   return await runSweepReport({
     ...flags,
-    open: () => GpuContext.create({ adapter: flags.adapter }),
+    open: () => GpuContext.create({ adapter: flags.adapter, engine: flags.engine }),
   });
 }
 

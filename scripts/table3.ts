@@ -14,10 +14,18 @@
  * @module
  */
 import { dirname } from "node:path";
-import { ADAPTER_FLAG, defineCommand, parseList, parseNumberValue, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseList,
+  parseNumberValue,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { methodByName, parseMethods } from "../methods/mod.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import { parseModes } from "../measure/measure.ts";
@@ -71,6 +79,7 @@ export const TABLE3_COMMAND = defineCommand({
       help: "write into reports/ from a tree with uncommitted changes (the report says so)",
     },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -81,7 +90,7 @@ export const TABLE3_COMMAND = defineCommand({
 });
 
 /** The validated command line (before the context opener is added). */
-type _Flags = Omit<Table3RunOptions, "open"> & { adapter: AdapterChoice };
+type _Flags = Omit<Table3RunOptions, "open"> & { adapter: AdapterChoice; engine: Engine };
 
 /** Throws unless `want` (the command line) equals `have` (the report's plan). */
 function _same(path: string, what: string, want: unknown, have: unknown): void {
@@ -118,6 +127,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     out: f.out,
     allowDirty: f["allow-dirty"],
     adapter: f.adapter as AdapterChoice,
+    engine: parseEngine(f.webgpu),
   };
   if (f.resume === undefined) return _withSections(flags);
   return _withSections(_resumed(f.resume, flags, parsed.given));
@@ -158,6 +168,7 @@ function _resumed(path: string, flags: _Given, given: Set<string>): _Given {
     reduction: p.reduction,
     reps: p.reps,
     warmup: p.warmup,
+    engine: given.has("webgpu") ? flags.engine : report.env.adapter.engine ?? "deno",
     external: flags.external ?? report.external,
     out: given.has("out") ? flags.out : dirname(path),
     resume: { path, report },
@@ -176,7 +187,8 @@ function _withSections(f: _Given): _Flags {
 export async function table3Main(args: string[]): Promise<number> {
   const flags = _parseFlags(args);
   if (!flags) return 0;
-  return await runTable3({ ...flags, open: () => GpuContext.create({ adapter: flags.adapter }) });
+  const open = () => GpuContext.create({ adapter: flags.adapter, engine: flags.engine });
+  return await runTable3({ ...flags, open });
 }
 
 if (import.meta.main) {

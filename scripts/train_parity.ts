@@ -9,7 +9,7 @@
  *
  *   ./dev task train-parity [--n 10240] [--held-out 2048] [--v 256] [--d 64]
  *     [--seed 0] [--steps 300] [--lr 0.1] [--batch 128] [--beta 0.1] [--train-e] [--bins 15]
- *     [--tol 1e-5] [--out out] [--adapter auto|software|hardware]
+ *     [--tol 1e-5] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn]
  *
  * Writes OUT/train_parity_loss.svg (loss, gradient norms and their relative difference per step),
  * OUT/train_parity_loss.json (the curves), OUT/train_parity_calibration.svg (held-out reliability
@@ -21,11 +21,12 @@
  * @module
  */
 import { join } from "node:path";
-import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
+import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceSummary, type Engine, parseEngine } from "../gpu/engine.ts";
 import { splitTokens } from "../calibration/training.ts";
 import {
   trainParity,
@@ -54,12 +55,14 @@ export const TRAIN_PARITY_COMMAND = defineCommand({
     tol: { type: "number", help: "relative tolerance of the curves", default: 1e-5 },
     out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
   },
 });
 
 interface _Options extends TrainParityOptions {
   out: string;
   adapter?: AdapterChoice;
+  engine?: Engine;
 }
 
 /** The four files this command writes under --out. */
@@ -77,11 +80,12 @@ export async function trainParityMain(args: string[]): Promise<number> {
   checkOutputs(_FILES.map((f) => join(o.out, f)));
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
-  const ctx = await GpuContext.create({ adapter: o.adapter });
+  const ctx = await GpuContext.create({ adapter: o.adapter, engine: o.engine });
+  const device = `${ctx.report.description} (${deviceSummary(ctx.report)})`;
   try {
     const what = o.trainE ? "C and E trained" : "C trained, E fixed";
     console.log(
-      `train parity on ${ctx.report.description}: llm fixture (seed ${o.seed}), ${train.n} ` +
+      `train parity on ${device}: llm fixture (seed ${o.seed}), ${train.n} ` +
         `training tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} ` +
         `SGD steps, lr ${o.lr}, β = ${o.beta} (${what}); ${heldOut.n} held-out tokens`,
     );
@@ -90,7 +94,7 @@ export async function trainParityMain(args: string[]): Promise<number> {
     const files = await trainParityFiles(o, r, {
       trainTokens: train.n,
       heldOutTokens: heldOut.n,
-      adapter: ctx.report.description,
+      adapter: device,
     });
     await writeAllOrNothing(
       files.map(([name, text]) => ({ path: join(o.out, name), bytes: text })),
@@ -128,6 +132,7 @@ function _parse(args: string[]): _Options | "help" {
     tol: v.tol,
     out: v.out,
     adapter: v.adapter as AdapterChoice,
+    engine: parseEngine(v.webgpu),
   };
   check(o.heldOut < o.n, `--held-out (${o.heldOut}) must be smaller than --n (${o.n})`);
   check(

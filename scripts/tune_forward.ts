@@ -19,10 +19,17 @@
  */
 import { join } from "node:path";
 import { writeAtomic } from "../io/outputs.ts";
-import { ADAPTER_FLAG, defineCommand, parseIntValue, parseList, runCli } from "../core/cli.ts";
+import {
+  ADAPTER_FLAG,
+  defineCommand,
+  parseIntValue,
+  parseList,
+  runCli,
+  WEBGPU_FLAG,
+} from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
 import { type Dtype, type LceOptions, parseDtype, resolveOptions } from "../core/options.ts";
-import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { deviceFlags, GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor, upload } from "../gpu/tensor.ts";
 import {
   FORWARD_TILES_HW,
@@ -67,6 +74,7 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
     "no-plain": { type: "boolean", help: "skip the plain matmul comparison" },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    webgpu: WEBGPU_FLAG,
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -129,7 +137,7 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   const splitFlag = values.splits === undefined
     ? undefined
     : parseList("--splits", values.splits).map((x) => parseIntValue("--splits", x, { min: 1 }));
-  const ctx = await GpuContext.create({ adapter: values.adapter as AdapterChoice });
+  const ctx = await GpuContext.create(deviceFlags(values));
   const hw = !ctx.report.isFallbackAdapter;
   const n = values.n ?? (hw ? 8192 : 256);
   const v = values.v ?? (hw ? 256000 : 4096);

@@ -374,7 +374,11 @@ export class FuzzRunner {
     if (c.maxBindingBytes !== FUZZ_SHARD_BYTES) {
       throw new RangeError(`fuzz: no context for ${c.maxBindingBytes}-byte bindings`);
     }
-    this.#sharded ??= GpuContext.create({ poison: true, maxBindingBytes: FUZZ_SHARD_BYTES });
+    this.#sharded ??= GpuContext.create({
+      poison: true,
+      maxBindingBytes: FUZZ_SHARD_BYTES,
+      engine: this.#ctx.engine,
+    });
     return await this.#sharded;
   }
 
