@@ -72,7 +72,7 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
       help: "only this candidate tile (0-based, in the listed order) and its variants",
     },
     "no-plain": { type: "boolean", help: "skip the plain matmul comparison" },
-    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
     resume: {
