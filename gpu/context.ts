@@ -96,6 +96,14 @@ export class TrackedBuffer {
   get alive(): boolean {
     return this.#alive;
   }
+  /** Byte offset of the data in {@link buffer}: 0 here (a caller's buffer may start later). */
+  get offset(): number {
+    return 0;
+  }
+  /** What a bind group binds: the whole buffer here (a range of a caller's buffer otherwise). */
+  get binding(): GPUBufferBinding {
+    return { buffer: this.buffer };
+  }
   /**
    * Frees the buffer (the GPU keeps it until work already submitted is done; the context may keep
    * it for reuse, see {@link GpuContext.cacheLimitBytes}). Idempotent.
@@ -445,7 +453,7 @@ export class GpuContext {
       layout: pipeline.getBindGroupLayout(0),
       entries: buffers.map((b, i) => ({
         binding: i,
-        resource: { buffer: b instanceof TrackedBuffer ? b.buffer : b },
+        resource: b instanceof TrackedBuffer ? b.binding : { buffer: b },
       })),
     });
   }

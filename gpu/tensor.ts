@@ -213,3 +213,58 @@ export function poison(ctx: GpuContext, t: DeviceTensor): void {
     }
   }
 }
+
+/**
+ * Reads the given rows of a tensor back as f32, `rows.length × cols` row-major (in the order
+ * given; a row may repeat), with one copy per row into one staging buffer: the check of a
+ * benchmark run reads a few sampled rows of gradients that may be gigabytes. Waits for queued work.
+ */
+export async function readRows(
+  ctx: GpuContext,
+  t: DeviceTensor,
+  rows: ArrayLike<number>,
+): Promise<Float32Array> {
+  const eb = elementBytes(t.dtype);
+  const spans: { lo: number; at: number; skip: number }[] = [];
+  const enc = ctx.device.createCommandEncoder();
+  let total = 0;
+  const copies: [GPUBuffer, number, number][] = [];
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    if (!Number.isInteger(r) || r < 0 || r >= t.rows) {
+      throw new RangeError(`${t.label}: row ${r} out of range [0, ${t.rows})`);
+    }
+    const s = t.shardOf(r);
+    const start = s.buffer.offset + (r - s.rowStart) * t.cols * eb;
+    const lo = Math.floor(start / 4) * 4;
+    const hi = Math.ceil((start + t.cols * eb) / 4) * 4;
+    spans.push({ lo, at: total, skip: (start - lo) / eb });
+    copies.push([s.buffer.buffer, lo, hi - lo]);
+    total += hi - lo;
+  }
+  const staging = ctx.device.createBuffer({
+    size: Math.max(4, total),
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  let at = 0;
+  for (const [buf, lo, size] of copies) {
+    enc.copyBufferToBuffer(buf, lo, staging, at, size);
+    at += size;
+  }
+  ctx.device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const raw = new Uint8Array(staging.getMappedRange().slice(0));
+  staging.unmap();
+  staging.destroy();
+  ctx.assertAlive();
+  const out = new Float32Array(rows.length * t.cols);
+  spans.forEach((sp, i) => {
+    const bytes = raw.subarray(sp.at, sp.at + Math.ceil(((sp.skip + t.cols) * eb) / 4) * 4);
+    let vals: ArrayLike<number>;
+    if (t.dtype === "i32") vals = new Int32Array(bytes.slice().buffer, 0, t.cols);
+    else if (t.dtype === "u32") vals = new Uint32Array(bytes.slice().buffer, 0, t.cols);
+    else vals = decode(bytes.slice(), t.dtype, sp.skip + t.cols).subarray(sp.skip);
+    out.set(vals, i * t.cols);
+  });
+  return out;
+}
