@@ -141,8 +141,8 @@ export function adapterFromEnv(): AdapterChoice {
 
 /** An open device with tracked allocations. Create with {@link GpuContext.create}. */
 export class GpuContext {
-  /** The adapter in use. */
-  readonly adapter: GPUAdapter;
+  /** The adapter in use (undefined over a caller's device given without it: fromDevice). */
+  readonly adapter: GPUAdapter | undefined;
   /** The device, created with the adapter's own limits. */
   readonly device: GPUDevice;
   /** Description for reports. */
@@ -169,7 +169,11 @@ export class GpuContext {
   #pipelines = new Map<string, GPUComputePipeline>();
   #uncaptured: string[] = [];
 
-  private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
+  private constructor(
+    adapter: GPUAdapter | undefined,
+    device: GPUDevice,
+    report: AdapterReport,
+  ) {
     this.adapter = adapter;
     this.device = device;
     this.report = report;
@@ -252,6 +256,29 @@ export class GpuContext {
       subgroupMatrixConfigs: _subgroupMatrixConfigs(adapter, device),
     };
     const ctx = new GpuContext(adapter, device, report);
+    ctx.poison = opts.poison ?? false;
+    return ctx;
+  }
+
+  #ownsDevice = true;
+
+  /**
+   * A context over a device the caller already has (its own WebGPU program's), so that methods run
+   * on its buffers (methods/on_buffers.ts). The caller keeps the device: {@link destroy} leaves it
+   * open. The kernels need the limits they need: a device requested with the adapter's limits (as
+   * {@link create} does) runs every method, a device with the default limits may refuse some (a
+   * pipeline's validation error names the limit). `adapter` only adds its description to reports;
+   * `engine` defaults to `deno` when the device is Deno's own, else `dawn`.
+   */
+  static fromDevice(
+    device: GPUDevice,
+    opts: { adapter?: GPUAdapter; engine?: Engine; maxBindingBytes?: number; poison?: boolean } =
+      {},
+  ): GpuContext {
+    const engine = opts.engine ??
+      (typeof GPUDevice !== "undefined" && device instanceof GPUDevice ? "deno" : "dawn");
+    const ctx = new GpuContext(opts.adapter, device, _deviceReport(device, engine, opts));
+    ctx.#ownsDevice = false;
     ctx.poison = opts.poison ?? false;
     return ctx;
   }
@@ -509,11 +536,45 @@ export class GpuContext {
     if (this.lostReason) throw new GpuError("device-lost", `GPU device lost (${this.lostReason})`);
   }
 
-  /** Destroys the device. */
+  /** Destroys the device (a caller's device, see fromDevice, stays open: only the cache goes). */
   destroy(): void {
     this.releaseCache();
-    this.device.destroy();
+    if (this.#ownsDevice) this.device.destroy();
   }
+}
+
+/** The report of a caller's device (see GpuContext.fromDevice). */
+function _deviceReport(
+  device: GPUDevice,
+  engine: Engine,
+  o: { adapter?: GPUAdapter; maxBindingBytes?: number },
+): AdapterReport {
+  const info = (o.adapter?.info ?? (device as GPUDevice & { adapterInfo?: GPUAdapterInfo })
+    .adapterInfo) as (GPUAdapterInfo & { isFallbackAdapter?: boolean }) | undefined;
+  const limits: Record<string, number> = {};
+  for (const k in device.limits) {
+    const val = (device.limits as unknown as Record<string, number>)[k];
+    if (typeof val === "number") limits[k] = val;
+  }
+  let maxBinding = device.limits.maxStorageBufferBindingSize;
+  if (o.maxBindingBytes !== undefined && o.maxBindingBytes < maxBinding) {
+    maxBinding = Math.max(256, Math.floor(o.maxBindingBytes / 16) * 16);
+  }
+  return {
+    engine,
+    engineVersion: engine === "deno"
+      ? `wgpu (Deno ${Deno.version.deno})`
+      : "Dawn (a device given by the caller)",
+    description: info?.description || "(no description)",
+    vendor: info?.vendor ?? "",
+    architecture: info?.architecture ?? "",
+    device: info?.device ?? "",
+    isFallbackAdapter: o.adapter ? _isFallback(o.adapter) : Boolean(info?.isFallbackAdapter),
+    features: [...device.features].sort(),
+    limits,
+    maxBindingBytes: maxBinding,
+    subgroupMatrixConfigs: o.adapter ? _subgroupMatrixConfigs(o.adapter, device) : [],
+  };
 }
 
 /**
