@@ -275,7 +275,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     fixture: p.fixture,
     seed: p.seed,
     betas: p.betas,
-    methods: p.methods.map(methodByName),
+    methods: p.methods.map((m) => methodByName(m)),
     modes: p.modes,
     reduction: p.reduction,
     reps: p.reps,
