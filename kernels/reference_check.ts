@@ -116,8 +116,8 @@ export async function referenceSamples(
   const keep = <T extends { destroy(): void }>(t: T) => (owned.push(t), t);
   try {
     return await ctx.scoped(async () => {
-      const rows = await _rowPass(ctx, x, { dtype, opts, v, chunk: r.chunks?.vocab }, keep);
-      const base = { dtype, opts, v, d, chunk: r.chunks?.samples ?? REF_SAMPLE_CHUNK };
+      const rows = await _rowPass(ctx, x, { dtype, opts, chunk: r.chunks?.vocab }, keep);
+      const base = { dtype, opts, d, chunk: r.chunks?.samples ?? REF_SAMPLE_CHUNK };
       const up = (a: Float32Array | Int32Array, label: string) =>
         keep(fromHost(ctx, {
           dtype: a instanceof Int32Array ? "i32" : "f32",
@@ -195,7 +195,7 @@ function _read(ctx: GpuContext, buffer: TrackedBuffer, words: number): Promise<F
 async function _rowPass(
   ctx: GpuContext,
   x: ReferenceInputs,
-  o: { dtype: Dtype; opts: LceOptions; v: number; chunk?: number },
+  o: { dtype: Dtype; opts: LceOptions; chunk?: number },
   keep: <T extends { destroy(): void }>(t: T) => T,
 ): Promise<{ lse: Float64Array; targetLogit: Float64Array; logitSum: Float64Array }> {
   const n = x.e.rows, d = x.e.cols;
@@ -266,7 +266,7 @@ interface _SampleArgs {
 /** One side of the sample pass: three count×d float64 arrays (see ReferenceSamples). */
 async function _samplePass(
   ctx: GpuContext,
-  o: { dtype: Dtype; opts: LceOptions; v: number; d: number; side: SampleSide; chunk: number },
+  o: { dtype: Dtype; opts: LceOptions; d: number; side: SampleSide; chunk: number },
   keep: <T extends { destroy(): void }>(t: T) => T,
   a: _SampleArgs,
 ): Promise<[Float64Array, Float64Array, Float64Array]> {

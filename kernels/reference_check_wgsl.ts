@@ -13,6 +13,10 @@
  *   formed one row per thread, then each thread sums coefficient × Y over the chunk for its
  *   columns; one partial per (x, chunk) goes to the host.
  *
+ * Neither kernel uses β or |V| (the host combines the β terms), so their source depends only on
+ * the dtype, the softcap, d (the sample kernel's columns per thread) and the chunk sizes: one
+ * compilation serves every vocabulary size and β.
+ *
  * Sums: dot products in blocks of 16 products, blocks added with Neumaier's compensated sum; the
  * sample sums the same way. SPIR-V allows a driver to reassociate float additions (naga emits no
  * NoContraction), which could fold a compensation away: the blocking alone bounds the error then
@@ -53,12 +57,12 @@ fn nadd3(s: ptr<function, vec3<f32>>, c: ptr<function, vec3<f32>>, x: vec3<f32>)
  * rows), partials (vec4 per row and chunk: max, Σexp(z − max), Σz, z at the target).
  */
 export function referenceRowsWgsl(
-  o: { dtype: Dtype; opts: LceOptions; v: number; chunk: number },
+  o: { dtype: Dtype; opts: LceOptions; chunk: number },
 ): string {
   const R = [...Array(REF_ROWS).keys()];
   const each = (f: (i: number) => string, sep = "\n      ") => R.map(f).join(sep);
   return `${enableDirectives([o.dtype])}
-${lossConstants(o.opts, o.v)}
+${lossConstants(o.opts, 1)}
 struct Params {
   eRows: u32, eLocal: u32, eRowStart: u32, cRows: u32,
   cRowStart: u32, d: u32, chunk: u32, nChunks: u32,
@@ -72,7 +76,7 @@ struct Params {
 ${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 ${LSE_MERGE}
 ${NADD}
-var<workgroup> red: array<vec4<f32>, ${REF_WG}>;
+var<workgroup> red: array<vec4<f32>, ${REF_ROWS * REF_WG}>;
 @compute @workgroup_size(${REF_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -114,24 +118,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
     }
     ${
-    R.map((i) =>
-      `red[lid] = vec4<f32>(m${i}, s${i}, zs${i}.x + zs${i}.y, zt${i});
+    each(
+      (i) =>
+        `red[${i}u * ${REF_WG}u + lid] = vec4<f32>(m${i}, s${i}, zs${i}.x + zs${i}.y, zt${i});`,
+      "\n    ",
+    )
+  }
     workgroupBarrier();
     for (var w = ${REF_WG / 2}u; w > 0u; w >>= 1u) {
       if (lid < w) {
-        let a = red[lid];
-        let b = red[lid + w];
-        let ms = lse_merge(a.xy, b.xy);
-        red[lid] = vec4<f32>(ms, a.z + b.z, a.w + b.w);
+        for (var i = 0u; i < ${REF_ROWS}u; i++) {
+          let a = red[i * ${REF_WG}u + lid];
+          let b = red[i * ${REF_WG}u + lid + w];
+          red[i * ${REF_WG}u + lid] = vec4<f32>(lse_merge(a.xy, b.xy), a.z + b.z, a.w + b.w);
+        }
       }
       workgroupBarrier();
     }
-    if (lid == 0u && r0 + ${i}u < P.eRows) {
-      partials[(r0 + ${i}u) * P.nChunks + P.chunk] = red[0];
+    if (lid < ${REF_ROWS}u && r0 + lid < P.eRows) {
+      partials[(r0 + lid) * P.nChunks + P.chunk] = red[lid * ${REF_WG}u];
     }
-    workgroupBarrier();`
-    ).join("\n    ")
-  }
+    workgroupBarrier();
   }
 }
 `;
@@ -149,12 +156,12 @@ export type SampleSide = "token" | "vocab";
  * vocabulary side).
  */
 export function referenceSamplesWgsl(
-  o: { dtype: Dtype; opts: LceOptions; v: number; d: number; side: SampleSide; chunk: number },
+  o: { dtype: Dtype; opts: LceOptions; d: number; side: SampleSide; chunk: number },
 ): string {
   const kmax = Math.max(1, Math.ceil(o.d / REF_WG));
   const token = o.side === "token";
   return `${enableDirectives([o.dtype])}
-${lossConstants(o.opts, o.v)}
+${lossConstants(o.opts, 1)}
 struct Params {
   yRows: u32, yRowStart: u32, d: u32, nChunks: u32,
   sBase: u32, _a: u32, _b: u32, _c: u32,
