@@ -22,6 +22,8 @@ import { check } from "../core/errors.ts";
 import { type Dtype, type LceOptions, resolveOptions } from "../core/options.ts";
 import {
   REF_ROWS,
+  REF_WG,
+  referenceRowsReduceWgsl,
   referenceRowsWgsl,
   referenceSamplesWgsl,
   type SampleSide,
@@ -201,26 +203,32 @@ async function _rowPass(
   const n = x.e.rows, d = x.e.cols;
   const chunk = o.chunk ?? REF_VOCAB_CHUNK;
   const pipe = await ctx.pipeline(referenceRowsWgsl({ ...o, chunk }), "reference_rows");
-  // groups of rows of one E shard against one C shard, each with its own partials buffer
+  const merge = await ctx.pipeline(referenceRowsReduceWgsl(), "reference_rows_merge");
+  // groups of rows of one E shard against one C shard, each with its own partials buffer and
+  // the per-thread scratch its chunks reuse in turn
   const groups: { buf: TrackedBuffer; row0: number; rows: number; chunks: number }[] = [];
   const rec = new Recorder(ctx);
   rec.pass("reference rows", (p) => {
     for (const es of x.e.shards) {
       for (const cs of x.c.shards) {
         const chunks = Math.max(1, Math.ceil(cs.rows / chunk));
-        const per = _groupRows(ctx, chunks * 16, "row partials");
+        const per = _groupRows(ctx, Math.max(chunks, REF_WG) * 16, "row partials");
         for (let g0 = 0; g0 < es.rows; g0 += per) {
           const rows = Math.min(per, es.rows - g0);
-          const buf = keep(
-            ctx.createBuffer({ size: rows * chunks * 16, role: "workspace", label: "ref rows" }),
-          );
+          const mk = (size: number, label: string) =>
+            keep(ctx.createBuffer({ size, role: "workspace", label }));
+          const buf = mk(rows * chunks * 16, "ref rows");
+          const scratch = mk(rows * REF_WG * 16, "ref rows scratch");
           groups.push({ buf, row0: es.rowStart + g0, rows, chunks });
           const wgs = Math.ceil(rows / REF_ROWS);
           for (let k = 0; k < chunks; k++) {
-            const words = [rows, g0, es.rowStart + g0, cs.rows, cs.rowStart, d, k, chunks, wgs];
-            const u = rec.uniform(new Uint32Array([...words, 0, 0, 0]), "reference rows params");
-            const bufs = [u, es.buffer, cs.buffer, x.targets.shards[0].buffer, buf];
+            const words = [rows, g0, es.rowStart + g0, cs.rows, cs.rowStart, d, k, wgs];
+            const u = rec.uniform(new Uint32Array(words), "reference rows params");
+            const bufs = [u, es.buffer, cs.buffer, x.targets.shards[0].buffer, scratch];
             p.dispatch(pipe, rec.bindGroup(pipe, bufs), Math.min(wgs, 65535));
+            const um = rec.uniform(new Uint32Array([rows, k, chunks, 0]), "reference merge params");
+            const groupsM = Math.min(Math.ceil(rows / 64), 65535);
+            p.dispatch(merge, rec.bindGroup(merge, [um, scratch, buf]), groupsM);
           }
         }
       }

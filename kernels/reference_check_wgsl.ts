@@ -4,9 +4,9 @@
  *
  * - {@link referenceRowsWgsl}: for every row of E and every vocabulary chunk, one thread per
  *   vocabulary entry (4 rows at a time, so that C is read once per 4 rows) computes the raw logit
- *   as a dot product, caps it, and keeps a running (max, Σexp) pair, Σz and the target logit; the
- *   threads are merged in a fixed tree order and each (row, chunk) partial is written out for the
- *   host to merge in float64.
+ *   as a dot product, caps it, and keeps a running (max, Σexp) pair, Σz and the target logit;
+ *   {@link referenceRowsReduceWgsl} merges the threads in order, and each (row, chunk) partial
+ *   goes to the host to be merged in float64.
  * - {@link referenceSamplesWgsl}: for each sampled row x of one side (a token of E, or a
  *   vocabulary entry of C) and each chunk of rows y of the other side, the coefficients of every
  *   pair (p·σ', σ' and σ' at the target, times the token's weight on the vocabulary side) are
@@ -53,30 +53,29 @@ fn nadd3(s: ptr<function, vec3<f32>>, c: ptr<function, vec3<f32>>, x: vec3<f32>)
 `;
 
 /**
- * The row kernel (see the module doc). Bindings: params, E shard, C shard, targets (n i32, all
- * rows), partials (vec4 per row and chunk: max, Σexp(z − max), Σz, z at the target).
+ * The row kernel (see the module doc) for `eRows` rows of E (from row `eLocal` of the shard bound,
+ * row `eRowStart` of all) against chunk `chunk` of one shard of C: each thread's running
+ * (max, Σexp(z − max), Σz, z at the target) of each row goes to `scratch` (vec4 per row of the
+ * group and thread), merged by {@link referenceRowsReduceWgsl}. No workgroup barrier: a merge tree
+ * in the kernel made lavapipe compile it for half a minute under Dawn. Bindings: params, E shard,
+ * C shard, targets (n i32, all rows), scratch.
  */
-export function referenceRowsWgsl(
-  o: { dtype: Dtype; opts: LceOptions; chunk: number },
-): string {
+export function referenceRowsWgsl(o: { dtype: Dtype; opts: LceOptions; chunk: number }): string {
   const R = [...Array(REF_ROWS).keys()];
   const each = (f: (i: number) => string, sep = "\n      ") => R.map(f).join(sep);
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, 1)}
 struct Params {
   eRows: u32, eLocal: u32, eRowStart: u32, cRows: u32,
-  cRowStart: u32, d: u32, chunk: u32, nChunks: u32,
-  groups: u32, _a: u32, _b: u32, _c: u32,
+  cRowStart: u32, d: u32, chunk: u32, groups: u32,
 };
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> e: array<${wgslStorageType(o.dtype)}>;
 @group(0) @binding(2) var<storage, read> c: array<${wgslStorageType(o.dtype)}>;
 @group(0) @binding(3) var<storage, read> targets: array<i32>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> scratch: array<vec4<f32>>;
 ${dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
-${LSE_MERGE}
 ${NADD}
-var<workgroup> red: array<vec4<f32>, ${REF_ROWS * REF_WG}>;
 @compute @workgroup_size(${REF_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -118,27 +117,38 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
     }
     ${
-    each(
-      (i) =>
-        `red[${i}u * ${REF_WG}u + lid] = vec4<f32>(m${i}, s${i}, zs${i}.x + zs${i}.y, zt${i});`,
-      "\n    ",
-    )
+    R.map((i) =>
+      `if (r0 + ${i}u < P.eRows) {
+      scratch[(r0 + ${i}u) * ${REF_WG}u + lid] = vec4<f32>(m${i}, s${i}, zs${i}.x + zs${i}.y, zt${i});
+    }`
+    ).join("\n    ")
   }
-    workgroupBarrier();
-    for (var w = ${REF_WG / 2}u; w > 0u; w >>= 1u) {
-      if (lid < w) {
-        for (var i = 0u; i < ${REF_ROWS}u; i++) {
-          let a = red[i * ${REF_WG}u + lid];
-          let b = red[i * ${REF_WG}u + lid + w];
-          red[i * ${REF_WG}u + lid] = vec4<f32>(lse_merge(a.xy, b.xy), a.z + b.z, a.w + b.w);
-        }
-      }
-      workgroupBarrier();
+  }
+}
+`;
+}
+
+/**
+ * Merges the row kernel's per-thread partials of each row, in thread order, into the row's partial
+ * of the chunk (vec4 per row and chunk: max, Σexp(z − max), Σz, z at the target). One thread per
+ * row. Bindings: params {rows, chunk, nChunks, _}, scratch, partials.
+ */
+export function referenceRowsReduceWgsl(): string {
+  return `const NEG_INF: f32 = -3.0e38;
+struct Params { rows: u32, chunk: u32, nChunks: u32, _a: u32 };
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> scratch: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
+${LSE_MERGE}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  for (var r = id.x; r < P.rows; r += nwg.x * 64u) {
+    var acc = vec4<f32>(NEG_INF, 0.0, 0.0, 0.0);
+    for (var t = 0u; t < ${REF_WG}u; t++) {
+      let x = scratch[r * ${REF_WG}u + t];
+      acc = vec4<f32>(lse_merge(acc.xy, x.xy), acc.z + x.z, acc.w + x.w);
     }
-    if (lid < ${REF_ROWS}u && r0 + lid < P.eRows) {
-      partials[(r0 + lid) * P.nChunks + P.chunk] = red[lid * ${REF_WG}u];
-    }
-    workgroupBarrier();
+    partials[r * P.nChunks + P.chunk] = acc;
   }
 }
 `;

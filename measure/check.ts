@@ -24,6 +24,7 @@
 import type { GpuContext } from "../gpu/context.ts";
 import { type DeviceTensor, download, readRows } from "../gpu/tensor.ts";
 import type { Dtype, LceOptions } from "../core/options.ts";
+import { oneLine } from "../core/errors.ts";
 import { Rng } from "../fixtures/rng.ts";
 import {
   type ExpectedSamples,
@@ -272,4 +273,69 @@ export function describeCheck(c: CellCheck): string {
   return `incorrect: ${c.worst} err ${formatError(c.error)} > tol ${
     formatError(c.tol[c.worst] ?? NaN)
   }${c.note ? ` (${c.note})` : ""}`;
+}
+
+/** What a run's checks covered and cost: a report's `check` object. */
+export interface CheckSummary {
+  /** Tokens whose dE rows each set of inputs checks. */
+  tokens: number;
+  /** Vocabulary entries whose dC rows each set of inputs checks. */
+  vocab: number;
+  /** The tolerance of the problem's dtype (a method's reported 16-bit roundings add to it). */
+  tol: number;
+  /** Wall time of the references, summed over the sets of inputs, ms (never timed). */
+  referenceMs: number;
+  /** Wall time of every cell's check (reading and comparing its samples), ms (never timed). */
+  checkMs: number;
+  /** Why a reference could not be computed, when one could not (those cells carry no check). */
+  unavailable?: string;
+}
+
+/** The checks of one run: one reference per set of inputs, and what they cost. */
+export class CheckRun {
+  readonly #summary: CheckSummary;
+  readonly #dtype: Dtype;
+  readonly #sizes: { tokens: number; vocab: number; seed: number };
+
+  constructor(dtype: Dtype, o: { tokens?: number; vocab?: number; seed?: number } = {}) {
+    this.#dtype = dtype;
+    this.#sizes = {
+      tokens: o.tokens ?? CHECK_TOKENS,
+      vocab: o.vocab ?? CHECK_VOCAB,
+      seed: o.seed ?? 0,
+    };
+    const { tokens, vocab } = this.#sizes;
+    this.#summary = { tokens, vocab, tol: CHECK_TOL[dtype], referenceMs: 0, checkMs: 0 };
+  }
+
+  /**
+   * The check of a set of inputs, or undefined when its reference fails (out of memory, a
+   * binding too small): the reason goes into the summary and the run goes on unchecked there.
+   */
+  async prepare(
+    ctx: GpuContext,
+    inputs: ReferenceInputs,
+    o: { softcap?: number; ignoreIndex: number; gradOut: ArrayLike<number> },
+  ): Promise<CorrectnessCheck | undefined> {
+    const t0 = performance.now();
+    try {
+      return await CorrectnessCheck.prepare(ctx, inputs, {
+        ...o,
+        ...this.#sizes,
+        dtype: this.#dtype,
+      });
+    } catch (e) {
+      if (ctx.lostReason) throw e;
+      this.#summary.unavailable ??= `the reference could not be computed: ${oneLine(e)}`;
+      return undefined;
+    } finally {
+      this.#summary.referenceMs += performance.now() - t0;
+    }
+  }
+
+  /** The summary, with the check time of `rows` (those that carry a check). */
+  summary(rows: readonly { check?: CellCheck }[]): CheckSummary {
+    const checkMs = rows.reduce((s, r) => s + (r.check?.ms ?? 0), 0);
+    return { ...this.#summary, checkMs };
+  }
 }

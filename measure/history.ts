@@ -209,3 +209,18 @@ export function upsertHistory(path: string, r: ReportCells): UpsertResult {
   writeAtomic(path, formatHistory(rows));
   return { added, replaced, total: rows.length };
 }
+
+/** The `--history` flag of table3 and sweep. */
+export const HISTORY_FLAG = {
+  type: "string",
+  arg: "FILE.csv",
+  help: "upsert every cell into this history CSV (docs/harness.md; `./dev task history` draws it)",
+} as const;
+
+/**
+ * Checks a `--history` path before a run measures anything: InputError when it is a directory or
+ * an existing file that is not a history (so a bad path is refused with nothing measured).
+ */
+export function checkHistoryPath(path: string): void {
+  readHistory(path);
+}

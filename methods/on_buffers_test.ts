@@ -199,7 +199,7 @@ Deno.test({
     const e = buf(256), c = buf(256), tg = buf(256), out = buf(256);
     device.queue.writeBuffer(tg, 0, Int32Array.of(0, 1, 2, 3, 4));
     device.queue.writeBuffer(out, 0, new Float32Array(64).fill(9));
-    const m = methodByName("baseline");
+    const m = methodByName("fused");
     const good = {
       e: { buffer: e },
       c: { buffer: c },
