@@ -18,6 +18,8 @@ const SCRIPTS = [
   "scripts/fuzz.ts",
   "scripts/gpu_smoke.ts",
   "scripts/table3_merge.ts",
+  "scripts/compare.ts",
+  "scripts/history.ts",
   "bench/gpu_time.ts",
 ];
 

@@ -5,7 +5,7 @@ import { runScript } from "../testing/run_script.ts";
 import { reportCells } from "../measure/compare_cells.ts";
 import { upsertHistory } from "../measure/history.ts";
 
-async function _history(dir: string): Promise<string> {
+function _history(dir: string): string {
   const path = join(dir, "hist.csv");
   for (const [commit, ms, date] of [["a", 2, "2026-11-24"], ["b", 1.5, "2026-11-25"]] as const) {
     upsertHistory(
@@ -31,7 +31,7 @@ async function _history(dir: string): Promise<string> {
 
 Deno.test("history command: draws a method across commits beside the CSV", async () => {
   const dir = await Deno.makeTempDir({ prefix: "lce_history_" });
-  const path = await _history(dir);
+  const path = _history(dir);
   const r = await runScript("scripts/history.ts", [path, "--method", "fused", "--mode", "fwd"]);
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, /\| aaaaaaaaaaaa \| fwd \| 0\.1 \| 8×16×4 bf16 \| 2\.000 \|/);
@@ -43,7 +43,7 @@ Deno.test("history command: draws a method across commits beside the CSV", async
 
 Deno.test("history command: bad input is one line, exit 2, nothing written", async () => {
   const dir = await Deno.makeTempDir({ prefix: "lce_history_" });
-  const path = await _history(dir);
+  const path = _history(dir);
   const notHistory = join(dir, "other.csv");
   await Deno.writeTextFile(notHistory, "a,b\r\n1,2\r\n");
   const out = join(dir, "out.svg");
