@@ -6,6 +6,7 @@
  */
 import { GpuError } from "../core/errors.ts";
 import { type Engine, engineFromEnv, loadEngine, noAdapterHint } from "./engine.ts";
+import { deviceReport } from "./device_report.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -277,7 +278,14 @@ export class GpuContext {
   ): GpuContext {
     const engine = opts.engine ??
       (typeof GPUDevice !== "undefined" && device instanceof GPUDevice ? "deno" : "dawn");
-    const ctx = new GpuContext(opts.adapter, device, _deviceReport(device, engine, opts));
+    const a = opts.adapter;
+    const report = deviceReport(device, engine, {
+      info: a?.info,
+      isFallback: a ? _isFallback(a) : undefined,
+      subgroupMatrixConfigs: a ? _subgroupMatrixConfigs(a, device) : [],
+      maxBindingBytes: opts.maxBindingBytes,
+    });
+    const ctx = new GpuContext(a, device, report);
     ctx.#ownsDevice = false;
     ctx.poison = opts.poison ?? false;
     return ctx;
@@ -541,40 +549,6 @@ export class GpuContext {
     this.releaseCache();
     if (this.#ownsDevice) this.device.destroy();
   }
-}
-
-/** The report of a caller's device (see GpuContext.fromDevice). */
-function _deviceReport(
-  device: GPUDevice,
-  engine: Engine,
-  o: { adapter?: GPUAdapter; maxBindingBytes?: number },
-): AdapterReport {
-  const info = (o.adapter?.info ?? (device as GPUDevice & { adapterInfo?: GPUAdapterInfo })
-    .adapterInfo) as (GPUAdapterInfo & { isFallbackAdapter?: boolean }) | undefined;
-  const limits: Record<string, number> = {};
-  for (const k in device.limits) {
-    const val = (device.limits as unknown as Record<string, number>)[k];
-    if (typeof val === "number") limits[k] = val;
-  }
-  let maxBinding = device.limits.maxStorageBufferBindingSize;
-  if (o.maxBindingBytes !== undefined && o.maxBindingBytes < maxBinding) {
-    maxBinding = Math.max(256, Math.floor(o.maxBindingBytes / 16) * 16);
-  }
-  return {
-    engine,
-    engineVersion: engine === "deno"
-      ? `wgpu (Deno ${Deno.version.deno})`
-      : "Dawn (a device given by the caller)",
-    description: info?.description || "(no description)",
-    vendor: info?.vendor ?? "",
-    architecture: info?.architecture ?? "",
-    device: info?.device ?? "",
-    isFallbackAdapter: o.adapter ? _isFallback(o.adapter) : Boolean(info?.isFallbackAdapter),
-    features: [...device.features].sort(),
-    limits,
-    maxBindingBytes: maxBinding,
-    subgroupMatrixConfigs: o.adapter ? _subgroupMatrixConfigs(o.adapter, device) : [],
-  };
 }
 
 /**
