@@ -9,7 +9,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import { type Reduction, resolveOptions } from "../core/options.ts";
 import { oneLine } from "../core/errors.ts";
 import type { LceMethod, ProblemSpec } from "../methods/types.ts";
-import { uploadGradOut } from "../methods/run.ts";
+import { gradValues, uploadGradOut } from "../methods/run.ts";
+import type { CheckRun } from "./check.ts";
 import {
   defaultMemoryBudget,
   IDLE_GPU_WARMUP_MS,
@@ -74,6 +75,8 @@ export interface SweepHooks {
    * inputs.
    */
   done?(x: number, beta: number, method: string, mode: Mode): SweepCell | undefined;
+  /** Checks every cell against a reference made once per value (measure/check.ts). */
+  checks?: CheckRun;
 }
 
 /** The problem at value `x` of the swept size. */
@@ -155,6 +158,13 @@ export async function runSweep(
     const inputBytes = ctx.memory().liveBytes;
     const budget = hooks.budgetBytes?.(ctx, inputBytes) ?? defaultMemoryBudget(ctx);
     try {
+      // one reference per value, for every β (it does not depend on β)
+      const first = resolveOptions({ beta: plan.betas[0], reduction: plan.reduction });
+      const check = await hooks.checks?.prepare(ctx, inputs.inputs, {
+        softcap: first.softcap,
+        ignoreIndex: first.ignoreIndex,
+        gradOut: gradValues(shape.n, first),
+      });
       for (const beta of plan.betas) {
         const opts = resolveOptions({ beta, reduction: plan.reduction });
         for (const method of plan.methods) {
@@ -184,6 +194,7 @@ export async function runSweep(
               busyLoad: !ctx.report.isFallbackAdapter,
               budgetBytes: budget,
               onRow: (row, ms) => emit({ x, shape, row }, ms),
+              check,
             });
           } finally {
             gradOut.destroy();

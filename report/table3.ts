@@ -23,6 +23,16 @@ import {
   type TimeSource,
 } from "../measure/measure.ts";
 import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
+import type { CheckSummary } from "../measure/check.ts";
+import { formatError } from "../measure/check.ts";
+import {
+  CHECK_CSV_COLUMNS,
+  checkCsvFields,
+  checkText,
+  formatCheckSummary,
+  isIncorrect,
+  withCheck,
+} from "./check_format.ts";
 import type { Bar } from "./svg.ts";
 
 /** Where a table was measured. */
@@ -86,6 +96,8 @@ export interface Table3Report {
   complete?: boolean;
   /** What the run was asked to measure (for `--resume`): every cell is method × β × mode. */
   plan?: Table3Plan;
+  /** What the correctness check compared and cost (measure/check.ts); absent when unchecked. */
+  check?: CheckSummary;
 }
 
 /** The cells a run measures and how; a resumed run must match it. */
@@ -205,7 +217,7 @@ function _baselineOf(r: Table3Report, row: MeasureRow): MeasureRow | undefined {
   const b = r.rows.find((x) =>
     x.method === BASELINE_METHOD && x.beta === row.beta && x.mode === row.mode
   );
-  return b && b.error === undefined ? b : undefined;
+  return b && b.error === undefined && !isIncorrect(b) ? b : undefined;
 }
 
 /** Name of the method every section's ratios are taken against. */
@@ -220,7 +232,8 @@ export function vsBaseline(
   row: MeasureRow,
 ): { speedup: number | null; memorySaving: number | null } {
   const b = _baselineOf(r, row);
-  if (!b || row.error !== undefined || row.method === BASELINE_METHOD) {
+  // a row that failed its correctness check is not ranked
+  if (!b || row.error !== undefined || isIncorrect(row) || row.method === BASELINE_METHOD) {
     return { speedup: null, memorySaving: null };
   }
   const speedup = b.timeMs !== null && row.timeMs !== null && row.timeMs > 0
@@ -257,7 +270,7 @@ export function formatSaving(saving: number): string {
 
 /** A cell with its ratios against the section's baseline: `1.1 MB, 24.3 ms (1.7× speed, −96% mem)`. */
 export function formatCellVsBaseline(r: Table3Report, row: MeasureRow | undefined): string {
-  const cell = formatCell(row);
+  const cell = row ? withCheck(formatCell(row), row) : formatCell(row);
   if (!row) return cell;
   const { speedup, memorySaving } = vsBaseline(r, row);
   const parts: string[] = [];
@@ -444,6 +457,9 @@ export function formatMarkdown(r: Table3Report): string {
         "the same section and mode.",
     );
   }
+  if (r.rows.some((x) => x.check) || r.check) {
+    lines.push(`- ${_md(formatCheckSummary(r.check, r.durationS))}`);
+  }
   for (const note of filterNotes(r)) lines.push(`- ${note}`);
   if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
   lines.push("");
@@ -470,6 +486,13 @@ export function formatMarkdown(r: Table3Report): string {
     lines.push("", ...formatSameArithmetic(r));
     lines.push(...formatPeers(r.external, r.rows, r.shape, modes));
   }
+  const incorrect = r.rows.filter(isIncorrect);
+  if (incorrect.length > 0) {
+    lines.push("", `## Incorrect rows (${incorrect.length}): not ranked`, "");
+    for (const x of incorrect) {
+      lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(checkText(x))}`);
+    }
+  }
   const failed = r.rows.filter((x) => x.error !== undefined);
   if (failed.length > 0) {
     lines.push("", `## Failed rows (${failed.length})`, "");
@@ -480,9 +503,9 @@ export function formatMarkdown(r: Table3Report): string {
   lines.push("", "## Details", "");
   lines.push(
     "| method | β | mode | peak MiB | median ms | min ms | max ms | IQR ms | wall ms | " +
-      "peak by role (MiB) | stats |",
+      "peak by role (MiB) | check | stats |",
   );
-  lines.push("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
+  lines.push("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |");
   const num = (x: number | null) => (x === null ? "" : _detail(x));
   for (const beta of _betaOrder(r)) {
     for (const m of _sectionMethods(r, beta)) {
@@ -500,7 +523,7 @@ export function formatMarkdown(r: Table3Report): string {
             x.peakBytes === null ? "" : num(x.peakBytes / 2 ** 20)
           } | ${num(x.timeMs)} | ${num(x.timeMsMin)} | ${num(x.timeMsMax)} | ${
             num(x.timeMsIqr)
-          } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${
+          } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${_md(checkText(x))} | ${
             _md(x.error ? `failed: ${x.error}` : stats)
           } |`,
         );
@@ -647,6 +670,7 @@ export const CSV_COLUMNS = [
   "speedup_vs_baseline",
   "memory_saving_vs_baseline",
   "stats",
+  ...CHECK_CSV_COLUMNS,
   "error",
 ] as const;
 
@@ -691,6 +715,7 @@ export function formatCsv(r: Table3Report): string {
         vs.speedup,
         vs.memorySaving,
         x.stats && Object.keys(x.stats).length > 0 ? x.stats : null,
+        ...checkCsvFields(x),
         x.error,
       ].map(_csvField).join(","),
     );
@@ -704,6 +729,21 @@ function _note(error: string): string {
   return m ? m[1] : "failed";
 }
 
+/**
+ * A method's label in the SVG legend: its table label, and for a method with rows that failed
+ * their correctness check, `— incorrect (dC err 1.0)` (the worst) or `— incorrect in 2 cells (…)`.
+ */
+export function svgSeriesLabel(r: Table3Report, method: string): string {
+  const rows = r.rows.filter((x) => x.method === method);
+  const label = rows[0]?.label ?? method;
+  const bad = rows.filter(isIncorrect);
+  if (bad.length === 0) return label;
+  const worst = bad.reduce((a, b) => (b.check!.error > a.check!.error ? b : a));
+  const err = `${worst.check!.worst} err ${formatError(worst.check!.error)}`;
+  const where = bad.length === rows.length ? "" : ` in ${bad.length} cells`;
+  return `${label} — incorrect${where} (${err})`;
+}
+
 /** The SVG report: time (linear) and memory (log axis) per method, one panel per mode. */
 export async function renderSvg(r: Table3Report): Promise<string> {
   const betas = _betaOrder(r);
@@ -712,8 +752,7 @@ export async function renderSvg(r: Table3Report): Promise<string> {
   for (const b of betas) {
     for (const m of _sectionMethods(r, b)) if (!methods.includes(m)) methods.push(m);
   }
-  const labelOf = (m: string) => r.rows.find((x) => x.method === m)?.label ?? m;
-  const series = methods.map(labelOf);
+  const series = methods.map((m) => svgSeriesLabel(r, m));
   const bars = (
     value: (x: MeasureRow) => number | null,
     zeroNote: string,
@@ -721,7 +760,12 @@ export async function renderSvg(r: Table3Report): Promise<string> {
   ): Bar[] =>
     r.rows.map((x) => {
       const v = x.error === undefined ? value(x) : null;
-      const bar: Bar = { facet: x.mode, group: group(x.beta), series: x.label, value: v };
+      const bar: Bar = {
+        facet: x.mode,
+        group: group(x.beta),
+        series: svgSeriesLabel(r, x.method),
+        value: v,
+      };
       if (x.error !== undefined) bar.note = _note(x.error);
       else if (v === null || v <= 0) {
         bar.value = null;

@@ -23,6 +23,7 @@ import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { parseMethods } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { collectEnv, reportBaseName, type Table3Env } from "../report/table3.ts";
 import { gateHost, gateTimeSource, runGate } from "../measure/gate.ts";
@@ -64,6 +65,7 @@ export const GATE_COMMAND = defineCommand({
     },
     out: { type: "string", arg: "FILE", help: "also write this run's measurements as JSON" },
     adapter: ADAPTER_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
     resume: {
       type: "string",
       arg: "FILE",
@@ -89,7 +91,7 @@ interface _Flags {
 }
 
 /** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = GATE_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
@@ -97,7 +99,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     Object.hasOwn(SUITES, f.suite),
     `unknown suite '${f.suite}' (expected ${Object.keys(SUITES).join(" or ")})`,
   );
-  const methods = parseMethods(f.methods);
+  const methods = parseMethods(f.methods, await allMethods(f["method-module"]));
   check(f.resume === undefined || f.update, "--resume continues an --update run; add --update");
   return {
     update: f.update,
@@ -217,7 +219,7 @@ function _progress(s: string): void {
 
 /** Runs the command with `args`; returns the exit code (0 passed, 1 regressed). */
 export async function gateMain(args: string[]): Promise<number> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return 0;
   if (flags.baseline !== undefined && !flags.update) readBaseline(flags.baseline); // fail early
   const started = performance.now();

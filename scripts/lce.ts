@@ -21,6 +21,7 @@ import { encodeNpy, readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } fr
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import { runMethod } from "../methods/run.ts";
 
 /** The command line of `lce`. */
@@ -62,6 +63,7 @@ export const LCE_COMMAND = defineCommand({
     },
     "grad-output": { type: "number", help: "upstream gradient of the loss", default: 1 },
     adapter: ADAPTER_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
   },
 });
 
@@ -70,7 +72,7 @@ export async function lceMain(args: string[]): Promise<void> {
   const parsed = LCE_COMMAND.parse(args);
   if (!parsed) return;
   const f = parsed.values;
-  const method = methodByName(f.method);
+  const method = methodByName(f.method, await allMethods(f["method-module"]));
   const dtype = parseDtype(f.dtype);
   const opts = resolveOptions({
     beta: f.beta,

@@ -32,6 +32,11 @@ import { type Dtype, parseDtype, type Reduction, resolveOptions } from "../core/
 import { formatDuration, paint, Progress } from "../core/progress.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { parseMethods } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
+import { checkHistoryPath, HISTORY_FLAG, upsertHistory } from "../measure/history.ts";
+import { reportCells } from "../measure/compare_cells.ts";
+import { CheckRun } from "../measure/check.ts";
+import { checkText, isIncorrect } from "../report/check_format.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import {
@@ -106,6 +111,8 @@ export const SWEEP_COMMAND = defineCommand({
     },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
+    history: HISTORY_FLAG,
     resume: {
       type: "boolean",
       help: "keep the cells an earlier run of the same sweep measured in --out without error " +
@@ -132,13 +139,15 @@ interface _Flags {
   out: string;
   adapter: AdapterChoice;
   resume: boolean;
+  /** The history CSV to upsert every cell into (--history). */
+  history?: string;
 }
 
 /**
  * Parses and validates the flags (InputError for anything wrong; nothing is opened). Returns
  * undefined after printing --help.
  */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = SWEEP_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
@@ -166,7 +175,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
   const external = f.external === undefined
     ? []
     : parseList("--external", f.external).map(readExternalRows);
-  const methods = parseMethods(f.methods);
+  const methods = parseMethods(f.methods, await allMethods(f["method-module"]));
+  if (f.history !== undefined) checkHistoryPath(f.history);
   const modes = parseModes(f.modes);
   return {
     over,
@@ -185,6 +195,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     out: f.out,
     adapter: f.adapter as AdapterChoice,
     resume: f.resume,
+    history: f.history,
   };
 }
 
@@ -195,7 +206,7 @@ export function defaultValues(top: number): number[] {
 
 /** Runs the command with `args`. */
 export async function sweepMain(args: string[]): Promise<void> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return;
   const started = performance.now();
   let ctx = await GpuContext.create({ adapter: flags.adapter });
@@ -274,6 +285,7 @@ export async function sweepMain(args: string[]): Promise<void> {
   };
   const previous = flags.resume ? _previousCells(report, flags.out) : new Map<string, SweepCell>();
   if (flags.resume) progress.log(`resuming: ${previous.size} cells measured before are kept`);
+  const checks = new CheckRun(flags.dtype);
   writeSweepData(report, flags.out);
   let count = 0;
   const total = values.length * flags.betas.length * flags.methods.length * flags.modes.length;
@@ -281,13 +293,14 @@ export async function sweepMain(args: string[]): Promise<void> {
     onCell(cell, ms) {
       report.cells.push(cell);
       report.durationS = (performance.now() - started) / 1000;
+      report.check = checks.summary(report.cells.map((c) => c.row));
       writeSweepData(report, flags.out);
       const r = cell.row;
-      const text = formatCell(r);
+      const text = [formatCell(r), checkText(r)].filter((x) => x).join(", ");
       const resumed = previous.get(_key(cell.x, r.beta, r.method, r.mode)) === cell;
       progress.step(
         `[${++count}/${total}] ${flags.over}=${cell.x} ${r.method} β=${r.beta} ${r.mode}: ` +
-          `${r.error ? paint("red", text) : text} (${
+          `${r.error || isIncorrect(r) ? paint("red", text) : text} (${
             resumed ? "from the earlier run" : `${(ms / 1000).toFixed(1)} s`
           })`,
         cellWeight(cell.shape, r.mode),
@@ -298,12 +311,23 @@ export async function sweepMain(args: string[]): Promise<void> {
     reopen: () => GpuContext.create({ adapter: flags.adapter }),
     budgetBytes: (c, inputBytes) =>
       gpuBytes !== undefined ? gpuBytes - inputBytes - 512 * 2 ** 20 : defaultMemoryBudget(c),
+    checks,
   });
   ctx = result.ctx;
   report.complete = true;
   report.durationS = (performance.now() - started) / 1000;
+  report.check = checks.summary(report.cells.map((c) => c.row));
   const paths = await writeSweepReport(report, flags.out);
   progress.finish();
+  if (flags.history !== undefined) {
+    const h = upsertHistory(
+      flags.history,
+      reportCells(JSON.parse(JSON.stringify(report)), paths.json),
+    );
+    progress.log(
+      `history ${flags.history}: ${h.added} added, ${h.replaced} replaced (${h.total} rows)`,
+    );
+  }
   const failed = report.cells.filter((c) => c.row.error !== undefined).length;
   progress.log(
     `${failed === 0 ? "every cell measured" : `${failed} of ${report.cells.length} cells failed`}` +

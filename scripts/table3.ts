@@ -26,8 +26,13 @@ import {
 } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName, parseMethods } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
+import { checkHistoryPath, HISTORY_FLAG, upsertHistory } from "../measure/history.ts";
+import { reportCells } from "../measure/compare_cells.ts";
+import { checkText, isIncorrect } from "../report/check_format.ts";
 import type { LceMethod } from "../methods/types.ts";
-import { uploadGradOut } from "../methods/run.ts";
+import { gradValues, uploadGradOut } from "../methods/run.ts";
+import { CheckRun, type CorrectnessCheck } from "../measure/check.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import {
   defaultMemoryBudget,
@@ -39,11 +44,13 @@ import {
   type Mode,
   nvidiaMemoryBytes,
   parseModes,
+  type TimeSource,
 } from "../measure/measure.ts";
 import { type DeviceInputs, makeDeviceInputs } from "../measure/inputs.ts";
 import {
   collectEnv,
   formatCell,
+  formatJson,
   formatMarkdown,
   PAPER_SHAPE,
   type Table3Plan,
@@ -156,6 +163,15 @@ export const TABLE3_COMMAND = defineCommand({
     warmup: { type: "int", min: 0, help: "warm-up repetitions", defaultText: "1" },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
     adapter: ADAPTER_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
+    history: HISTORY_FLAG,
+    "time-source": {
+      type: "string",
+      choices: ["gpu", "wall", "cpu"],
+      help: "where times come from: GPU timestamps, wall time, or the process's CPU time (the " +
+        "steadiest on a shared software adapter)",
+      defaultText: "gpu; wall without timestamp queries",
+    },
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -187,6 +203,10 @@ interface _Flags {
   warmup?: number;
   out: string;
   adapter: AdapterChoice;
+  /** The history CSV to upsert every cell into (--history). */
+  history?: string;
+  /** --time-source, when given. */
+  timeSource?: TimeSource;
   /** The report to resume and its path. */
   resume?: { path: string; report: Table3Report };
 }
@@ -218,7 +238,7 @@ function _same(path: string, what: string, want: unknown, have: unknown): void {
 }
 
 /** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = TABLE3_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
@@ -230,7 +250,9 @@ function _parseFlags(args: string[]): _Flags | undefined {
     ? (beta > 0 ? [beta, 0] : [0])
     : parseList("--betas", f.betas).map((b) => parseNumberValue("--betas entries", b));
   const external = f.external === undefined ? undefined : readExternalRows(f.external);
-  const methods = parseMethods(f.methods);
+  const all = await allMethods(f["method-module"]);
+  const methods = parseMethods(f.methods, all);
+  if (f.history !== undefined) checkHistoryPath(f.history);
   const modes = parseModes(f.modes);
   const flags: Omit<_Flags, "sections"> = {
     n: f.n,
@@ -249,6 +271,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
     warmup: f.warmup,
     out: f.out,
     adapter: f.adapter as AdapterChoice,
+    history: f.history,
+    timeSource: f["time-source"] as TimeSource | undefined,
   };
   if (f.resume === undefined) return _withSections(flags);
   // flags given must match the report's plan; the others are taken from it
@@ -275,7 +299,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     fixture: p.fixture,
     seed: p.seed,
     betas: p.betas,
-    methods: p.methods.map((m) => methodByName(m)),
+    methods: p.methods.map((m) => methodByName(m, all)),
     modes: p.modes,
     reduction: p.reduction,
     reps: p.reps,
@@ -323,6 +347,10 @@ export interface MeasureCellsOptions {
   afterMethod?: () => void;
   /** Progress lines. */
   progress?: (line: string) => void;
+  /** Checks every cell against a reference made once per set of inputs (measure/check.ts). */
+  checks?: CheckRun;
+  /** See MeasureOptions.timeSource. */
+  timeSource?: TimeSource;
 }
 
 /**
@@ -337,6 +365,7 @@ export async function measureCells(
 ): Promise<{ ctx: GpuContext; inputBytes: number }> {
   let inputs: DeviceInputs | undefined;
   let inputBytes = 0, budget = 0;
+  let check: CorrectnessCheck | undefined, checked = false;
   for (const opts of o.sections) {
     const beta = opts.beta;
     for (const method of o.methods) {
@@ -351,6 +380,15 @@ export async function measureCells(
         inputs = await o.openInputs(ctx);
         inputBytes = ctx.memory().liveBytes;
         budget = o.budget(ctx, inputBytes);
+        if (o.checks && !checked) {
+          // one reference for every section: it does not depend on β (measure/check.ts)
+          checked = true;
+          check = await o.checks.prepare(ctx, inputs.inputs, {
+            softcap: opts.softcap,
+            ignoreIndex: opts.ignoreIndex,
+            gradOut: gradValues(o.spec.n, opts),
+          });
+        }
       }
       const gradOut = uploadGradOut(ctx, o.spec.n, opts);
       await measureMethod(ctx, method, {
@@ -364,12 +402,14 @@ export async function measureCells(
         targetMs: o.targetMs,
         maxReps: o.maxReps,
         warmFwdBwd: o.warmFwdBwd,
+        timeSource: o.timeSource,
         // the GPU idled while the method compiled: full load first, short first cells warm it up
         // for longer
         warmupMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_WARMUP_MS,
         busyLoad: !ctx.report.isFallbackAdapter,
         budgetBytes: budget,
         onRow: o.onRow,
+        check,
       });
       if (!ctx.lostReason) gradOut.destroy();
       o.afterMethod?.();
@@ -381,7 +421,7 @@ export async function measureCells(
 
 /** Runs the command with `args`. */
 export async function table3Main(args: string[]): Promise<void> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return;
   const started = performance.now();
   const prior = flags.resume?.report;
@@ -456,6 +496,7 @@ export async function table3Main(args: string[]): Promise<void> {
       `${warmup} warm-up${reduced ? " (reduced shape for the software adapter)" : ""}` +
       (prior ? `; resuming ${flags.resume!.path}: ${rows.length} of ${total} cells measured` : ""),
   );
+  const checks = new CheckRun(shape.dtype);
   const report: Table3Report = {
     env: prior?.env ?? await collectEnv(ctx),
     shape,
@@ -467,7 +508,7 @@ export async function table3Main(args: string[]): Promise<void> {
     reduction: flags.reduction,
     warmup,
     reps,
-    timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    timeSource: flags.timeSource ?? (ctx.hasTimestamps ? "gpu" : "wall"),
     idleBusyMs: ctx.report.isFallbackAdapter ? undefined : IDLE_GPU_BUSY_MS,
     reducedShape,
     rows,
@@ -483,6 +524,7 @@ export async function table3Main(args: string[]): Promise<void> {
       order.get(cellKey(a.method, a.beta, a.mode))! - order.get(cellKey(b.method, b.beta, b.mode))!
     );
     report.durationS = (prior?.durationS ?? 0) + (performance.now() - started) / 1000;
+    report.check = checks.summary(rows);
     return writeReport(report, flags.out, { jsonOnly: !all });
   };
   const saveJson = () => {
@@ -527,21 +569,34 @@ export async function table3Main(args: string[]): Promise<void> {
         rows.push(row);
         have.add(cellKey(row.method, row.beta, row.mode));
         saveJson();
-        const cell = formatCell(row);
+        const cell = [formatCell(row), checkText(row)].filter((x) => x).join(", ");
         progress.step(
           `[${have.size}/${total}] ${row.method} β=${row.beta} ${row.mode}: ` +
-            `${row.error ? paint("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
+            `${row.error || isIncorrect(row) ? paint("red", cell) : cell} (${
+              (ms / 1000).toFixed(1)
+            } s)`,
         );
       },
       afterMethod() {
         if (writeError) throw writeError;
       },
       progress: say,
+      checks,
+      timeSource: flags.timeSource,
     }));
     if (stopping) await new Promise(() => {}); // the signal handler writes and exits
     report.complete = true;
     const paths = await save(true);
     progress.finish();
+    if (flags.history !== undefined) {
+      const h = upsertHistory(
+        flags.history,
+        reportCells(JSON.parse(formatJson(report)), paths.json),
+      );
+      say(
+        `history ${flags.history}: ${h.added} cells added, ${h.replaced} replaced (${h.total} rows)`,
+      );
+    }
     const md = formatMarkdown(report);
     console.log(md.slice(0, md.indexOf("\n## Details")).trimEnd());
     const failed = rows.filter((r) => r.error !== undefined).length;
