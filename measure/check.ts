@@ -119,7 +119,7 @@ export function chooseSamples(
     .slice(0, Math.ceil(want / 2)).map(([t]) => t);
   const chosen = new Set(top);
   const rest: number[] = [];
-  for (let j = 0; j < v && rest.length < v; j++) if (!chosen.has(j)) rest.push(j);
+  for (let j = 0; j < v; j++) if (!chosen.has(j)) rest.push(j);
   const vocab = [...top, ...strata(rest, Math.min(want - top.length, rest.length))];
   return { tokens: Int32Array.from(tokens), vocab: Int32Array.from(vocab) };
 }
