@@ -12,7 +12,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { HARNESS_VERSION } from "../core/version.ts";
 import { writeAtomic } from "../io/outputs.ts";
-import type { ReportCells } from "./compare_cells.ts";
+import { type ReportCells, reportCells } from "./compare_cells.ts";
 import { percentile } from "./timing.ts";
 
 /** The columns, in order; the first {@link HISTORY_KEY} of them are the key. */
@@ -223,4 +223,13 @@ export const HISTORY_FLAG = {
  */
 export function checkHistoryPath(path: string): void {
   readHistory(path);
+}
+
+/**
+ * Upserts the cells of a table3 or sweep report object (as its JSON would read) into the history
+ * at `path`; returns the line a command prints.
+ */
+export function upsertReportHistory(path: string, report: unknown, jsonPath: string): string {
+  const h = upsertHistory(path, reportCells(JSON.parse(JSON.stringify(report)), jsonPath));
+  return `history ${path}: ${h.added} cells added, ${h.replaced} replaced (${h.total} rows)`;
 }
