@@ -44,14 +44,14 @@ Deno.test("harness: the example is ranked with its error, a wrong method is mark
   const row = (label: string) => md.split("\n").find((l) => l.startsWith(`| ${label} |`)) ?? "";
   // the example: every cell checked and ranked against the baseline
   const example = row("Plain fused forward (example)");
-  assert.equal(example.match(/err \d\.\de-\d+ \(\d[\d.]*× speed/g)?.length, 3, example);
+  assert.equal(example.match(/err \d\.\de-\d+ \(\d[\d.]*× faster/g)?.length, 3, example);
   // the wrong one: its backward cells are incorrect, show their error, and are not ranked
-  const wrong = row("Baseline with dC zeroed (wrong on purpose)");
+  const wrong = row("Fused with dC zeroed (wrong on purpose)");
   const cells = wrong.split(" | ").slice(2);
-  assert.match(cells[0], /err .* speed/, "its forward is right and ranked");
+  assert.match(cells[0], /err .* faster/, "its forward is right and ranked");
   for (const c of cells.slice(1)) {
     assert.match(c, /^\*\*incorrect\*\* \(dC err 1\.0 > tol 0\.031\): .* ms( \|)?$/, c);
-    assert.doesNotMatch(c, /speed/);
+    assert.doesNotMatch(c, /faster/);
   }
   assert.match(md, /## Incorrect rows \(2\): not ranked/);
   assert.match(md, /- Correctness: each cell's loss, the dE rows of 32 sampled tokens/);
@@ -72,7 +72,7 @@ Deno.test("harness: the example is ranked with its error, a wrong method is mark
   const svg = readFileSync(_report(join(dir, "t3"), "svg"), "utf8");
   assert.match(
     svg,
-    /Baseline with dC zeroed \(wrong on purpose\) — incorrect in 2 cells \(dC err 1\.0\)/,
+    /Fused with dC zeroed \(wrong on purpose\) — incorrect in 2 cells \(dC err 1\.0\)/,
   );
   // the history has every cell, and draws the example across commits
   const h = readFileSync(history, "utf8").split("\r\n").filter((l) => l);

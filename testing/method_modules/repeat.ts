@@ -1,11 +1,11 @@
 /**
- * A method for the tests of `compare`: the built-in baseline's work done LCE_TEST_REPEAT times
+ * A method for the tests of `compare`: the built-in fused method's work done LCE_TEST_REPEAT times
  * (default 1) per call under one name, so two runs of one commit can differ only in the work.
  * The extra calls' outputs are released after the submission; the last call's are returned.
  * @module
  */
 import type { LceMethod, Recorder, SavedState } from "../../mod.ts";
-import { baseline } from "../../methods/baseline.ts";
+import { fused } from "../../methods/fused.ts";
 
 const times = Number(Deno.env.get("LCE_TEST_REPEAT") ?? "1");
 
@@ -18,12 +18,12 @@ function _release(
 }
 
 const repeat: LceMethod = {
-  ...baseline,
+  ...fused,
   name: "repeat",
-  label: `Baseline ×${times}`,
-  description: "the baseline's forward and backward done LCE_TEST_REPEAT times per call",
+  label: `Fused ×${times}`,
+  description: "the fused forward and backward done LCE_TEST_REPEAT times per call",
   async prepare(ctx, spec, opts) {
-    const p = await baseline.prepare(ctx, spec, opts);
+    const p = await fused.prepare(ctx, spec, opts);
     return {
       ...p,
       async forward(rec, x) {

@@ -1,18 +1,19 @@
 /**
- * A deliberately wrong method for the tests of the correctness check: the built-in baseline with
- * its dC cleared to zeros after the backward (loss and dE stay right), under its own name.
+ * A deliberately wrong method for the tests of the correctness check: the built-in fused method
+ * with f32 gradients, its dC cleared to zeros after the backward (loss and dE stay right), under
+ * its own name.
  * @module
  */
 import type { LceMethod } from "../../mod.ts";
-import { baseline } from "../../methods/baseline.ts";
+import { fusedF32Grad } from "../../methods/fused.ts";
 
 const zeroDc: LceMethod = {
-  ...baseline,
+  ...fusedF32Grad,
   name: "zero-dc",
-  label: "Baseline with dC zeroed (wrong on purpose)",
-  description: "the baseline, then dC overwritten with zeros",
+  label: "Fused with dC zeroed (wrong on purpose)",
+  description: "fused-f32grad, then dC overwritten with zeros",
   async prepare(ctx, spec, opts) {
-    const p = await baseline.prepare(ctx, spec, opts);
+    const p = await fusedF32Grad.prepare(ctx, spec, opts);
     return {
       ...p,
       async backward(rec, x, saved, gradOut) {
