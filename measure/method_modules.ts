@@ -11,7 +11,7 @@ import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { check, InputError, oneLine } from "../core/errors.ts";
-import { METHODS } from "../methods/mod.ts";
+import { METHODS, parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 
 /** The flag every command that measures methods takes. */
@@ -109,4 +109,15 @@ export async function loadMethodModules(
 /** The built-in methods followed by those of `--method-module` (the registry of a command). */
 export async function allMethods(paths: readonly string[]): Promise<LceMethod[]> {
   return [...METHODS, ...(await loadMethodModules(paths))];
+}
+
+/**
+ * The methods of a `--methods a,b` list (all when undefined) among the built-in ones and those of
+ * the `--method-module` paths.
+ */
+export async function parseMethodList(
+  list: string | undefined,
+  paths: readonly string[],
+): Promise<LceMethod[]> {
+  return parseMethods(list, await allMethods(paths));
 }

@@ -24,8 +24,7 @@ import { paint } from "../core/progress.ts";
 import { checkOutputs, writeAtomic } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import type { Engine } from "../gpu/engine.ts";
-import { parseMethods } from "../methods/mod.ts";
-import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
+import { METHOD_MODULE_FLAG, parseMethodList } from "../measure/method_modules.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { gateAdapter, runGate } from "../measure/gate.ts";
 import {
@@ -115,7 +114,7 @@ async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
     update: f.update,
     baseline: f.baseline,
     suite: SUITES[f.suite],
-    methods: parseMethods(f.methods, await allMethods(f["method-module"])),
+    methods: await parseMethodList(f.methods, f["method-module"]),
     partial: f.methods !== undefined,
     rounds: f.rounds,
     out: f.out,

@@ -109,7 +109,7 @@ async function _twoRuns(dir: string, repeats: [number, number]): Promise<[string
   return [_report(join(dir, "r0"), "json"), _report(join(dir, "r1"), "json")];
 }
 
-// On a shared 2-core machine (this project's CI host) two runs of one commit differ by up to
+// On a shared 2-core machine (like the CI host) two runs of one commit differ by up to
 // about 30% in a cell (the process's CPU time; the software adapter's timestamps drift more), so
 // both comparisons use a 40% threshold: the default 5% is for a dedicated GPU. Twice the work
 // still clears it.
