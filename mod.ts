@@ -9,6 +9,13 @@
  * - Table 3 reports (a saved JSON report rendered again): {@link formatMarkdown},
  *   {@link formatCsv}, {@link writeReport}
  * - `.npy` files: {@link readNpy}, {@link writeNpy}
+ * - Your own method (`--method-module`, docs/harness.md): the contract {@link LceMethod} and its
+ *   types, the context ({@link GpuContext}: allocate through it), {@link Recorder} (record every
+ *   kernel into it), tensors ({@link createTensor}, {@link DeviceTensor}) and the WGSL helpers
+ *   the built-in kernels use ({@link loadF32}, {@link dtypeHelpers}, {@link lossConstants}...);
+ *   examples/plain_fused_forward.ts is one
+ * - Your own buffers: {@link GpuContext.fromDevice} over your device, {@link LceOnBuffers} /
+ *   {@link lceOnBuffers} compute the loss and gradients on your GPUBuffers
  *
  * @example
  * ```ts
@@ -37,9 +44,51 @@ export {
   type Reduction,
   resolveOptions,
 } from "./core/options.ts";
-export { type AdapterChoice, GpuContext } from "./gpu/context.ts";
+export {
+  type AdapterChoice,
+  type BufferRole,
+  GpuContext,
+  type TrackedBuffer,
+} from "./gpu/context.ts";
+export { type PassEncoder, Recorder, type Timing } from "./gpu/recorder.ts";
+export {
+  type BufferRegion,
+  createTensor,
+  DeviceTensor,
+  download,
+  fromHost,
+  readRows,
+  type Shard,
+  type TensorDtype,
+  tensorOnBuffer,
+  upload,
+} from "./gpu/tensor.ts";
+export {
+  dtypeHelpers,
+  enableDirectives,
+  f32Lit,
+  loadF32,
+  lossConstants,
+  wgslStorageType,
+} from "./kernels/wgsl_common.ts";
 export { methodByName, METHODS } from "./methods/mod.ts";
-export type { LceMethod } from "./methods/types.ts";
+export type {
+  ForwardOutput,
+  Gradients,
+  LceMethod,
+  MethodInputs,
+  MethodStats,
+  PreparedMethod,
+  ProblemSpec,
+  SavedState,
+} from "./methods/types.ts";
+export {
+  type LceBuffers,
+  LceOnBuffers,
+  lceOnBuffers,
+  type OutputRegion,
+} from "./methods/on_buffers.ts";
+export { HARNESS_VERSION } from "./core/version.ts";
 export { runMethod, type RunOptions, type RunResult } from "./methods/run.ts";
 export { lceReference, type LceReferenceResult } from "./reference/lce_reference.ts";
 export { formatMarkdown, type Table3Report } from "./report/table3.ts";

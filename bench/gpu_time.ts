@@ -29,6 +29,7 @@ import { Recorder } from "../gpu/recorder.ts";
 import { type Dtype, parseDtype, resolveOptions } from "../core/options.ts";
 import { check, oneLine } from "../core/errors.ts";
 import { parseMethods } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import type { ForwardOutput, LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { defaultMemoryBudget, formatMiB } from "../measure/measure.ts";
@@ -120,6 +121,7 @@ export const BENCH_GPU_COMMAND = defineCommand({
     },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
   },
 });
 
@@ -252,7 +254,7 @@ export async function runBench(args: string[] = []): Promise<void> {
   const dtype: Dtype = parseDtype(f.dtype);
   const beta = f.beta;
   const opts = resolveOptions({ beta });
-  const methods = parseMethods(f.methods);
+  const methods = parseMethods(f.methods, await allMethods(f["method-module"]));
   const modes = parseModes(f.modes);
   const iterations = f.iterations;
   const warmup = f.warmup;

@@ -8,7 +8,8 @@
  * Kernels are compiled and inputs uploaded before any sample; the forward a backward needs runs
  * outside the timed part. Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d;
  * LCE_BENCH_DTYPE, LCE_BENCH_BETA; LCE_WEBGPU=dawn runs it on Dawn. Run without permissions (a plain `deno bench`), the variables
- * cannot be read: the defaults are used, and a line says so.
+ * cannot be read: the defaults are used, and a line says so. Your own methods join with
+ * `deno bench -A bench/ -- --method-module PATH` (repeatable; docs/harness.md).
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
@@ -16,7 +17,7 @@ import { deviceSummary } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
 import { parseNumberValue } from "../core/cli.ts";
-import { METHODS } from "../methods/mod.ts";
+import { benchMethods } from "./bench_args.ts";
 import type { PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
@@ -49,7 +50,7 @@ const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });
 const gradOut = uploadGradOut(ctx, shape.n, opts);
 const budget = defaultMemoryBudget(ctx);
 
-for (const method of METHODS) {
+for (const method of await benchMethods()) {
   const est = method.estimateBytes?.(spec, opts);
   const bytes = typeof est === "number" ? est : est ? Math.max(...Object.values(est)) : 0;
   const ignore = method.unsupported?.(ctx, spec, opts) !== undefined || bytes > budget;

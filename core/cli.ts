@@ -50,6 +50,8 @@ export interface FlagDef {
   short?: string;
   /** The flag must be given (no default). */
   required?: boolean;
+  /** A string flag that may be given several times: its value is the list (empty when absent). */
+  multiple?: boolean;
 }
 
 /** A command: its name (as typed), what it does, and its flags. */
@@ -69,7 +71,8 @@ type _Value<D extends FlagDef> = D["type"] extends "boolean" ? boolean
 
 /** The parsed values of a command's flags, keyed by flag name. */
 export type FlagValues<F extends Record<string, FlagDef>> = {
-  [K in keyof F]: F[K] extends { type: "boolean" } ? boolean
+  [K in keyof F]: F[K] extends { multiple: true } ? string[]
+    : F[K] extends { type: "boolean" } ? boolean
     : F[K] extends { default: string | number } ? _Value<F[K]>
     : F[K] extends { required: true } ? _Value<F[K]>
     : _Value<F[K]> | undefined;
@@ -180,6 +183,9 @@ export class Command<F extends Record<string, FlagDef>> {
       if (d.type === "boolean" && d.default !== undefined) {
         throw new Error(`boolean flag --${name} cannot have a default`);
       }
+      if (d.multiple && (d.type !== "string" || d.default !== undefined || d.env || d.required)) {
+        throw new Error(`repeatable flag --${name}: a string without default, env or required`);
+      }
     }
     this.def = def;
   }
@@ -189,6 +195,8 @@ export class Command<F extends Record<string, FlagDef>> {
     const parts = Object.entries(this.def.flags).map(([name, d]) =>
       d.type === "boolean"
         ? `[--${name}]`
+        : d.multiple
+        ? `[--${name} ${_placeholder(d)}]...`
         : d.required
         ? `--${name} ${_placeholder(d)}`
         : `[--${name} ${_placeholder(d)}]`
@@ -231,11 +239,13 @@ export class Command<F extends Record<string, FlagDef>> {
    * the help to stdout when `--help`/`-h` is given.
    */
   parse(args: readonly string[]): ParsedArgs<F> | undefined {
-    const options: Record<string, { type: "string" | "boolean"; short?: string }> = {
-      help: { type: "boolean", short: "h" },
-    };
+    const options: Record<
+      string,
+      { type: "string" | "boolean"; short?: string; multiple?: boolean }
+    > = { help: { type: "boolean", short: "h" } };
     for (const [name, d] of Object.entries(this.def.flags)) {
       options[name] = { type: d.type === "boolean" ? "boolean" : "string" };
+      if (d.multiple) options[name].multiple = true;
       if (d.short) options[name].short = d.short;
     }
     // `--ignore-index -100`: a negative number as a flag's value, not a flag
@@ -266,6 +276,13 @@ export class Command<F extends Record<string, FlagDef>> {
     const values: Record<string, unknown> = {};
     const given = new Set<string>();
     for (const [name, d] of Object.entries(this.def.flags)) {
+      if (d.multiple) {
+        const list = (parsed.values[name] ?? []) as string[];
+        for (const s of list) if (s === "") throw new InputError(`--${name} must not be empty`);
+        if (list.length > 0) given.add(name);
+        values[name] = list;
+        continue;
+      }
       let raw = parsed.values[name] as string | boolean | undefined;
       let label = `--${name}`;
       if (raw === undefined && d.env) {

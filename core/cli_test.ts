@@ -142,3 +142,19 @@ Deno.test("cli: runCli exits 2 for bad input, 1 for internal failures, one line,
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("cli: a repeatable flag gives the list of its values, empty when absent", () => {
+  const cmd = defineCommand({
+    name: "deno task demo",
+    summary: "A demo command.",
+    flags: { module: { type: "string", help: "a module", arg: "PATH", multiple: true } },
+  });
+  const p = cmd.parse(["--module", "a.ts", "--module=b.ts"])!;
+  assert.deepEqual(p.values.module, ["a.ts", "b.ts"]);
+  assert.ok(p.given.has("module"));
+  const q = cmd.parse([])!;
+  assert.deepEqual(q.values.module, []);
+  assert.ok(!q.given.has("module"));
+  assert.match(cmd.usage(), /\[--module PATH\]\.\.\./);
+  assert.throws(() => cmd.parse(["--module", ""]), /--module must not be empty/);
+});

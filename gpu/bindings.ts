@@ -10,6 +10,8 @@ import { GpuError } from "../core/errors.ts";
 export interface BufferHolder {
   readonly buffer: GPUBuffer;
   readonly role: string;
+  /** The range a bind group binds, when not the whole buffer (a range of a caller's buffer). */
+  readonly binding?: GPUBufferBinding;
 }
 
 /**
@@ -98,8 +100,11 @@ export function layoutEntries(code: string): GPUBindGroupLayoutEntry[] {
 
 /** The GPUBufferBinding of a resource. */
 export function bufferBinding(r: BindingResource): GPUBufferBinding {
-  if (_isHolder(r)) return { buffer: r.buffer };
+  if (_isHolder(r)) return r.binding ?? { buffer: r.buffer };
   if ("buffer" in r && !("usage" in r)) {
+    if (_isHolder(r.buffer) && r.buffer.binding && r.buffer.binding.offset) {
+      throw new RangeError("a range of a buffer that is itself a range of a caller's buffer");
+    }
     const buffer = _isHolder(r.buffer) ? r.buffer.buffer : r.buffer;
     return { buffer, offset: r.offset, size: r.size };
   }

@@ -20,6 +20,7 @@ import {
 
 export { bindingConflict, bindingRange } from "./bindings.ts";
 export type { BindingResource, BoundBuffer, PipelineBinding } from "./bindings.ts";
+import { deviceReport } from "./device_report.ts";
 
 /** Which adapter to use: `auto` (a hardware one if any), `software` (force the fallback one). */
 export type AdapterChoice = "auto" | "software" | "hardware";
@@ -110,6 +111,14 @@ export class TrackedBuffer {
   get alive(): boolean {
     return this.#alive;
   }
+  /** Byte offset of the data in {@link buffer}: 0 here (a caller's buffer may start later). */
+  get offset(): number {
+    return 0;
+  }
+  /** What a bind group binds: the whole buffer here (a range of a caller's buffer otherwise). */
+  get binding(): GPUBufferBinding {
+    return { buffer: this.buffer };
+  }
   /**
    * Frees the buffer (the GPU keeps it until work already submitted is done; the context may keep
    * it for reuse, see {@link GpuContext.cacheLimitBytes}). Idempotent.
@@ -155,8 +164,8 @@ export function deviceFlags(f: { adapter: string; webgpu: string }): ContextOpti
 
 /** An open device with tracked allocations. Create with {@link GpuContext.create}. */
 export class GpuContext {
-  /** The adapter in use. */
-  readonly adapter: GPUAdapter;
+  /** The adapter in use (undefined over a caller's device given without it: fromDevice). */
+  readonly adapter: GPUAdapter | undefined;
   /** The device, created with the adapter's own limits. */
   readonly device: GPUDevice;
   /** Description for reports. */
@@ -184,7 +193,11 @@ export class GpuContext {
   #layouts = new WeakMap<GPUComputePipeline, { label: string; bindings: PipelineBinding[] }>();
   #uncaptured: string[] = [];
 
-  private constructor(adapter: GPUAdapter, device: GPUDevice, report: AdapterReport) {
+  private constructor(
+    adapter: GPUAdapter | undefined,
+    device: GPUDevice,
+    report: AdapterReport,
+  ) {
     this.adapter = adapter;
     this.device = device;
     this.report = report;
@@ -244,14 +257,15 @@ export class GpuContext {
     } catch (e) {
       throw new GpuError("internal", `requestDevice failed: ${(e as Error).message}`);
     }
-    return GpuContext.fromDevice(adapter, device, { ...opts, engine, engineVersion: version });
+    return GpuContext.fromOpened(adapter, device, { ...opts, engine, engineVersion: version });
   }
 
   /**
-   * A context on a device opened elsewhere: what {@link create} does once it has one. Tools that
-   * emulate another adapter (the kernel manifest, testing/emulated_device.ts) pass their own.
+   * A context on an adapter and a device this library opened: what {@link create} does once it has
+   * them. Tools that emulate another adapter (the kernel manifest, testing/emulated_device.ts) pass
+   * their own. (A program's own device: {@link fromDevice}.)
    */
-  static fromDevice(
+  static fromOpened(
     adapter: GPUAdapter,
     device: GPUDevice,
     opts: ContextOptions & { engine: Engine; engineVersion: string },
@@ -281,6 +295,36 @@ export class GpuContext {
       subgroupMatrixConfigs: _subgroupMatrixConfigs(adapter, device),
     };
     const ctx = new GpuContext(adapter, device, report);
+    ctx.poison = opts.poison ?? false;
+    return ctx;
+  }
+
+  #ownsDevice = true;
+
+  /**
+   * A context over a device the caller already has (its own WebGPU program's), so that methods run
+   * on its buffers (methods/on_buffers.ts). The caller keeps the device: {@link destroy} leaves it
+   * open. The kernels need the limits they need: a device requested with the adapter's limits (as
+   * {@link create} does) runs every method, a device with the default limits may refuse some (a
+   * pipeline's validation error names the limit). `adapter` only adds its description to reports;
+   * `engine` defaults to `deno` when the device is Deno's own, else `dawn`.
+   */
+  static fromDevice(
+    device: GPUDevice,
+    opts: { adapter?: GPUAdapter; engine?: Engine; maxBindingBytes?: number; poison?: boolean } =
+      {},
+  ): GpuContext {
+    const engine = opts.engine ??
+      (typeof GPUDevice !== "undefined" && device instanceof GPUDevice ? "deno" : "dawn");
+    const a = opts.adapter;
+    const report = deviceReport(device, engine, {
+      info: a?.info,
+      isFallback: a ? _isFallback(a) : undefined,
+      subgroupMatrixConfigs: a ? _subgroupMatrixConfigs(a, device) : [],
+      maxBindingBytes: opts.maxBindingBytes,
+    });
+    const ctx = new GpuContext(a, device, report);
+    ctx.#ownsDevice = false;
     ctx.poison = opts.poison ?? false;
     return ctx;
   }
@@ -581,10 +625,10 @@ export class GpuContext {
     if (this.lostReason) throw new GpuError("device-lost", `GPU device lost (${this.lostReason})`);
   }
 
-  /** Destroys the device. */
+  /** Destroys the device (a caller's device, see fromDevice, stays open: only the cache goes). */
   destroy(): void {
     this.releaseCache();
-    this.device.destroy();
+    if (this.#ownsDevice) this.device.destroy();
   }
 }
 

@@ -5,8 +5,8 @@
  * are packed two per u32 (element 2i in the low half), and shards of them start at even elements.
  * @module
  */
-import type { BufferRole, GpuContext, TrackedBuffer } from "./context.ts";
-import { GpuError } from "../core/errors.ts";
+import { type BufferRole, type GpuContext, TrackedBuffer } from "./context.ts";
+import { check, GpuError } from "../core/errors.ts";
 import { decode, encode } from "../core/dtype.ts";
 import type { Dtype } from "../core/options.ts";
 
@@ -158,7 +158,11 @@ export function upload(
       padded.set(bytes);
       bytes = padded;
     }
-    ctx.device.queue.writeBuffer(s.buffer.buffer, 0, bytes as Uint8Array<ArrayBuffer>);
+    ctx.device.queue.writeBuffer(
+      s.buffer.buffer,
+      s.buffer.offset,
+      bytes as Uint8Array<ArrayBuffer>,
+    );
   }
 }
 
@@ -184,7 +188,7 @@ export async function download(ctx: GpuContext, t: DeviceTensor): Promise<Float3
       usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
     });
     const enc = ctx.device.createCommandEncoder();
-    enc.copyBufferToBuffer(s.buffer.buffer, 0, staging, 0, Math.max(4, bytes));
+    enc.copyBufferToBuffer(s.buffer.buffer, s.buffer.offset, staging, 0, Math.max(4, bytes));
     ctx.device.queue.submit([enc.finish()]);
     await staging.mapAsync(GPUMapMode.READ);
     const raw = new Uint8Array(staging.getMappedRange().slice(0));
@@ -209,7 +213,161 @@ export function poison(ctx: GpuContext, t: DeviceTensor): void {
     const chunk = new Uint8Array(Math.min(s.buffer.size, 1 << 24)).fill(0xff);
     for (let off = 0; off < s.buffer.size; off += chunk.byteLength) {
       const n = Math.min(chunk.byteLength, s.buffer.size - off);
-      ctx.device.queue.writeBuffer(s.buffer.buffer, off, chunk, 0, n);
+      ctx.device.queue.writeBuffer(s.buffer.buffer, s.buffer.offset + off, chunk, 0, n);
     }
   }
+}
+
+/**
+ * Reads the given rows of a tensor back as f32, `rows.length × cols` row-major (in the order
+ * given; a row may repeat), with one copy per row into one staging buffer: the check of a
+ * benchmark run reads a few sampled rows of gradients that may be gigabytes. Waits for queued work.
+ */
+export async function readRows(
+  ctx: GpuContext,
+  t: DeviceTensor,
+  rows: ArrayLike<number>,
+): Promise<Float32Array> {
+  const eb = elementBytes(t.dtype);
+  const spans: { lo: number; at: number; skip: number }[] = [];
+  const enc = ctx.device.createCommandEncoder();
+  let total = 0;
+  const copies: [GPUBuffer, number, number][] = [];
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    if (!Number.isInteger(r) || r < 0 || r >= t.rows) {
+      throw new RangeError(`${t.label}: row ${r} out of range [0, ${t.rows})`);
+    }
+    const s = t.shardOf(r);
+    const start = s.buffer.offset + (r - s.rowStart) * t.cols * eb;
+    const lo = Math.floor(start / 4) * 4;
+    const hi = Math.ceil((start + t.cols * eb) / 4) * 4;
+    spans.push({ lo, at: total, skip: (start - lo) / eb });
+    copies.push([s.buffer.buffer, lo, hi - lo]);
+    total += hi - lo;
+  }
+  const staging = ctx.device.createBuffer({
+    size: Math.max(4, total),
+    usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
+  let at = 0;
+  for (const [buf, lo, size] of copies) {
+    enc.copyBufferToBuffer(buf, lo, staging, at, size);
+    at += size;
+  }
+  ctx.device.queue.submit([enc.finish()]);
+  await staging.mapAsync(GPUMapMode.READ);
+  const raw = new Uint8Array(staging.getMappedRange().slice(0));
+  staging.unmap();
+  staging.destroy();
+  ctx.assertAlive();
+  const out = new Float32Array(rows.length * t.cols);
+  spans.forEach((sp, i) => {
+    const bytes = raw.subarray(sp.at, sp.at + Math.ceil(((sp.skip + t.cols) * eb) / 4) * 4);
+    let vals: ArrayLike<number>;
+    if (t.dtype === "i32") vals = new Int32Array(bytes.slice().buffer, 0, t.cols);
+    else if (t.dtype === "u32") vals = new Uint32Array(bytes.slice().buffer, 0, t.cols);
+    else vals = decode(bytes.slice(), t.dtype, sp.skip + t.cols).subarray(sp.skip);
+    out.set(vals, i * t.cols);
+  });
+  return out;
+}
+
+/**
+ * A range of a GPUBuffer the caller owns, as the one shard of a tensor: bound at its offset, never
+ * counted in the context's memory, never destroyed or reused by it (destroy() does nothing).
+ */
+export class ExternalBuffer extends TrackedBuffer {
+  readonly #offset: number;
+  /** @internal use {@link tensorOnBuffer}. */
+  constructor(ctx: GpuContext, buffer: GPUBuffer, offset: number, size: number, role: BufferRole) {
+    super(ctx, buffer, size, role);
+    this.#offset = offset;
+  }
+  override get offset(): number {
+    return this.#offset;
+  }
+  override get binding(): GPUBufferBinding {
+    return { buffer: this.buffer, offset: this.#offset, size: this.size };
+  }
+  /** The caller owns the buffer: nothing is freed. */
+  override destroy(): void {}
+}
+
+/** A tensor's place in a caller's buffer. */
+export interface BufferRegion {
+  buffer: GPUBuffer;
+  /** Byte offset of element 0 (default 0): a multiple of minStorageBufferOffsetAlignment. */
+  offset?: number;
+}
+
+/** Options of {@link tensorOnBuffer}. */
+export interface BufferTensorOptions {
+  dtype: TensorDtype;
+  rows: number;
+  cols: number;
+  /** Name in messages ("E", "dC"...). */
+  label: string;
+  role: BufferRole;
+}
+
+/**
+ * Bytes a tensor spans in a caller's buffer: its elements rounded up to 16 bytes, since kernels
+ * may read whole 16-byte vectors (bf16 and f16 pack two elements per 32-bit word).
+ */
+export function regionBytes(o: Pick<BufferTensorOptions, "dtype" | "rows" | "cols">): number {
+  return Math.ceil((o.rows * o.cols * elementBytes(o.dtype)) / 16) * 16;
+}
+
+/**
+ * A row-major tensor over `region` of a caller's buffer, with no copy. Refused with one line
+ * (InputError) when the shape is not positive integers, the buffer lacks STORAGE usage or is
+ * mapped, the offset is not a multiple of the device's minStorageBufferOffsetAlignment, the
+ * buffer is too small for {@link regionBytes} from the offset, or the tensor exceeds one binding.
+ */
+export function tensorOnBuffer(
+  ctx: GpuContext,
+  region: BufferRegion,
+  o: BufferTensorOptions,
+): DeviceTensor {
+  const { label } = o;
+  check(
+    Number.isSafeInteger(o.rows) && o.rows >= 1 && Number.isSafeInteger(o.cols) && o.cols >= 1,
+    `${label}: shape must be positive integers, got ${o.rows}×${o.cols}`,
+  );
+  const b = region.buffer;
+  check(
+    b !== null && typeof b === "object" && typeof b.size === "number" &&
+      typeof b.usage === "number",
+    `${label}: not a GPUBuffer`,
+  );
+  check(
+    (b.usage & GPUBufferUsage.STORAGE) !== 0,
+    `${label}: the buffer lacks STORAGE usage (usage ${b.usage}); create it with ` +
+      "GPUBufferUsage.STORAGE",
+  );
+  check(b.mapState === "unmapped", `${label}: the buffer is ${b.mapState}; unmap it first`);
+  const offset = region.offset ?? 0;
+  const align = ctx.device.limits.minStorageBufferOffsetAlignment;
+  check(
+    Number.isSafeInteger(offset) && offset >= 0 && offset % align === 0,
+    `${label}: offset ${offset} is not a multiple of the device's ` +
+      `minStorageBufferOffsetAlignment ${align}`,
+  );
+  const bytes = regionBytes(o);
+  check(
+    offset + bytes <= b.size,
+    `${label}: ${o.rows}×${o.cols} ${o.dtype} needs bytes [${offset}, ${offset + bytes}) (its ` +
+      `elements rounded up to 16 bytes) but the buffer has ${b.size}`,
+  );
+  check(
+    bytes <= ctx.maxBindingBytes,
+    `${label}: ${bytes} bytes exceed one storage binding (${ctx.maxBindingBytes} bytes)`,
+  );
+  const shard = {
+    buffer: new ExternalBuffer(ctx, b, offset, bytes, o.role),
+    rowStart: 0,
+    rows: o.rows,
+  };
+  return new DeviceTensor(o.dtype, o.rows, o.cols, [shard], label);
 }

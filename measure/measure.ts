@@ -35,6 +35,7 @@ import type { DeviceTensor } from "../gpu/tensor.ts";
 import { GpuError, InputError, oneLine } from "../core/errors.ts";
 import { capAllocations, type MemoryNeed } from "./memory.ts";
 import { DTYPE_BYTES, type LceOptions } from "../core/options.ts";
+import type { CellCheck, CorrectnessCheck } from "./check.ts";
 import type {
   ForwardOutput,
   LceMethod,
@@ -103,6 +104,11 @@ export interface MeasureRow {
    * memory before the cell ran (absent where the method gives none).
    */
   estimateBytes?: number;
+  /**
+   * The correctness check of the cell's first repetition (measure/check.ts), when the run checks;
+   * absent on a failed row.
+   */
+  check?: CellCheck;
 }
 
 /**
@@ -209,6 +215,16 @@ export interface MeasureOptions {
   cacheBytes?: number;
   /** Called with each row as soon as it is known (progress output). */
   onRow?: (row: MeasureRow, ms: number) => void;
+  /**
+   * Where times come from (default: GPU timestamps, wall time without them). `cpu`, the process's
+   * CPU time, is what a shared software adapter measures most steadily (the gate's choice there).
+   */
+  timeSource?: TimeSource;
+  /**
+   * Checks each cell's outputs after its first repetition (a warm-up one when there is one),
+   * outside the timed region (measure/check.ts); the row carries the result.
+   */
+  check?: CorrectnessCheck;
 }
 
 /** Freed bytes kept for reuse while a method is measured on a hardware adapter. */
@@ -345,6 +361,7 @@ interface _Measured {
   passes?: Map<string, number[]>;
   /** Unmeasured repetitions actually run (default: the options' `warmup`). */
   warmups?: number;
+  check?: CellCheck;
   error?: string;
 }
 
@@ -364,7 +381,7 @@ function _row(
     mode,
     peakBytes: m.error ? null : m.peakBytes ?? null,
     timeMs: m.error ? null : q?.median ?? null,
-    timeSource: defaultTimeSource(ctx),
+    timeSource: o.timeSource ?? defaultTimeSource(ctx),
     timeMsMin: m.error ? null : q?.min ?? null,
     timeMsMax: m.error ? null : q?.max ?? null,
     timeMsIqr: m.error ? null : q ? q.q3 - q.q1 : null,
@@ -383,6 +400,7 @@ function _row(
     if (m.peaks && m.peaks.length > 0) row.peakBytesSamples = [...m.peaks];
   }
   if (m.error) row.error = m.error;
+  else if (m.check) row.check = m.check;
   return row;
 }
 
@@ -491,6 +509,7 @@ async function _measureMode(
   let peakBytes = -1;
   let peakByRole: RoleBytes | undefined;
   let stats: MethodStats | null = null;
+  let check: CellCheck | undefined;
   // bwd: one forward serves every repetition (backward does not consume the saved state), unless
   // the backward hands over tensors of the saved state as its gradients; then a fresh one each.
   let fwd: ForwardOutput | undefined;
@@ -501,7 +520,7 @@ async function _measureMode(
       warmup: o.warmup,
       warmupMs: o.warmupMs,
       reps: o.reps,
-      source: defaultTimeSource(ctx),
+      source: o.timeSource ?? defaultTimeSource(ctx),
       // the whole repetition's time, with what it needs besides the call (a fresh forward)
       adapt: o.targetMs === undefined ? undefined : (ms) =>
         Math.min(
@@ -527,7 +546,11 @@ async function _measureMode(
           inputs: o.inputs,
           gradOut: o.gradOut,
           fwd,
-          async afterFinish({ g }) {
+          async afterFinish({ f, g }) {
+            if (rep === 0 && o.check) {
+              const s = g ? (await prepared.stats?.()) ?? null : null;
+              check = await o.check.check(ctx, o.opts, { loss: f?.loss, dE: g?.dE, dC: g?.dC }, s);
+            }
             if (mode === "bwd") {
               const savedBufs = _buffersOf([...fwd!.saved.tensors, fwd!.loss]);
               for (const b of _buffersOf([g!.dE, g!.dC])) {
@@ -571,5 +594,6 @@ async function _measureMode(
     stats,
     passes: r.passes,
     warmups: r.warmups,
+    check,
   };
 }

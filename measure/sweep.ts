@@ -9,7 +9,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import { type LceOptions, type Reduction, resolveOptions } from "../core/options.ts";
 import { oneLine } from "../core/errors.ts";
 import type { LceMethod, ProblemSpec } from "../methods/types.ts";
-import { uploadGradOut } from "../methods/run.ts";
+import { gradValues, uploadGradOut } from "../methods/run.ts";
+import type { CheckRun, CorrectnessCheck } from "./check.ts";
 import {
   cellNeed,
   IDLE_GPU_WARMUP_MS,
@@ -76,6 +77,8 @@ export interface SweepHooks {
    * inputs.
    */
   done?(x: number, beta: number, method: string, mode: Mode): SweepCell | undefined;
+  /** Checks every cell against a reference made once per value (measure/check.ts). */
+  checks?: CheckRun;
 }
 
 /** The problem at value `x` of the swept size. */
@@ -216,16 +219,21 @@ async function _measureValue(
     `${plan.over} = ${x}: inputs (${inputs.generator}) ready in ${(inputs.ms / 1000).toFixed(1)} s`,
   );
   try {
+    // one reference per value, for every β (it does not depend on β)
+    const first = resolveOptions({ beta: plan.betas[0], reduction: plan.reduction });
+    const check = await hooks.checks?.prepare(ctx, inputs.inputs, {
+      softcap: first.softcap,
+      ignoreIndex: first.ignoreIndex,
+      gradOut: gradValues(shape.n, first),
+    });
     for (const beta of plan.betas) {
       const opts = resolveOptions({ beta, reduction: plan.reduction });
       for (const method of plan.methods) {
         const todo = plan.modes.filter((mode) => put(beta, method, mode));
         if (todo.length === 0) continue;
         const budget = gpuBudget(await (hooks.free ?? freeMemory)(ctx));
-        await _measureMethodAt(ctx, plan, { shape, method, opts, modes: todo, inputs, budget }, (
-          row,
-          ms,
-        ) => emit({ x, shape, row }, ms));
+        const c = { shape, method, opts, modes: todo, inputs, budget, check };
+        await _measureMethodAt(ctx, plan, c, (row, ms) => emit({ x, shape, row }, ms));
       }
     }
   } finally {
@@ -245,10 +253,11 @@ async function _measureMethodAt(
     modes: Mode[];
     inputs: DeviceInputs;
     budget: number;
+    check?: CorrectnessCheck;
   },
   onRow: (row: MeasureRow, ms: number) => void,
 ): Promise<void> {
-  const { shape, method, opts, modes, inputs, budget } = c;
+  const { shape, method, opts, modes, inputs, budget, check } = c;
   const gradOut = uploadGradOut(ctx, shape.n, opts);
   try {
     await measureMethod(ctx, method, {
@@ -267,6 +276,7 @@ async function _measureMethodAt(
       busyLoad: !ctx.report.isFallbackAdapter,
       budgetBytes: budget,
       onRow,
+      check,
     });
   } finally {
     gradOut.destroy();

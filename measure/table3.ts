@@ -7,13 +7,15 @@
 import type { GpuContext } from "../gpu/context.ts";
 import type { Dtype, LceOptions, Reduction } from "../core/options.ts";
 import type { LceMethod } from "../methods/types.ts";
-import { uploadGradOut } from "../methods/run.ts";
+import { gradValues, uploadGradOut } from "../methods/run.ts";
+import type { CheckRun, CorrectnessCheck } from "./check.ts";
 import {
   cellNeed,
   IDLE_GPU_WARMUP_MS,
   measureMethod,
   type MeasureRow,
   type Mode,
+  type TimeSource,
 } from "./measure.ts";
 import type { DeviceInputs } from "./inputs.ts";
 import { type FreeMemory, freeMemory, gpuBudget, type MemoryNeed, whyNotFit } from "./memory.ts";
@@ -162,6 +164,10 @@ export interface MeasureCellsOptions extends Repetitions {
   afterMethod?: () => void;
   /** Progress lines. */
   progress?: (line: string) => void;
+  /** Checks every cell against a reference made once per set of inputs (measure/check.ts). */
+  checks?: CheckRun;
+  /** See MeasureOptions.timeSource. */
+  timeSource?: TimeSource;
 }
 
 /**
@@ -178,6 +184,7 @@ export async function measureCells(
   o: MeasureCellsOptions,
 ): Promise<{ ctx: GpuContext; inputBytes: number }> {
   let inputs: DeviceInputs | undefined;
+  let check: CorrectnessCheck | undefined, checked = false;
   let inputBytes = 0;
   for (const opts of o.sections) {
     for (const method of o.methods) {
@@ -199,10 +206,19 @@ export async function measureCells(
       if (!inputs) {
         inputs = await o.openInputs(ctx);
         inputBytes = ctx.memory().liveBytes;
+        if (o.checks && !checked) {
+          // one reference for every section: it does not depend on β (measure/check.ts)
+          checked = true;
+          check = await o.checks.prepare(ctx, inputs.inputs, {
+            softcap: opts.softcap,
+            ignoreIndex: opts.ignoreIndex,
+            gradOut: gradValues(o.spec.n, opts),
+          });
+        }
       }
       // the inputs just made took their part of the free memory
       const budget = gpuBudget(await (o.free ?? freeMemory)(ctx));
-      await _measureOne(ctx, method, opts, missing, inputs, budget, o);
+      await _measureOne(ctx, method, opts, missing, inputs, budget, o, check);
       o.afterMethod?.();
     }
   }
@@ -218,6 +234,7 @@ async function _measureOne(
   inputs: DeviceInputs,
   budget: number,
   o: MeasureCellsOptions,
+  check: CorrectnessCheck | undefined,
 ): Promise<void> {
   const gradOut = uploadGradOut(ctx, o.spec.n, opts);
   try {
@@ -238,6 +255,8 @@ async function _measureOne(
       busyLoad: !ctx.report.isFallbackAdapter,
       budgetBytes: budget,
       onRow: o.onRow,
+      timeSource: o.timeSource,
+      check,
     });
   } finally {
     if (!ctx.lostReason) gradOut.destroy();

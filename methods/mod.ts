@@ -36,18 +36,29 @@ export const METHODS: readonly LceMethod[] = [
   fusedTileMap,
 ];
 
-/** The method called `name`; InputError naming the known ones otherwise. */
-export function methodByName(name: string): LceMethod {
-  const m = METHODS.find((m) => m.name === name);
+/**
+ * The method called `name` among `from` (default {@link METHODS}; commands add those of
+ * `--method-module`); InputError naming the known ones otherwise.
+ */
+export function methodByName(name: string, from: readonly LceMethod[] = METHODS): LceMethod {
+  const m = from.find((m) => m.name === name);
   if (!m) {
     throw new InputError(
-      `unknown method '${name}' (expected one of: ${METHODS.map((m) => m.name).join(", ")})`,
+      `unknown method '${name}' (expected one of: ${from.map((m) => m.name).join(", ")})`,
     );
   }
   return m;
 }
 
-/** The methods of a `--methods a,b` list (InputError naming an unknown one), or all of them. */
-export function parseMethods(list: string | undefined): LceMethod[] {
-  return list === undefined ? [...METHODS] : parseList("--methods", list).map(methodByName);
+/**
+ * The methods of a `--methods a,b` list among `from` (InputError naming an unknown one), or all
+ * of them.
+ */
+export function parseMethods(
+  list: string | undefined,
+  from: readonly LceMethod[] = METHODS,
+): LceMethod[] {
+  return list === undefined
+    ? [...from]
+    : parseList("--methods", list).map((name) => methodByName(name, from));
 }

@@ -4,6 +4,34 @@
  * {@link Recorder}. The measurement layer times the recorder and reads the tracked memory, so a
  * method allocates every buffer through the context (tensors or ctx.createBuffer) and hands
  * temporaries to `rec.release` (destroyed after the submission that uses them).
+ *
+ * The same contract holds for a method brought from outside (`--method-module`, docs/harness.md;
+ * examples/plain_fused_forward.ts is one, written against mod.ts):
+ * - Allocate through the context: `createTensor`, `ctx.createBuffer`, `ctx.uniform` or
+ *   `rec.uniform`. Those bytes are what the memory columns report (the peak above the bytes live
+ *   before the call) and what the leak check counts; a buffer made with `device.createBuffer`
+ *   is invisible to both.
+ * - Release: a temporary of a recorded call goes to `rec.release` (or `rec.uniform`, released for
+ *   you); what the backward needs goes into {@link SavedState.tensors} and is freed by
+ *   {@link PreparedMethod.dispose}; the loss and the gradients are handed to the caller, who
+ *   destroys them; buffers made by `prepare` are freed by {@link PreparedMethod.release}. After
+ *   every call the live bytes must be back where they were (otherwise the row reports a leak).
+ * - What is timed: the recorder's GPU time, from the first timed pass's begin to the last one's
+ *   end in each submission (timestamp queries; wall time on an adapter without them). Record every
+ *   kernel with `rec.pass(label, …)`: a pass is timed and named in the per-pass breakdown; copies
+ *   and clears through `rec.encoder`/`rec.clear` run in the same submission (inside the timed
+ *   span between two passes, outside it before the first or after the last). Work submitted
+ *   outside the recorder is not measured at all.
+ * - Values: `forward` and `backward` only record; the tensors they return hold their values once
+ *   the recorder has finished. `backward` must not consume the saved state (the `bwd` mode runs
+ *   it several times on one forward).
+ * - Correctness: table3 and the sweep check every cell's loss, sampled dE rows and sampled dC rows
+ *   against a reference kernel before they rank it (measure/check.ts); a method that fails is
+ *   marked incorrect with its error.
+ * - Stats ({@link MethodStats}): numbers or strings shown in a report's details. Two conventions
+ *   are read: `tilesSkipped`/`tilesTotal` (a gradient filter's work, in the report's notes) and
+ *   `gradDtype` with `dERoundings`/`dCRoundings` (16-bit gradient outputs: each rounding widens
+ *   the check's and the parity tests' tolerance by one unit roundoff of that dtype).
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
@@ -53,7 +81,11 @@ export interface Gradients {
   dC: DeviceTensor;
 }
 
-/** Statistics a method may report about its last backward (e.g. the gradient filter). */
+/**
+ * Statistics a method may report about its last backward (e.g. the gradient filter): shown in a
+ * report's details; `tilesSkipped`/`tilesTotal` and `gradDtype`/`dERoundings`/`dCRoundings` are
+ * read as the module doc says.
+ */
 export interface MethodStats {
   /** Tiles whose products were skipped by the gradient filter / tiles in all. */
   tilesSkipped?: number;

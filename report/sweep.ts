@@ -26,6 +26,8 @@ import type { Reduction } from "../core/options.ts";
 import type { ProblemSpec } from "../methods/types.ts";
 import { type Mode, MODES, percentile, type TimeSource } from "../measure/timing.ts";
 import type { SweepAxis, SweepCell } from "../measure/sweep.ts";
+import { type CheckSummary, formatError } from "../measure/check.ts";
+import { isIncorrect } from "./check_format.ts";
 
 /** Everything a sweep report holds (also its JSON form). */
 export interface SweepReport {
@@ -61,6 +63,8 @@ export interface SweepReport {
   failures?: { method: string; beta: number; mode: Mode; x: number; error: string }[];
   /** External (PyTorch) rows whose fixed sizes match, one entry per file. */
   external?: ExternalRows[];
+  /** What the correctness check compared and cost (measure/check.ts); absent when unchecked. */
+  check?: CheckSummary;
 }
 
 /** Columns of the long-format CSV, in order. */
@@ -86,6 +90,8 @@ export const SWEEP_CSV_COLUMNS = [
   "reps",
   "unit",
   "error",
+  "check_ok",
+  "check_error",
 ] as const;
 
 /** The metrics of the long format with their units. */
@@ -105,6 +111,19 @@ export function externalMatches(
   r: Pick<SweepReport, "over" | "base">,
 ): boolean {
   return (["n", "v", "d"] as const).every((k) => k === r.over || x.shape[k] === r.base[k]);
+}
+
+/**
+ * A method's line label in the charts: its name, and `— incorrect in k cells (worst dC err 1.0)`
+ * when cells of it failed their correctness check (their points are still drawn).
+ */
+export function sweepSeriesLabel(r: Pick<SweepReport, "cells">, method: string): string {
+  const bad = r.cells.filter((c) => c.row.method === method && isIncorrect(c.row));
+  if (bad.length === 0) return method;
+  const worst = bad.reduce((a, b) => (b.row.check!.error > a.row.check!.error ? b : a)).row.check!;
+  return `${method} — incorrect in ${bad.length} cell${
+    bad.length === 1 ? "" : "s"
+  } (worst ${worst.worst} err ${formatError(worst.error)})`;
 }
 
 /** The failed cells in short. */
@@ -142,6 +161,9 @@ export interface SweepLongRow {
   reps: number;
   unit: "ms" | "bytes";
   error: string | null;
+  /** The cell's correctness check (measure/check.ts): passed, and its error; null if none. */
+  check_ok: boolean | null;
+  check_error: number | string | null;
 }
 
 function _stats(samples: readonly number[] | undefined, fallback: number | null) {
@@ -189,6 +211,10 @@ export function sweepLongRows(r: SweepReport): SweepLongRow[] {
         reps: c.row.reps,
         unit,
         error: c.row.error ?? null,
+        check_ok: ok && c.row.check ? c.row.check.ok : null,
+        check_error: ok && c.row.check
+          ? (Number.isFinite(c.row.check.error) ? c.row.check.error : String(c.row.check.error))
+          : null,
       });
     }
   }
@@ -224,6 +250,8 @@ export function sweepLongRows(r: SweepReport): SweepLongRow[] {
             : 0,
           unit,
           error: e.error ?? (ok ? null : "not measured"),
+          check_ok: null,
+          check_error: null,
         });
       }
     }
@@ -301,7 +329,7 @@ function _points(r: SweepReport, metric: "timeMs" | "peakBytes"): _Point[] {
       ? (samples?.length ? Math.max(...samples) : metric === "timeMs" ? x.timeMsMax : y)
       : null;
     pts.push({
-      series: x.method,
+      series: sweepSeriesLabel(r, x.method),
       x: c.x,
       y: y === null ? null : y * scale,
       lo: lo === null ? null : lo * scale,

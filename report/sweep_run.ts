@@ -31,6 +31,9 @@ import {
 import { defaultRepetitions, PAPER_SHAPE, repsText, SOFTWARE_SHAPE } from "../measure/table3.ts";
 import type { ExternalRows } from "./external.ts";
 import { collectEnv, formatCell, METHOD_ORDER } from "./table3.ts";
+import { CheckRun } from "../measure/check.ts";
+import { upsertReportHistory } from "../measure/history.ts";
+import { checkText, isIncorrect } from "./check_format.ts";
 import {
   externalMatches,
   sweepBaseName,
@@ -62,6 +65,8 @@ export interface SweepRunOptions {
   resume: boolean;
   /** Opens a context (again after a device loss). */
   open: () => Promise<GpuContext>;
+  /** The history CSV every cell is upserted into at the end (measure/history.ts). */
+  history?: string;
 }
 
 /** Four doublings ending at `top` (rounded to integers): 32000, 64000, 128000, 256000. */
@@ -233,17 +238,19 @@ export async function runSweepReport(o: SweepRunOptions): Promise<number> {
     writeSweepData(report, o.out);
     const total = plan.values.length * o.betas.length * o.methods.length * o.modes.length;
     let count = 0;
+    const checks = new CheckRun(o.dtype);
     const result = await runSweep(ctx, plan, {
       onCell(cell, ms) {
         _putCell(report, cell);
         report.durationS = (performance.now() - started) / 1000;
+        report.check = checks.summary(report.cells.map((c) => c.row));
         writeSweepData(report, o.out);
         const r = cell.row;
-        const text = formatCell(r);
+        const text = [formatCell(r), checkText(r)].filter((x) => x).join(", ");
         const resumed = previous.get(_cellKey(cell)) === cell;
         progress.step(
           `[${++count}/${total}] ${o.over}=${cell.x} ${r.method} β=${r.beta} ${r.mode}: ` +
-            `${r.error ? paint("red", text) : text} (${
+            `${r.error || isIncorrect(r) ? paint("red", text) : text} (${
               resumed ? "from the earlier run" : `${(ms / 1000).toFixed(1)} s`
             })`,
           cellWeight(cell.shape, r.mode),
@@ -252,13 +259,16 @@ export async function runSweepReport(o: SweepRunOptions): Promise<number> {
       onNote: (text) => progress.log(text),
       done: (x, beta, method, mode) => previous.get(_key(x, beta, method, mode)),
       reopen: o.open,
+      checks,
     });
     ctx = result.ctx;
     report.complete = true;
     report.durationS = (performance.now() - started) / 1000;
     _sortCells(report);
+    report.check = checks.summary(report.cells.map((c) => c.row));
     const paths = await writeSweepReport(report, o.out);
     progress.finish();
+    if (o.history !== undefined) progress.log(upsertReportHistory(o.history, report, paths.json));
     const failed = report.cells.filter((c) => failedAtRunTime(c.row)).length;
     progress.log(
       `${

@@ -27,6 +27,8 @@ import {
 import { PAPER_SHAPE, type Table3Plan, type Table3Shape } from "../measure/table3.ts";
 import { SPEED_RATIO_LEGEND, timesFaster } from "../measure/timing.ts";
 import { formatDetail, formatMB, formatMs, formatSaving, formatSpeedup } from "./units.ts";
+import type { CheckSummary } from "../measure/check.ts";
+import { checkText, formatCheckSummary, isIncorrect, withCheck } from "./check_format.ts";
 
 export { formatMB, formatMs, formatSaving, formatSpeedup };
 
@@ -88,6 +90,8 @@ export interface Table3Report {
   complete?: boolean;
   /** What the run was asked to measure (for `--resume`): every cell is method × β × mode. */
   plan?: Table3Plan;
+  /** What the correctness check compared and cost (measure/check.ts); absent when unchecked. */
+  check?: CheckSummary;
 }
 
 /** L2 cache of the largest GPUs this harness targets (H100/H200: 50 MB), for the cache note. */
@@ -159,7 +163,7 @@ function _baselineOf(r: Table3Report, row: MeasureRow): MeasureRow | undefined {
   const b = r.rows.find((x) =>
     x.method === BASELINE_METHOD && x.beta === row.beta && x.mode === row.mode
   );
-  return b && b.error === undefined ? b : undefined;
+  return b && b.error === undefined && !isIncorrect(b) ? b : undefined;
 }
 
 /** Name of the method every section's ratios are taken against. */
@@ -174,7 +178,8 @@ export function vsBaseline(
   row: MeasureRow,
 ): { speedup: number | null; memorySaving: number | null } {
   const b = _baselineOf(r, row);
-  if (!b || row.error !== undefined || row.method === BASELINE_METHOD) {
+  // a row that failed its correctness check is not ranked
+  if (!b || row.error !== undefined || isIncorrect(row) || row.method === BASELINE_METHOD) {
     return { speedup: null, memorySaving: null };
   }
   const speedup = timesFaster(b.timeMs, row.timeMs);
@@ -193,7 +198,7 @@ export const SPEED_LEGEND = `Speed: ${SPEED_RATIO_LEGEND}. In brackets after eac
 
 /** A cell with its ratios against the section's baseline: `1.1 MB, 24.3 ms (1.7× faster, −96% mem)`. */
 export function formatCellVsBaseline(r: Table3Report, row: MeasureRow | undefined): string {
-  const cell = formatCell(row);
+  const cell = row ? withCheck(formatCell(row), row) : formatCell(row);
   if (!row) return cell;
   const { speedup, memorySaving } = vsBaseline(r, row);
   const parts: string[] = [];
@@ -284,6 +289,13 @@ export function formatMarkdown(r: Table3Report): string {
     lines.push("", ...formatSameArithmetic(r));
     lines.push(...formatPeers(r.external, r.rows, r.shape, modes));
   }
+  const incorrect = r.rows.filter(isIncorrect);
+  if (incorrect.length > 0) {
+    lines.push("", `## Incorrect rows (${incorrect.length}): not ranked`, "");
+    for (const x of incorrect) {
+      lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(checkText(x))}`);
+    }
+  }
   const failed = r.rows.filter((x) => x.error !== undefined);
   if (failed.length > 0) {
     lines.push("", `## Failed rows (${failed.length})`, "");
@@ -356,6 +368,9 @@ function _headerLines(r: Table3Report): string[] {
     );
   }
   if (r.rows.some((x) => x.method === BASELINE_METHOD)) lines.push(`- ${SPEED_LEGEND}`);
+  if (r.rows.some((x) => x.check) || r.check) {
+    lines.push(`- ${_md(formatCheckSummary(r.check, r.durationS))}`);
+  }
   for (const note of filterNotes(r)) lines.push(`- ${note}`);
   if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
   return lines;
@@ -424,8 +439,8 @@ function _tableLines(r: Table3Report, modes: readonly Mode[]): string[] {
 function _detailLines(r: Table3Report): string[] {
   const lines = [
     "| method | β | mode | peak MiB | median ms | min ms | max ms | IQR ms | wall ms | " +
-    "peak by role (MiB) | stats |",
-    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    "peak by role (MiB) | check | stats |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |",
   ];
   const num = (x: number | null) => (x === null ? "" : formatDetail(x));
   for (const beta of betaOrder(r)) {
@@ -444,7 +459,7 @@ function _detailLines(r: Table3Report): string[] {
             x.peakBytes === null ? "" : num(x.peakBytes / 2 ** 20)
           } | ${num(x.timeMs)} | ${num(x.timeMsMin)} | ${num(x.timeMsMax)} | ${
             num(x.timeMsIqr)
-          } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${
+          } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${_md(checkText(x))} | ${
             _md(x.error ? `failed: ${x.error}` : stats)
           } |`,
         );

@@ -6,6 +6,7 @@
  */
 import { csvText } from "./csv.ts";
 import { type Table3Report, vsBaseline } from "./table3.ts";
+import { CHECK_CSV_COLUMNS, checkCsvFields } from "./check_format.ts";
 
 /** Columns of the CSV report. */
 export const CSV_COLUMNS = [
@@ -37,6 +38,7 @@ export const CSV_COLUMNS = [
   "speedup_vs_baseline",
   "memory_saving_vs_baseline",
   "stats",
+  ...CHECK_CSV_COLUMNS,
   "error",
 ] as const;
 
@@ -76,6 +78,7 @@ export function formatCsv(r: Table3Report): string {
         vs.speedup,
         vs.memorySaving,
         x.stats && Object.keys(x.stats).length > 0 ? x.stats : null,
+        ...checkCsvFields(x),
         x.error,
       ],
     );

@@ -22,6 +22,7 @@ import {
   IDLE_GPU_BUSY_MS,
   type MeasureRow,
   type Mode,
+  type TimeSource,
 } from "../measure/measure.ts";
 import { inputNeed, makeDeviceInputs } from "../measure/inputs.ts";
 import {
@@ -44,6 +45,9 @@ import {
   type Table3Report,
 } from "./table3.ts";
 import { checkReportSource } from "./provenance.ts";
+import { CheckRun } from "../measure/check.ts";
+import { upsertReportHistory } from "../measure/history.ts";
+import { checkText, isIncorrect } from "./check_format.ts";
 import { type ReportPaths, writeReport } from "./table3_files.ts";
 
 /** What a run measures and where it writes (the validated command line). */
@@ -72,6 +76,10 @@ export interface Table3RunOptions {
   open: () => Promise<GpuContext>;
   /** The partial report to resume and its path. */
   resume?: { path: string; report: Table3Report };
+  /** The history CSV every cell is upserted into at the end (measure/history.ts). */
+  history?: string;
+  /** Where times come from (MeasureOptions.timeSource; default GPU timestamps, else wall). */
+  timeSource?: TimeSource;
 }
 
 /** Reads a report to resume; InputError naming the file. */
@@ -101,6 +109,8 @@ interface _Run {
   reduced: boolean;
   started: number;
   priorS: number;
+  /** The correctness checks of the run (measure/check.ts). */
+  checks: CheckRun;
 }
 
 /** The plan and the report of a run on `ctx` (the resumed report's rows kept). */
@@ -141,7 +151,7 @@ async function _start(ctx: GpuContext, o: Table3RunOptions): Promise<_Run> {
     reduction: o.reduction,
     warmup: repetitions.warmup,
     reps: repetitions.reps,
-    timeSource: ctx.hasTimestamps ? "gpu" : "wall",
+    timeSource: o.timeSource ?? (ctx.hasTimestamps ? "gpu" : "wall"),
     idleBusyMs: software ? undefined : IDLE_GPU_BUSY_MS,
     reducedShape,
     rows,
@@ -160,6 +170,7 @@ async function _start(ctx: GpuContext, o: Table3RunOptions): Promise<_Run> {
     reduced,
     started,
     priorS: prior?.durationS ?? 0,
+    checks: new CheckRun(shape.dtype),
   };
 }
 
@@ -178,6 +189,7 @@ class _Keeper {
     const rank = (r: MeasureRow) => run.order.get(cellKey(r.method, r.beta, r.mode))!;
     run.rows.sort((a, b) => rank(a) - rank(b));
     run.report.durationS = run.priorS + (performance.now() - run.started) / 1000;
+    run.report.check = run.checks.summary(run.rows);
     return writeReport(run.report, this.out, { jsonOnly: !all });
   }
 
@@ -253,6 +265,7 @@ export async function runTable3(o: Table3RunOptions): Promise<number> {
       run.report.complete = true;
       const paths = await keeper.save(true);
       progress.finish();
+      if (o.history !== undefined) say(upsertReportHistory(o.history, run.report, paths.json));
       const md = formatMarkdown(run.report);
       console.log(md.slice(0, md.indexOf("\n## Details")).trimEnd());
       const failed = run.rows.filter(failedAtRunTime).length;
@@ -316,15 +329,18 @@ async function _measure(
       run.rows.push(row);
       run.have.add(cellKey(row.method, row.beta, row.mode));
       keeper.saveJson();
-      const cell = formatCell(row);
+      const cell = [formatCell(row), checkText(row)].filter((x) => x).join(", ");
+      const bad = row.error !== undefined || isIncorrect(row);
       progress.step(
         `[${run.have.size}/${run.order.size}] ${row.method} β=${row.beta} ${row.mode}: ` +
-          `${row.error ? paint("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
+          `${bad ? paint("red", cell) : cell} (${(ms / 1000).toFixed(1)} s)`,
       );
     },
     afterMethod() {
       if (keeper.writeError) throw keeper.writeError;
     },
     progress: say,
+    checks: run.checks,
+    timeSource: o.timeSource,
   });
 }

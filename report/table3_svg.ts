@@ -8,6 +8,8 @@ import { engineName } from "../gpu/engine.ts";
 import type { MeasureRow } from "../measure/measure.ts";
 import { type Bar, groupedBarChartSpec, renderVegaLite } from "./svg.ts";
 import { seriesStyles } from "./styles.ts";
+import { formatError } from "../measure/check.ts";
+import { isIncorrect } from "./check_format.ts";
 import {
   betaOrder,
   formatMB,
@@ -22,6 +24,21 @@ function _note(error: string): string {
   return m ? m[1] : "failed";
 }
 
+/**
+ * A method's label in the legend: its table label, and for a method with rows that failed their
+ * correctness check, `— incorrect (dC err 1.0)` (the worst) or `— incorrect in 2 cells (…)`.
+ */
+export function svgSeriesLabel(r: Table3Report, method: string): string {
+  const rows = r.rows.filter((x) => x.method === method);
+  const label = rows[0]?.label ?? method;
+  const bad = rows.filter(isIncorrect);
+  if (bad.length === 0) return label;
+  const worst = bad.reduce((a, b) => (b.check!.error > a.check!.error ? b : a));
+  const err = `${worst.check!.worst} err ${formatError(worst.check!.error)}`;
+  const where = bad.length === rows.length ? "" : ` in ${bad.length} cells`;
+  return `${label} — incorrect${where} (${err})`;
+}
+
 /** The SVG report: time (linear) and memory (log axis) per method, one panel per mode. */
 export async function renderSvg(r: Table3Report): Promise<string> {
   const betas = betaOrder(r);
@@ -30,8 +47,7 @@ export async function renderSvg(r: Table3Report): Promise<string> {
   for (const b of betas) {
     for (const m of sectionMethods(r, b)) if (!methods.includes(m)) methods.push(m);
   }
-  const labelOf = (m: string) => r.rows.find((x) => x.method === m)?.label ?? m;
-  const series = methods.map(labelOf);
+  const series = methods.map((m) => svgSeriesLabel(r, m));
   const styles = seriesStyles(methods);
   const bars = (
     value: (x: MeasureRow) => number | null,
@@ -40,7 +56,12 @@ export async function renderSvg(r: Table3Report): Promise<string> {
   ): Bar[] =>
     r.rows.map((x) => {
       const v = x.error === undefined ? value(x) : null;
-      const bar: Bar = { facet: x.mode, group: group(x.beta), series: x.label, value: v };
+      const bar: Bar = {
+        facet: x.mode,
+        group: group(x.beta),
+        series: svgSeriesLabel(r, x.method),
+        value: v,
+      };
       if (x.error !== undefined) bar.note = _note(x.error);
       else if (v === null || v <= 0) {
         bar.value = null;

@@ -24,7 +24,7 @@ import { paint } from "../core/progress.ts";
 import { checkOutputs, writeAtomic } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import type { Engine } from "../gpu/engine.ts";
-import { parseMethods } from "../methods/mod.ts";
+import { METHOD_MODULE_FLAG, parseMethodList } from "../measure/method_modules.ts";
 import type { LceMethod } from "../methods/types.ts";
 import { gateAdapter, runGate } from "../measure/gate.ts";
 import {
@@ -77,6 +77,7 @@ export const GATE_COMMAND = defineCommand({
     out: { type: "string", arg: "FILE", help: "also write this run's measurements as JSON" },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
     resume: {
       type: "string",
       arg: "FILE",
@@ -100,7 +101,7 @@ interface _Flags {
 }
 
 /** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = GATE_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
@@ -113,7 +114,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     update: f.update,
     baseline: f.baseline,
     suite: SUITES[f.suite],
-    methods: parseMethods(f.methods),
+    methods: await parseMethodList(f.methods, f["method-module"]),
     partial: f.methods !== undefined,
     rounds: f.rounds,
     out: f.out,
@@ -127,7 +128,7 @@ const _progress = (s: string) => console.error(paint("dim", "gate: ") + s);
 
 /** Runs the command with `args`; returns the exit code (0 passed, 1 regressed). */
 export async function gateMain(args: string[]): Promise<number> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return 0;
   // a baseline given must be complete before anything is measured
   const given = flags.baseline !== undefined && (!flags.update || existsSync(flags.baseline))

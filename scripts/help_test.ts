@@ -19,6 +19,8 @@ const SCRIPTS = [
   "scripts/gpu_smoke.ts",
   "scripts/table3_merge.ts",
   "scripts/engine_probe.ts",
+  "scripts/compare.ts",
+  "scripts/history.ts",
   "bench/gpu_time.ts",
 ];
 

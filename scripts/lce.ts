@@ -24,6 +24,7 @@ import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { deviceFlags, GpuContext } from "../gpu/context.ts";
 import { engineName } from "../gpu/engine.ts";
 import { methodByName } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import { cellNeed } from "../measure/measure.ts";
 import { inputNeed } from "../measure/inputs.ts";
 import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
@@ -69,6 +70,7 @@ export const LCE_COMMAND = defineCommand({
     "grad-output": { type: "number", help: "upstream gradient of the loss", default: 1 },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
   },
 });
 
@@ -77,7 +79,7 @@ export async function lceMain(args: string[]): Promise<void> {
   const parsed = LCE_COMMAND.parse(args);
   if (!parsed) return;
   const f = parsed.values;
-  const method = methodByName(f.method);
+  const method = methodByName(f.method, await allMethods(f["method-module"]));
   const dtype = parseDtype(f.dtype);
   const opts = resolveOptions({
     beta: f.beta,

@@ -2,8 +2,9 @@
  * `./dev task sweep --over v|n|d [--values a,b,c] [--n N] [--v V] [--d D] [--dtype bf16|f16|f32]
  * [--beta B | --betas a,b] [--methods a,b] [--modes fwd,bwd,fwd+bwd] [--fixture cce] [--seed S]
  * [--reduction mean|sum|none] [--reps R] [--warmup W] [--external F.json,…] [--out DIR]
- * [--adapter auto|software|hardware] [--resume]` (flags: {@link SWEEP_COMMAND}): measures the
- * methods at each value of one size with the others fixed (report/sweep_run.ts), and writes
+ * [--adapter auto|software|hardware] [--resume] [--method-module PATH]... [--history FILE.csv]`
+ * (flags: {@link SWEEP_COMMAND}): measures the methods at each value of one size with the others
+ * fixed, every cell checked for correctness (report/sweep_run.ts, measure/check.ts), and writes
  * `sweep_<adapter>_<over>.{csv,json}` and `…_time.svg`, `…_memory.svg` under DIR (default
  * `out/`).
  *
@@ -32,6 +33,8 @@ import { parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { parseMethods } from "../methods/mod.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
+import { checkHistoryPath, HISTORY_FLAG } from "../measure/history.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
 import { parseModes } from "../measure/measure.ts";
 import { SWEEP_AXES, type SweepAxis } from "../measure/sweep.ts";
@@ -91,6 +94,8 @@ export const SWEEP_COMMAND = defineCommand({
     },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
+    history: HISTORY_FLAG,
     resume: {
       type: "boolean",
       help: "keep the cells an earlier run of the same sweep measured in --out without error " +
@@ -106,7 +111,7 @@ type _Flags = Omit<SweepRunOptions, "open"> & { adapter: AdapterChoice; engine: 
  * Parses and validates the flags (InputError for anything wrong; nothing is opened). Returns
  * undefined after printing --help.
  */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = SWEEP_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
@@ -134,7 +139,8 @@ function _parseFlags(args: string[]): _Flags | undefined {
   const external = f.external === undefined
     ? []
     : parseList("--external", f.external).map(readExternalRows);
-  const methods = parseMethods(f.methods);
+  const methods = parseMethods(f.methods, await allMethods(f["method-module"]));
+  if (f.history !== undefined) checkHistoryPath(f.history);
   const modes = parseModes(f.modes);
   return {
     over,
@@ -155,12 +161,13 @@ function _parseFlags(args: string[]): _Flags | undefined {
     adapter: f.adapter as AdapterChoice,
     engine: parseEngine(f.webgpu),
     resume: f.resume,
+    history: f.history,
   };
 }
 
 /** Runs the command with `args`; returns the exit code (0 done, 1 a cell failed). */
 export async function sweepMain(args: string[]): Promise<number> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return 0;
   return await runSweepReport({
     ...flags,

@@ -1,8 +1,10 @@
 /**
  * `./dev task table3 [--n N] [--v V] [--d D] [--dtype bf16|f16|f32] [--beta B] [--methods a,b]
  * [--modes fwd,bwd,fwd+bwd] [--fixture cce] [--seed S] [--reduction mean|sum|none] [--reps R]
- * [--warmup W] [--out DIR] [--adapter auto|software|hardware] [--resume FILE.json]`: reproduces
- * the paper's Table 3 (report/table3_run.ts).
+ * [--warmup W] [--out DIR] [--adapter auto|software|hardware] [--resume FILE.json]
+ * [--method-module PATH]... [--history FILE.csv] [--time-source gpu|wall|cpu]`: reproduces the
+ * paper's Table 3 (report/table3_run.ts), every cell checked for correctness before it is ranked
+ * (measure/check.ts), your own methods beside the built-in ones (docs/harness.md).
  *
  * Every method is measured at β = B (default 0.1) and at β = 0, in every mode; progress goes to
  * stderr, the table (Markdown) to stdout, and the reports (md, json, csv, svg) to DIR (default
@@ -27,8 +29,11 @@ import { parseDtype, type Reduction, resolveOptions } from "../core/options.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { methodByName, parseMethods } from "../methods/mod.ts";
+import type { LceMethod } from "../methods/types.ts";
 import { parseFixtureName } from "../fixtures/mod.ts";
-import { parseModes } from "../measure/measure.ts";
+import { parseModes, type TimeSource } from "../measure/measure.ts";
+import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
+import { checkHistoryPath, HISTORY_FLAG } from "../measure/history.ts";
 import { readExternalRows } from "../report/external.ts";
 import { readResumeReport, runTable3, type Table3RunOptions } from "../report/table3_run.ts";
 
@@ -80,6 +85,15 @@ export const TABLE3_COMMAND = defineCommand({
     },
     adapter: ADAPTER_FLAG,
     webgpu: WEBGPU_FLAG,
+    "method-module": METHOD_MODULE_FLAG,
+    history: HISTORY_FLAG,
+    "time-source": {
+      type: "string",
+      choices: ["gpu", "wall", "cpu"],
+      help: "where times come from: GPU timestamps, wall time, or the process's CPU time (the " +
+        "steadiest on a shared software adapter)",
+      defaultText: "gpu; wall without timestamp queries",
+    },
     resume: {
       type: "string",
       arg: "FILE.json",
@@ -102,11 +116,13 @@ function _same(path: string, what: string, want: unknown, have: unknown): void {
 }
 
 /** Parses and validates the flags (InputError for anything wrong; nothing is opened). */
-function _parseFlags(args: string[]): _Flags | undefined {
+async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
   const parsed = TABLE3_COMMAND.parse(args);
   if (!parsed) return undefined;
   const f = parsed.values;
   // β is validated once, where the sections are resolved (_withSections)
+  const all = await allMethods(f["method-module"]);
+  if (f.history !== undefined) checkHistoryPath(f.history);
   const betas = f.betas === undefined
     ? (f.beta > 0 ? [f.beta, 0] : [0])
     : parseList("--betas", f.betas).map((b) => parseNumberValue("--betas entries", b));
@@ -117,7 +133,7 @@ function _parseFlags(args: string[]): _Flags | undefined {
     dtype: parseDtype(f.dtype),
     betas,
     external: f.external === undefined ? undefined : readExternalRows(f.external),
-    methods: parseMethods(f.methods),
+    methods: parseMethods(f.methods, all),
     modes: parseModes(f.modes),
     fixture: parseFixtureName(f.fixture),
     seed: f.seed,
@@ -128,9 +144,11 @@ function _parseFlags(args: string[]): _Flags | undefined {
     allowDirty: f["allow-dirty"],
     adapter: f.adapter as AdapterChoice,
     engine: parseEngine(f.webgpu),
+    history: f.history,
+    timeSource: f["time-source"] as TimeSource | undefined,
   };
   if (f.resume === undefined) return _withSections(flags);
-  return _withSections(_resumed(f.resume, flags, parsed.given));
+  return _withSections(_resumed(f.resume, flags, parsed.given, all));
 }
 
 /** The flags before the sections are resolved. */
@@ -140,7 +158,12 @@ type _Given = Omit<_Flags, "sections">;
  * The flags of a resumed run: those given must match the report's plan; the others are taken
  * from it; the reports go next to the one resumed unless --out is given.
  */
-function _resumed(path: string, flags: _Given, given: Set<string>): _Given {
+function _resumed(
+  path: string,
+  flags: _Given,
+  given: Set<string>,
+  all: readonly LceMethod[],
+): _Given {
   const report = readResumeReport(path);
   const p = report.plan!;
   const shape = { n: flags.n ?? p.shape.n, v: flags.v ?? p.shape.v, d: flags.d ?? p.shape.d };
@@ -163,7 +186,7 @@ function _resumed(path: string, flags: _Given, given: Set<string>): _Given {
     fixture: p.fixture,
     seed: p.seed,
     betas: p.betas,
-    methods: p.methods.map(methodByName),
+    methods: p.methods.map((m) => methodByName(m, all)),
     modes: p.modes,
     reduction: p.reduction,
     reps: p.reps,
@@ -185,7 +208,7 @@ function _withSections(f: _Given): _Flags {
 
 /** Runs the command with `args`; returns the exit code (0 done, 1 a cell failed). */
 export async function table3Main(args: string[]): Promise<number> {
-  const flags = _parseFlags(args);
+  const flags = await _parseFlags(args);
   if (!flags) return 0;
   const open = () => GpuContext.create({ adapter: flags.adapter, engine: flags.engine });
   return await runTable3({ ...flags, open });

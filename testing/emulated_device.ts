@@ -188,7 +188,7 @@ export function emulatedContext(
   o: { maxBindingBytes?: number } = {},
 ): EmulatedContext {
   const { adapter, device } = emulatedDevice(profile);
-  const ctx = GpuContext.fromDevice(adapter, device, {
+  const ctx = GpuContext.fromOpened(adapter, device, {
     engine: "deno",
     engineVersion: "emulated",
     maxBindingBytes: o.maxBindingBytes,
