@@ -39,7 +39,11 @@ async function _open(): Promise<NullDevice> {
   const adapter = await gpu.requestAdapter();
   if (!adapter) throw new Error("Dawn's null backend gave no adapter");
   _keep.push(gpu, adapter);
-  const want = ["shader-f16", "subgroups", "chromium-experimental-subgroup-matrix"] as GPUFeatureName[];
+  const want = [
+    "shader-f16",
+    "subgroups",
+    "chromium-experimental-subgroup-matrix",
+  ] as GPUFeatureName[];
   const missing = want.filter((f) => !adapter.features.has(f));
   if (missing.length > 0) throw new Error(`Dawn's null backend lacks ${missing.join(", ")}`);
   const device = await adapter.requestDevice({ requiredFeatures: want });

@@ -171,7 +171,10 @@ function _sides(o: TcMainloopOptions): _Side[] {
 }
 
 /** Bytes of workgroup memory the staging of a product takes. */
-export function tcSharedBytes(t: TcTile, o: { aContig: "k" | "mn"; bContig: "k" | "mn"; split?: boolean }): number {
+export function tcSharedBytes(
+  t: TcTile,
+  o: { aContig: "k" | "mn"; bContig: "k" | "mn"; split?: boolean },
+): number {
   validateTcTile(t);
   const copies = t.dbuf ? 2 : 1;
   const elems = (rows: number, contig: "k" | "mn") =>
@@ -269,8 +272,7 @@ function _pairs(reg: string, dtype: TcDtype): string[] {
 }
 
 /** Element `e` (a u32 expression) of staging copy `copy`. */
-const _el = (s: _Side, copy: number, e: string) =>
-  copy === 0 ? e : `${copy * s.copyElems}u + ${e}`;
+const _el = (s: _Side, copy: number, e: string) => copy === 0 ? e : `${copy * s.copyElems}u + ${e}`;
 
 /** Vector loads: ⌈vectors / threads⌉ 16-byte registers per thread and K-step. */
 function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
@@ -301,7 +303,8 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
         `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
     );
     // staging element of the vector's j-th value
-    const at = (j: number) => alongK ? `vr * ${s.stride}u + vk + ${j}u` : `vk * ${s.stride}u + vr + ${j}u`;
+    const at = (j: number) =>
+      alongK ? `vr * ${s.stride}u + vk + ${j}u` : `vk * ${s.stride}u + vr + ${j}u`;
     out.stashes.push((copy) => {
       const lines: string[] = [];
       if (direct) {
@@ -319,7 +322,9 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
       } else {
         _pairs(reg, s.op.dtype).forEach((x, q) => {
           const v = s.scale ? `(${x} * ${s.scale})` : x;
-          lines.push(_storePair(s, v, _el(s, copy, at(2 * q)), _el(s, copy, at(2 * q + 1)), `${q}`));
+          lines.push(
+            _storePair(s, v, _el(s, copy, at(2 * q)), _el(s, copy, at(2 * q + 1)), `${q}`),
+          );
         });
       }
       return `if (${guard}) { ${pos}\n      ${lines.join("\n      ")} }`;
@@ -384,7 +389,10 @@ function _matrixAt(
   if (s.op.contig === "k") {
     // staged [row][k]: row-major for A (rows m), column-major for B (element (k, n) at n·stride + k)
     const c = base + idx * along * s.stride + kk * mma.k;
-    return { off: `${sub} * ${s.stride}u + ${c}u`, layout: s.name === "A" ? "row_major" : "col_major" };
+    return {
+      off: `${sub} * ${s.stride}u + ${c}u`,
+      layout: s.name === "A" ? "row_major" : "col_major",
+    };
   }
   // staged [k][row]: column-major for A (element (m, k) at k·stride + m), row-major for B
   const c = base + kk * mma.k * s.stride + idx * along;
@@ -417,7 +425,9 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
       parts.forEach((arr, h) => {
         const a = `${p}a${tag}_${i}_${h}`;
         if (!emu) {
-          out.push(`let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}, ${m.off}, ${A.stride}u);`);
+          out.push(
+            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}, ${m.off}, ${A.stride}u);`,
+          );
         }
         for (let j = 0; j < nt; j++) {
           const acc = `${p}acc_${i}_${j}`;
@@ -513,7 +523,9 @@ export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = [])
     ${body}
   }`;
   const mmaFn = (arr: string) =>
-    `fn ${_emuName(p, "mma", arr)}(slot: u32, ao: u32, ast: u32, acm: bool, bo: u32, bst: u32, bcm: bool, lane: u32) {
+    `fn ${
+      _emuName(p, "mma", arr)
+    }(slot: u32, ao: u32, ast: u32, acm: bool, bo: u32, bst: u32, bcm: bool, lane: u32) {
   ${
       lanes(`var s = ${p}emu_acc[at];
     for (var k = 0u; k < emu_dims.y; k++) {
@@ -560,7 +572,9 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
       throw new RangeError("tc mainloop: rowStart needs a k-contiguous operand");
     }
   }
-  const loads = sides.map((s) => s.op.vec ? _vectorLoads(o, s, threads) : _scalarLoads(o, s, threads));
+  const loads = sides.map((s) =>
+    s.op.vec ? _vectorLoads(o, s, threads) : _scalarLoads(o, s, threads)
+  );
   const zero = `${tcResultType(t)}()`;
   const accs = tcAccs(t, o.prefix).map((a) =>
     o.mode === "emulated"
@@ -571,7 +585,9 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   );
   const decls = loads.flatMap((l) => l.decls).join(" ");
   const fetch = (kb: string) =>
-    `{ let KB = ${kb}; let KE = ${o.K};\n    ${loads.flatMap((l) => l.fetch).join("\n    ")}\n    }`;
+    `{ let KB = ${kb}; let KE = ${o.K};\n    ${
+      loads.flatMap((l) => l.fetch).join("\n    ")
+    }\n    }`;
   const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
   const compute = (copy: number) => _compute(o, sides, copy).join("\n    ");
   const mmaOnly = o.diag === "mma-only";

@@ -141,7 +141,9 @@ function _pieces(v: RowView): _Piece[] {
   const out: _Piece[] = [];
   for (const s of v.tensor.shards) {
     const lo = Math.max(s.rowStart, v.lo), hi = Math.min(s.rowStart + s.rows, v.hi);
-    if (lo < hi) out.push({ buffer: s.buffer, lo: lo - v.lo, hi: hi - v.lo, base: s.rowStart - v.lo });
+    if (lo < hi) {
+      out.push({ buffer: s.buffer, lo: lo - v.lo, hi: hi - v.lo, base: s.rowStart - v.lo });
+    }
   }
   return out;
 }
@@ -189,17 +191,30 @@ function _regions(
   const regions: _Region[] = [];
   for (const os of _pieces(out)) {
     for (const ap of _pieces(av)) {
-      const mLo = Math.max(os.lo, k.aTrans ? 0 : ap.lo), mHi = Math.min(os.hi, k.aTrans ? M : ap.hi);
+      const mLo = Math.max(os.lo, k.aTrans ? 0 : ap.lo),
+        mHi = Math.min(os.hi, k.aTrans ? M : ap.hi);
       const akLo = k.aTrans ? ap.lo : 0, akHi = k.aTrans ? ap.hi : K;
       if (mLo >= mHi) continue;
       for (const bp of _pieces(bv)) {
         const nLo = k.bTrans ? 0 : bp.lo, nHi = k.bTrans ? N : bp.hi;
-        const kLo = Math.max(akLo, k.bTrans ? bp.lo : 0), kHi = Math.min(akHi, k.bTrans ? bp.hi : K);
+        const kLo = Math.max(akLo, k.bTrans ? bp.lo : 0),
+          kHi = Math.min(akHi, k.bTrans ? bp.hi : K);
         if (nLo >= nHi || kLo >= kHi) continue;
         const key = `${mLo}:${nLo}`;
         const split = started.has(key);
         started.add(key);
-        regions.push({ os, ap, bp, mLo, mHi, nLo, nHi, kLo, kHi, acc: o.accumulate === true || split });
+        regions.push({
+          os,
+          ap,
+          bp,
+          mLo,
+          mHi,
+          nLo,
+          nHi,
+          kLo,
+          kHi,
+          acc: o.accumulate === true || split,
+        });
       }
     }
   }
@@ -291,7 +306,21 @@ export async function prepareTcMatmul(
       const S = slicesOf(M, N, K, o.splitK);
       rec.pass(o.label ?? "tc matmul", (pass) => {
         for (const r of regions) {
-          const scope = { ctx, rec, pass, kernel, o, M, N, K, pick, reduce, ones, noPart, lastVariant };
+          const scope = {
+            ctx,
+            rec,
+            pass,
+            kernel,
+            o,
+            M,
+            N,
+            K,
+            pick,
+            reduce,
+            ones,
+            noPart,
+            lastVariant,
+          };
           _recordRegion(scope, r, S);
         }
       });
@@ -377,7 +406,12 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
     const ur = s.rec.uniform(w, "tc split-K params");
     const wgs = Math.ceil((mm * nn) / 256);
     const x = Math.min(wgs, 65535);
-    s.pass.dispatch(s.reduce, s.rec.bindGroup(s.reduce, [ur, part, g.os.buffer]), x, Math.ceil(wgs / x));
+    s.pass.dispatch(
+      s.reduce,
+      s.rec.bindGroup(s.reduce, [ur, part, g.os.buffer]),
+      x,
+      Math.ceil(wgs / x),
+    );
     if (own) s.rec.release(part);
   }
 }

@@ -21,12 +21,12 @@ import {
   tcEntryParams,
   tcLanePrelude,
   tcMainloop,
+  type TcMainloopOptions,
   type TcMode,
   tcModuleDecls,
-  tcStoreAcc,
-  type TcMainloopOptions,
   type TcOperand,
   tcStorageType,
+  tcStoreAcc,
   tcSubgroupCoords,
 } from "./tc_codegen.ts";
 import { tcThreads, type TcTile, tileCols, tileMma, tileRows, tileSubgroups } from "./tc_tiles.ts";
@@ -149,7 +149,9 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
     mode: o.mode,
   };
   // element readers for scalar loads (vector loads read whole registers)
-  const helpers = dtypeHelpers([{ name: "a", ...o.a }, { name: "b", ...o.b }].filter((x) => !x.vec));
+  const helpers = dtypeHelpers(
+    [{ name: "a", ...o.a }, { name: "b", ...o.b }].filter((x) => !x.vec),
+  );
   const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
   return `${tcEnables(o.mode)}
 ${PARAMS}

@@ -152,3 +152,24 @@ export function tcSupport(ctx: GpuContext): TcSupport {
   }
   return base;
 }
+
+/**
+ * The tiles scripts/bench_tc.ts sweeps by name (none measured yet on a GPU when written: the
+ * sweep decides): workgroup tile, subgroups and each subgroup's register tile, K-step, buffering.
+ */
+export const TC_BENCH_TILES: Record<string, TcTile> = {
+  t128_k32_db: TC_TILE_128,
+  t128_k32: { ...TC_TILE_128, dbuf: false },
+  t128_k16_db: { ...TC_TILE_128, bk: 16 },
+  t128_k64: { ...TC_TILE_128, bk: 64, dbuf: false },
+  t128_8sg_k32_db: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true },
+  t128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
+  t128_4x1sg_2x8: { sgRows: 4, sgCols: 1, mt: 2, nt: 8, bk: 32, dbuf: true },
+  t128_1x4sg_8x2: { sgRows: 1, sgCols: 4, mt: 8, nt: 2, bk: 32, dbuf: true },
+  t128x256_k16_db: TC_TILE_128X256,
+  t128x256_k32: { ...TC_TILE_128X256, bk: 32, dbuf: false },
+  t256x128_k16_db: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 16, dbuf: true },
+  t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
+  t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
+  t64_k32_db: TC_TILE_SMALL,
+};
