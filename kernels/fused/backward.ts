@@ -94,6 +94,7 @@ import {
 } from "./backward_plan.ts";
 import {
   defaultFilterTile,
+  type FilterPassKernelOptions,
   filterPassWgsl,
   keptBoundsWgsl,
   orderSelectWgsl,
@@ -136,6 +137,8 @@ interface _Plan {
   /** Tokens per row slice of the dE pass. */
   sliceRows: number;
   filterTile: GemmTile | null;
+  /** The filter pass's generator (the FMA one, or FusedBackwardOptions.filterKernel's). */
+  filterWgsl: (o: FilterPassKernelOptions) => string;
   /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
   mapTile?: TileMapTile;
   /** The order decision runs (sorting with the filter, decideOrder). */
@@ -191,7 +194,10 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     splits,
     slices,
     sliceRows,
-    filterTile: eps !== null && !mapTile ? o.filterTile ?? defaultFilterTile(ctx, tile) : null,
+    filterTile: eps !== null && !mapTile
+      ? o.filterKernel?.tile ?? o.filterTile ?? defaultFilterTile(ctx, tile)
+      : null,
+    filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
     mapTile,
     decide: o.sort && eps !== null && (o.decideOrder ?? true),
     balanced: eps !== null && splits > 1,
@@ -208,7 +214,7 @@ async function _filterPipelines(ctx: GpuContext, p: _Plan) {
   const { spec, eps, filterTile, decide, tile } = p;
   const filterPass = eps !== null && filterTile
     ? await ctx.pipeline(
-      filterPassWgsl({
+      p.filterWgsl({
         tile,
         dtype: spec.dtype,
         opts: p.opts,
@@ -413,6 +419,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       d: p.spec.d,
       perm: p.decide ? undefined : perm,
       hot,
+      extra: a.filterBindings,
     });
   }
   if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {

@@ -158,8 +158,26 @@ function _filterTest(s: _FilterShape): string {
   return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test].join("\n  ");
 }
 
+/** What the flushes of a filter pass depend on. */
+type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "hot" | "HW">;
+
+/**
+ * The end of a filter pass after its workgroup barrier: the entry bits flushed into `hot` and the
+ * kept tiles' bits set in the mask and counted, from the workgroup's `s_any` (and `s_hot`), for a
+ * filter tile of bm tokens × bn vocabulary entries at corner (t0, v0). Shared with the
+ * tensor-core filter pass (kernels/tc/tc_filter_wgsl.ts), which declares the same workgroup
+ * variables and parameters.
+ */
+export function filterFlushWgsl(
+  o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean },
+): string {
+  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, hot: o.entryBits, HW: o.bn / 32 + 1 };
+  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s)}`;
+}
+
 /** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
-function _entryBitsFlush(s: _FilterShape): string {
+function _entryBitsFlush(s: _FlushShape): string {
   if (!s.hot) return "";
   return `if (lid < ${s.subT * s.HW}u) {
     let word = atomicLoad(&s_hot[lid]);
@@ -172,7 +190,7 @@ function _entryBitsFlush(s: _FilterShape): string {
 }
 
 /** The kept backward tiles' bits set in the mask and counted (thread 0). */
-function _keptTilesFlush(s: _FilterShape): string {
+function _keptTilesFlush(s: _FlushShape): string {
   return `if (lid == 0u) {
     let flags = atomicLoad(&s_any);
     var kept = 0u;
@@ -425,6 +443,8 @@ export function recordFilterPass(
     d: number;
     perm?: TrackedBuffer;
     hot?: TrackedBuffer;
+    /** Buffers bound after the pass's own (another kernel family's: FusedBackwardArgs). */
+    extra?: TrackedBuffer[];
   },
 ): void {
   const { rec, e, c, filterTile, pipeline } = o;
@@ -459,6 +479,7 @@ export function recordFilterPass(
         if (o.perm) bufs.push(o.perm);
         bufs.push(o.mask, o.counter);
         if (o.hot) bufs.push(o.hot);
+        bufs.push(...(o.extra ?? []));
         p.dispatch(pipeline, rec.bindGroup(pipeline, bufs), gTok, gVoc);
       }
     }
