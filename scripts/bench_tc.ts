@@ -4,8 +4,9 @@
  * adapter (kernels/tc/tc_catalog.ts), each product variant checked against a float64 product at
  * small odd shapes (kernels/tc/tc_product_check.ts), then E·Cᵀ (bf16 → f32, K-contiguous
  * operands) timed by GPU timestamps at each shape for every variant, beside the FMA core's
- * product (kernels/matmul.ts, the 128×256 tile of scripts/bench_gemm.ts) on this engine and on
- * Deno's wgpu. One table on stdout, and with --out the same as JSON.
+ * product (kernels/matmul.ts, the 128×256 tile of scripts/bench_gemm.ts) on Deno's wgpu, where
+ * the FMA rows of the table run. One table on stdout, and with --out the same as JSON; exit 1
+ * when a kernel fails to compile or a variant's check fails (every row is still measured).
  *
  * Variants are tile names of TC_BENCH_TILES (kernels/tc/tc_tiles.ts), optionally with `:f16`
  * (f16 inputs: no conversion) or a diagnostic `:copy-only` / `:mma-only` (staging alone,
@@ -18,26 +19,21 @@ import { InputError } from "../core/errors.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { parseEngine } from "../gpu/engine.ts";
-import { createTensor, type DeviceTensor, upload } from "../gpu/tensor.ts";
-import { Recorder } from "../gpu/recorder.ts";
+import type { Recorder } from "../gpu/recorder.ts";
 import { timeRecorder, timeRepetitions } from "../measure/timing.ts";
-import { prepareMatmul } from "../kernels/matmul.ts";
-import { TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
-import { TC_BENCH_TILES, tcSupport, tcTileName } from "../kernels/tc/tc_tiles.ts";
-import { prepareTcMatmul, type TcMatmulKernel } from "../kernels/tc/tc_matmul.ts";
-import { prepareTcScales } from "../kernels/tc/tc_scale.ts";
-import { checkProduct } from "../kernels/tc/tc_product_check.ts";
+import { TC_BENCH_VARIANTS, tcSupport, tcTileName } from "../kernels/tc/tc_tiles.ts";
+import type { TcMatmulKernel } from "../kernels/tc/tc_matmul.ts";
+import {
+  fmaProductRecorder,
+  TC_FORWARD_BENCH_TILES,
+  tcBenchVariant,
+  tcForwardRecorder,
+  tcInputCache,
+  tcProductRecorder,
+} from "../kernels/tc/tc_bench.ts";
+import { makeDeviceInputs } from "../measure/inputs.ts";
+import { checkVariant } from "../kernels/tc/tc_product_check.ts";
 import { compileCatalog } from "../kernels/tc/tc_catalog.ts";
-
-const DEFAULT_VARIANTS = [
-  ...Object.keys(TC_BENCH_TILES),
-  "t128_k32_db:f16",
-  "t128x256_k16_db:f16",
-  "t128_k32_db:copy-only",
-  "t128_k32_db:mma-only",
-  "t128x256_k16_db:copy-only",
-  "t128x256_k16_db:mma-only",
-];
 
 /** The command line of `bench_tc.ts`. */
 export const BENCH_TC_COMMAND = defineCommand({
@@ -58,6 +54,13 @@ export const BENCH_TC_COMMAND = defineCommand({
       defaultText: "all",
     },
     reps: { type: "int", min: 1, help: "timed repetitions after 300 ms of warm-up", default: 5 },
+    forward: {
+      type: "string",
+      arg: "N,V,D|none",
+      help:
+        "also time the tensor-core fused forward of each forward tile at this shape (cce, bf16)",
+      default: "8192,256000,2304",
+    },
     out: { type: "string", arg: "FILE", help: "write the results as JSON here" },
     webgpu: { ...WEBGPU_FLAG, default: "dawn" },
     adapter: ADAPTER_FLAG,
@@ -75,22 +78,6 @@ function _shapes(s: string): Shape[] {
   });
 }
 
-function _kernel(v: string): TcMatmulKernel & { name: string } {
-  const [tile, opt, ...rest] = v.split(":");
-  const ok = Object.hasOwn(TC_BENCH_TILES, tile) && rest.length === 0 &&
-    [undefined, "f16", "copy-only", "mma-only"].includes(opt);
-  if (!ok) {
-    throw new InputError(
-      `--variants: unknown '${v}' (tiles: ${Object.keys(TC_BENCH_TILES).join(", ")}; ` +
-        "suffixes :f16, :copy-only, :mma-only)",
-    );
-  }
-  const dt = opt === "f16" ? "f16" : "bf16";
-  const diag = opt === "copy-only" || opt === "mma-only" ? opt : undefined;
-  const t = TC_BENCH_TILES[tile];
-  return { name: v, tile: t, aDtype: dt, bDtype: dt, aTrans: false, bTrans: false, diag };
-}
-
 /** Row of the results. */
 interface Row {
   variant: string;
@@ -101,91 +88,77 @@ interface Row {
 
 const err1 = (e: unknown) => (e as Error).message.split("\n")[0];
 
-/** Inputs of one shape on a context: E (m×k), C (n×k) in `dt`, and the f32 output. */
-function _inputs(ctx: GpuContext, s: Shape, dt: "bf16" | "f16") {
-  const mk = (rows: number, cols: number, dtype: "bf16" | "f16" | "f32", label: string) =>
-    createTensor(ctx, { dtype, rows, cols, role: "workspace", label });
-  const e = mk(s.m, s.k, dt, "E"), c = mk(s.n, s.k, dt, "C");
-  const fill = (t: DeviceTensor, phase: number) => {
-    const h = new Float32Array(t.rows * t.cols);
-    for (let i = 0; i < h.length; i++) h[i] = Math.sin(i * 0.37 + phase) * 0.5;
-    upload(ctx, t, h);
-  };
-  fill(e, 0);
-  fill(c, 1);
-  return { e, c, out: mk(s.m, s.n, "f32", "out") };
-}
-
-/** Median GPU ms of `record` (300 ms of warm-up first). */
-async function _time(ctx: GpuContext, reps: number, record: Parameters<typeof timeRecorder>[1]) {
-  const r = await timeRepetitions(
-    { warmup: 1, warmupMs: 300, reps },
-    () => ctx.scoped(() => timeRecorder(ctx, record)),
-  );
-  const s = [...r.times].sort((a, b) => a - b);
-  return { timeMs: r.median, minMs: s[0], maxMs: s[s.length - 1] };
-}
-
-/** Times E·Cᵀ of every shape for one product (tensor cores when `tc`, else the FMA core). */
+/** Times E·Cᵀ at every shape for one product (tensor cores when `k`, else the FMA core). */
 async function _timeShapes(
   ctx: GpuContext,
-  shapes: Shape[],
-  reps: number,
+  inputs: ReturnType<typeof tcInputCache>,
+  o: { shapes: Shape[]; reps: number },
   k: TcMatmulKernel | null,
 ) {
   const times: Row["times"] = [];
-  for (const s of shapes) {
-    const x = _inputs(ctx, s, k?.aDtype === "f16" ? "f16" : "bf16");
-    try {
-      const a = { tensor: x.e, trans: false }, b = { tensor: x.c, trans: false };
-      let t;
-      if (k) {
-        const mm = await prepareTcMatmul(ctx, k);
-        const sc = await prepareTcScales(ctx);
-        const bufs = sc.allocate(ctx);
-        await ctx.scoped(async () => {
-          const rec = new Recorder(ctx);
-          sc.record(rec, { tensors: [x.e, x.c], into: bufs });
-          await rec.finish();
-        });
-        const scales = { buffer: bufs.scales, a: 0, b: 1 };
-        t = await _time(ctx, reps, (rec) => mm.record(rec, { a, b, out: x.out, scales }));
-        mm.release();
-        bufs.scales.destroy();
-        bufs.maxBits.destroy();
-      } else {
-        const mm = await prepareMatmul(ctx, {
-          tile: TILE_HW_WIDE,
-          aDtype: "bf16",
-          bDtype: "bf16",
-          aTrans: false,
-          bTrans: false,
-        });
-        t = await _time(ctx, reps, (rec) => mm.record(rec, { a, b, out: x.out }));
-      }
-      times.push({ ...t, tflops: (2 * s.m * s.n * s.k) / t.timeMs / 1e9 });
-    } catch (e) {
-      times.push({ error: err1(e) });
-    } finally {
-      for (const t of [x.e, x.c, x.out]) t.destroy();
-    }
+  for (const s of o.shapes) {
+    const x = () => inputs.get(s, k?.aDtype === "f16" ? "f16" : "bf16");
+    const flop = 2 * s.m * s.n * s.k;
+    times.push(
+      await _timed(
+        ctx,
+        o.reps,
+        flop,
+        () => k ? tcProductRecorder(ctx, k, x()) : fmaProductRecorder(ctx, x()),
+      ),
+    );
   }
   return times;
 }
 
-/** Checks a variant at two odd shapes (scalar loads, then vector loads with partial tiles). */
-async function _check(ctx: GpuContext, k: TcMatmulKernel): Promise<string> {
-  if (k.diag) return "diagnostic";
-  const parts: string[] = [];
-  for (const [m, n, kk] of [[197, 133, 77], [264, 200, 136]]) {
-    const r = await checkProduct(ctx, { kernel: k, m, n, k: kk, seed: m });
-    parts.push(
-      r.ok
-        ? `ok ${r.worst.toFixed(3)}`
-        : `FAIL ${r.worst.toExponential(1)} at ${JSON.stringify(r.at)}`,
+/** The median GPU time of a prepared recorder (300 ms of warm-up first), or the error. */
+async function _timed(
+  ctx: GpuContext,
+  reps: number,
+  flop: number,
+  prepare: () => Promise<{ record(rec: Recorder): void; done(): void }>,
+): Promise<Row["times"][number]> {
+  try {
+    const p = await prepare();
+    const r = await timeRepetitions(
+      { warmup: 1, warmupMs: 300, reps },
+      () => ctx.scoped(() => timeRecorder(ctx, p.record)),
     );
+    p.done();
+    const sorted = [...r.times].sort((a, b) => a - b);
+    const t = { timeMs: r.median, minMs: sorted[0], maxMs: sorted[sorted.length - 1] };
+    return { ...t, tflops: flop / t.timeMs / 1e9 };
+  } catch (e) {
+    return { error: err1(e) };
   }
-  return parts.join("; ");
+}
+
+/** The --forward shape, or undefined for `none`. */
+function _forwardShape(s: string): Shape | undefined {
+  if (s === "none") return undefined;
+  const p = s.split(",").map(Number);
+  if (p.length !== 3 || !p.every((x) => Number.isInteger(x) && x > 0)) {
+    throw new InputError(`--forward: '${s}' is not none or N,V,D with positive integers`);
+  }
+  return { m: p[0], n: p[1], k: p[2] };
+}
+
+/** Times the tensor-core fused forward of every forward tile (cce inputs, bf16, β = 0.1). */
+async function _forwards(ctx: GpuContext, s: Shape, reps: number): Promise<Row[]> {
+  const x = await makeDeviceInputs(ctx, { fixture: "cce", n: s.m, v: s.n, d: s.k, dtype: "bf16" });
+  const rows: Row[] = [];
+  for (const [name, tile] of Object.entries(TC_FORWARD_BENCH_TILES)) {
+    const t = await _timed(
+      ctx,
+      reps,
+      2 * s.m * s.n * s.k,
+      () => tcForwardRecorder(ctx, tile, x.inputs),
+    );
+    rows.push({ variant: `forward ${name}`, tile: tcTileName(tile), times: [t] });
+    _print(rows[rows.length - 1], [s]);
+  }
+  x.destroy();
+  return rows;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
@@ -193,23 +166,20 @@ export async function benchTcMain(args: string[]): Promise<number> {
   const parsed = BENCH_TC_COMMAND.parse(args);
   if (!parsed) return 0;
   const v = parsed.values;
-  const shapes = _shapes(v.shapes);
-  const kernels =
-    (v.variants === undefined ? DEFAULT_VARIANTS : parseList("--variants", v.variants)).map(
-      _kernel,
-    );
+  const shapes = _shapes(v.shapes), fwdShape = _forwardShape(v.forward);
+  const names = v.variants === undefined ? TC_BENCH_VARIANTS : parseList("--variants", v.variants);
+  const kernels = names.map(tcBenchVariant);
   const engine = parseEngine(v.webgpu);
   if (v.out !== undefined) checkOutputs([v.out]);
   const ctx = await GpuContext.create({ engine, adapter: v.adapter as AdapterChoice });
   const sup = tcSupport(ctx);
   const rep = ctx.report;
+  const configs = rep.subgroupMatrixConfigs.map((c) =>
+    `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`
+  );
   console.log(
     `adapter: ${rep.description} (${rep.engineVersion}); subgroup size ${sup.sgSize}; ` +
-      `configs: ${
-        rep.subgroupMatrixConfigs.map((c) =>
-          `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`
-        ).join(", ") || "none"
-      }`,
+      `configs: ${configs.join(", ") || "none"}`,
   );
   const compiled = sup.reason ? [] : await compileCatalog(ctx);
   const failedCompiles = compiled.filter((c) => c.error);
@@ -220,14 +190,15 @@ export async function benchTcMain(args: string[]): Promise<number> {
   );
   for (const c of failedCompiles) console.log(`  compile FAIL ${c.name}: ${c.error}`);
   const rows: Row[] = [];
+  const inputs = tcInputCache(ctx);
   for (const k of kernels) {
     const row: Row = { variant: k.name, tile: tcTileName(k.tile), times: [] };
     if (sup.reason) {
       row.check = `unsupported: ${sup.reason}`;
     } else {
       try {
-        row.check = await _check(ctx, k);
-        row.times = await _timeShapes(ctx, shapes, v.reps, k);
+        row.check = await checkVariant(ctx, k);
+        row.times = await _timeShapes(ctx, inputs, { shapes, reps: v.reps }, k);
       } catch (e) {
         row.check = `error: ${err1(e)}`;
       }
@@ -235,28 +206,30 @@ export async function benchTcMain(args: string[]): Promise<number> {
     rows.push(row);
     _print(row, shapes);
   }
-  rows.push({ variant: `fma (${engine})`, times: await _timeShapes(ctx, shapes, v.reps, null) });
-  _print(rows[rows.length - 1], shapes);
+  inputs.destroy();
+  if (!sup.reason && fwdShape) rows.push(...await _forwards(ctx, fwdShape, v.reps));
   ctx.destroy();
-  if (engine === "dawn") {
-    const wgpu = await GpuContext.create({ engine: "deno", adapter: v.adapter as AdapterChoice });
-    rows.push({ variant: "fma (deno)", times: await _timeShapes(wgpu, shapes, v.reps, null) });
-    _print(rows[rows.length - 1], shapes);
-    wgpu.destroy();
-  }
+  // the FMA core where the table's FMA rows run: Deno's WebGPU (wgpu)
+  const fma = await GpuContext.create({ engine: "deno", adapter: v.adapter as AdapterChoice });
+  const fmaInputs = tcInputCache(fma);
+  const times = await _timeShapes(fma, fmaInputs, { shapes, reps: v.reps }, null);
+  rows.push({ variant: "fma 128x256 (wgpu)", times });
+  _print(rows[rows.length - 1], shapes);
+  fmaInputs.destroy();
+  fma.destroy();
   if (v.out !== undefined) {
     const env = {
       adapter: rep.description,
       engine: rep.engineVersion,
       sgSize: sup.sgSize,
-      configs: rep.subgroupMatrixConfigs,
-      deno: Deno.version.deno,
-      date: new Date().toISOString(),
+      configs,
     };
-    const json = JSON.stringify({ env, shapes, compiled, rows }, null, 1);
+    const date = new Date().toISOString();
+    const json = JSON.stringify({ env, date, shapes, compiled, rows }, null, 1);
     await writeAllOrNothing([{ path: v.out, bytes: json }]);
   }
-  const bad = failedCompiles.length > 0 || rows.some((r) => r.check?.includes("FAIL"));
+  const bad = sup.reason !== undefined || failedCompiles.length > 0 ||
+    rows.some((r) => r.check?.includes("FAIL"));
   return bad ? 1 : 0;
 }
 
@@ -265,7 +238,7 @@ function _print(r: Row, shapes: Shape[]): void {
     const s = shapes[i];
     return "error" in t
       ? `${s.m}×${s.n}×${s.k}: ${t.error}`
-      : `${s.m}×${s.n}×${s.k} ${t.timeMs.toFixed(3)} ms ${t.tflops.toFixed(1)} TFLOP/s`;
+      : `${s.m}×${s.n}×${s.k} ${t.timeMs.toFixed(3)} ms ${t.tflops.toPrecision(4)} TFLOP/s`;
   });
   console.log(`${r.variant.padEnd(28)} ${(r.check ?? "").padEnd(24)} ${cells.join(" | ")}`);
 }

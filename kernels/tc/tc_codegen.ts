@@ -433,7 +433,7 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
           const acc = `${p}acc_${i}_${j}`;
           if (emu) {
             out.push(
-              `${_emuName(p, "mma", arr)}(${_emuSlot(t, p, i, j)}, ${m.off}, ${A.stride}u, ${
+              `${_emuName(p, "mma", arr)}(${_emuSlot(t, i, j)}, ${m.off}, ${A.stride}u, ${
                 m.layout === "col_major"
               }, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
             );
@@ -453,7 +453,7 @@ function _emuName(p: string, what: string, arr: string): string {
 }
 
 /** The emulated accumulator (i, j)'s slot (u32 expression: the subgroup's own slots). */
-function _emuSlot(t: TcTile, p: string, i: number, j: number): string {
+function _emuSlot(t: TcTile, i: number, j: number): string {
   return `(sg * ${t.mt * t.nt}u + ${i * t.nt + j}u)`;
 }
 
@@ -498,7 +498,7 @@ export function tcStoreAcc(
 ): string {
   const p = o.prefix ?? "";
   if (o.mode === "emulated") {
-    return `${_emuName(p, "store", buf)}(${_emuSlot(o.tile, p, acc.i, acc.j)}, ${off}, ${stride}, ${
+    return `${_emuName(p, "store", buf)}(${_emuSlot(o.tile, acc.i, acc.j)}, ${off}, ${stride}, ${
       factor ?? "1.0"
     }, sl);`;
   }
@@ -578,7 +578,7 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const zero = `${tcResultType(t)}()`;
   const accs = tcAccs(t, o.prefix).map((a) =>
     o.mode === "emulated"
-      ? `${o.prefix ?? ""}emu_zero(${_emuSlot(t, o.prefix ?? "", a.i, a.j)}, sl);`
+      ? `${o.prefix ?? ""}emu_zero(${_emuSlot(t, a.i, a.j)}, sl);`
       : declare
       ? `var ${a.name} = ${zero};`
       : `${a.name} = ${zero};`

@@ -125,3 +125,21 @@ export async function checkProduct(ctx: GpuContext, c: ProductCheck): Promise<Pr
     mm.release();
   }
 }
+
+/**
+ * A variant's check for the bench: at two odd shapes (scalar loads, then vector loads with
+ * partial tiles), `ok <worst>` or `FAIL …` for each; `diagnostic` for the diagnostics.
+ */
+export async function checkVariant(ctx: GpuContext, k: TcMatmulKernel): Promise<string> {
+  if (k.diag) return "diagnostic";
+  const parts: string[] = [];
+  for (const [m, n, kk] of [[197, 133, 77], [264, 200, 136]]) {
+    const r = await checkProduct(ctx, { kernel: k, m, n, k: kk, seed: m });
+    parts.push(
+      r.ok
+        ? `ok ${r.worst.toFixed(3)}`
+        : `FAIL ${r.worst.toExponential(1)} at ${JSON.stringify(r.at)}`,
+    );
+  }
+  return parts.join("; ");
+}

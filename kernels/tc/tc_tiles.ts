@@ -173,3 +173,17 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
 };
+
+/**
+ * The variants scripts/bench_tc.ts runs by default: every tile of {@link TC_BENCH_TILES} on bf16,
+ * two on f16 (no conversion), and their staging alone and arithmetic alone (diagnostics).
+ */
+export const TC_BENCH_VARIANTS: readonly string[] = [
+  ...Object.keys(TC_BENCH_TILES),
+  "t128_k32_db:f16",
+  "t128x256_k16_db:f16",
+  "t128_k32_db:copy-only",
+  "t128_k32_db:mma-only",
+  "t128x256_k16_db:copy-only",
+  "t128x256_k16_db:mma-only",
+];
