@@ -73,7 +73,7 @@ function _unsupported(ctx: GpuContext, spec: ProblemSpec): string | undefined {
 /** Liger-Kernel's fused linear cross-entropy. */
 export const liger: LceMethod = {
   name: "liger",
-  label: "Liger Kernels",
+  label: "Liger-style (WGSL)",
   description: "token chunks of f32 logits in one reused buffer; loss, gradient in place and " +
     "both products per chunk inside the forward; the backward scales the stored gradients",
   unsupported: (ctx, spec) => _unsupported(ctx, spec),

@@ -8,7 +8,7 @@
  * - `sweep_<adapter>_<over>_time.svg` and `…_memory.svg`: one line per method against the swept
  *   size, one panel per mode (and per β), min–max error bars, a gap where a method failed, the
  *   memory lower bound as a dashed black line, log axes where the values span more than 10×.
- * Same-card PyTorch rows (scripts/torch_reference.py) whose fixed sizes match are added as
+ * Same-card PyTorch rows (scripts/torch_peers.py) whose fixed sizes match are added as
  * dashed lines and CSV rows with method `torch-…`.
  * @module
  */

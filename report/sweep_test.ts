@@ -78,6 +78,8 @@ function _report(): SweepReport {
   return {
     env: {
       adapter: {
+        engine: "deno",
+        engineVersion: "wgpu (Deno 2.9.6)",
         description: "NVIDIA H200",
         vendor: "nvidia",
         architecture: "hopper",
@@ -86,6 +88,7 @@ function _report(): SweepReport {
         features: [],
         limits: {},
         maxBindingBytes: 2 ** 31,
+        subgroupMatrixConfigs: [],
       },
       deno: { deno: "2.9.6", v8: "x", typescript: "y" },
       os: "linux",
@@ -227,7 +230,7 @@ Deno.test("sweep CSV: matching external rows are added, with the swept size", ()
   assert.deepEqual(
     ["p20", "p50", "p80", "min", "max"].map((k) => Number(t[head.indexOf(k)]).toFixed(1)),
     ["9.8", "10.0", "11.2", "9.0", "12.0"],
-    "percentiles of torch_reference's samplesMs",
+    "percentiles of torch_peers' samplesMs",
   );
   assert.ok(externalMatches(_external(999), r), "the swept size may differ");
   const other = _external(64000);

@@ -12,7 +12,7 @@
 import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
-import type { ExternalRows } from "./external.ts";
+import { type ExternalRows, formatPeers } from "./external.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
 import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
 import {
@@ -77,7 +77,7 @@ export interface Table3Report {
   durationS?: number;
   /** One row per method × β × mode. */
   rows: MeasureRow[];
-  /** Rows measured by another program on the same card (scripts/torch_reference.py), if merged. */
+  /** Rows measured by another program on the same card (scripts/torch_peers.py), if merged. */
   external?: ExternalRows;
   /**
    * False while the run is going on or after it was interrupted (the rows are those measured so
@@ -468,6 +468,7 @@ export function formatMarkdown(r: Table3Report): string {
   if (r.external) {
     lines.push("", ...formatExternal(r.external, modes));
     lines.push("", ...formatSameArithmetic(r));
+    lines.push(...formatPeers(r.external, r.rows, r.shape, modes));
   }
   const failed = r.rows.filter((x) => x.error !== undefined);
   if (failed.length > 0) {

@@ -70,6 +70,8 @@ function _report(): Table3Report {
   return {
     env: {
       adapter: {
+        engine: "deno",
+        engineVersion: "wgpu (Deno 2.9.6)",
         description: "NVIDIA H200 | test",
         vendor: "nvidia",
         architecture: "hopper",
@@ -78,6 +80,7 @@ function _report(): Table3Report {
         features: ["timestamp-query"],
         limits: {},
         maxBindingBytes: 2 ** 31,
+        subgroupMatrixConfigs: [],
       },
       deno: { deno: "2.9.6", v8: "x", typescript: "y" },
       os: "linux x86_64",

@@ -11,7 +11,7 @@
  * 0.1 only (one section; `--betas 0.1,0` for both, at twice the time). The JSON and CSV are
  * rewritten after every cell, so a killed run keeps what it measured; the charts are drawn at
  * the end. A method that fails at a size leaves a gap (its reason in the JSON) and the sweep goes
- * on. `--external` takes JSON files of scripts/torch_reference.py (one per size); those whose
+ * on. `--external` takes JSON files of scripts/torch_peers.py (one per size); those whose
  * fixed sizes match are drawn as dashed lines and added to the CSV. `--resume` keeps the cells
  * an earlier run of the same sweep measured in DIR. Bad flags print one line `error: …` and exit
  * 2 before anything is measured or written.
@@ -101,7 +101,7 @@ export const SWEEP_COMMAND = defineCommand({
     external: {
       type: "string",
       arg: "F.json,F.json",
-      help: "same-card rows of scripts/torch_reference.py (one file per size); those whose fixed " +
+      help: "same-card rows of scripts/torch_peers.py (one file per size); those whose fixed " +
         "sizes match are added",
     },
     out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },

@@ -140,7 +140,7 @@ export const TABLE3_COMMAND = defineCommand({
     external: {
       type: "string",
       arg: "FILE.json",
-      help: "same-card rows of scripts/torch_reference.py to merge",
+      help: "same-card rows of scripts/torch_peers.py to merge",
     },
     methods: { type: "string", arg: "a,b", help: "methods (methods/mod.ts)", defaultText: "all" },
     modes: { type: "string", arg: "fwd,bwd,fwd+bwd", help: "modes", defaultText: "all three" },
@@ -176,7 +176,7 @@ interface _Flags {
   betas: number[];
   /** The loss options of each section, resolved (and β validated) once. */
   sections: LceOptions[];
-  /** JSON of external rows (scripts/torch_reference.py) to merge, or undefined. */
+  /** JSON of external rows (scripts/torch_peers.py) to merge, or undefined. */
   external?: ExternalRows;
   methods: LceMethod[];
   modes: Mode[];

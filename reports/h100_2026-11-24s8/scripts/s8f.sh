@@ -1,8 +1,0 @@
-#!/usr/bin/env bash
-# Session 8 run F: the per-tile dC pass's gradient product reading E 16 bytes along d (and the kept
-# g pass at one vocab tile a workgroup): llm and the paper's shape.
-set -u
-for r in 1 2; do
-deno run -A scripts/bench_fused_backward.ts --fixture llm --n 4096 --v 24576 --d 2304 --reps 5 --warmup 2 --configs ours,nosort,f32grad,pertile 2>&1 | tee -a $OUT/bench_fused_llm_dcvec.log | grep -E "^[a-z0-9-]+:|kept g|backward dE|backward dC"
-deno run -A scripts/bench_fused_backward.ts --reps 3 --warmup 1 --configs ours,nosort 2>&1 | tee -a $OUT/bench_fused_cce_dcvec.log | grep -E "^[a-z0-9-]+:|kept g|backward dE|backward dC"
-done
