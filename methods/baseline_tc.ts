@@ -24,7 +24,8 @@ import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { prepareTcMatmul } from "../kernels/tc/tc_matmul.ts";
 import { prepareTcScales } from "../kernels/tc/tc_scale.ts";
 import { TC_TILE_128, type TcTile } from "../kernels/tc/tc_tiles.ts";
-import type { LceMethod } from "./types.ts";
+import type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
+import type { LceOptions } from "../core/options.ts";
 import { recordLossFromLogits, vector } from "./_common.ts";
 import { TC_ARITHMETIC, tcUnsupported } from "./fused_tc.ts";
 
@@ -57,126 +58,127 @@ export function baselineTcMethod(o: { name: string; mode?: TcMode }): LceMethod 
         "fwd+bwd": 2 * logits + grads + small,
       };
     },
-    async prepare(ctx, spec, opts) {
-      const tiles = mode === "native"
-        ? BASELINE_TC_TILES
-        : { logits: EMULATED_TILE, split: EMULATED_TILE };
-      const dt = spec.dtype === "f16" ? "f16" : "bf16";
-      const logitsMm = await prepareTcMatmul(ctx, {
-        tile: tiles.logits,
-        aDtype: dt,
-        bDtype: dt,
-        aTrans: false,
-        bTrans: false,
-        mode,
-      });
-      const dEMm = await prepareTcMatmul(ctx, {
-        tile: tiles.split,
-        aDtype: "f32",
-        bDtype: dt,
-        aTrans: false,
-        bTrans: true,
-        split: true,
-        mode,
-      });
-      const dCMm = await prepareTcMatmul(ctx, {
-        tile: tiles.split,
-        aDtype: "f32",
-        bDtype: dt,
-        aTrans: true,
-        bTrans: true,
-        split: true,
-        mode,
-      });
-      const scales = await prepareTcScales(ctx);
-      const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
-      const reduce = await prepareLossReduce(ctx, opts);
-      const weights = await prepareRowWeights(ctx, opts);
-      const grad = await prepareLogitGrad(ctx, {
-        logitsDtype: "f32",
-        opts,
-        v: spec.v,
-        inPlace: false,
-      });
-      return {
-        forward(rec, x) {
-          const logits = createTensor(ctx, {
-            dtype: "f32",
-            rows: spec.n,
-            cols: spec.v,
-            role: "workspace",
-            label: "logits",
-          });
-          const sc = scales.allocate(ctx);
-          scales.record(rec, { tensors: [x.e, x.c], first: SE, into: sc });
-          logitsMm.record(rec, {
-            a: { tensor: x.e, trans: false },
-            b: { tensor: x.c, trans: false },
-            out: logits,
-            scales: { buffer: sc.scales, a: SE, b: SC },
-            label: "logits = E·Cᵀ (tensor cores)",
-          });
-          const out = recordLossFromLogits(ctx, rec, {
-            stats,
-            reduce,
-            logits,
-            targets: x.targets,
-            opts,
-          });
-          return Promise.resolve({ loss: out.loss, saved: { ...out.saved, sc } });
-        },
-        backward(rec, x, saved, gradOut) {
-          const w = vector(ctx, spec.n, "workspace", "row weights");
-          weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
-          const g = createTensor(ctx, {
-            dtype: "f32",
-            rows: spec.n,
-            cols: spec.v,
-            role: "workspace",
-            label: "dlogits",
-          });
-          grad.record(rec, {
-            logits: saved.logits,
-            targets: x.targets,
-            lse: saved.lse,
-            w,
-            grad: g,
-          });
-          const sc = saved.sc;
-          scales.record(rec, { tensors: [g], first: SG, into: sc });
-          const { dE, dC } = gradientOutputs(ctx, spec);
-          dEMm.record(rec, {
-            a: { tensor: g, trans: false },
-            b: { tensor: x.c, trans: true },
-            out: dE,
-            scales: { buffer: sc.scales, a: SG, b: SC },
-            label: "dE = G·C (tensor cores, G split)",
-          });
-          dCMm.record(rec, {
-            a: { tensor: g, trans: true },
-            b: { tensor: x.e, trans: true },
-            out: dC,
-            scales: { buffer: sc.scales, a: SG, b: SE },
-            label: "dC = Gᵀ·E (tensor cores, G split)",
-          });
-          for (const s of g.shards) rec.release(s.buffer);
-          rec.release(w.shards[0].buffer);
-          return Promise.resolve({ dE, dC });
-        },
-        dispose(saved) {
-          for (const t of saved.tensors) t.destroy();
-          saved.sc.scales.destroy();
-          saved.sc.maxBits.destroy();
-        },
-        stats: () =>
-          Promise.resolve({ gradDtype: "f32", arithmetic: `${TC_ARITHMETIC}; G split hi/lo` }),
-        release() {
-          for (const m of [logitsMm, dEMm, dCMm]) m.release();
-        },
-      };
-    },
+    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, mode),
   };
 }
 
 /** The registered row. */
 export const baselineTc: LceMethod = baselineTcMethod({ name: "baseline-tc" });
+
+/** The three products (the gradient ones with G split), one after the other. */
+async function _products(ctx: GpuContext, dt: "bf16" | "f16", mode: TcMode) {
+  const tiles = mode === "native"
+    ? BASELINE_TC_TILES
+    : { logits: EMULATED_TILE, split: EMULATED_TILE };
+  const logitsMm = await prepareTcMatmul(ctx, {
+    tile: tiles.logits,
+    aDtype: dt,
+    bDtype: dt,
+    aTrans: false,
+    bTrans: false,
+    mode,
+  });
+  const g = { tile: tiles.split, aDtype: "f32", bDtype: dt, split: true, mode } as const;
+  const dEMm = await prepareTcMatmul(ctx, { ...g, aTrans: false, bTrans: true });
+  const dCMm = await prepareTcMatmul(ctx, { ...g, aTrans: true, bTrans: true });
+  return { logitsMm, dEMm, dCMm };
+}
+
+async function _prepare(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  mode: TcMode,
+): Promise<PreparedMethod> {
+  const { logitsMm, dEMm, dCMm } = await _products(
+    ctx,
+    spec.dtype === "f16" ? "f16" : "bf16",
+    mode,
+  );
+  const scales = await prepareTcScales(ctx);
+  const stats = await prepareRowSoftmaxStats(ctx, { logitsDtype: "f32", opts, v: spec.v });
+  const reduce = await prepareLossReduce(ctx, opts);
+  const weights = await prepareRowWeights(ctx, opts);
+  const grad = await prepareLogitGrad(ctx, {
+    logitsDtype: "f32",
+    opts,
+    v: spec.v,
+    inPlace: false,
+  });
+  return {
+    forward(rec, x) {
+      const logits = createTensor(ctx, {
+        dtype: "f32",
+        rows: spec.n,
+        cols: spec.v,
+        role: "workspace",
+        label: "logits",
+      });
+      const sc = scales.allocate(ctx);
+      scales.record(rec, { tensors: [x.e, x.c], first: SE, into: sc });
+      logitsMm.record(rec, {
+        a: { tensor: x.e, trans: false },
+        b: { tensor: x.c, trans: false },
+        out: logits,
+        scales: { buffer: sc.scales, a: SE, b: SC },
+        label: "logits = E·Cᵀ (tensor cores)",
+      });
+      const out = recordLossFromLogits(ctx, rec, {
+        stats,
+        reduce,
+        logits,
+        targets: x.targets,
+        opts,
+      });
+      return Promise.resolve({ loss: out.loss, saved: { ...out.saved, sc } });
+    },
+    backward(rec, x, saved, gradOut) {
+      const w = vector(ctx, spec.n, "workspace", "row weights");
+      weights.record(rec, { gradOut, targets: x.targets, count: saved.count, w });
+      const g = createTensor(ctx, {
+        dtype: "f32",
+        rows: spec.n,
+        cols: spec.v,
+        role: "workspace",
+        label: "dlogits",
+      });
+      grad.record(rec, {
+        logits: saved.logits,
+        targets: x.targets,
+        lse: saved.lse,
+        w,
+        grad: g,
+      });
+      const sc = saved.sc;
+      scales.record(rec, { tensors: [g], first: SG, into: sc });
+      const { dE, dC } = gradientOutputs(ctx, spec);
+      dEMm.record(rec, {
+        a: { tensor: g, trans: false },
+        b: { tensor: x.c, trans: true },
+        out: dE,
+        scales: { buffer: sc.scales, a: SG, b: SC },
+        label: "dE = G·C (tensor cores, G split)",
+      });
+      dCMm.record(rec, {
+        a: { tensor: g, trans: true },
+        b: { tensor: x.e, trans: true },
+        out: dC,
+        scales: { buffer: sc.scales, a: SG, b: SE },
+        label: "dC = Gᵀ·E (tensor cores, G split)",
+      });
+      for (const s of g.shards) rec.release(s.buffer);
+      rec.release(w.shards[0].buffer);
+      return Promise.resolve({ dE, dC });
+    },
+    dispose(saved) {
+      for (const t of saved.tensors) t.destroy();
+      saved.sc.scales.destroy();
+      saved.sc.maxBits.destroy();
+    },
+    stats: () =>
+      Promise.resolve({ gradDtype: "f32", arithmetic: `${TC_ARITHMETIC}; G split hi/lo` }),
+    release() {
+      for (const m of [logitsMm, dEMm, dCMm]) m.release();
+    },
+  };
+}

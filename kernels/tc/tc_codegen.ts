@@ -21,10 +21,12 @@
  *
  * Everything is unrolled but the K loop (Deno's and Dawn's compilers do not unroll). Double
  * buffering follows kernels/gemm_codegen.ts: the loop body runs two K-steps so that every staging
- * offset is a constant plus the subgroup's base.
+ * offset is a constant plus the subgroup's base. The subgroup-matrix operations themselves, native
+ * or emulated (tests on adapters without them), are tc_mma.ts's.
  * @module
  */
 import { loadF32, vecWidth, wgslStorageType } from "../wgsl_common.ts";
+import { emulationDecls, emuName, emuSlot, type TcMode } from "./tc_mma.ts";
 import {
   STAGE_PAD,
   tcThreads,
@@ -32,23 +34,13 @@ import {
   tileCols,
   tileMma,
   tileRows,
-  tileSubgroups,
   validateTcTile,
 } from "./tc_tiles.ts";
 
 /** Element types the operands may be stored in (converted to f16 when staged). */
 export type TcDtype = "bf16" | "f16" | "f32";
 
-/**
- * `native`: Dawn's subgroup-matrix builtins. `emulated`: the same kernel with each subgroup's
- * accumulators in workgroup memory and the multiply-accumulates, matrix stores and zeroing done
- * by plain WGSL loops (an invocation owns the elements e ≡ its lane mod the subgroup size), and
- * the subgroup and lane taken as lid / sgSize and lid mod sgSize: every staging, offset, layout
- * and epilogue line is the native kernel's, so running the emulation on any adapter (lavapipe in
- * CI) checks all of it but the builtins themselves, whose semantics it implements as Dawn's
- * specification states them (docs/tensor_cores.md).
- */
-export type TcMode = "native" | "emulated";
+export { tcEnables, tcEntryParams, tcLanePrelude, type TcMode, tcStoreAcc } from "./tc_mma.ts";
 
 /** One operand of the product. */
 export interface TcOperand {
@@ -433,7 +425,7 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
           const acc = `${p}acc_${i}_${j}`;
           if (emu) {
             out.push(
-              `${_emuName(p, "mma", arr)}(${_emuSlot(t, i, j)}, ${m.off}, ${A.stride}u, ${
+              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.off}, ${A.stride}u, ${
                 m.layout === "col_major"
               }, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
             );
@@ -447,108 +439,16 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
   return out;
 }
 
-/** Name of an emulation function of the product with prefix `p`. */
-function _emuName(p: string, what: string, arr: string): string {
-  return `${p}emu_${what}_${arr}`;
-}
-
-/** The emulated accumulator (i, j)'s slot (u32 expression: the subgroup's own slots). */
-function _emuSlot(t: TcTile, i: number, j: number): string {
-  return `(sg * ${t.mt * t.nt}u + ${i * t.nt + j}u)`;
-}
-
-/** `enable` directives of a tensor-core kernel (f16 only when emulated). */
-export function tcEnables(mode: TcMode = "native"): string {
-  return mode === "emulated"
-    ? "enable f16;"
-    : "enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;";
-}
-
-/**
- * The entry point's parameters besides lid and wg: `sg` (subgroup_id) and `sl`
- * (subgroup_invocation_id) natively; nothing when emulated (see {@link tcLanePrelude}).
- */
-export function tcEntryParams(mode: TcMode = "native"): string {
-  return mode === "emulated"
-    ? ""
-    : ", @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) sl: u32";
-}
-
-/** Emulated: statements defining `sg` and `sl` from lid; natively nothing. */
-export function tcLanePrelude(mode: TcMode | undefined, sgSize: number): string {
-  if (mode !== "emulated") return "";
-  return `let sg = lid / ${sgSize}u;
-  let sl = lid % ${sgSize}u;
-  if (lid == 0u) { emu_dims = EMU_DIMS; }
-  workgroupBarrier();`;
-}
-
-/**
- * A statement storing accumulator (i, j), times `factor` (f32 expression) when given, into the
- * f32 array `buf` (a module-scope variable listed in {@link TcMainloopOptions} `emuTargets` when
- * emulated) at element `off`, row-major with row stride `stride` (u32 expressions; uniform).
- */
-export function tcStoreAcc(
-  o: TcMainloopOptions,
-  acc: { i: number; j: number },
-  buf: string,
-  off: string,
-  stride: string,
-  factor?: string,
-): string {
-  const p = o.prefix ?? "";
-  if (o.mode === "emulated") {
-    return `${_emuName(p, "store", buf)}(${_emuSlot(o.tile, acc.i, acc.j)}, ${off}, ${stride}, ${
-      factor ?? "1.0"
-    }, sl);`;
-  }
-  const name = `${p}acc_${acc.i}_${acc.j}`;
-  const value = factor ? `subgroupMatrixScalarMultiply(${name}, ${factor})` : name;
-  return `subgroupMatrixStore<row_major>(&${buf}, ${off}, ${value}, ${stride});`;
-}
-
 /**
  * Module-scope code of the product: the staging arrays, and when emulated the accumulators and
- * the emulation functions (mma per staged A array, zeroing, a store per array of `storeTargets`).
+ * the emulation's functions (tc_mma.ts), with a store function per array of `storeTargets`.
  */
 export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = []): string {
   const staging = tcShared(o);
   if (o.mode !== "emulated") return staging;
-  const t = o.tile, mma = tileMma(t), p = o.prefix ?? "", e = mma.m * mma.n;
   const [A, B] = _sides(o);
-  const accs = `var<workgroup> ${p}emu_acc: array<f32, ${tileSubgroups(t) * t.mt * t.nt * e}>;`;
-  const lanes = (body: string) =>
-    `for (var e = lane; e < emu_dims.x; e += ${o.sgSize}u) {
-    let r = e / ${mma.n}u; let c = e % ${mma.n}u; let at = slot * ${e}u + e;
-    ${body}
-  }`;
-  const mmaFn = (arr: string) =>
-    `fn ${
-      _emuName(p, "mma", arr)
-    }(slot: u32, ao: u32, ast: u32, acm: bool, bo: u32, bst: u32, bcm: bool, lane: u32) {
-  ${
-      lanes(`var s = ${p}emu_acc[at];
-    for (var k = 0u; k < emu_dims.y; k++) {
-      let av = f32(${arr}[ao + select(r * ast + k, k * ast + r, acm)]);
-      let bv = f32(${B.arr}[bo + select(k * bst + c, c * bst + k, bcm)]);
-      s = s + av * bv;
-    }
-    ${p}emu_acc[at] = s;`)
-    }
-}`;
-  const fns = [A.arr, A.arrLo].filter((x) => x !== undefined).map(mmaFn);
-  fns.push(`fn ${p}emu_zero(slot: u32, lane: u32) {\n  ${lanes(`${p}emu_acc[at] = 0.0;`)}\n}`);
-  for (const buf of storeTargets) {
-    fns.push(
-      `fn ${_emuName(p, "store", buf)}(slot: u32, off: u32, stride: u32, f: f32, lane: u32) {\n  ${
-        lanes(`${buf}[off + r * stride + c] = f * ${p}emu_acc[at];`)
-      }\n}`,
-    );
-  }
-  // the loop bounds, read from workgroup memory so that the shader compiler does not unroll the
-  // emulation's loops (lavapipe then compiles a kernel several times faster)
-  const dims = `const EMU_DIMS = vec2<u32>(${e}u, ${mma.k}u);\nvar<workgroup> emu_dims: vec2<u32>;`;
-  return `${staging}\n${accs}\n${dims}\n${fns.join("\n")}`;
+  const left = [A.arr, A.arrLo].filter((x) => x !== undefined);
+  return `${staging}\n${emulationDecls({ ...o, left, right: B.arr, storeTargets })}`;
 }
 
 /**
@@ -578,7 +478,7 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const zero = `${tcResultType(t)}()`;
   const accs = tcAccs(t, o.prefix).map((a) =>
     o.mode === "emulated"
-      ? `${o.prefix ?? ""}emu_zero(${_emuSlot(t, a.i, a.j)}, sl);`
+      ? `${o.prefix ?? ""}emu_zero(${emuSlot(t, a.i, a.j)}, sl);`
       : declare
       ? `var ${a.name} = ${zero};`
       : `${a.name} = ${zero};`

@@ -7,7 +7,7 @@
  * C (tc_scale.ts) are computed into the caller's scale buffer, which the backward reads again.
  * @module
  */
-import type { GpuContext } from "../../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
@@ -17,7 +17,7 @@ import { GPU_SMS } from "../gemm_tiles.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import { splitPlan } from "../fused/forward.ts";
 import { fusedMergeWgsl, recordMergePass, type SmoothingPlan } from "../fused/forward_merge.ts";
-import { checkTileMap, type TileMapTile } from "../fused/tile_map.ts";
+import { checkTileMap, type TileMapLayout, type TileMapTile } from "../fused/tile_map.ts";
 import { type TcMode, tcSharedBytes } from "./tc_codegen.ts";
 import { tcEpilogueShape, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { tcResidency } from "./tc_matmul.ts";
@@ -90,36 +90,40 @@ export function tcVocabSplits(
   return s;
 }
 
-/** Compiles the tensor-core forward for a problem. */
-export async function prepareTcForward(
-  ctx: GpuContext,
-  o: TcForwardOptions,
-): Promise<PreparedTcForward> {
-  const { spec, opts } = o;
+/** The mode, subgroup size, tile, smoothing and workgroup memory of a forward; throws where it cannot run. */
+function _plan(ctx: GpuContext, o: TcForwardOptions) {
   const mode = o.mode ?? "native";
   const sup = tcSupport(ctx);
   if (mode === "native" && sup.reason) throw new GpuError("limits", `tc forward: ${sup.reason}`);
   const sgSize = mode === "native" ? sup.sgSize : 32;
   const tile = o.tile ?? (mode === "native" ? TC_FORWARD_TILE : TC_FORWARD_TILE_EMULATED);
-  const smoothing: SmoothingPlan = !opts.smoothing
+  const smoothing: SmoothingPlan = !o.opts.smoothing
     ? "none"
-    : opts.capped
+    : o.opts.capped
     ? "in-kernel"
     : "identity";
-  const sumZ = smoothing === "in-kernel";
   const ep = tcEpilogueShape(tile, sgSize);
   const shared = tcSharedBytes(tile, { aContig: "k", bContig: "k" }) +
     4 * Math.max(ep.scratch, tileRows(tile) * ep.parts * 3) +
     (mode === "emulated" ? 4 * ep.scratch / 2 * tile.mt * tile.nt : 0);
   const limit = ctx.device.limits.maxComputeWorkgroupStorageSize;
   if (shared > limit) {
+    const t = tcTileName(tile);
     throw new GpuError(
       "limits",
-      `tc forward: tile ${
-        tcTileName(tile)
-      } needs ${shared} bytes of workgroup memory (limit ${limit})`,
+      `tc forward: tile ${t} needs ${shared} bytes of workgroup memory (limit ${limit})`,
     );
   }
+  return { mode, sgSize, tile, smoothing, sumZ: smoothing === "in-kernel", shared };
+}
+
+/** Compiles the tensor-core forward for a problem. */
+export async function prepareTcForward(
+  ctx: GpuContext,
+  o: TcForwardOptions,
+): Promise<PreparedTcForward> {
+  const { spec, opts } = o;
+  const { mode, sgSize, tile, smoothing, sumZ, shared } = _plan(ctx, o);
   const vecLoads = spec.d % vecWidth(spec.dtype) === 0;
   const tiles = await ctx.pipeline(
     tcForwardWgsl({
@@ -206,38 +210,7 @@ export async function prepareTcForward(
           });
         colsum.record(rec, { c, out: cs });
       }
-      const zt = a.lossRows.shards[0].buffer;
-      rec.pass("tc forward tiles", (p) => {
-        for (const es of e.shards) {
-          const blocks = Math.ceil(es.rows / bm);
-          c.shards.forEach((cshard, i) => {
-            const sp = plan.shards[i];
-            const u = rec.uniform(
-              new Uint32Array([
-                es.rows,
-                es.rowStart,
-                cshard.rows,
-                cshard.rowStart,
-                spec.d,
-                sp.tiles,
-                sp.splits,
-                sp.base,
-                sTotal,
-                map ? map.layout.rowBase[e.shards.indexOf(es)] : 0,
-                map ? map.layout.colBase[i] : 0,
-                map ? map.layout.cols : 0,
-              ]),
-              "tc forward params",
-            );
-            const bufs = [u, es.buffer, cshard.buffer, targets.shards[0].buffer, ws];
-            if (wsz) bufs.push(wsz);
-            bufs.push(zt);
-            if (map) bufs.push(map.buffer);
-            bufs.push(a.scales.scales);
-            p.dispatch(tiles, rec.bindGroup(tiles, bufs), sp.splits, blocks);
-          });
-        }
-      });
+      _recordTiles(rec, { pipeline: tiles, a, plan, bm, d: spec.d, map, ws, wsz });
       recordMergePass(rec, {
         pipeline: merge,
         e,
@@ -252,4 +225,53 @@ export async function prepareTcForward(
       rec.release(ws, wsz, a.colsum ? undefined : cs?.shards[0].buffer);
     },
   };
+}
+
+/** Records the tiles pass: one dispatch of splits × token blocks per (E shard, C shard). */
+function _recordTiles(
+  rec: Recorder,
+  o: {
+    pipeline: GPUComputePipeline;
+    a: TcForwardArgs;
+    plan: ReturnType<typeof splitPlan>;
+    bm: number;
+    d: number;
+    map?: { buffer: TrackedBuffer; layout: TileMapLayout };
+    ws: TrackedBuffer;
+    wsz?: TrackedBuffer;
+  },
+): void {
+  const { a, plan, map } = o, { e, c } = a;
+  const zt = a.lossRows.shards[0].buffer;
+  rec.pass("tc forward tiles", (p) => {
+    for (const es of e.shards) {
+      const blocks = Math.ceil(es.rows / o.bm);
+      c.shards.forEach((cshard, i) => {
+        const sp = plan.shards[i];
+        const u = rec.uniform(
+          new Uint32Array([
+            es.rows,
+            es.rowStart,
+            cshard.rows,
+            cshard.rowStart,
+            o.d,
+            sp.tiles,
+            sp.splits,
+            sp.base,
+            plan.total,
+            map ? map.layout.rowBase[e.shards.indexOf(es)] : 0,
+            map ? map.layout.colBase[i] : 0,
+            map ? map.layout.cols : 0,
+          ]),
+          "tc forward params",
+        );
+        const bufs = [u, es.buffer, cshard.buffer, a.targets.shards[0].buffer, o.ws];
+        if (o.wsz) bufs.push(o.wsz);
+        bufs.push(zt);
+        if (map) bufs.push(map.buffer);
+        bufs.push(a.scales.scales);
+        p.dispatch(o.pipeline, rec.bindGroup(o.pipeline, bufs), sp.splits, blocks);
+      });
+    }
+  });
 }
