@@ -131,21 +131,51 @@ export interface CompiledKernel {
   error?: string;
 }
 
-/** Compiles the catalog for the context's adapter (its subgroup size), each failure in its row. */
-export async function compileCatalog(ctx: GpuContext): Promise<CompiledKernel[]> {
-  const out: CompiledKernel[] = [];
-  for (const k of tcCatalog(tcSupport(ctx).sgSize)) {
-    const t0 = performance.now();
-    try {
-      await ctx.pipeline(k.code, k.name);
-      out.push({ name: k.name, ms: performance.now() - t0 });
-    } catch (e) {
-      out.push({
-        name: k.name,
-        ms: performance.now() - t0,
-        error: (e as Error).message.split("\n")[0],
-      });
+/**
+ * Compiles the catalog for the context's adapter (its subgroup size), `parallel` pipelines at a
+ * time (Dawn compiles asynchronous pipelines on worker threads), each failure in its row. The
+ * pipelines are not kept: a driver's shader cache makes the methods' own compilations of the
+ * same code cheap afterwards.
+ */
+export function compileCatalog(ctx: GpuContext, parallel = 8): Promise<CompiledKernel[]> {
+  return compileKernels(ctx.device, tcCatalog(tcSupport(ctx).sgSize), parallel);
+}
+
+/** Compiles `kernels` on `device`, `parallel` at a time (see {@link compileCatalog}). */
+export async function compileKernels(
+  device: GPUDevice,
+  kernels: CatalogKernel[],
+  parallel = 8,
+): Promise<CompiledKernel[]> {
+  const out: CompiledKernel[] = new Array(kernels.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < kernels.length) {
+      const i = next++, k = kernels[i], t0 = performance.now();
+      const error = await _compile(device, k.code);
+      out[i] = { name: k.name, ms: performance.now() - t0, ...(error ? { error } : {}) };
     }
-  }
+  };
+  // the shader modules' own validation errors are read from their compilation info
+  device.pushErrorScope("validation");
+  await Promise.all(Array.from({ length: Math.max(1, parallel) }, worker));
+  await device.popErrorScope();
   return out;
+}
+
+/** The first error of compiling `code` into a compute pipeline, or undefined. */
+async function _compile(device: GPUDevice, code: string): Promise<string | undefined> {
+  const module = device.createShaderModule({ code });
+  const info = await module.getCompilationInfo();
+  const err = info.messages.find((m) => m.type === "error");
+  if (err) return `line ${err.lineNum}:${err.linePos}: ${err.message.split("\n")[0]}`;
+  try {
+    await device.createComputePipelineAsync({
+      layout: "auto",
+      compute: { module, entryPoint: "main" },
+    });
+    return undefined;
+  } catch (e) {
+    return (e as Error).message.split("\n")[0];
+  }
 }

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { nullDevice, validateShader } from "../../testing/dawn_null.ts";
 import { resolveOptions } from "../../core/options.ts";
-import { tcCatalog } from "./tc_catalog.ts";
+import { compileKernels, tcCatalog } from "./tc_catalog.ts";
 import { tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
 import { tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { tcFilterWgsl } from "./tc_filter_wgsl.ts";
@@ -108,5 +108,26 @@ Deno.test({
       assert.deepEqual(v.errors, [], name);
       assert.equal(v.pipelineError, undefined, name);
     }
+  },
+});
+
+Deno.test({
+  name: "tc kernels: the GPU commands' parallel compilation reports each kernel's own error",
+  ...NULL_OPTS,
+  async fn() {
+    const good = tcCatalog(32).slice(0, 6);
+    const bad = {
+      name: "broken",
+      code: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+    };
+    const got = await compileKernels(nd.device!, [...good, bad, ...good], 4);
+    assert.deepEqual(got.map((k) => k.name), [...good, bad, ...good].map((k) => k.name));
+    for (const k of got.filter((k) => k.name !== "broken")) {
+      assert.ok(
+        !k.error || /workgroup storage|workgroup_size/.test(k.error),
+        `${k.name}: ${k.error}`,
+      );
+    }
+    assert.match(got.find((k) => k.name === "broken")!.error ?? "", /^line 1:/);
   },
 });
