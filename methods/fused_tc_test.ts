@@ -9,11 +9,15 @@
 import assert from "node:assert/strict";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
-import { fused } from "./fused.ts";
+import { fused, fusedTileMap } from "./fused.ts";
 import { fusedTc, fusedTcMethod, fusedTileMapTc, tcUnsupported } from "./fused_tc.ts";
 import { assertParity } from "../testing/parity.ts";
 import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
+import { methodPeaks } from "../testing/method_peaks.ts";
+import { prepareTcForward } from "../kernels/tc/tc_forward.ts";
+import { prepareFusedForward } from "../kernels/fused/forward.ts";
+import { tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { resolveOptions } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
@@ -160,5 +164,28 @@ Deno.test({
     assertMatchesReference(tc, x, o, g, tol, defaultFilterEps("bf16"));
     const again = await runMethod(ctx0, emulatedTc, x, o, { dtype: "bf16", gradOutput: g });
     for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(again[k], tc[k], k);
+  },
+});
+
+Deno.test({
+  name: "fused tensor-core rows (emulated): memory of the FMA rows plus the two scales",
+  ...EMULATE,
+  async fn() {
+    const c = { n: 70, v: 257, d: 32, dtype: "bf16" as const, beta: 0.1, seed: 6 };
+    const opts = resolveOptions({ beta: 0.1 });
+    // the forwards' vocab splits (their tiles differ): the split workspace is n·S·4 bytes
+    const spec = { n: c.n, v: c.v, d: c.d, dtype: c.dtype };
+    const tcFwd = await prepareTcForward(ctx0, { spec, opts, mode: "emulated" });
+    const fmaFwd = await prepareFusedForward(ctx0, { spec, opts });
+    const splits = c.n * 4 * (tcFwd.vocabSplits - fmaFwd.vocabSplits);
+    const map = (t: { bm: number; bn: number }) => tileMapBytes(tileMapLayout([c.n], [c.v], t));
+    for (const [tc, fma] of [[emulatedTc, fused], [emulatedMap, fusedTileMap]] as const) {
+      const a = await methodPeaks(ctx0, tc, c, opts), b = await methodPeaks(ctx0, fma, c, opts);
+      console.log(`${tc.name}: fwd ${a.fwd} (${fma.name} ${b.fwd}), bwd ${a.bwd} (${b.bwd})`);
+      // plus E's and C's scales and maxima (16 bytes each), the splits' and the maps' differences
+      const maps = tc === emulatedMap ? map(tcFwd.tile) - map(fmaFwd.tile) : 0;
+      assert.equal(a.fwd, b.fwd + 32 + splits + maps, `${tc.name}: fwd`);
+      assert.equal(a.bwd, b.bwd, `${tc.name}: bwd`);
+    }
   },
 });

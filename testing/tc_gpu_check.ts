@@ -180,24 +180,27 @@ export async function checkDeterminism(
 export function tcCheckCases(o: { large: boolean }): TcCase[] {
   const cases: TcCase[] = [];
   let seed = 1;
-  for (const dtype of ["bf16", "f16"] as const) {
-    for (const beta of [0, 0.1, 1]) {
-      const reduction = (["mean", "sum", "none"] as const)[cases.length % 3];
-      const softcap = beta === 0.1 ? 30 : undefined;
-      cases.push({
-        name: `37×131×29 ${dtype} β=${beta}${softcap ? " softcap 30" : ""} ${reduction}`,
-        n: 37,
-        v: 131,
-        d: 29,
-        dtype,
-        beta,
-        softcap,
-        reduction,
-        ignoreFraction: 0.2,
-        gradOutput: reduction === "none" ? "vector" : 1.7,
-        seed: seed++,
-      });
-    }
+  // every β with bf16 (softcap with β = 0.1), and f16 once: every reduction, ignored rows
+  const odd = [["bf16", 0, "mean"], ["bf16", 0.1, "sum"], ["bf16", 1, "none"], [
+    "f16",
+    0.1,
+    "none",
+  ]] as const;
+  for (const [dtype, beta, reduction] of odd) {
+    const softcap = beta === 0.1 ? 30 : undefined;
+    cases.push({
+      name: `37×131×29 ${dtype} β=${beta}${softcap ? " softcap 30" : ""} ${reduction}`,
+      n: 37,
+      v: 131,
+      d: 29,
+      dtype,
+      beta,
+      softcap,
+      reduction,
+      ignoreFraction: 0.2,
+      gradOutput: reduction === "none" ? "vector" : 1.7,
+      seed: seed++,
+    });
   }
   cases.push({
     name: "300×1000×264 bf16 β=0.1 (vector loads, partial tiles)",
@@ -232,8 +235,8 @@ export function tcCheckCases(o: { large: boolean }): TcCase[] {
       seed: seed++,
     });
     cases.push({
-      name: "Llama-3 vocabulary 16×128256×4096 bf16 β=0.1 softcap 30 sum",
-      n: 16,
+      name: "Llama-3 vocabulary 8×128256×4096 bf16 β=0.1 softcap 30 sum",
+      n: 8,
       v: 128256,
       d: 4096,
       dtype: "bf16",
