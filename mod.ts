@@ -42,5 +42,7 @@ export { methodByName, METHODS } from "./methods/mod.ts";
 export type { LceMethod } from "./methods/types.ts";
 export { runMethod, type RunOptions, type RunResult } from "./methods/run.ts";
 export { lceReference, type LceReferenceResult } from "./reference/lce_reference.ts";
-export { formatCsv, formatMarkdown, type Table3Report, writeReport } from "./report/table3.ts";
+export { formatMarkdown, type Table3Report } from "./report/table3.ts";
+export { formatCsv } from "./report/table3_csv.ts";
+export { writeReport } from "./report/table3_files.ts";
 export { readNpy, writeNpy } from "./io/npy.ts";

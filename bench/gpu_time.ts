@@ -2,9 +2,9 @@
  * GPU-time benchmarks of every method in METHODS: one group per shape and mode (fwd, bwd,
  * fwd+bwd), the baseline row marked, on whatever adapter the context opens (LCE_ADAPTER).
  *
- *     deno task bench-gpu                                  # CI-sized shape
- *     deno task bench-gpu --shape paper                    # 8192 × 256,000 × 2304
- *     deno task bench-gpu --shape 1024,32000,512 --methods fused,baseline --iterations 20
+ *     ./dev task bench-gpu                                  # CI-sized shape
+ *     ./dev task bench-gpu --shape paper                    # 8192 × 256,000 × 2304
+ *     ./dev task bench-gpu --shape 1024,32000,512 --methods fused,baseline --iterations 20
  *
  * Flags (`--help`): --shape, --dtype, --beta, --methods, --modes, --iterations, --warmup,
  * --adapter; each falls back to its environment variable (LCE_BENCH_SHAPE, LCE_BENCH_DTYPE,
@@ -31,9 +31,17 @@ import { parseMethods } from "../methods/mod.ts";
 import type { ForwardOutput, LceMethod, PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { defaultMemoryBudget, formatMiB } from "../measure/measure.ts";
-import { defaultTimeSource, type Mode, parseModes, timeMode, timeOf } from "../measure/timing.ts";
+import {
+  defaultTimeSource,
+  type Mode,
+  parseModes,
+  SPEED_RATIO_LEGEND,
+  timeMode,
+  timeOf,
+  timesFaster,
+} from "../measure/timing.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
-import { PAPER_SHAPE } from "../report/table3.ts";
+import { PAPER_SHAPE } from "../measure/table3.ts";
 
 /** The default (CI-sized) shape: a few seconds per group on a software adapter. */
 export const CI_SHAPE = { n: 128, v: 2048, d: 64 } as const;
@@ -55,7 +63,7 @@ export function benchShape(
 
 /** The command line of `bench-gpu`. */
 export const BENCH_GPU_COMMAND = defineCommand({
-  name: "deno task bench-gpu",
+  name: "./dev task bench-gpu",
   summary: "GPU-time benchmarks of every method: one group per shape and mode, each sample the " +
     "GPU time of one call (tinybench), the baseline marked.",
   flags: {
@@ -176,6 +184,11 @@ function _addTask(
   });
 }
 
+/** A speed ratio as `2.31×`, or empty when there is none. */
+function _times(x: number | null): string {
+  return x === null ? "" : `${x.toFixed(2)}×`;
+}
+
 function _fmt(ms: number | undefined): string {
   if (ms === undefined || !Number.isFinite(ms)) return "";
   return ms >= 100 ? ms.toFixed(1) : ms >= 1 ? ms.toFixed(2) : ms.toPrecision(3);
@@ -190,7 +203,7 @@ function _print(bench: Bench, what: string): void {
     "min",
     "max",
     "samples",
-    "× baseline",
+    "× faster than baseline",
   ]];
   const base = bench.tasks.find((t) => t.name.startsWith("baseline"));
   const med = (t: Task) => t.result.state === "completed" ? t.result.latency.p50 : undefined;
@@ -213,7 +226,7 @@ function _print(bench: Bench, what: string): void {
       _fmt(l.min),
       _fmt(l.max),
       String(l.samplesCount),
-      b && l.p50 !== undefined ? `${(l.p50 / b).toFixed(2)}×` : "",
+      _times(timesFaster(b ?? null, l.p50 ?? null)),
     ]);
   }
   const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
@@ -265,6 +278,7 @@ export async function runBench(args: string[] = []): Promise<void> {
     console.log(`\ngroup ${group}`);
     _print(bench, what);
   }
+  if (methods.some((m) => m.name === "baseline")) console.log(`\n${SPEED_RATIO_LEGEND}.`);
   x.destroy();
   gradOut.destroy();
   ctx.destroy();

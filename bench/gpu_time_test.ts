@@ -8,7 +8,7 @@ const _run = (args: string[], env: Record<string, string> = {}) => runScript(SCR
 Deno.test("bench-gpu: --help and bad flags never start the benchmark", async () => {
   const help = await _run(["--help"]);
   assert.equal(help.code, 0, help.stderr);
-  assert.match(help.stdout, /^usage: deno task bench-gpu /);
+  assert.match(help.stdout, /^usage: \.\/dev task bench-gpu /);
   assert.match(
     help.stdout,
     /--iterations N +samples per task \(default: 10; env LCE_BENCH_ITERATIONS\)/,
@@ -31,4 +31,27 @@ Deno.test("bench-gpu: --help and bad flags never start the benchmark", async () 
     assert.match(lines[0], want);
     assert.equal(r.stdout, "");
   }
+});
+
+Deno.test("bench-gpu: the ratio column is × faster than the baseline, with its legend", async () => {
+  const r = await _run([
+    "--shape",
+    "16,40,8",
+    "--methods",
+    "baseline,fused",
+    "--modes",
+    "fwd",
+    "--iterations",
+    "2",
+    "--warmup",
+    "0",
+  ]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /× faster than baseline/);
+  assert.match(r.stdout, /^baseline .* 1\.00×$/m, "the baseline is 1× as fast as itself");
+  assert.match(r.stdout, /^fused .* \d+\.\d\d×$/m);
+  assert.match(
+    r.stdout,
+    /× faster than the baseline = the baseline's time \/ this time: > 1 is faster/,
+  );
 });

@@ -1,16 +1,20 @@
 /**
- * `deno bench -A bench/`: one Deno.bench group per shape and mode (fwd, bwd, fwd+bwd), every method
- * in METHODS, the materialised baseline marked `baseline: true`, on whatever adapter opens.
- * Each sample is one call from recording to GPU completion (`b.start()`/`b.end()` around recording,
- * submission and the wait), so it is wall time including WebGPU's submission overhead; for GPU time
- * from timestamp queries run `deno task bench` (bench/gpu_time.ts). Kernels are compiled and inputs
- * uploaded before any sample; the forward a backward needs runs outside the timed part.
- * Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d; LCE_BENCH_DTYPE, LCE_BENCH_BETA.
+ * `deno bench` (or `./dev task bench`): one Deno.bench group per shape and mode (fwd, bwd,
+ * fwd+bwd), every method in METHODS, the materialised baseline marked `baseline: true` (so
+ * Deno's summary says how many times faster or slower than it each method is), on whatever
+ * adapter opens. Each sample is one call from recording to GPU completion (`b.start()`/`b.end()`
+ * around recording, submission and the wait), so it is wall time including WebGPU's submission
+ * overhead; for GPU time from timestamp queries run `./dev task bench-gpu` (bench/gpu_time.ts).
+ * Kernels are compiled and inputs uploaded before any sample; the forward a backward needs runs
+ * outside the timed part. Shape: LCE_BENCH_SHAPE=ci (default, 128×2048×64) | paper | n,v,d;
+ * LCE_BENCH_DTYPE, LCE_BENCH_BETA. Run without permissions (a plain `deno bench`), the variables
+ * cannot be read: the defaults are used, and a line says so.
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { parseDtype, resolveOptions } from "../core/options.ts";
+import { parseNumberValue } from "../core/cli.ts";
 import { METHODS } from "../methods/mod.ts";
 import type { PreparedMethod, ProblemSpec } from "../methods/types.ts";
 import { uploadGradOut } from "../methods/run.ts";
@@ -18,9 +22,25 @@ import { makeDeviceInputs } from "../measure/inputs.ts";
 import { defaultMemoryBudget } from "../measure/measure.ts";
 import { benchShape } from "./gpu_time.ts";
 
-const shape = benchShape(Deno.env.get("LCE_BENCH_SHAPE"));
-const dtype = parseDtype(Deno.env.get("LCE_BENCH_DTYPE") ?? "bf16");
-const opts = resolveOptions({ beta: Number(Deno.env.get("LCE_BENCH_BETA") ?? "0.1") });
+/** A variable of the environment, or undefined where env access is not granted. */
+function _env(name: string): string | undefined {
+  if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
+    return undefined;
+  }
+  return Deno.env.get(name);
+}
+
+if (Deno.permissions.querySync({ name: "env" }).state !== "granted") {
+  console.error(
+    "lce_bench: no env access, so LCE_BENCH_SHAPE, LCE_BENCH_DTYPE and LCE_BENCH_BETA are not " +
+      "read (defaults: ci, bf16, 0.1); ./dev task bench runs with them",
+  );
+}
+const shape = benchShape(_env("LCE_BENCH_SHAPE"));
+const dtype = parseDtype(_env("LCE_BENCH_DTYPE") ?? "bf16");
+const opts = resolveOptions({
+  beta: parseNumberValue("LCE_BENCH_BETA", _env("LCE_BENCH_BETA") ?? "0.1"),
+});
 const ctx = await GpuContext.create();
 const spec: ProblemSpec = { ...shape, dtype };
 const x = await makeDeviceInputs(ctx, { fixture: "cce", ...shape, dtype });

@@ -62,6 +62,39 @@ export function checkTemperature(t: number, what = "temperature"): void {
   );
 }
 
+/** The largest finite f32. */
+const _F32_MAX = 3.4028234663852886e38;
+
+/**
+ * Throws InputError naming `what` when the logits of `x` divided by T could leave f32: by
+ * Cauchy–Schwarz |z/T| ≤ max‖E_n‖·max‖C_v‖ / T, which must stay a thousandth of f32's range
+ * below its largest value (the forward sums products of E/T and C in f32), and so must E/T.
+ */
+export function checkTemperatureFor(x: HostInputs, t: number, what = "temperature"): void {
+  checkTemperature(t, what);
+  const maxNorm = (a: Float32Array, rows: number, cols: number) => {
+    let best = 0, maxAbs = 0;
+    for (let r = 0; r < rows; r++) {
+      let s = 0;
+      for (let j = r * cols; j < (r + 1) * cols; j++) {
+        s += a[j] * a[j];
+        maxAbs = Math.max(maxAbs, Math.abs(a[j]));
+      }
+      best = Math.max(best, Math.sqrt(s));
+    }
+    return { norm: best, maxAbs };
+  };
+  const e = maxNorm(x.e, x.n, x.d), c = maxNorm(x.c, x.v, x.d);
+  const bound = (e.norm * c.norm) / t;
+  const limit = _F32_MAX / 1000;
+  check(
+    bound <= limit && e.maxAbs / t <= limit,
+    `${what} ${t} is too small for these inputs: the logits divided by it reach up to ` +
+      `${bound.toPrecision(3)} (‖E_n‖·‖C_v‖ up to ${(e.norm * c.norm).toPrecision(3)}), past ` +
+      `f32's range; give T ≥ ${((e.norm * c.norm) / limit).toPrecision(2)}`,
+  );
+}
+
 /**
  * Inputs and softcap whose logits are those of `x` (with `softcap`) divided by T: E/T (float64
  * division rounded to f32; C and the targets shared) and s/T. For one-off passes of other
@@ -258,9 +291,8 @@ export async function fitTemperature<P extends FitStep>(
     return p;
   };
   const lo = Math.log(tMin), hi = Math.log(tMax);
-  // bracket: walk downhill by factors of 4 until the slope changes sign
-  let xa = Math.log(start);
-  let pa = await ev(xa);
+  const x0 = Math.log(start);
+  const p0 = await ev(x0);
   const done = (p: P, br: [number, number]) => ({
     temperature: p.temperature,
     point: p,
@@ -268,37 +300,61 @@ export async function fitTemperature<P extends FitStep>(
     bracket: br,
     trace,
   });
-  if (pa.slope === 0) return done(pa, [pa.temperature, pa.temperature]);
-  const dir = pa.slope < 0 ? 1 : -1; // slope < 0: the NLL falls as T grows
-  const sign0 = Math.sign(pa.slope);
-  let xb: number, pb: P;
+  if (p0.slope === 0) return done(p0, [p0.temperature, p0.temperature]);
+  const { a, b } = await _bracket(ev, { x: x0, p: p0 }, [lo, hi]);
+  const bracket: [number, number] = a.p.temperature < b.p.temperature
+    ? [a.p.temperature, b.p.temperature]
+    : [b.p.temperature, a.p.temperature];
+  return done(await _zeroin(ev, a, b, 0.5 * rtol), bracket);
+}
+
+/** A point of the fit: log T and the evaluation there. */
+interface _At<P> {
+  x: number;
+  p: P;
+}
+
+/**
+ * Walks downhill from `a` by factors of 4 in T until the slope changes sign: the two last points
+ * bracket the minimum. InputError when a limit of `[lo, hi]` (log T) is reached first.
+ */
+async function _bracket<P extends FitStep>(
+  ev: (logT: number) => Promise<P>,
+  a: _At<P>,
+  [lo, hi]: [number, number],
+): Promise<{ a: _At<P>; b: _At<P> }> {
+  const dir = a.p.slope < 0 ? 1 : -1; // slope < 0: the NLL falls as T grows
+  const sign0 = Math.sign(a.p.slope);
   for (;;) {
     const end = dir > 0 ? hi : lo;
-    if (xa === end) {
+    if (a.x === end) {
       const fmt = (t: number) => t.toExponential(0);
       throw new InputError(
-        `temperature fit: cannot bracket a minimum of the mean NLL in T ∈ [${fmt(tMin)}, ` +
-          `${fmt(tMax)}]: it ${
-            pa.slope === 0 ? "is flat" : dir > 0 ? "still decreases" : "still increases"
-          } at T = ` +
-          `${fmt(Math.exp(end))} (dNLL/dlog T = ${pa.slope.toExponential(3)})`,
+        `temperature fit: cannot bracket a minimum of the mean NLL in T ∈ [${fmt(Math.exp(lo))}, ${
+          fmt(Math.exp(hi))
+        }]: it ${
+          a.p.slope === 0 ? "is flat" : dir > 0 ? "still decreases" : "still increases"
+        } at T = ${fmt(Math.exp(end))} (dNLL/dlog T = ${a.p.slope.toExponential(3)})`,
       );
     }
-    xb = dir > 0 ? Math.min(hi, xa + Math.log(4)) : Math.max(lo, xa - Math.log(4));
-    pb = await ev(xb);
+    const x = dir > 0 ? Math.min(hi, a.x + Math.log(4)) : Math.max(lo, a.x - Math.log(4));
+    const b = { x, p: await ev(x) };
     // An exact zero while walking is flatness (every softmax one-hot in f32: H = NLL = 0), not
     // a stationary point: keep walking; only a sign change brackets the minimum.
-    if (pb.slope !== 0 && Math.sign(pb.slope) !== sign0) break;
-    xa = xb;
-    pa = pb;
+    if (b.p.slope !== 0 && Math.sign(b.p.slope) !== sign0) return { a, b };
+    a = b;
   }
-  const bracket: [number, number] = pa.temperature < pb.temperature
-    ? [pa.temperature, pb.temperature]
-    : [pb.temperature, pa.temperature];
-  // Brent's root finder (zeroin) on the slope in log T
-  const xtol = 0.5 * rtol;
+}
+
+/** Brent's root finder (zeroin) on the slope in log T, to `xtol`, inside the bracket [a, b]. */
+async function _zeroin<P extends FitStep>(
+  ev: (logT: number) => Promise<P>,
+  at: _At<P>,
+  bt: _At<P>,
+  xtol: number,
+): Promise<P> {
   const EPS = Number.EPSILON;
-  let a = xa, fa = pa.slope, b = xb, fb = pb.slope, bp = pb;
+  let a = at.x, fa = at.p.slope, pa = at.p, b = bt.x, fb = bt.p.slope, bp = bt.p;
   let c = a, fc = fa, cp = pa, d = b - a, e = d;
   for (;;) {
     if ((fb > 0 && fc > 0) || (fb < 0 && fc < 0)) {
@@ -314,7 +370,7 @@ export async function fitTemperature<P extends FitStep>(
     }
     const tol1 = 2 * EPS * Math.abs(b) + 0.5 * xtol;
     const xm = 0.5 * (c - b);
-    if (Math.abs(xm) <= tol1 || fb === 0) return done(bp, bracket);
+    if (Math.abs(xm) <= tol1 || fb === 0) return bp;
     if (Math.abs(e) >= tol1 && Math.abs(fa) > Math.abs(fb)) {
       const s = fb / fa;
       let p: number, q: number;

@@ -54,7 +54,7 @@ export interface FlagDef {
 
 /** A command: its name (as typed), what it does, and its flags. */
 export interface CommandDef<F extends Record<string, FlagDef>> {
-  /** How the command is invoked, e.g. `deno task table3`. */
+  /** How the command is invoked, e.g. `./dev task table3` (see {@link commandName}). */
   name: string;
   /** One or more lines on what the command does (shown by `--help`). */
   summary: string;
@@ -162,6 +162,14 @@ function _placeholder(d: FlagDef): string {
   return d.type === "int" ? "N" : d.type === "number" ? "X" : "VALUE";
 }
 
+/**
+ * A command's name as the README runs it: through `./dev` (the pinned Deno, which need not be on
+ * PATH), so `deno task x` and `deno run …` are shown as `./dev task x` and `./dev run …`.
+ */
+export function commandName(name: string): string {
+  return name.replace(/^deno (?=task |run )/, "./dev ");
+}
+
 /** A command's flag parser and help text; made by {@link defineCommand}. */
 export class Command<F extends Record<string, FlagDef>> {
   /** The definition it was made from. */
@@ -186,7 +194,7 @@ export class Command<F extends Record<string, FlagDef>> {
         : `[--${name} ${_placeholder(d)}]`
     );
     if (this.def.positionals) parts.push(this.def.positionals);
-    return `usage: ${this.def.name} ${parts.join(" ")}`.trimEnd();
+    return `usage: ${commandName(this.def.name)} ${parts.join(" ")}`.trimEnd();
   }
 
   /** The `--help` text: usage, summary, and every flag with its default. */

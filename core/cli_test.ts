@@ -94,7 +94,7 @@ Deno.test("cli: --help prints every flag with its default and returns undefined"
     console.log = log;
   }
   const text = logged[0];
-  assert.match(text, /^usage: deno task demo \[--n N\] /);
+  assert.match(text, /^usage: \.\/dev task demo \[--n N\] /);
   assert.match(text, /--n N +tokens \(default: 16\)/);
   assert.match(text, /--beta X +label smoothing \(default: 0\.1\)/);
   assert.match(text, /--out DIR +directory \(default: 'reports'\)/);

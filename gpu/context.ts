@@ -258,6 +258,14 @@ export class GpuContext {
       );
     }
     this.assertAlive();
+    if (this.#liveTotal + size > this.allocationLimitBytes) {
+      // refused before anything is allocated: a measurement caps a cell at its memory budget
+      throw new GpuError(
+        "out-of-memory",
+        `${o.label}: ${size} more bytes would make ${this.#liveTotal + size} live, over the ` +
+          `allocation limit of ${this.allocationLimitBytes}`,
+      );
+    }
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST |
       (o.usage ?? 0);
     const cached = this.#cache.get(`${size}:${usage}`)?.pop();
@@ -312,6 +320,13 @@ export class GpuContext {
     this.#live[t.role] -= t.size;
     this.#liveTotal -= t.size;
   }
+
+  /**
+   * Most tracked bytes live at once: {@link GpuContext.createBuffer} refuses (GpuError
+   * out-of-memory, nothing allocated) a buffer past it. Infinity by default; the measurement
+   * layer sets it to the free memory a cell may use.
+   */
+  allocationLimitBytes = Infinity;
 
   /**
    * Freed buffers kept for reuse by a later {@link GpuContext.createBuffer} of the same size and

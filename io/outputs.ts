@@ -44,6 +44,39 @@ function _existingAncestor(dir: string): { path: string; info: Deno.FileInfo } {
 }
 
 /**
+ * Checks that files can be created in `dir`, without leaving anything behind: it is a directory
+ * (or its nearest existing ancestor is one, where it will be created) in which a file can be
+ * created (probed with an empty file, removed at once). InputError of one line naming `what`
+ * (default the directory) otherwise.
+ */
+export function checkOutputDir(dir: string, what = dir): void {
+  const info = _stat(dir);
+  if (info && !info.isDirectory) throw new InputError(`${what}: ${dir} is not a directory`);
+  _probe(_existingAncestor(dir), what);
+}
+
+/** Creates and removes an empty file in `anc` (a directory); InputError naming `what`. */
+function _probe(anc: { path: string; info: Deno.FileInfo }, what: string): void {
+  if (!anc.info.isDirectory) throw new InputError(`${what}: ${anc.path} is not a directory`);
+  const probe = `${anc.path}/.lce-probe-${Deno.pid}-${_probes++}`;
+  try {
+    Deno.writeFileSync(probe, new Uint8Array(), { createNew: true });
+  } catch (e) {
+    throw new InputError(
+      `${what}: cannot write in ${anc.path}: ${(e as Error).message.split("\n")[0]}`,
+    );
+  } finally {
+    try {
+      Deno.removeSync(probe);
+    } catch {
+      // not created
+    }
+  }
+}
+
+let _probes = 0;
+
+/**
  * Checks that every path of `outputs` can be written, without writing anything that stays: its
  * directory exists as a directory (or its nearest existing ancestor is one, where it will be
  * created) in which a file can be created (probed with a temporary file, removed at once), the
@@ -62,27 +95,10 @@ export function checkOutputs(outputs: readonly string[], inputs: readonly string
     const info = _stat(out);
     if (info && info.isDirectory) throw new InputError(`${out}: output path is a directory`);
     if (info && !info.isFile) throw new InputError(`${out}: output path is not a regular file`);
-    const dir = dirname(resolve(out));
-    const anc = _existingAncestor(dir);
-    if (!anc.info.isDirectory) {
-      throw new InputError(`${out}: ${anc.path} is not a directory`);
-    }
+    const anc = _existingAncestor(dirname(resolve(out)));
     if (probed.has(anc.path)) continue;
     probed.add(anc.path);
-    const probe = `${anc.path}/.lce-probe-${Deno.pid}-${probed.size}`;
-    try {
-      Deno.writeFileSync(probe, new Uint8Array(), { createNew: true });
-    } catch (e) {
-      throw new InputError(
-        `${out}: cannot write in ${anc.path}: ${(e as Error).message.split("\n")[0]}`,
-      );
-    } finally {
-      try {
-        Deno.removeSync(probe);
-      } catch {
-        // not created
-      }
-    }
+    _probe(anc, out);
   }
 }
 

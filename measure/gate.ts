@@ -27,13 +27,16 @@
  * wall-clock: with other processes on the two cores, per-round ratios from timestamps had a
  * median spread (sd of log) of 0.46, from CPU time 0.12. On hardware, GPU timestamps.
  *
- * Absolute times are recorded and shown next to a baseline of the same adapter, never gated.
- * Against another adapter's baseline the time ratios are shown and not gated either (the ratio
- * of a kernel to a matrix product depends on the adapter as much as on the code); memory and
- * parity are gated.
+ * Absolute times are recorded and shown next to a baseline of the same host, never gated. Time
+ * ratios are gated only against a baseline of the same host — adapter, time source, WebGPU
+ * engine, driver and, on a software adapter, CPU model (gate_suites.ts timeHostKey): the ratio of
+ * a kernel to a matrix product depends on all of them as much as on the code. Against another
+ * host's baseline memory and parity are gated and the gate's last line says that time was not
+ * compared, and why; `--update` keeps one baseline per host (gate_baseline.ts).
  *
  * Files: the suites, thresholds and run format in measure/gate_suites.ts, the statistics in
- * gate_stats.ts, the comparison in gate_compare.ts, its text in gate_format.ts; memory comes from
+ * gate_stats.ts, the comparison in gate_compare.ts, its text in gate_format.ts, the baseline
+ * files in gate_baseline.ts; memory comes from
  * {@link measureMethod} and every time from measure/timing.ts, the project's one timing path.
  * @module
  */
@@ -71,6 +74,7 @@ import {
   resultKey,
 } from "./gate_suites.ts";
 import { compareRuns, type GateComparison } from "./gate_compare.ts";
+import { adapterSlug, driverVersion, hostCpuModel } from "./host.ts";
 import { fmtErr, fmtRatio } from "./gate_stats.ts";
 
 /** Upstream gradient of the parity runs. */
@@ -87,22 +91,24 @@ export function gateTimeSource(ctx: GpuContext): TimeSource {
 }
 
 /**
- * The host CPU's model for {@link GateAdapter.host}: on a software adapter, the first `model name`
- * of /proc/cpuinfo (undefined where there is none); undefined on hardware adapters.
+ * The adapter and host of a gate run on `ctx` ({@link GateAdapter}): the adapter's slug and
+ * description, where times come from, the WebGPU engine, the driver and, on a software adapter,
+ * the host's CPU model.
  */
-export async function gateHost(ctx: GpuContext): Promise<string | undefined> {
-  if (!ctx.report.isFallbackAdapter) return undefined;
-  try {
-    return cpuModel(await Deno.readTextFile("/proc/cpuinfo"));
-  } catch {
-    return undefined;
-  }
-}
-
-/** The first `model name` of a /proc/cpuinfo text, trimmed, or undefined. */
-export function cpuModel(cpuinfo: string): string | undefined {
-  const m = cpuinfo.match(/^model name\s*:\s*(.+)$/m);
-  return m ? m[1].trim() : undefined;
+export async function gateAdapter(ctx: GpuContext): Promise<GateAdapter> {
+  const a: GateAdapter = {
+    slug: adapterSlug(ctx.report),
+    description: ctx.report.description,
+    isFallbackAdapter: ctx.report.isFallbackAdapter,
+    timeSource: gateTimeSource(ctx),
+    engine: ctx.report.engine,
+    engineVersion: ctx.report.engineVersion,
+  };
+  const driver = await driverVersion(ctx);
+  if (driver !== undefined) a.driver = driver;
+  const host = ctx.report.isFallbackAdapter ? await hostCpuModel() : undefined;
+  if (host !== undefined) a.host = host;
+  return a;
 }
 
 /** Options of {@link measureCase}. */
@@ -171,19 +177,22 @@ export async function measureCase(
     x,
     inputs,
     source,
+    // in the context's error scopes: a yardstick the engine refuses fails the results it times
     yardstick: () =>
-      timeRecorder(ctx, (rec) =>
-        mm.record(rec, {
-          a: { tensor: inputs.e, trans: false },
-          b: { tensor: inputs.c, trans: false },
-          out: yardOut,
-          tile,
-          label: "yardstick E·Cᵀ",
-        })),
+      ctx.scoped(() =>
+        timeRecorder(ctx, (rec) =>
+          mm.record(rec, {
+            a: { tensor: inputs.e, trans: false },
+            b: { tensor: inputs.c, trans: false },
+            out: yardOut,
+            tile,
+            label: "yardstick E·Cᵀ",
+          }))
+      ),
   };
   const results: GateResult[] = [];
   try {
-    await data.yardstick(); // warm-up
+    await data.yardstick(); // warm-up (and a yardstick the engine refuses fails here, once)
     for (const beta of o.betas) {
       const opts = resolveOptions({ beta });
       const want = lceReference(x, opts, _GRAD_OUTPUT);
@@ -262,47 +271,15 @@ async function _measureMethod(
     reps: 1,
   });
   const timed = rows.filter((r) => r.error === undefined).map((r) => r.mode);
-  const times = new Map<Mode, number[]>(timed.map((m) => [m, []]));
-  const yards: number[] = [];
-  if (timed.length > 0) {
-    let prepared: PreparedMethod | undefined;
-    try {
-      prepared = await ctx.scoped(() => method.prepare(ctx, spec, b.opts));
-      const p = prepared;
-      const source = data.source;
-      const call = (mode: Mode) =>
-        ctx.scoped(() =>
-          timeMode(ctx, { mode, prepared: p, inputs: data.inputs, gradOut: b.gradOut })
-        );
-      // one yardstick sample: the median of YARDSTICK_CALLS calls (one slow call is one outlier)
-      const yard = async () =>
-        (await timeRepetitions({ warmup: 0, reps: YARDSTICK_CALLS, source }, data.yardstick))
-          .median;
-      // warm-up; a mode faster than the yardstick is sampled as the median of several calls
-      const reps = new Map<Mode, number>();
-      for (const mode of timed) reps.set(mode, timeOf(await call(mode), source));
-      yards.push(await yard());
-      for (const [mode, t] of reps) {
-        reps.set(mode, Math.min(MAX_CALLS_PER_SAMPLE, Math.max(1, Math.ceil(yards[0] / t))));
-      }
-      for (let i = 0; i < o.rounds; i++) {
-        for (const mode of timed) {
-          const r = await timeRepetitions(
-            { warmup: 0, reps: reps.get(mode)!, source },
-            () => call(mode),
-          );
-          times.get(mode)!.push(r.median);
-        }
-        yards.push(await yard());
-      }
-    } catch (e) {
-      result.error = `timing failed: ${oneLine(e)}`;
-      return result;
-    } finally {
-      prepared?.release?.();
-    }
-    result.yardstickMs = _round4(median(yards));
+  let t: { times: Map<Mode, number[]>; yards: number[] };
+  try {
+    t = await _timeRounds(ctx, method, data, b, o, timed);
+  } catch (e) {
+    result.error = `timing failed: ${oneLine(e)}`;
+    return result;
   }
+  const { times, yards } = t;
+  if (timed.length > 0) result.yardstickMs = _round4(median(yards));
   for (const row of rows) {
     if (row.error !== undefined) {
       result.modes[row.mode] = {
@@ -324,6 +301,59 @@ async function _measureMethod(
     };
   }
   return result;
+}
+
+/**
+ * The timed rounds of the modes that ran: a warm-up call of each mode and a yardstick sample,
+ * then `o.rounds` rounds of one sample of every mode followed by a yardstick sample. A mode
+ * faster than the yardstick is sampled as the median of several calls.
+ */
+async function _timeRounds(
+  ctx: GpuContext,
+  method: LceMethod,
+  data: _CaseData,
+  b: { opts: LceOptions; gradOut: DeviceTensor },
+  o: MeasureCaseOptions,
+  timed: readonly Mode[],
+): Promise<{ times: Map<Mode, number[]>; yards: number[] }> {
+  const times = new Map<Mode, number[]>(timed.map((m) => [m, []]));
+  const yards: number[] = [];
+  if (timed.length === 0) return { times, yards };
+  const { c, source } = data;
+  const spec = { n: c.n, v: c.v, d: c.d, dtype: c.dtype };
+  let prepared: PreparedMethod | undefined;
+  try {
+    prepared = await ctx.scoped(() => method.prepare(ctx, spec, b.opts));
+    const p = prepared;
+    const call = (mode: Mode) =>
+      ctx.scoped(() =>
+        timeMode(ctx, { mode, prepared: p, inputs: data.inputs, gradOut: b.gradOut })
+      );
+    // one yardstick sample: the median of YARDSTICK_CALLS calls (one slow call is one outlier)
+    const yard = async () =>
+      (await timeRepetitions({ warmup: 0, reps: YARDSTICK_CALLS, source }, data.yardstick))
+        .median;
+    // warm-up; a mode faster than the yardstick is sampled as the median of several calls
+    const reps = new Map<Mode, number>();
+    for (const mode of timed) reps.set(mode, timeOf(await call(mode), source));
+    yards.push(await yard());
+    for (const [mode, t] of reps) {
+      reps.set(mode, Math.min(MAX_CALLS_PER_SAMPLE, Math.max(1, Math.ceil(yards[0] / t))));
+    }
+    for (let i = 0; i < o.rounds; i++) {
+      for (const mode of timed) {
+        const r = await timeRepetitions(
+          { warmup: 0, reps: reps.get(mode)!, source },
+          () => call(mode),
+        );
+        times.get(mode)!.push(r.median);
+      }
+      yards.push(await yard());
+    }
+  } finally {
+    prepared?.release?.();
+  }
+  return { times, yards };
 }
 
 /** max |got − want| / max |want| (over 1 when want is all zero); Infinity for NaN or lengths. */
@@ -379,7 +409,9 @@ export async function runGate(ctx: GpuContext, o: RunGateOptions): Promise<GateO
   const total = o.suite.cases.length * o.suite.betas.length * o.methods.length;
   const progress = (prefix: string) => (r: GateResult, ms: number) => {
     const modes = Object.entries(r.modes).map(([m, x]) =>
-      x.error !== undefined ? `${m} failed` : `${m} ${x.peakBytes} B ×${fmtRatio(x.timeRatio)}`
+      x.error !== undefined
+        ? `${m} failed`
+        : `${m} ${x.peakBytes} B, ${fmtRatio(x.timeRatio)} yardsticks`
     );
     const what = r.error ??
       `parity ${fmtErr(Math.max(r.parity!.loss, r.parity!.dE, r.parity!.dC))}; ${modes.join(", ")}`;
@@ -422,7 +454,11 @@ export async function runGate(ctx: GpuContext, o: RunGateOptions): Promise<GateO
   };
   if (!o.baseline) return { run, rerun: [] };
   const cmp = (r: GateRun) =>
-    compareRuns(r, o.baseline!, { thresholds: o.thresholds, partial: o.partial });
+    compareRuns(r, o.baseline!, {
+      thresholds: o.thresholds,
+      partial: o.partial,
+      optional: o.suite.optionalMethods,
+    });
   let comparison = cmp(run);
   const rerun = comparison.timeRegressed;
   for (const key of new Set(rerun.map((x) => x.key))) {

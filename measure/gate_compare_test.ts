@@ -8,12 +8,16 @@ import {
 } from "./gate_suites.ts";
 import { compareRuns } from "./gate_compare.ts";
 import { formatComparison } from "./gate_format.ts";
+import { InputError } from "../core/errors.ts";
 
 const ADAPTER: GateAdapter = {
   slug: "llvmpipe-test",
   description: "llvmpipe (test)",
   isFallbackAdapter: true,
   timeSource: "cpu",
+  engine: "deno",
+  driver: "Mesa 25.0.7",
+  host: "CPU A",
 };
 
 function _result(method: string, o: Partial<GateResult> = {}, ratio = 2): GateResult {
@@ -61,7 +65,8 @@ Deno.test("gate: identical runs pass with nothing to report", () => {
     ["a", 1, 1, 0],
     ["b", 1, 1, 0],
   ]);
-  assert.match(formatComparison(c), /gate: passed \(2 results\)/);
+  assert.equal(c.compared, 2);
+  assert.match(formatComparison(c), /\ngate: passed: memory, parity and time of 2 results$/);
 });
 
 Deno.test("gate: memory growth fails, shrinkage passes as an improvement", () => {
@@ -79,7 +84,7 @@ Deno.test("gate: memory growth fails, shrinkage passes as an improvement", () =>
   const text = formatComparison(c);
   assert.match(text, /REGRESSIONS \(1\):/);
   assert.match(text, /\| memory \| cce 8x20x4 bf16 a β=0\.1 \| fwd +\| 1000 +\| 1004 /);
-  assert.match(text, /gate: FAILED \(1 regressions\)/);
+  assert.match(text, /gate: FAILED \(1 regression\)$/);
 });
 
 Deno.test("gate: parity drift fails against the baseline and the absolute limit", () => {
@@ -98,7 +103,7 @@ Deno.test("gate: parity drift fails against the baseline and the absolute limit"
   assert.match(c.findings[1].detail, /loss error above 5\.0e-2 \(the limit/);
 });
 
-Deno.test("gate: time regressions are gated on the same adapter only", () => {
+Deno.test("gate: time regressions are gated on the same host only, and the last line says so", () => {
   const base = _run([_result("a", {}, 2)]);
   const slow = _run([_result("a", {}, 4.4)]);
   const c = compareRuns(slow, base);
@@ -108,42 +113,46 @@ Deno.test("gate: time regressions are gated on the same adapter only", () => {
     ["time", "bwd", "fail"],
     ["time", "fwd+bwd", "fail"],
   ]);
+  // one meaning of a speed ratio: × faster than the baseline, < 1 slower
   assert.match(
     c.findings[0].detail,
-    /median 2\.20× the baseline ratio; 7\/7 rounds above 1× \(sign test p = 0\.0078\)/,
+    /^0\.45× faster than the baseline \(median\); 7\/7 rounds slower than it \(sign test p = 0\.0078\)/,
   );
+  assert.match(formatComparison(c), /\| a +\| 1 +\| 1\.0e-6 +\| 0\.45× +\| 0\.45× +\| 0\.45× /);
+  assert.match(formatComparison(c), /speed: × faster than the baseline = the baseline's time/);
   assert.deepEqual(c.timeRegressed.map((x) => x.mode), ["fwd", "bwd", "fwd+bwd"]);
-  // measured on another adapter: shown, not gated, and said so
-  const other = _run([_result("a", {}, 4.4)], {
-    ...ADAPTER,
-    slug: "nvidia-h100",
-    description: "H100",
-  });
-  const o = compareRuns(other, base);
-  assert.equal(o.passed, true);
-  assert.equal(o.timeGated, false);
-  assert.deepEqual(o.timeRegressed, []);
-  assert.ok(o.findings.every((f) => f.status === "info"));
-  assert.match(o.notes[0], /another adapter .* time ratios and absolute times are shown but not/);
-  assert.match(formatComparison(o), /note: baseline measured on another adapter/);
-  assert.equal(o.machineSpeed, null);
-  // a software adapter on another host CPU: the same, said so; on the same host, gated
-  const sw = { ...ADAPTER, isFallbackAdapter: true, timeSource: "cpu" as const };
-  const baseHost = _run([_result("a", {}, 2)], { ...sw, host: "CPU A" });
-  const h = compareRuns(_run([_result("a", {}, 4.4)], { ...sw, host: "CPU B" }), baseHost);
-  assert.equal(h.passed, true);
-  assert.equal(h.timeGated, false);
-  assert.ok(h.findings.every((f) => f.status === "info"));
-  assert.match(h.notes[0], /another host CPU \(CPU A; this is CPU B\)/);
-  const noHost = compareRuns(_run([_result("a", {}, 4.4)], sw), baseHost);
-  assert.equal(noHost.timeGated, false);
-  assert.match(noHost.notes[0], /CPU A; this is unknown/);
-  const sameHost = compareRuns(_run([_result("a", {}, 4.4)], { ...sw, host: "CPU A" }), baseHost);
+  // another adapter, another CPU, another driver, another engine, no CPU known: memory and
+  // parity only, not "passed" without saying what was checked
+  const others: [Partial<GateAdapter>, RegExp][] = [
+    [
+      { slug: "nvidia-h100", description: "H100", host: undefined },
+      /baseline from CPU A \(Mesa 25\.0\.7, deno\), this host H100 \(Mesa 25\.0\.7, deno\)/,
+    ],
+    [
+      { host: "CPU B" },
+      /baseline from CPU A \(Mesa 25\.0\.7, deno\), this host CPU B \(Mesa 25\.0\.7, deno\)$/,
+    ],
+    [{ driver: "Mesa 22.3.6" }, /this host CPU A \(Mesa 22\.3\.6, deno\)$/],
+    [{ engine: "dawn" }, /this host CPU A \(Mesa 25\.0\.7, dawn\)$/],
+    [{ host: undefined }, /this host llvmpipe \(test\) \(Mesa 25\.0\.7, deno\)$/],
+  ];
+  for (const [change, line] of others) {
+    const o = compareRuns(_run([_result("a", {}, 4.4)], { ...ADAPTER, ...change }), base);
+    assert.equal(o.passed, true, JSON.stringify(change));
+    assert.equal(o.timeGated, false);
+    assert.deepEqual(o.timeRegressed, []);
+    assert.ok(o.findings.every((f) => f.status === "info"));
+    assert.equal(o.machineSpeed, null);
+    const last = formatComparison(o).split("\n").at(-1)!;
+    assert.match(last, /^gate: passed: memory and parity of 1 result; time not compared: /);
+    assert.match(last, line);
+  }
+  const sameHost = compareRuns(_run([_result("a", {}, 4.4)], { ...ADAPTER }), base);
   assert.equal(sameHost.passed, false);
   assert.equal(sameHost.timeGated, true);
 });
 
-Deno.test("gate: new, missing and failing methods", () => {
+Deno.test("gate: a result on one side only fails unless its method is optional", () => {
   const base = _run([_result("a"), _result("gone"), _result("u", { error: "unsupported: x" })]);
   const cur = _run([
     _result("a", { error: "GpuError: boom" }),
@@ -154,16 +163,25 @@ Deno.test("gate: new, missing and failing methods", () => {
   const c = compareRuns(cur, base);
   assert.deepEqual(c.findings.map((f) => [f.method, f.check, f.status]), [
     ["a", "error", "fail"],
-    ["new", "new", "info"],
-    ["nu", "new", "info"],
+    ["new", "new", "fail"],
+    ["nu", "new", "fail"],
     ["gone", "missing", "fail"],
   ]);
   assert.equal(c.passed, false);
+  assert.equal(c.compared, 2);
+  // the suite's optional methods may be on one side only
+  const opt = compareRuns(cur, base, { optional: ["new", "nu", "gone"] });
+  assert.deepEqual(opt.findings.map((f) => [f.method, f.check, f.status]), [
+    ["a", "error", "fail"],
+    ["new", "new", "info"],
+    ["nu", "new", "info"],
+    ["gone", "missing", "info"],
+  ]);
   // with --methods, methods not measured are not missing
   const partial = compareRuns(_run([_result("a")]), base, { partial: true });
   assert.equal(partial.passed, true);
   assert.deepEqual(partial.findings, []);
-  // a mode that now fails
+  // a mode that now fails, a mode on one side only
   const modeFail = structuredClone(base);
   modeFail.results[0].modes.bwd = {
     peakBytes: null,
@@ -172,10 +190,32 @@ Deno.test("gate: new, missing and failing methods", () => {
     timeMs: null,
     error: "OOM: needs 1 MiB",
   };
+  delete modeFail.results[0].modes.fwd;
   const m = compareRuns(modeFail, base);
-  assert.deepEqual(m.findings.map((f) => [f.check, f.mode, f.detail]), [
-    ["error", "bwd", "OOM: needs 1 MiB"],
+  assert.deepEqual(m.findings.map((f) => [f.check, f.mode, f.status, f.detail]), [
+    ["error", "bwd", "fail", "OOM: needs 1 MiB"],
+    ["missing", "fwd", "fail", "mode in the baseline but not measured (./dev task gate --update)"],
   ]);
+});
+
+Deno.test("gate: a run and a baseline with no result in common are bad input", () => {
+  const base = _run([_result("a", { n: 16 })]);
+  assert.throws(
+    () => compareRuns(_run([_result("a")]), base),
+    (e: Error) => {
+      assert.ok(e instanceof InputError);
+      assert.match(
+        e.message,
+        /^the run and the baseline have no result in common, so nothing can be compared: run 1 \(e\.g\. cce 8x20x4 bf16 a β=0\.1\), baseline 1 \(e\.g\. cce 16x20x4 bf16 a β=0\.1\)$/,
+      );
+      return true;
+    },
+  );
+  // --methods naming a method the baseline lacks compares nothing either
+  assert.throws(
+    () => compareRuns(_run([_result("b")]), _run([_result("a")]), { partial: true }),
+    InputError,
+  );
 });
 
 Deno.test("gate: result keys name fixture, shape, dtype, method and β", () => {

@@ -30,6 +30,12 @@ export interface GateSuite {
   modes: readonly Mode[];
   /** Timed rounds per method and β (the baseline uses {@link UPDATE_ROUNDS_FACTOR} times more). */
   rounds: number;
+  /**
+   * Methods whose results may be on one side only (in the run and not in the baseline, or the
+   * other way round) without failing the gate: e.g. a method only some engines offer. Every
+   * other result on one side only fails.
+   */
+  optionalMethods?: readonly string[];
 }
 
 /**
@@ -140,7 +146,11 @@ export interface GateResult extends GateCase {
   error?: string;
 }
 
-/** The adapter a run or baseline was measured on. */
+/**
+ * The adapter a run or baseline was measured on, and the host whose time profile its times
+ * follow: times are compared only between runs of the same adapter, time source, WebGPU engine,
+ * driver and (on a software adapter) CPU model ({@link timeHostKey}).
+ */
 export interface GateAdapter {
   /** File-name slug of the adapter's description (report/table3.ts). */
   slug: string;
@@ -150,14 +160,29 @@ export interface GateAdapter {
   timeSource: TimeSource;
   /**
    * On a software adapter, the host's CPU model: that adapter's kernels run on the CPU, and their
-   * times relative to the yardstick move with its microarchitecture (on one AMD EPYC host in
-   * session 12, with the same code, the fused forwards took up to 1.9× and the fused-fb backwards
-   * up to 2.4× the yardsticks of a baseline measured on another host). Absent on hardware adapters and where the model cannot be read.
+   * times relative to the yardstick move with its microarchitecture (on one AMD EPYC host, with
+   * the same code, the fused forwards took up to 1.9× and the fused-fb backwards up to 2.4× the
+   * yardsticks of a baseline measured on another host). Absent on hardware adapters and where
+   * the model cannot be read.
    */
   host?: string;
+  /** The WebGPU engine (`deno`: wgpu, `dawn`); absent in files of before engines: `deno`. */
+  engine?: string;
+  /** The engine and its version, e.g. "wgpu (Deno 2.9.6)". */
+  engineVersion?: string;
+  /** The driver and its version, e.g. "Mesa 25.0.7-2~bpo12+1" or "NVIDIA 580.95.05". */
+  driver?: string;
 }
 
-/**
+/** The identity of a host's time profile: runs with the same key can compare their times. */
+export function timeHostKey(a: GateAdapter): string {
+  return [a.slug, a.timeSource, a.engine ?? "deno", a.driver ?? "?", a.host ?? ""].join("|");
+}
+
+/** The host of a run in a few words: CPU model (or adapter), driver and engine. */
+export function hostText(a: GateAdapter): string {
+  return `${a.host ?? a.description} (${a.driver ?? "driver unknown"}, ${a.engine ?? "deno"})`;
+}
 
 /** A gate run; the baseline file holds one (JSON). */
 export interface GateRun {

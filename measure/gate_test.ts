@@ -3,7 +3,8 @@ import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { createTensor, download, upload } from "../gpu/tensor.ts";
 import type { LceMethod, PreparedMethod } from "../methods/types.ts";
 import { baseline } from "../methods/baseline.ts";
-import { cpuModel, runGate } from "./gate.ts";
+import { runGate } from "./gate.ts";
+import { cpuModel } from "./host.ts";
 import { type GateAdapter, type GateRun, type GateSuite, TINY_SUITE } from "./gate_suites.ts";
 import { formatComparison } from "./gate_format.ts";
 

@@ -19,7 +19,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import { createTensor, type DeviceTensor, upload } from "../gpu/tensor.ts";
 import { check } from "../core/errors.ts";
 import { f32ToBf16Bits, f32ToF16Bits } from "../core/dtype.ts";
-import { checkShape, type Dtype, IGNORE_INDEX, type Shape } from "../core/options.ts";
+import { checkShape, type Dtype, DTYPE_BYTES, IGNORE_INDEX, type Shape } from "../core/options.ts";
+import type { MemoryNeed } from "./memory.ts";
 import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
 import { counterKey, counterU32 } from "../fixtures/rng.ts";
 import type { MethodInputs } from "../methods/types.ts";
@@ -46,6 +47,22 @@ export interface DeviceInputs {
   ms: number;
   /** Frees the three tensors. */
   destroy(): void;
+}
+
+/**
+ * Host and GPU bytes {@link makeDeviceInputs} needs for `o`, at most: on the GPU E and C in the
+ * dtype and the i32 targets (each shard rounded up to 16 bytes); on the host the `cce` path's
+ * targets array and its upload copy, one chunk of words and the upload staging between flushes,
+ * the other fixtures' float64 draws, their rounded f32 copies and the upload of both.
+ */
+export function inputNeed(o: Shape & { fixture: string; dtype: Dtype }): MemoryNeed {
+  const b = DTYPE_BYTES[o.dtype];
+  const pad = 16 * 64; // rounding of each shard of three tensors, generously
+  const gpuBytes = (o.n + o.v) * o.d * b + o.n * 4 + pad;
+  const hostBytes = o.fixture === "cce"
+    ? o.n * 4 * 2 + CHUNK * 4 + FLUSH_BYTES + (1 << TABLE_BITS) * 4
+    : (o.n + o.v) * o.d * (8 + 4 + b) + o.n * 4 * 3;
+  return { hostBytes, gpuBytes };
 }
 
 /** Largest (n + v)·d that non-`cce` fixtures generate on the host (float64 copy ≈ 0.5 GB). */

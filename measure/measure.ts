@@ -33,7 +33,8 @@ import {
 } from "./timing.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import { GpuError, InputError, oneLine } from "../core/errors.ts";
-import type { LceOptions } from "../core/options.ts";
+import { capAllocations, type MemoryNeed } from "./memory.ts";
+import { DTYPE_BYTES, type LceOptions } from "../core/options.ts";
 import type {
   ForwardOutput,
   LceMethod,
@@ -97,6 +98,20 @@ export interface MeasureRow {
   peakBytesSamples?: number[];
   /** Why the row failed: `OOM: needs N MiB …`, `unsupported: …`, `leak: …`, or the message. */
   error?: string;
+  /**
+   * The method's estimate of the cell's peak bytes above the inputs, checked against the free
+   * memory before the cell ran (absent where the method gives none).
+   */
+  estimateBytes?: number;
+}
+
+/**
+ * Whether a row failed at run time (out of memory, device lost, a leak, an error): an error other
+ * than `unsupported: …`, which marks a cell the method does not support on this adapter or
+ * problem. A run with such rows exits 1.
+ */
+export function failedAtRunTime(row: Pick<MeasureRow, "error">): boolean {
+  return row.error !== undefined && !row.error.startsWith("unsupported:");
 }
 
 /**
@@ -115,6 +130,27 @@ export const IDLE_GPU_WARMUP_MS = 1000;
  * rate settles (gpu/busy_load.ts, `SETTLED_RATE`).
  */
 export const IDLE_GPU_BUSY_MS = 400;
+
+/**
+ * What a cell needs before its method is prepared: on the GPU the method's estimate for the mode
+ * (at least the gradients its backward returns, (n + v)·d elements of the input dtype, where the
+ * method gives none) and the upstream gradient, plus `inputs` when they are still to be made.
+ */
+export function cellNeed(
+  method: LceMethod,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  mode: Mode,
+  inputs?: MemoryNeed,
+): MemoryNeed {
+  const lowest = mode === "fwd" ? 4 : (spec.n + spec.v) * spec.d * DTYPE_BYTES[spec.dtype];
+  const est = estimateFor(methodEstimate(method, spec, opts), mode) ?? lowest;
+  const gradOut = opts.reduction === "none" ? spec.n * 4 : 16;
+  return {
+    hostBytes: inputs?.hostBytes ?? 0,
+    gpuBytes: (inputs?.gpuBytes ?? 0) + gradOut + est,
+  };
+}
 
 /** Options of {@link measureMethod}. */
 export interface MeasureOptions {
@@ -160,8 +196,10 @@ export interface MeasureOptions {
    */
   warmFwdBwd?: boolean;
   /**
-   * Bytes the method may use above the inputs; a method whose estimate exceeds it is skipped
-   * with an OOM row. Default: {@link defaultMemoryBudget}.
+   * Bytes the method may use above the bytes live when it starts (the inputs): a mode whose
+   * estimate exceeds it is refused with an OOM row before anything is allocated, and no mode may
+   * allocate past it (GpuContext.allocationLimitBytes: an allocation past it fails the mode as
+   * out of memory). Default: {@link defaultMemoryBudget}.
    */
   budgetBytes?: number;
   /**
@@ -233,19 +271,14 @@ export async function measureMethod(
   if (why !== undefined) return failAll(`unsupported: ${why}`);
 
   const budget = o.budgetBytes ?? defaultMemoryBudget(ctx);
-  let estimate: MemoryEstimate | undefined;
-  try {
-    estimate = method.estimateBytes?.(o.spec, o.opts);
-  } catch {
-    estimate = undefined; // an estimate that fails is no reason to skip: try and catch instead
-  }
-
+  const limit = ctx.memory().liveBytes + budget;
   let prepared: PreparedMethod;
   try {
     prepared = await ctx.scoped(() => method.prepare(ctx, o.spec, o.opts));
   } catch (e) {
     return failAll(_errorText(e, ctx, undefined));
   }
+  const estimate = methodEstimate(method, o.spec, o.opts, prepared);
   // Freed buffers are kept for reuse while this method is measured (GpuContext.cacheLimitBytes:
   // the repetitions of a materialising method would otherwise pay the driver's allocation of
   // gigabytes each time, as PyTorch's caching allocator spares it), and released after it.
@@ -264,11 +297,11 @@ export async function measureMethod(
         warmup: warm ? 0 : o.warmup,
         warmupMs: mode === o.modes[0] ? o.warmupMs : undefined,
       };
-      const est = _estimateFor(estimate, mode);
+      const est = estimateFor(estimate, mode);
       if (est !== undefined && est > budget) {
         emit(
           _row(ctx, method, o, mode, {
-            error: `OOM: needs ${formatMiB(est)} (estimated; budget ${formatMiB(budget)})`,
+            error: `OOM: needs ${formatMiB(est)} (estimated), ${formatMiB(budget)} free`,
           }),
           t1,
         );
@@ -282,8 +315,10 @@ export async function measureMethod(
         if (mode === o.modes[0] && o.busyLoad) {
           await (await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
         }
-        const m = await _measureMode(ctx, prepared, om, mode);
-        emit(_row(ctx, method, om, mode, m), t1);
+        const m = await capAllocations(ctx, limit, () => _measureMode(ctx, prepared, om, mode));
+        const row = _row(ctx, method, om, mode, m);
+        if (est !== undefined) row.estimateBytes = est;
+        emit(row, t1);
         if (!m.error) measured.add(mode);
       } catch (e) {
         emit(_row(ctx, method, o, mode, { error: _errorText(e, ctx, est) }), t1);
@@ -351,10 +386,29 @@ function _row(
   return row;
 }
 
-function _estimateFor(e: MemoryEstimate | undefined, mode: Mode): number | undefined {
+/** The estimate of one mode (the largest of all modes when the estimate is one number). */
+export function estimateFor(e: MemoryEstimate | undefined, mode: Mode): number | undefined {
   if (e === undefined) return undefined;
   const x = typeof e === "number" ? e : e[mode];
   return typeof x === "number" && Number.isFinite(x) ? x : undefined;
+}
+
+/**
+ * A method's memory estimate for a problem: the prepared method's (exact, from its plan) when it
+ * gives one, else the method's own (before preparing); undefined when neither does or it throws
+ * (then the cap at the free memory still holds).
+ */
+export function methodEstimate(
+  method: LceMethod,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  prepared?: PreparedMethod,
+): MemoryEstimate | undefined {
+  try {
+    return prepared?.estimateBytes?.() ?? method.estimateBytes?.(spec, opts) ?? undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The row's error text for a thrown error (OOM with the bytes it needed when known). */
@@ -518,19 +572,4 @@ async function _measureMode(
     passes: r.passes,
     warmups: r.warmups,
   };
-}
-
-/** GPU memory in bytes from nvidia-smi (first GPU), or undefined where it is absent. */
-export async function nvidiaMemoryBytes(): Promise<number | undefined> {
-  try {
-    const out = await new Deno.Command("nvidia-smi", {
-      args: ["--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    const mib = Number(new TextDecoder().decode(out.stdout).split("\n")[0].trim());
-    return out.success && Number.isFinite(mib) && mib > 0 ? mib * 2 ** 20 : undefined;
-  } catch {
-    return undefined;
-  }
 }

@@ -186,8 +186,24 @@ Deno.test({
       ...o,
       budgetBytes: 8 * 2 ** 30,
     });
-    assert.deepEqual(big[0].error, "OOM: needs 102,400 MiB (estimated; budget 8,192 MiB)");
+    assert.deepEqual(big[0].error, "OOM: needs 102,400 MiB (estimated), 8,192 MiB free");
     assert.deepEqual(calls.forward, 0, "skipped before running");
+    assert.equal(big[0].estimateBytes, undefined, "a refused cell has no measured estimate");
+
+    // without an estimate, a cell is still capped at its budget: the allocation past it is
+    // refused before it is made, the cell fails as out of memory, nothing is left live
+    const live = ctx.memory().liveBytes;
+    const capped = await measureMethod(ctx, fakeMethod({ name: "greedy" }), {
+      ...o,
+      modes: ["fwd"],
+      budgetBytes: FWD_TEMP - 16,
+    });
+    assert.match(
+      capped[0].error ?? "",
+      /^OOM: temp: 4096 more bytes would make \d+ live, over the allocation limit of \d+$/,
+    );
+    assert.equal(ctx.memory().liveBytes, live);
+    assert.equal(ctx.allocationLimitBytes, Infinity, "the cap is lifted after the method");
 
     const thrown = await measureMethod(
       ctx,

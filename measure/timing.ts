@@ -42,6 +42,21 @@ export interface CallTiming extends Timing {
   cpuMs: number;
 }
 
+/**
+ * The one meaning of a speed ratio in every report (table3, bench, gate): how many times faster
+ * than the baseline, the baseline's time over this time, so that > 1 is faster and < 1 slower.
+ * Null when either time is missing or this time is not positive.
+ */
+export function timesFaster(baselineMs: number | null, ms: number | null): number | null {
+  return baselineMs !== null && ms !== null && ms > 0 && Number.isFinite(baselineMs)
+    ? baselineMs / ms
+    : null;
+}
+
+/** The legend line of a speed ratio ({@link timesFaster}), for every report that shows one. */
+export const SPEED_RATIO_LEGEND =
+  "× faster than the baseline = the baseline's time / this time: > 1 is faster, < 1 slower";
+
 /** The time of `t` in `source`'s unit (ms). */
 export function timeOf(t: CallTiming, source: TimeSource): number {
   return source === "cpu" ? t.cpuMs : source === "gpu" ? t.gpuMs : t.wallMs;

@@ -22,7 +22,7 @@ import {
   TILE_HW_WIDE,
   TILE_SMALL,
 } from "../kernels/gemm_codegen.ts";
-import { type PreparedMatmul, prepareMatmul } from "../kernels/matmul.ts";
+import { type PreparedMatmul, prepareMatmul, SPLITK_MAX_BYTES } from "../kernels/matmul.ts";
 import type { TensorDtype } from "../gpu/tensor.ts";
 
 /** An n×1 f32 vector. */
@@ -60,7 +60,7 @@ export interface LceProducts {
  *   ms for the paper's dC on an H100; slower with a bf16 G);
  * - dC with a 16-bit G: TILE_HW_8X16_TM (8×16 a thread, thread-major staging: 199.0–200.5 against
  *   209.3–210.8 ms for the paper's dC, 24.99 against 26.24 for the chunked method's 1,024-row
- *   chunks: reports/h100_2026-11-24/run_g, run_h);
+ *   chunks);
  * - dE over a long K (`dE: "long-k"`): TILE_HW_8X16 (Liger's skinny 128-row chunks, f32 G split
  *   14 ways: 3.51 and 3.62 ms a chunk against 3.63 and 3.71 for TILE_HW in two runs, which ran
  *   3.63 against 4.12 for a 128×64 tile split 7 ways; 3.59 against 3.68 in a third; the chunked
@@ -74,13 +74,12 @@ export interface LceProducts {
  * - f32 logits of many rows (`logits: "wide"`): TILE_HW_WIDE (128×256: 211.3 against 223.2 ms for
  *   the paper's E·Cᵀ on an H100; no faster with 16-bit logits, slower for every gradient
  *   product); Liger's 128-row chunks ask for it too (3.39 and 3.41 ms a chunk back to back
- *   against 3.55 and 3.57 for TILE_HW: reports/h100_2026-11-24/run_e);
+ *   against 3.55 and 3.57 for TILE_HW);
  * - 16-bit logits: TILE_HW_TM (thread-major staging: 215.4 against 220.3 ms for the paper's E·Cᵀ,
  *   26.71 against 27.20 for the chunked method's 1,024-row chunks);
  *
- * and 64×64 on software adapters. Measurements: reports/gemm_h100_2026-11-23/
- * (gemm_wide_layouts.json, gemm_s5_de_*.json, gemm_s5_liger.json, gemm_s5_ligerde_splits.json,
- * liger_chunks.json) and reports/h100_2026-11-23d/ (gemm_s6_*.json, run_b/, run_d/).
+ * and 64×64 on software adapters. The measurements and the commits that hold them:
+ * docs/performance.md (the GEMM core).
  */
 export async function prepareLceProducts(
   ctx: GpuContext,
@@ -181,4 +180,29 @@ export function recordLossFromLogits(
   o.reduce.record(rec, { lossRows, targets: o.targets, loss, count });
   rec.release(lossRows.shards[0].buffer);
   return { loss, saved: { tensors: [o.logits, lse, count], logits: o.logits, lse, count } };
+}
+
+/** The part of a memory estimate its formula leaves out besides split-K partials. */
+export const ESTIMATE_SLACK_BYTES = 256 * 1024;
+
+/**
+ * What a materialising method's memory formula leaves out, as bytes to add to it: the uniform
+ * parameter blocks and the rounding of each shard to 16 bytes ({@link ESTIMATE_SLACK_BYTES}),
+ * and on a GPU the split-K partials of its products (kernels/matmul.ts autoSplitK: a product
+ * splits only while its partials stay within SPLITK_MAX_BYTES and one output more, so at most
+ * twice that; `upTo` slices of an `upToBytes` output where a product may take more); none on a
+ * software adapter, where products do not split.
+ */
+export function estimateSlack(
+  ctx: GpuContext,
+  o: { upTo?: number; upToBytes?: number } = {},
+): number {
+  if (ctx.report.isFallbackAdapter) return ESTIMATE_SLACK_BYTES;
+  const partials = Math.max(2 * SPLITK_MAX_BYTES, (o.upTo ?? 0) * (o.upToBytes ?? 0));
+  return ESTIMATE_SLACK_BYTES + partials;
+}
+
+/** A vector of `k` f32 values as a buffer: rounded up to 16 bytes. */
+export function vectorBytes(k: number): number {
+  return Math.ceil(Math.max(k, 1) * 4 / 16) * 16;
 }

@@ -11,17 +11,23 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
-import type { LceMethod } from "./types.ts";
-import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
+import type { LceMethod, ProblemSpec } from "./types.ts";
+import type { LceOptions } from "../core/options.ts";
+import {
+  ESTIMATE_SLACK_BYTES,
+  estimateSlack,
+  prepareLceProducts,
+  recordLossFromLogits,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
  * a GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
  * (72 MiB at the paper's shape). On an H100, with G in shards of 2048 rows, the paper's dE ran
- * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (reports/h100_2026-11-25s10/run_j/: the
- * rule takes 11, a whole number of waves); before the shards were aligned, on TILE_HW_512, in
- * 256.5, 240.5, 224.7, 234.7 and 220.9 ms split 3, 4, 6, 8 and 12 ways
- * (reports/h100_2026-11-23d/run_d/).
+ * in 212.1, 210.4 and 224.9 ms split 10, 11 and 12 ways (the rule takes 11, a whole number of
+ * waves; docs/performance.md).
  */
 const BASELINE_DE_MAX_SLICES = 12;
 
@@ -30,15 +36,7 @@ export const baseline: LceMethod = {
   name: "baseline",
   label: "Baseline (materialised f32 logits)",
   description: "f32 logits and their gradient materialised in GPU memory, then two matrix products",
-  estimateBytes(spec, opts) {
-    const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
-    const small = spec.n * 4 * 3 + (opts.reduction === "none" ? spec.n * 4 : 16);
-    return {
-      fwd: logits + small,
-      bwd: logits + grads + small,
-      "fwd+bwd": 2 * logits + grads + small,
-    };
-  },
+  estimateBytes: (spec, opts) => _estimate(spec, opts, ESTIMATE_SLACK_BYTES),
   async prepare(ctx, spec, opts) {
     const { logits: logitsMm, dE: dEMm, dC: dCMm } = await prepareLceProducts(ctx, {
       dtype: spec.dtype,
@@ -107,6 +105,26 @@ export const baseline: LceMethod = {
       dispose(saved) {
         for (const t of saved.tensors) t.destroy();
       },
+      estimateBytes: () =>
+        _estimate(
+          spec,
+          opts,
+          estimateSlack(ctx, { upTo: BASELINE_DE_MAX_SLICES, upToBytes: spec.n * spec.d * 4 }),
+        ),
     };
   },
 };
+
+/**
+ * The memory of the baseline's calls: the f32 logits (and in the backward their gradient), the
+ * f32 gradients, the per-token vectors, plus `slack` for what the formula leaves out.
+ */
+function _estimate(spec: ProblemSpec, opts: LceOptions, slack: number) {
+  const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
+  const small = vectorBytes(spec.n) * 4 + vectorBytes(opts.reduction === "none" ? spec.n : 1);
+  return {
+    fwd: logits + small + slack,
+    bwd: logits + grads + small + slack,
+    "fwd+bwd": 2 * logits + grads + small + 2 * slack,
+  };
+}

@@ -40,7 +40,14 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { ForwardOutput, LceMethod, MethodInputs, ProblemSpec, SavedState } from "./types.ts";
-import { type LceProducts, lossTensor, prepareLceProducts, vector } from "./_common.ts";
+import {
+  estimateSlack,
+  type LceProducts,
+  lossTensor,
+  prepareLceProducts,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 
 /** torch.chunk's split of n rows into at most `chunks` pieces of ⌈n/chunks⌉ rows: [lo, hi) each. */
 export function chunkRanges(n: number, chunks: number): [number, number][] {
@@ -99,6 +106,7 @@ export function makeChunked(chunks = 8): LceMethod {
         dispose(saved) {
           for (const t of saved.tensors) t.destroy();
         },
+        estimateBytes: () => _estimate(k),
       };
     },
   };
@@ -155,6 +163,23 @@ async function _compile(
         maxRowsPerShard: per,
       }),
   };
+}
+
+/**
+ * The module's memory formula from the plan, each tensor rounded, plus what it leaves out: the
+ * forward keeps every chunk's logits; the backward one chunk's f32 gradient (and its 16-bit copy),
+ * the gradients in f32 and the row weights.
+ */
+function _estimate(k: _Chunked): { fwd: number; bwd: number; "fwd+bwd": number } {
+  const { spec } = k;
+  const b = spec.dtype === "f32" ? 4 : 2;
+  const rows = Math.max(...k.ranges.map(([lo, hi]) => hi - lo));
+  const vec = vectorBytes(spec.n);
+  const slack = estimateSlack(k.ctx);
+  const fwd = spec.n * spec.v * b + 3 * vec + 2 * vectorBytes(1) + slack;
+  const bwd = rows * spec.v * (4 + (b === 4 ? 0 : b)) + (spec.n + spec.v) * spec.d * 4 + vec +
+    slack;
+  return { fwd, bwd, "fwd+bwd": fwd + bwd };
 }
 
 /** The forward: every chunk's logits in the input dtype (kept), then each upcast and reduced. */

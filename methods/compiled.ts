@@ -27,7 +27,13 @@ import { prepareLogitGrad } from "../kernels/logit_grad.ts";
 import { prepareLogitGrad16 } from "../kernels/logit_grad16.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, ProblemSpec } from "./types.ts";
-import { prepareLceProducts, recordLossFromLogits, vector } from "./_common.ts";
+import {
+  estimateSlack,
+  prepareLceProducts,
+  recordLossFromLogits,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 
 function _unsupported(ctx: GpuContext, spec: ProblemSpec): string | undefined {
   if (spec.dtype === "f16" && !ctx.hasF16) return "the adapter has no shader-f16";
@@ -111,6 +117,16 @@ export const compiled: LceMethod = {
       },
       dispose(saved) {
         for (const t of saved.tensors) t.destroy();
+      },
+      estimateBytes() {
+        // the module's formula, each tensor rounded, plus what it leaves out
+        const b = ldt === "f32" ? 4 : 2;
+        const nv = spec.n * spec.v * b, vec = vectorBytes(spec.n);
+        const grads = (spec.n + spec.v) * spec.d * 4;
+        const slack = estimateSlack(ctx);
+        const fwd = nv + 2 * vec + 2 * vectorBytes(1) + vectorBytes(spec.n) + slack;
+        const bwd = vec + nv + grads + (transposedDE ? spec.d * spec.n * 4 : 0) + slack;
+        return { fwd, bwd, "fwd+bwd": fwd + bwd };
       },
     };
   },

@@ -42,6 +42,7 @@ import {
   type BackwardTile,
   defaultFilterEps,
   type GradDtype,
+  gradRowsPerBinding,
 } from "../kernels/fused/backward_plan.ts";
 import {
   type FusedBackwardOptions,
@@ -50,8 +51,9 @@ import {
 } from "../kernels/fused/backward.ts";
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
-import { lossTensor, vector } from "./_common.ts";
-import { createTileMap } from "../kernels/fused/tile_map.ts";
+import { ESTIMATE_SLACK_BYTES, lossTensor, vector } from "./_common.ts";
+import { createTileMap, tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
+import { rowsPerBinding } from "../gpu/tensor.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -153,6 +155,16 @@ async function _prepare(
   // Σ_v C_v: summed once by the forward (identity smoothing) and read by the filtered backward's
   // smoothing correction, instead of summed again there (0.92 ms at the paper's shape)
   const keepColsum = f.filter && fwd.smoothing === "identity";
+  const estimateBytes = () =>
+    _fusedEstimate(ctx, spec, opts, f, {
+      fwdWorkspace: fwd.workspaceBytes(),
+      bwdWorkspace: f.filter
+        ? (bwd as PreparedFusedBackward).workspaceBytes({ colsum: keepColsum })
+        : (bwd as PreparedDenseBackward).workspaceBytes(),
+      keepColsum,
+      gradDtype: bwd.gradDtype,
+      tile: fwd.tile,
+    });
   if (!f.fusedForwardBackward) {
     const weights = await prepareRowWeights(ctx, opts);
     return {
@@ -183,6 +195,7 @@ async function _prepare(
       },
       stats,
       release: () => bwd.release(),
+      estimateBytes,
     };
   }
   const unit = await prepareUnitRowWeights(ctx, opts);
@@ -228,7 +241,65 @@ async function _prepare(
     },
     stats,
     release: () => bwd.release(),
+    estimateBytes,
   };
+}
+
+/** Bytes of a tensor of `rows`×`cols` elements of `bytes` each, sharded every `per` rows. */
+function _tensorBytes(rows: number, cols: number, bytes: number, per: number): number {
+  let sum = 0;
+  for (let r = 0; r < Math.max(rows, 1); r += per) {
+    sum += Math.ceil((Math.max(Math.min(per, rows - r), 1) * cols * bytes) / 16) * 16;
+  }
+  return sum;
+}
+
+/** Rows of each shard of a tensor of `rows` rows, `per` to a shard. */
+function _shards(rows: number, per: number): number[] {
+  const out: number[] = [];
+  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
+  return out;
+}
+
+/**
+ * The bytes a fused method's calls allocate, per mode, from its prepared plan: the forward's
+ * vectors, loss, Σ_v C_v and tile map and the fused forward's workspace; the backward's row
+ * weights, gradients (sharded as the backward makes them) and workspace; the Fused Version's
+ * forward holds both.
+ */
+function _fusedEstimate(
+  ctx: GpuContext,
+  spec: ProblemSpec,
+  opts: LceOptions,
+  f: FusedVariant,
+  k: {
+    fwdWorkspace: number;
+    bwdWorkspace: number;
+    keepColsum: boolean;
+    /** The gradients' dtype: f32, or a 16-bit dtype. */
+    gradDtype: string;
+    tile: { bm: number; bn: number };
+  },
+): { fwd: number; bwd: number; "fwd+bwd": number } {
+  const vec = (x: number) => Math.ceil(Math.max(x, 1) * 4 / 16) * 16;
+  const out16 = k.gradDtype !== "f32" && spec.dtype !== "f32";
+  const per = gradRowsPerBinding(ctx.maxBindingBytes, spec.d, out16);
+  const grads = _tensorBytes(spec.n, spec.d, out16 ? 2 : 4, per) +
+    _tensorBytes(spec.v, spec.d, out16 ? 2 : 4, per);
+  const loss = vec(opts.reduction === "none" ? spec.n : 1);
+  const inPer = rowsPerBinding(ctx, spec.dtype, spec.d);
+  const tileMap = f.tileMap
+    ? tileMapBytes(tileMapLayout(_shards(spec.n, inPer), _shards(spec.v, inPer), k.tile))
+    : 0;
+  // uniform parameter blocks are left out of the kernels' workspace: ESTIMATE_SLACK_BYTES each call
+  const fwd = 2 * vec(spec.n) + vec(1) + (k.keepColsum ? vec(spec.d) : 0) + tileMap + loss +
+    k.fwdWorkspace + ESTIMATE_SLACK_BYTES;
+  if (f.fusedForwardBackward) {
+    const both = fwd + vec(spec.n) + vec(1) + grads + k.bwdWorkspace;
+    return { fwd: both, bwd: grads + ESTIMATE_SLACK_BYTES, "fwd+bwd": both };
+  }
+  const bwd = vec(spec.n) + grads + k.bwdWorkspace + ESTIMATE_SLACK_BYTES;
+  return { fwd, bwd, "fwd+bwd": fwd + bwd };
 }
 
 /** "Ours": fused forward and backward with gradient filter and vocabulary sorting. */

@@ -48,7 +48,14 @@ import { prepareUnitRowWeights } from "../kernels/unit_row_weights.ts";
 import { prepareScaleByScalar } from "../kernels/scale_by_scalar.ts";
 import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { LceMethod, MethodInputs, ProblemSpec } from "./types.ts";
-import { type LceProducts, lossTensor, prepareLceProducts, vector } from "./_common.ts";
+import {
+  estimateSlack,
+  type LceProducts,
+  lossTensor,
+  prepareLceProducts,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 
 /** The smallest power of two ≥ x (triton.next_power_of_2). */
 function _nextPow2(x: number): number {
@@ -125,6 +132,15 @@ export const liger: LceMethod = {
       },
       dispose(saved) {
         for (const t of saved.tensors) t.destroy();
+      },
+      estimateBytes() {
+        // the module's formula, each tensor rounded, plus what it leaves out: one chunk of f32
+        // logits, the f32 gradients, the per-token vectors
+        const vec = vectorBytes(spec.n);
+        const chunk = k.chunk * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
+        const pass = chunk + grads + 3 * vec + 2 * vectorBytes(1) + estimateSlack(ctx);
+        if (deferred) return { fwd: pass, bwd: pass, "fwd+bwd": 2 * pass - estimateSlack(ctx) };
+        return { fwd: pass, bwd: grads + estimateSlack(ctx), "fwd+bwd": pass };
       },
     };
   },

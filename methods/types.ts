@@ -81,6 +81,13 @@ export interface PreparedMethod {
   stats?(): Promise<MethodStats>;
   /** Frees buffers the method made when it was prepared (e.g. a counter read by stats). */
   release?(): void;
+  /**
+   * Tracked bytes a call will allocate above the bytes live before it (the inputs; for `bwd`
+   * the saved state too, which `bwd` counts as measured: the gradients it hands over included),
+   * per mode, from the prepared plan: at least the peak the measurement reports, so a run can
+   * refuse a cell that cannot fit before it allocates anything.
+   */
+  estimateBytes?(): Partial<Record<"fwd" | "bwd" | "fwd+bwd", number>>;
 }
 
 /** A Table 3 row. */

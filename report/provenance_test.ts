@@ -2,7 +2,13 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import { gitInfo } from "./provenance.ts";
+import {
+  checkReportSource,
+  COMMITTED_REPORTS,
+  gitInfo,
+  isCommittedReportsDir,
+} from "./provenance.ts";
+import { InputError } from "../core/errors.ts";
 
 async function _git(cwd: string, ...args: string[]) {
   const out = await new Deno.Command("git", { args, cwd, stdout: "null", stderr: "piped" })
@@ -28,4 +34,27 @@ Deno.test("gitInfo: commit and dirty state of a repository, nulls outside one", 
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+Deno.test("checkReportSource: reports/ takes a report from a clean tree, or marked with --allow-dirty", async () => {
+  const dirty = { commit: "a".repeat(40), dirty: true };
+  const reports = COMMITTED_REPORTS;
+  assert.ok(isCommittedReportsDir(reports));
+  assert.ok(isCommittedReportsDir(join(reports, "software")));
+  assert.ok(!isCommittedReportsDir(join(reports, "..", "out")));
+  assert.ok(!isCommittedReportsDir(reports + "-old"));
+  await assert.rejects(
+    () => checkReportSource(reports, { allowDirty: false, git: dirty }),
+    (e: Error) => {
+      assert.ok(e instanceof InputError);
+      assert.match(
+        e.message,
+        /^--out .*reports: the tree has uncommitted changes, .*--allow-dirty/,
+      );
+      return true;
+    },
+  );
+  await checkReportSource(reports, { allowDirty: true, git: dirty });
+  await checkReportSource(reports, { allowDirty: false, git: { ...dirty, dirty: false } });
+  await checkReportSource(join(reports, "..", "out"), { allowDirty: false, git: dirty });
 });

@@ -274,6 +274,11 @@ export interface GroupedBarChartOptions {
   groupOrder?: readonly string[];
   /** Series order (also the colour order). */
   seriesOrder?: readonly string[];
+  /**
+   * Colour and marker of each series, in series order (report/styles.ts): each bar gets its
+   * series' colour and a marker of its shape on top. Default: palette colours, no markers.
+   */
+  styles?: readonly { color: string; shape: string }[];
   /** Width of one panel in px (default 60 per group, at least 160). */
   width?: number;
   /** Height in px (default 260). */
@@ -288,14 +293,8 @@ export async function groupedBarChart(o: GroupedBarChartOptions): Promise<string
   return await renderVegaLite(groupedBarChartSpec(o));
 }
 
-/** The Vega-Lite spec of {@link groupedBarChart}. */
-export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
-  check(o.bars.length > 0, "groupedBarChart needs at least one bar");
-  const facets = o.facetOrder ?? _unique(o.bars.map((b) => b.facet).filter(_defined));
-  const groups = o.groupOrder ?? _unique(o.bars.map((b) => b.group));
-  const series = o.seriesOrder ?? _unique(o.bars.map((b) => b.series));
-  const faceted = o.bars.some((b) => b.facet !== undefined);
-  const values: number[] = [];
+/** The data rows of a grouped bar chart: the bars, then one row per rule and panel. */
+function _barRows(o: GroupedBarChartOptions, values: number[]): Record<string, unknown>[] {
   const rows: Record<string, unknown>[] = o.bars.map((b, i) => {
     const v = b.value;
     check(v === null || Number.isFinite(v), `bar ${i} (${b.series}, ${b.group}): value ${v}`);
@@ -333,32 +332,27 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
       });
     }
   }
-  check(!o.logY || values.length > 0, "a log-scale bar chart needs at least one value");
-  const y = _axisEncoding(
-    "value",
-    o.valueLabel,
-    values,
-    o.logY,
-    o.yTicks,
-    undefined,
-    !o.logY,
-    undefined,
-    true,
-  );
-  const base = o.logY ? (y.scale as { domain: number[] }).domain[0] : 0;
-  const x = {
-    field: "group",
-    type: "nominal",
-    sort: groups,
-    title: o.groupLabel ?? null,
-    axis: { labelAngle: 0 },
-  };
+  return rows;
+}
+
+/**
+ * The layers of a grouped bar chart: bars, notes in the slots of missing bars, a marker on each
+ * bar (with `styles`), error bars, rules and value labels.
+ */
+function _barLayers(
+  o: GroupedBarChartOptions,
+  rows: readonly Record<string, unknown>[],
+  enc: { x: unknown; y: Record<string, unknown>; base: number; series: readonly string[] },
+): unknown[] {
+  const { x, y, base, series } = enc;
   const xOffset = { field: "series", type: "nominal", sort: series };
+  const styles = o.styles;
+  const legend = { title: o.seriesLabel ?? null };
   const color = {
     field: "series",
     type: "nominal",
-    scale: { domain: series, range: _colors(series.length) },
-    legend: { title: o.seriesLabel ?? null },
+    scale: { domain: series, range: styles ? styles.map((s) => s.color) : _colors(series.length) },
+    legend,
   };
   const layers: unknown[] = [
     {
@@ -372,16 +366,32 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
       encoding: { x, xOffset, y: { datum: base, type: "quantitative" }, text: { field: "note" } },
     },
   ];
-  if (rows.some((r) => r.lo !== null)) {
+  if (styles) {
+    // the series' marker just above its bar: colour and shape tell every series apart
+    const shape = {
+      field: "series",
+      type: "nominal",
+      scale: { domain: series, range: styles.map((s) => s.shape) },
+      legend,
+    };
+    layers.push({
+      transform: [{ filter: "datum.value != null" }],
+      mark: {
+        type: "point",
+        filled: true,
+        size: 36,
+        yOffset: -6,
+        stroke: "white",
+        strokeWidth: 0.6,
+      },
+      encoding: { x, xOffset, y, color, shape, opacity: { value: 1 } },
+    });
+  }
+  if (rows.some((r) => r.lo !== null && r.lo !== undefined)) {
     layers.push({
       transform: [{ filter: "datum.lo != null && datum.hi != null" }],
       mark: { type: "rule", color: "#222222", strokeWidth: 1 },
-      encoding: {
-        x,
-        xOffset,
-        y: { ...y, field: "lo" },
-        y2: { field: "hi" },
-      },
+      encoding: { x, xOffset, y: { ...y, field: "lo" }, y2: { field: "hi" } },
     });
   }
   if ((o.rules ?? []).length > 0) {
@@ -410,6 +420,43 @@ export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
       },
     });
   }
+  return layers;
+}
+
+/** The Vega-Lite spec of {@link groupedBarChart}. */
+export function groupedBarChartSpec(o: GroupedBarChartOptions): TopLevelSpec {
+  check(o.bars.length > 0, "groupedBarChart needs at least one bar");
+  const facets = o.facetOrder ?? _unique(o.bars.map((b) => b.facet).filter(_defined));
+  const groups = o.groupOrder ?? _unique(o.bars.map((b) => b.group));
+  const series = o.seriesOrder ?? _unique(o.bars.map((b) => b.series));
+  check(
+    o.styles === undefined || o.styles.length === series.length,
+    `${o.styles?.length} styles for ${series.length} series`,
+  );
+  const faceted = o.bars.some((b) => b.facet !== undefined);
+  const values: number[] = [];
+  const rows = _barRows(o, values);
+  check(!o.logY || values.length > 0, "a log-scale bar chart needs at least one value");
+  const y = _axisEncoding(
+    "value",
+    o.valueLabel,
+    values,
+    o.logY,
+    o.yTicks,
+    undefined,
+    !o.logY,
+    undefined,
+    true,
+  );
+  const base = o.logY ? (y.scale as { domain: number[] }).domain[0] : 0;
+  const x = {
+    field: "group",
+    type: "nominal",
+    sort: groups,
+    title: o.groupLabel ?? null,
+    axis: { labelAngle: 0 },
+  };
+  const layers = _barLayers(o, rows, { x, y, base, series });
   const width = o.width ?? Math.max(160, 60 * groups.length);
   const height = o.height ?? 260;
   const head = {

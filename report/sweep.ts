@@ -17,7 +17,9 @@ import { writeAtomic } from "../io/outputs.ts";
 import { join } from "node:path";
 import type { ExternalRow, ExternalRows } from "./external.ts";
 import { lowerBoundBytes, METHOD_ORDER, reportSlug, type Table3Env } from "./table3.ts";
-import { logTicks, PALETTE, renderVegaLite, type TopLevelSpec } from "./svg.ts";
+import { logTicks, renderVegaLite, type TopLevelSpec } from "./svg.ts";
+import { type SeriesStyle, seriesStyles } from "./styles.ts";
+import { csvText } from "./csv.ts";
 import type { Reduction } from "../core/options.ts";
 import type { ProblemSpec } from "../methods/types.ts";
 import { type Mode, MODES, percentile, type TimeSource } from "../measure/timing.ts";
@@ -231,19 +233,11 @@ function _externalDtype(x: ExternalRows, e: ExternalRow): string {
   return typeof d === "string" ? d : x.shape.dtype;
 }
 
-function _csvField(x: unknown): string {
-  if (x === null || x === undefined) return "";
-  const s = typeof x === "string" ? x : String(x);
-  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
-}
-
 /** The long-format CSV (RFC 4180 quoting). */
 export function formatSweepCsv(r: SweepReport): string {
-  const lines = [SWEEP_CSV_COLUMNS.join(",")];
-  for (const row of sweepLongRows(r)) {
-    lines.push(SWEEP_CSV_COLUMNS.map((k) => _csvField(row[k])).join(","));
-  }
-  return lines.join("\r\n") + "\r\n";
+  const lines: unknown[][] = [[...SWEEP_CSV_COLUMNS]];
+  for (const row of sweepLongRows(r)) lines.push(SWEEP_CSV_COLUMNS.map((k) => row[k]));
+  return csvText(lines);
 }
 
 /** The JSON report (pretty-printed), with the failures summarised. */
@@ -350,24 +344,6 @@ function _points(r: SweepReport, metric: "timeMs" | "peakBytes"): _Point[] {
   return pts;
 }
 
-/** Line colours: the project's Tableau 10, then ten darker ones (methods and PyTorch rows). */
-export const SERIES_COLORS: readonly string[] = [
-  ...PALETTE,
-  "#1b3a5c",
-  "#8c4a00",
-  "#7a1f1f",
-  "#2f6b66",
-  "#2c5e25",
-  "#8a7000",
-  "#5e3a56",
-  "#b3475a",
-  "#4f3a2c",
-  "#555555",
-];
-
-/** Point shapes, cycled with the colours so that neighbouring lines differ in two ways. */
-const _SHAPES = ["circle", "square", "triangle-up", "diamond", "cross", "triangle-down"];
-
 /** Whether values spanning [lo, hi] ask for a log axis (more than 10×). */
 export function wantsLogAxis(lo: number, hi: number): boolean {
   return lo > 0 && hi / lo > 10;
@@ -380,7 +356,7 @@ function _panel(
     xTitle: string;
     yTitle: string;
     series: readonly string[];
-    colors: readonly string[];
+    styles: readonly SeriesStyle[];
     xValues: readonly number[];
     logX: boolean;
     logY: boolean;
@@ -414,7 +390,7 @@ function _panel(
   const color = {
     field: "series",
     type: "nominal",
-    scale: { domain: [...o.series], range: [...o.colors] },
+    scale: { domain: [...o.series], range: o.styles.map((s) => s.color) },
     legend: { title: "method", symbolStrokeWidth: 2 },
   };
   const shape = {
@@ -422,7 +398,7 @@ function _panel(
     type: "nominal",
     scale: {
       domain: [...o.series],
-      range: o.series.map((_, i) => _SHAPES[i % _SHAPES.length]),
+      range: o.styles.map((s) => s.shape),
     },
     legend: { title: "method" },
   };
@@ -471,13 +447,11 @@ function _panel(
 export function sweepChartSpec(r: SweepReport, metric: "timeMs" | "peakBytes"): TopLevelSpec {
   const all = _points(r, metric);
   const series = _seriesOrder(all);
-  // the lower bound black; the baseline, the reference of every comparison, in dark grey
-  const colors = series.map((s, i) =>
-    s === "lower bound"
-      ? "#000000"
-      : s === "baseline"
-      ? "#595959"
-      : SERIES_COLORS[i % SERIES_COLORS.length]
+  // every method and PyTorch row its own colour and marker (Ours and the baseline fixed); the
+  // lower bound black
+  const bySeries = seriesStyles(series.filter((s) => s !== "lower bound"));
+  const styles = series.map((s) =>
+    s === "lower bound" ? { color: "#000000", shape: "stroke" } : bySeries.get(s)!
   );
   const xs = [...new Set(all.map((p) => p.x))].sort((a, b) => a - b);
   const logX = xs.length >= 2 && xs[0] > 0 && xs.at(-1)! / xs[0] >= 4;
@@ -510,7 +484,7 @@ export function sweepChartSpec(r: SweepReport, metric: "timeMs" | "peakBytes"): 
         xTitle: _AXIS_NAME[r.over],
         yTitle: what,
         series,
-        colors,
+        styles,
         xValues: xs,
         logX,
         logY,

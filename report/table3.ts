@@ -9,12 +9,11 @@
  * one directory as `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`.
  * @module
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import type { AdapterReport, GpuContext } from "../gpu/context.ts";
 import { type ExternalRows, formatPeers } from "./external.ts";
+import { adapterSlug, driverVersion, nvidiaDriver } from "../measure/host.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
-import { type Dtype, DTYPE_BYTES, type Reduction } from "../core/options.ts";
+import { DTYPE_BYTES, type Reduction } from "../core/options.ts";
 import {
   IDLE_GPU_WARMUP_MS,
   type MeasureRow,
@@ -22,8 +21,13 @@ import {
   MODES,
   type TimeSource,
 } from "../measure/measure.ts";
-import { groupedBarChartSpec, renderVegaLite } from "./svg.ts";
-import type { Bar } from "./svg.ts";
+import { PAPER_SHAPE, type Table3Plan, type Table3Shape } from "../measure/table3.ts";
+import { SPEED_RATIO_LEGEND, timesFaster } from "../measure/timing.ts";
+import { formatDetail, formatMB, formatMs, formatSaving, formatSpeedup } from "./units.ts";
+
+export { formatMB, formatMs, formatSaving, formatSpeedup };
+
+export { PAPER_SHAPE, type Table3Plan, type Table3Shape };
 
 /** Where a table was measured. */
 export interface Table3Env {
@@ -35,18 +39,13 @@ export interface Table3Env {
   os: string;
   /** When the table was measured (ISO 8601). */
   date: string;
-  /** The NVIDIA driver and GPU name from nvidia-smi, or null where nvidia-smi is absent. */
+  /**
+   * The driver: NVIDIA's version and GPU name from nvidia-smi, or Mesa's version and the adapter
+   * (a software adapter); null where neither is known.
+   */
   driver: { version: string; name: string } | null;
   /** The git commit of the tree and whether it had uncommitted changes (absent in old reports). */
   git?: GitInfo;
-}
-
-/** The problem of a table. */
-export interface Table3Shape {
-  n: number;
-  v: number;
-  d: number;
-  dtype: Dtype;
 }
 
 /** Everything a Table 3 report holds (also its JSON form). */
@@ -88,24 +87,8 @@ export interface Table3Report {
   plan?: Table3Plan;
 }
 
-/** The cells a run measures and how; a resumed run must match it. */
-export interface Table3Plan {
-  shape: Table3Shape;
-  fixture: string;
-  seed: number;
-  betas: number[];
-  methods: string[];
-  modes: Mode[];
-  reduction: Reduction;
-  warmup: number;
-  reps: number;
-}
-
 /** L2 cache of the largest GPUs this harness targets (H100/H200: 50 MB), for the cache note. */
 export const L2_CACHE_BYTES = 50 * 2 ** 20;
-
-/** The paper's shape (Table 3): N = 8192 tokens, |V| = 256,000, D = 2304, bf16. */
-export const PAPER_SHAPE: Table3Shape = { n: 8192, v: 256000, d: 2304, dtype: "bf16" };
 
 /**
  * The paper's row order of methods; chunked (a β = 0 row in the paper) comes after liger in every
@@ -141,27 +124,15 @@ export async function collectEnv(ctx: GpuContext): Promise<Table3Env> {
     deno: { ...Deno.version },
     os,
     date: new Date().toISOString(),
-    driver: await nvidiaDriver(),
+    driver: await nvidiaDriver() ?? await _mesaDriver(ctx),
     git: await gitInfo(),
   };
 }
 
-/** Driver version and GPU name from `nvidia-smi`, or null when the command is missing or fails. */
-export async function nvidiaDriver(): Promise<{ version: string; name: string } | null> {
-  try {
-    const out = await new Deno.Command("nvidia-smi", {
-      args: ["--query-gpu=driver_version,name", "--format=csv,noheader"],
-      stdout: "piped",
-      stderr: "null",
-    }).output();
-    if (!out.success) return null;
-    const line = new TextDecoder().decode(out.stdout).split("\n")[0].trim();
-    const comma = line.indexOf(",");
-    if (comma < 0) return null;
-    return { version: line.slice(0, comma).trim(), name: line.slice(comma + 1).trim() };
-  } catch {
-    return null;
-  }
+/** A Mesa driver (the software adapter's) as the report's driver, or null. */
+async function _mesaDriver(ctx: GpuContext): Promise<Table3Env["driver"]> {
+  const v = await driverVersion(ctx);
+  return v?.startsWith("Mesa ") ? { version: v, name: ctx.report.description } : null;
 }
 
 /**
@@ -171,26 +142,6 @@ export async function nvidiaDriver(): Promise<{ version: string; name: string } 
 export function lowerBoundBytes(shape: Table3Shape, mode: Mode, reduction: Reduction): number {
   if (mode === "fwd") return reduction === "none" ? 4 * shape.n : 4;
   return (shape.n + shape.v) * shape.d * DTYPE_BYTES[shape.dtype];
-}
-
-/** Bytes as the paper's "MB" (MiB): `1,161 MB`, `1.1 MB`, `0.09 MB`. */
-export function formatMB(bytes: number): string {
-  if (bytes === 0) return "0 MB";
-  const mib = bytes / 2 ** 20;
-  const text = mib >= 100
-    ? mib.toLocaleString("en-US", { maximumFractionDigits: 0 })
-    : mib >= 1
-    ? mib.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
-    : mib.toLocaleString("en-US", { maximumSignificantDigits: 2 });
-  return `${text} MB`;
-}
-
-/** Milliseconds with one decimal (two significant digits below 1 ms): `24.2 ms`, `0.043 ms`. */
-export function formatMs(ms: number): string {
-  const text = ms >= 1
-    ? ms.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 })
-    : ms.toLocaleString("en-US", { maximumSignificantDigits: 2 });
-  return `${text} ms`;
 }
 
 /** One table cell: "X MB, Y ms", or `failed: <why>`. */
@@ -212,7 +163,7 @@ function _baselineOf(r: Table3Report, row: MeasureRow): MeasureRow | undefined {
 export const BASELINE_METHOD = "baseline";
 
 /**
- * Speed-up (baseline time / this time) and memory saving (1 − this peak / baseline peak) of a row
+ * Speed ({@link timesFaster}: × faster than the baseline) and memory saving (1 − this peak / baseline peak) of a row
  * against the baseline row of its section; nulls where either failed or the baseline is absent.
  */
 export function vsBaseline(
@@ -223,45 +174,27 @@ export function vsBaseline(
   if (!b || row.error !== undefined || row.method === BASELINE_METHOD) {
     return { speedup: null, memorySaving: null };
   }
-  const speedup = b.timeMs !== null && row.timeMs !== null && row.timeMs > 0
-    ? b.timeMs / row.timeMs
-    : null;
+  const speedup = timesFaster(b.timeMs, row.timeMs);
   const memorySaving = b.peakBytes !== null && row.peakBytes !== null && b.peakBytes > 0
     ? 1 - row.peakBytes / b.peakBytes
     : null;
   return { speedup, memorySaving };
 }
 
-/** `1.7×`, `0.41×`, `12×`: a speed-up with two significant digits (none after the point ≥ 10). */
-export function formatSpeedup(x: number): string {
-  const text = x >= 10
-    ? x.toLocaleString("en-US", { maximumFractionDigits: 0 })
-    : x.toLocaleString("en-US", { minimumSignificantDigits: 2, maximumSignificantDigits: 2 });
-  return `${text}×`;
-}
-
 /**
- * A memory saving as a signed percentage: `−96%` (less memory), `+35%` (more), and enough
- * decimals near −100% that the remainder shows (`−99.996%`).
+ * What every speed ratio of the project's reports means: × faster than the baseline, > 1 faster.
  */
-export function formatSaving(saving: number): string {
-  const pct = 100 * saving;
-  const rest = 100 - Math.abs(pct);
-  const digits = rest >= 10 ? 0 : rest >= 1 ? 1 : Math.min(4, Math.ceil(-Math.log10(rest)) + 1);
-  const text = Math.abs(pct).toLocaleString("en-US", {
-    minimumFractionDigits: 0,
-    maximumFractionDigits: Number.isFinite(digits) ? digits : 4,
-  });
-  return `${pct > 0 ? "−" : pct < 0 ? "+" : "±"}${text}%`;
-}
+export const SPEED_LEGEND = `Speed: ${SPEED_RATIO_LEGEND}. In brackets after each cell: its ` +
+  "speed and memory saving (−: less peak memory than the baseline, +: more) against the " +
+  "Baseline row of the same section and mode.";
 
-/** A cell with its ratios against the section's baseline: `1.1 MB, 24.3 ms (1.7× speed, −96% mem)`. */
+/** A cell with its ratios against the section's baseline: `1.1 MB, 24.3 ms (1.7× faster, −96% mem)`. */
 export function formatCellVsBaseline(r: Table3Report, row: MeasureRow | undefined): string {
   const cell = formatCell(row);
   if (!row) return cell;
   const { speedup, memorySaving } = vsBaseline(r, row);
   const parts: string[] = [];
-  if (speedup !== null) parts.push(`${formatSpeedup(speedup)} speed`);
+  if (speedup !== null) parts.push(`${formatSpeedup(speedup)} faster`);
   if (memorySaving !== null) parts.push(`${formatSaving(memorySaving)} mem`);
   return parts.length > 0 ? `${cell} (${parts.join(", ")})` : cell;
 }
@@ -273,7 +206,7 @@ export function formatCellVsBaseline(r: Table3Report, row: MeasureRow | undefine
  */
 export function filterNotes(r: Table3Report): string[] {
   const notes: string[] = [];
-  for (const beta of _betaOrder(r)) {
+  for (const beta of betaOrder(r)) {
     const rows = r.rows.filter((x) =>
       x.beta === beta && x.mode !== "fwd" && x.error === undefined && !/nofilter/.test(x.method) &&
       typeof x.stats?.tilesTotal === "number" && x.stats.tilesTotal > 0 &&
@@ -298,13 +231,7 @@ export function filterNotes(r: Table3Report): string[] {
 }
 
 /** A file-name slug of an adapter: its description (or vendor, architecture, device) lowercased. */
-export function reportSlug(a: AdapterReport): string {
-  const name = a.description && a.description !== "(no description)"
-    ? a.description
-    : [a.vendor, a.architecture, a.device].filter((s) => s).join(" ");
-  return name.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 48)
-    .replace(/-+$/, "") || "adapter";
-}
+export const reportSlug = adapterSlug;
 
 /** `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>` for a report. */
 export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
@@ -313,7 +240,7 @@ export function reportBaseName(r: Pick<Table3Report, "env" | "shape">): string {
 }
 
 /** Rows of `beta`, methods in the paper's order. */
-function _sectionMethods(r: Table3Report, beta: number): string[] {
+export function sectionMethods(r: Table3Report, beta: number): string[] {
   const names = [...new Set(r.rows.filter((x) => x.beta === beta).map((x) => x.method))];
   const rank = (m: string) => {
     const i = METHOD_ORDER.indexOf(m);
@@ -323,7 +250,7 @@ function _sectionMethods(r: Table3Report, beta: number): string[] {
 }
 
 /** β values in section order: those > 0 in the order given, then β = 0. */
-function _betaOrder(r: Table3Report): number[] {
+export function betaOrder(r: Table3Report): number[] {
   const bs = [...new Set([...r.betas, ...r.rows.map((x) => x.beta)])];
   return [...bs.filter((b) => b > 0), ...bs.filter((b) => b === 0)];
 }
@@ -336,19 +263,30 @@ function _sectionTitle(beta: number): string {
   return beta > 0 ? `**β > 0 (β = ${beta})**` : "**β = 0**";
 }
 
-/** A number of the details table: `1,146.5`, `24.25`, `0.137`, `0.0000153`. */
-function _detail(x: number): string {
-  const a = Math.abs(x);
-  if (a >= 100) return x.toLocaleString("en-US", { maximumFractionDigits: 1 });
-  if (a >= 1) return x.toLocaleString("en-US", { maximumFractionDigits: 2 });
-  return x.toLocaleString("en-US", { maximumSignificantDigits: 3 });
-}
-
 /** The Markdown report: header, the table in the paper's layout, failed rows, details. */
 export function formatMarkdown(r: Table3Report): string {
+  const modes = r.modes.length > 0 ? r.modes : [...MODES];
+  const lines = [..._headerLines(r), "", ..._tableLines(r, modes)];
+  if (r.external) {
+    lines.push("", ...formatExternal(r.external, modes));
+    lines.push("", ...formatSameArithmetic(r));
+    lines.push(...formatPeers(r.external, r.rows, r.shape, modes));
+  }
+  const failed = r.rows.filter((x) => x.error !== undefined);
+  if (failed.length > 0) {
+    lines.push("", `## Failed rows (${failed.length})`, "");
+    for (const x of failed) {
+      lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(x.error!)}`);
+    }
+  }
+  lines.push("", "## Details", "", ..._detailLines(r), ..._passLines(r));
+  return lines.join("\n") + "\n";
+}
+
+/** The title, the partial and reduced-shape notes, and the bullets on how it was measured. */
+function _headerLines(r: Table3Report): string[] {
   const { n, v, d, dtype } = r.shape;
   const a = r.env.adapter;
-  const modes = r.modes.length > 0 ? r.modes : [...MODES];
   const kind = a.isFallbackAdapter ? "software (fallback) adapter" : "hardware adapter";
   const lines: string[] = [];
   lines.push(
@@ -364,7 +302,7 @@ export function formatMarkdown(r: Table3Report): string {
       : "";
     lines.push(
       `> **Partial report.** The run was interrupted: ${r.rows.length}${planned} cells ` +
-        "measured. `deno task table3 --resume <this report's .json>` measures the rest.",
+        "measured. `./dev task table3 --resume <this report's .json>` measures the rest.",
       "",
     );
   }
@@ -378,8 +316,40 @@ export function formatMarkdown(r: Table3Report): string {
     `- Problem: E ${n}×${d} and C ${v}×${d} in ${dtype} (fixture \`${r.fixture}\`` +
       `${r.generator ? `, generator ${r.generator}` : ""}${
         r.seed !== undefined ? `, seed ${r.seed}` : ""
-      }), reduction ${r.reduction}, β ∈ {${_betaOrder(r).join(", ")}}.`,
+      }), reduction ${r.reduction}, β ∈ {${betaOrder(r).join(", ")}}.`,
   );
+  lines.push(_measuredLine(r));
+  lines.push(
+    "- fwd = the forward (loss and saved state); bwd = the backward given a saved forward " +
+      "(gradients included); fwd+bwd = both in one recorder.",
+  );
+  const inputBytes = (n + v) * d * DTYPE_BYTES[dtype];
+  if (inputBytes <= L2_CACHE_BYTES) {
+    lines.push(
+      `- Cache: E and C together are ${formatMB(inputBytes)}, small enough to stay in a large ` +
+        `GPU's L2 cache (${formatMB(L2_CACHE_BYTES)} on an H100/H200), so repeated calls may ` +
+        "read them from cache: times at this shape are not those of a problem that streams from " +
+        "memory.",
+    );
+  }
+  const git = r.env.git;
+  if (git) {
+    lines.push(
+      `- Source: ${
+        git.commit === null ? "not a git checkout" : `git commit ${git.commit.slice(0, 12)}`
+      }${
+        git.dirty ? " with uncommitted changes (dirty tree)" : git.dirty === false ? ", clean" : ""
+      }.`,
+    );
+  }
+  if (r.rows.some((x) => x.method === BASELINE_METHOD)) lines.push(`- ${SPEED_LEGEND}`);
+  for (const note of filterNotes(r)) lines.push(`- ${note}`);
+  if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
+  return lines;
+}
+
+/** The bullet on what memory and time are, with the repetitions and warm-up. */
+function _measuredLine(r: Table3Report): string {
   const timeWhat = r.timeSource === "gpu"
     ? "median GPU time (timestamp queries)"
     : "median wall time (the adapter has no timestamp queries)";
@@ -410,53 +380,22 @@ export function formatMarkdown(r: Table3Report): string {
       : []),
   ];
   const warmWhat = `${r.warmup} warm-up${notes.length ? ` (${notes.join("; ")})` : ""}`;
-  lines.push(
-    `- Memory: peak tracked GPU bytes above those live before the call, in MiB (the paper's ` +
-      `"MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`,
-  );
-  lines.push(
-    "- fwd = the forward (loss and saved state); bwd = the backward given a saved forward " +
-      "(gradients included); fwd+bwd = both in one recorder.",
-  );
-  const inputBytes = (n + v) * d * DTYPE_BYTES[dtype];
-  if (inputBytes <= L2_CACHE_BYTES) {
-    lines.push(
-      `- Cache: E and C together are ${formatMB(inputBytes)}, small enough to stay in a large ` +
-        `GPU's L2 cache (${formatMB(L2_CACHE_BYTES)} on an H100/H200), so repeated calls may ` +
-        "read them from cache: times at this shape are not those of a problem that streams from " +
-        "memory.",
-    );
-  }
-  const git = r.env.git;
-  if (git) {
-    lines.push(
-      `- Source: ${
-        git.commit === null ? "not a git checkout" : `git commit ${git.commit.slice(0, 12)}`
-      }${
-        git.dirty ? " with uncommitted changes (dirty tree)" : git.dirty === false ? ", clean" : ""
-      }.`,
-    );
-  }
-  if (r.rows.some((x) => x.method === BASELINE_METHOD)) {
-    lines.push(
-      "- In brackets: speed-up (the section's baseline time / this time) and memory saving " +
-        "(−: less peak memory than the section's baseline, +: more) against the Baseline row of " +
-        "the same section and mode.",
-    );
-  }
-  for (const note of filterNotes(r)) lines.push(`- ${note}`);
-  if (r.durationS !== undefined) lines.push(`- Whole run: ${r.durationS.toFixed(1)} s.`);
-  lines.push("");
-  lines.push(`| method | arithmetic | ${modes.join(" | ")} |`);
-  lines.push(`| --- | --- | ${modes.map(() => "---").join(" | ")} |`);
-  lines.push(
+  return `- Memory: peak tracked GPU bytes above those live before the call, in MiB (the ` +
+    `paper's "MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`;
+}
+
+/** The table in the paper's layout: the lower bound, then a section per β. */
+function _tableLines(r: Table3Report, modes: readonly Mode[]): string[] {
+  const lines = [
+    `| method | arithmetic | ${modes.join(" | ")} |`,
+    `| --- | --- | ${modes.map(() => "---").join(" | ")} |`,
     `| Lower bound | | ${
       modes.map((m) => formatMB(lowerBoundBytes(r.shape, m, r.reduction))).join(" | ")
     } |`,
-  );
-  for (const beta of _betaOrder(r)) {
+  ];
+  for (const beta of betaOrder(r)) {
     lines.push(`| ${_sectionTitle(beta)} | | ${modes.map(() => "").join(" | ")} |`);
-    for (const m of _sectionMethods(r, beta)) {
+    for (const m of sectionMethods(r, beta)) {
       const rows = r.rows.filter((x) => x.beta === beta && x.method === m);
       const label = rows[0]?.label ?? m;
       const cells = modes.map((mode) =>
@@ -465,27 +404,19 @@ export function formatMarkdown(r: Table3Report): string {
       lines.push(`| ${_md(label)} | ${WEBGPU_ARITHMETIC} | ${cells.join(" | ")} |`);
     }
   }
-  if (r.external) {
-    lines.push("", ...formatExternal(r.external, modes));
-    lines.push("", ...formatSameArithmetic(r));
-    lines.push(...formatPeers(r.external, r.rows, r.shape, modes));
-  }
-  const failed = r.rows.filter((x) => x.error !== undefined);
-  if (failed.length > 0) {
-    lines.push("", `## Failed rows (${failed.length})`, "");
-    for (const x of failed) {
-      lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(x.error!)}`);
-    }
-  }
-  lines.push("", "## Details", "");
-  lines.push(
+  return lines;
+}
+
+/** The details table: every figure of every row. */
+function _detailLines(r: Table3Report): string[] {
+  const lines = [
     "| method | β | mode | peak MiB | median ms | min ms | max ms | IQR ms | wall ms | " +
-      "peak by role (MiB) | stats |",
-  );
-  lines.push("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |");
-  const num = (x: number | null) => (x === null ? "" : _detail(x));
-  for (const beta of _betaOrder(r)) {
-    for (const m of _sectionMethods(r, beta)) {
+    "peak by role (MiB) | stats |",
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+  ];
+  const num = (x: number | null) => (x === null ? "" : formatDetail(x));
+  for (const beta of betaOrder(r)) {
+    for (const m of sectionMethods(r, beta)) {
       for (const x of r.rows.filter((y) => y.beta === beta && y.method === m)) {
         const roles = x.peakByRole
           ? Object.entries(x.peakByRole).filter(([, b]) => b !== 0)
@@ -507,31 +438,35 @@ export function formatMarkdown(r: Table3Report): string {
       }
     }
   }
+  return lines;
+}
+
+/** Where the time goes: the median GPU time of each pass, per-chunk passes summed. */
+function _passLines(r: Table3Report): string[] {
   const withPasses = r.rows.filter((x) => x.passMs && Object.keys(x.passMs).length > 1);
-  if (withPasses.length > 0) {
-    lines.push(
-      "",
-      "## Where the time goes (median GPU ms per pass)",
-      "",
-      "| method | β | mode | passes |",
-      "| --- | --- | --- | --- |",
-    );
-    for (const x of withPasses) {
-      // per-chunk passes ("logits[3]", "dE[chunk 3]": chunked, liger) summed under one label
-      // "… [chunk ×8]"
-      const sums = new Map<string, { ms: number; count: number }>();
-      for (const [k, ms] of Object.entries(x.passMs!)) {
-        const key = k.replace(/\[(?:chunk )?\d+\]/g, "[chunk]");
-        const e = sums.get(key) ?? { ms: 0, count: 0 };
-        sums.set(key, { ms: e.ms + ms, count: e.count + 1 });
-      }
-      const parts = [...sums].map(([k, e]) =>
-        `${e.count > 1 ? k.replace("[chunk]", `[chunk ×${e.count}]`) : k} ${_detail(e.ms)}`
-      );
-      lines.push(`| ${x.method} | ${x.beta} | ${x.mode} | ${_md(parts.join("; "))} |`);
+  if (withPasses.length === 0) return [];
+  const lines = [
+    "",
+    "## Where the time goes (median GPU ms per pass)",
+    "",
+    "| method | β | mode | passes |",
+    "| --- | --- | --- | --- |",
+  ];
+  for (const x of withPasses) {
+    // per-chunk passes ("logits[3]", "dE[chunk 3]": chunked, liger) summed under one label
+    // "… [chunk ×8]"
+    const sums = new Map<string, { ms: number; count: number }>();
+    for (const [k, ms] of Object.entries(x.passMs!)) {
+      const key = k.replace(/\[(?:chunk )?\d+\]/g, "[chunk]");
+      const e = sums.get(key) ?? { ms: 0, count: 0 };
+      sums.set(key, { ms: e.ms + ms, count: e.count + 1 });
     }
+    const parts = [...sums].map(([k, e]) =>
+      `${e.count > 1 ? k.replace("[chunk]", `[chunk ×${e.count}]`) : k} ${formatDetail(e.ms)}`
+    );
+    lines.push(`| ${x.method} | ${x.beta} | ${x.mode} | ${_md(parts.join("; "))} |`);
   }
-  return lines.join("\n") + "\n";
+  return lines;
 }
 
 /** The arithmetic of every WebGPU row: WGSL reaches no tensor cores; 16-bit inputs are widened. */
@@ -611,215 +546,4 @@ export function formatExternal(x: ExternalRows, modes: readonly Mode[]): string[
     }
   }
   return lines;
-}
-
-/** The JSON report (pretty-printed, long format). */
-export function formatJson(r: Table3Report): string {
-  return JSON.stringify(r, null, 2) + "\n";
-}
-
-/** Columns of the CSV report. */
-export const CSV_COLUMNS = [
-  "adapter",
-  "n",
-  "v",
-  "d",
-  "dtype",
-  "fixture",
-  "method",
-  "label",
-  "beta",
-  "mode",
-  "peak_bytes",
-  "peak_mib",
-  "time_ms",
-  "time_source",
-  "time_ms_min",
-  "time_ms_max",
-  "time_ms_iqr",
-  "wall_ms_median",
-  "reps",
-  "warmup",
-  "peak_input_bytes",
-  "peak_workspace_bytes",
-  "peak_output_bytes",
-  "peak_params_bytes",
-  "speedup_vs_baseline",
-  "memory_saving_vs_baseline",
-  "stats",
-  "error",
-] as const;
-
-function _csvField(x: unknown): string {
-  if (x === null || x === undefined) return "";
-  const s = typeof x === "string" ? x : typeof x === "number" ? String(x) : JSON.stringify(x);
-  return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
-}
-
-/** The CSV report: a header and one line per row (RFC 4180 quoting). */
-export function formatCsv(r: Table3Report): string {
-  const lines = [CSV_COLUMNS.join(",")];
-  for (const x of r.rows) {
-    const role = x.peakByRole;
-    const vs = vsBaseline(r, x);
-    lines.push(
-      [
-        r.env.adapter.description,
-        r.shape.n,
-        r.shape.v,
-        r.shape.d,
-        r.shape.dtype,
-        r.fixture,
-        x.method,
-        x.label,
-        x.beta,
-        x.mode,
-        x.peakBytes,
-        x.peakBytes === null ? null : x.peakBytes / 2 ** 20,
-        x.timeMs,
-        x.timeSource,
-        x.timeMsMin,
-        x.timeMsMax,
-        x.timeMsIqr,
-        x.wallMsMedian,
-        x.reps,
-        x.warmup,
-        role?.input,
-        role?.workspace,
-        role?.output,
-        role?.params,
-        vs.speedup,
-        vs.memorySaving,
-        x.stats && Object.keys(x.stats).length > 0 ? x.stats : null,
-        x.error,
-      ].map(_csvField).join(","),
-    );
-  }
-  return lines.join("\r\n") + "\r\n";
-}
-
-/** A short note for a failed bar: the error's first word (OOM, unsupported, leak, ...). */
-function _note(error: string): string {
-  const m = /^([A-Za-z][\w ]*?):/.exec(error);
-  return m ? m[1] : "failed";
-}
-
-/** The SVG report: time (linear) and memory (log axis) per method, one panel per mode. */
-export async function renderSvg(r: Table3Report): Promise<string> {
-  const betas = _betaOrder(r);
-  const group = (b: number) => `β = ${b}`;
-  const methods: string[] = [];
-  for (const b of betas) {
-    for (const m of _sectionMethods(r, b)) if (!methods.includes(m)) methods.push(m);
-  }
-  const labelOf = (m: string) => r.rows.find((x) => x.method === m)?.label ?? m;
-  const series = methods.map(labelOf);
-  const bars = (
-    value: (x: MeasureRow) => number | null,
-    zeroNote: string,
-    range?: (x: MeasureRow) => [number | null, number | null],
-  ): Bar[] =>
-    r.rows.map((x) => {
-      const v = x.error === undefined ? value(x) : null;
-      const bar: Bar = { facet: x.mode, group: group(x.beta), series: x.label, value: v };
-      if (x.error !== undefined) bar.note = _note(x.error);
-      else if (v === null || v <= 0) {
-        bar.value = null;
-        bar.note = zeroNote;
-      } else if (range) {
-        const [lo, hi] = range(x);
-        if (lo !== null && hi !== null && lo > 0) [bar.lo, bar.hi] = [lo, hi];
-      }
-      return bar;
-    });
-  const common = {
-    facetOrder: r.modes.filter((m) => r.rows.some((x) => x.mode === m)),
-    groupOrder: betas.map(group),
-    seriesOrder: series,
-  };
-  const what = r.timeSource === "gpu" ? "GPU" : "wall";
-  /** Log axis where the values span more than 10× (bars of 0.2 ms beside seconds stay visible). */
-  const wantsLog = (f: (x: MeasureRow) => number | null) => {
-    const v = r.rows.filter((x) => x.error === undefined).map(f)
-      .filter((y): y is number => y !== null && y > 0);
-    return v.length > 0 && Math.max(...v) / Math.min(...v) > 10;
-  };
-  const timeLog = wantsLog((x) => x.timeMs);
-  const memoryLog = wantsLog((x) => x.peakBytes);
-  const time = groupedBarChartSpec({
-    ...common,
-    bars: bars((x) => x.timeMs, "0 ms", (x) => [x.timeMsMin, x.timeMsMax]),
-    valueLabel: `median ${what} time (ms${timeLog ? ", log" : ""}); bar: min–max`,
-    logY: timeLog,
-    title: "Time",
-  });
-  const memory = groupedBarChartSpec({
-    ...common,
-    bars: bars((x) => (x.peakBytes === null ? null : x.peakBytes / 2 ** 20), "0 B"),
-    valueLabel: `peak memory (MiB${memoryLog ? ", log" : ""})`,
-    logY: memoryLog,
-    title: "Memory",
-    rules: common.facetOrder.map((mode) => {
-      const b = lowerBoundBytes(r.shape, mode, r.reduction);
-      return { facet: mode, value: b / 2 ** 20, label: `lower bound ${formatMB(b)}` };
-    }),
-  });
-  const { n, v, d, dtype } = r.shape;
-  const strip = (s: object) => {
-    const { $schema: _, ...rest } = s as Record<string, unknown>;
-    return rest;
-  };
-  return await renderVegaLite(
-    {
-      $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-      title: {
-        text: `Table 3 — ${r.env.adapter.description}`,
-        subtitle: `N = ${n}, |V| = ${v}, D = ${d}, ${dtype}, fixture ${r.fixture}` +
-          (r.reducedShape ? " (reduced shape)" : ""),
-      },
-      vconcat: [strip(time), strip(memory)],
-    } as unknown as Parameters<typeof renderVegaLite>[0],
-  );
-}
-
-/** Paths written by {@link writeReport}. */
-export interface ReportPaths {
-  md: string;
-  json: string;
-  csv: string;
-  svg: string;
-}
-
-/**
- * Writes the four reports under `dir` (created if missing) as `<reportBaseName>.{md,json,csv,svg}`
- * (only the JSON with `o.jsonOnly`, as a run does after every cell): each goes to a temporary
- * name first and all are renamed once every one is written, so a failure leaves no half-written
- * file.
- */
-export async function writeReport(
-  r: Table3Report,
-  dir: string,
-  o: { jsonOnly?: boolean } = {},
-): Promise<ReportPaths> {
-  const contents: Partial<Record<keyof ReportPaths, string>> = o.jsonOnly
-    ? { json: formatJson(r) }
-    : { md: formatMarkdown(r), json: formatJson(r), csv: formatCsv(r), svg: await renderSvg(r) };
-  mkdirSync(dir, { recursive: true });
-  const base = join(dir, reportBaseName(r));
-  const paths = {} as ReportPaths;
-  const temps: [string, string][] = [];
-  try {
-    for (const ext of ["md", "json", "csv", "svg"] as const) {
-      paths[ext] = `${base}.${ext}`;
-      if (contents[ext] === undefined) continue;
-      const tmp = `${base}.${ext}.tmp-${Deno.pid}`;
-      temps.push([tmp, paths[ext]]);
-      writeFileSync(tmp, contents[ext]!);
-    }
-    for (const [tmp, final] of temps) renameSync(tmp, final);
-  } catch (e) {
-    for (const [tmp] of temps) rmSync(tmp, { force: true });
-    throw e;
-  }
-  return paths;
 }

@@ -1,5 +1,5 @@
 /**
- * `deno task beta-curve`: the paper's central claim in miniature — does label smoothing (β > 0)
+ * `./dev task beta-curve`: the paper's central claim in miniature — does label smoothing (β > 0)
  * give a better-calibrated LM head? Trains the linear head C of the `llm` fixture (an
  * over-confident "pretrained" head; E fixed) by mini-batch SGD with the fused kernel
  * (calibration/training.ts), once per β, every run from the same initial C on the same batches
@@ -8,9 +8,9 @@
  * mean entropy and the entropy gap (entropy − NLL), then the NLL-optimal temperature T* and the
  * NLL and ECE after temperature scaling (calibration/temperature.ts).
  *
- *   deno run -A scripts/beta_curve.ts [--betas 0,0.05,0.1,0.2,0.3] [--n 10240]
+ *   ./dev task beta-curve [--betas 0,0.05,0.1,0.2,0.3] [--n 10240]
  *     [--held-out 2048] [--v 256] [--d 64] [--seed 0] [--steps 300] [--lr 0.1] [--batch 128]
- *     [--bins 15] [--out reports] [--adapter auto|software|hardware]
+ *     [--bins 15] [--out out] [--adapter auto|software|hardware]
  *
  * Writes OUT/beta_curve.svg (held-out ECE, NLL and entropy gap against β, before and after
  * temperature scaling) and OUT/beta_curve.json (settings, adapter, one row per β and the initial
@@ -21,14 +21,16 @@
  */
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, parseNumberValue, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
-import type { HostInputs } from "../core/options.ts";
+import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { methodByName } from "../methods/mod.ts";
-import { lineChartSpec, renderVegaLite, type TopLevelSpec } from "../report/svg.ts";
-import { splitTokens, trainLinearHead } from "../calibration/training.ts";
-import { prepareTemperatureScan } from "../calibration/temperature.ts";
+import { splitTokens } from "../calibration/training.ts";
+import {
+  betaCurve,
+  betaCurveFigure,
+  type BetaCurveOptions,
+  betaCurveTable,
+} from "../calibration/beta_curve.ts";
 import { checkOutputs, type OutputFile, writeAllOrNothing } from "../io/outputs.ts";
 
 /** The paper's sweep in miniature. */
@@ -36,7 +38,7 @@ const DEFAULT_BETAS = [0, 0.05, 0.1, 0.2, 0.3];
 
 /** The command line of `beta-curve`. */
 export const BETA_CURVE_COMMAND = defineCommand({
-  name: "deno task beta-curve",
+  name: "./dev task beta-curve",
   summary: "The paper's claim in miniature: the llm fixture's head trained by SGD with the " +
     "fused kernel once per β, from the same start on the same batches; held-out NLL, ECE, " +
     "entropy gap and the NLL-optimal T* against β (OUT/beta_curve.svg and .json).",
@@ -56,99 +58,14 @@ export const BETA_CURVE_COMMAND = defineCommand({
     lr: { type: "number", help: "learning rate (> 0)", default: 0.1 },
     batch: { type: "int", min: 1, help: "batch size", default: 128 },
     bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
-    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     adapter: ADAPTER_FLAG,
   },
 });
 
-interface _Options {
-  betas: number[];
-  n: number;
-  heldOut: number;
-  v: number;
-  d: number;
-  seed: number;
-  steps: number;
-  lr: number;
-  batch: number;
-  bins: number;
+interface _Options extends BetaCurveOptions {
   out: string;
   adapter: AdapterChoice;
-}
-
-/** Held-out statistics of one head. */
-export interface HeldOutRow {
-  /** β the head was trained with (null: the initial head). */
-  beta: number | null;
-  /** Final training loss (mean over the last step's batch, with the run's β). */
-  trainLoss: number | null;
-  nll: number;
-  ece: number;
-  rmsce: number;
-  accuracy: number;
-  meanConfidence: number;
-  entropy: number;
-  /** entropy − nll, nats (< 0: over-confident). */
-  entropyGap: number;
-  /** NLL-optimal temperature on the held-out tokens. */
-  temperature: number;
-  /** NLL, ECE and entropy gap at T*. */
-  nllAfter: number;
-  eceAfter: number;
-  entropyGapAfter: number;
-  /** Training wall time, ms (null for the initial head). */
-  trainMs: number | null;
-  /** Why T* is missing (NaN above, null in the JSON), when the fit found no minimum. */
-  fitError?: string;
-}
-
-/** Held-out statistics of head `c` (NLL, ECE, entropy gap, T* and the values at T*). */
-async function _heldOut(
-  ctx: GpuContext,
-  heldOut: HostInputs,
-  c: Float32Array,
-  bins: number,
-): Promise<Omit<HeldOutRow, "beta" | "trainLoss" | "trainMs">> {
-  const scan = await prepareTemperatureScan(ctx, { ...heldOut, c }, { bins });
-  try {
-    const p = await scan.at(1);
-    let fit;
-    try {
-      fit = await scan.fit();
-    } catch (e) {
-      // no minimum to bracket: reported in the row (NaN, null in the JSON), the curve goes on
-      if (!(e instanceof InputError)) throw e;
-      return {
-        nll: p.nll,
-        ece: p.report.ece,
-        rmsce: p.report.rmsce,
-        accuracy: p.report.accuracy,
-        meanConfidence: p.report.meanConfidence,
-        entropy: p.report.meanEntropy,
-        entropyGap: p.entropy.gap,
-        temperature: NaN,
-        nllAfter: NaN,
-        eceAfter: NaN,
-        entropyGapAfter: NaN,
-        fitError: e.message,
-      };
-    }
-    return {
-      nll: p.nll,
-      ece: p.report.ece,
-      rmsce: p.report.rmsce,
-      accuracy: p.report.accuracy,
-      meanConfidence: p.report.meanConfidence,
-      entropy: p.report.meanEntropy,
-      entropyGap: p.entropy.gap,
-      temperature: fit.temperature,
-      nllAfter: fit.point.nll,
-      eceAfter: fit.point.report.ece,
-      entropyGapAfter: fit.point.entropy.gap,
-    };
-  } finally {
-    scan.destroy();
-  }
 }
 
 /** Runs the command with `args` (throws InputError on bad flags; see runCli). */
@@ -164,37 +81,13 @@ export async function betaCurveMain(args: string[]): Promise<void> {
         `tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} SGD steps, ` +
         `lr ${o.lr}, C trained (E fixed), fused kernel; ${heldOut.n} held-out tokens`,
     );
-    const rows: HeldOutRow[] = [];
-    const init = await _heldOut(ctx, heldOut, heldOut.c, o.bins);
-    rows.push({ beta: null, trainLoss: null, trainMs: null, ...init });
-    for (const beta of o.betas) {
-      const r = await trainLinearHead(ctx, {
-        method: methodByName("fused"),
-        data: train,
-        beta,
-        steps: o.steps,
-        lr: o.lr,
-        batchSize: o.batch,
-      });
-      const h = await _heldOut(ctx, heldOut, r.c, o.bins);
-      const trainLoss = r.records[r.records.length - 1].loss;
-      rows.push({ beta, trainLoss, trainMs: r.wallMs, ...h });
-      console.log(
-        `  β = ${beta}: trained in ${(r.wallMs / 1000).toFixed(1)} s (last batch loss ` +
-          `${trainLoss.toFixed(4)}); held-out ECE ${(100 * h.ece).toFixed(2)}%, NLL ` +
-          `${h.nll.toFixed(4)}, T* ${h.temperature.toFixed(4)}`,
-      );
-    }
-    console.log(_table(rows));
-    const curve = rows.filter((r) => r.beta !== null);
-    const best = (k: "ece" | "nll" | "eceAfter" | "nllAfter") =>
-      curve.reduce((a, b) => (b[k] < a[k] ? b : a)).beta;
-    const summary = {
-      lowestEce: best("ece"),
-      lowestNll: best("nll"),
-      lowestEceAfterScaling: best("eceAfter"),
-      lowestNllAfterScaling: best("nllAfter"),
-    };
+    const { rows, init, curve, summary } = await betaCurve(
+      ctx,
+      o,
+      { train, heldOut },
+      (line) => console.log(line),
+    );
+    console.log(betaCurveTable(rows));
     console.log(
       `lowest held-out ECE at β = ${summary.lowestEce}, lowest NLL at β = ${summary.lowestNll}; ` +
         `after temperature scaling: ECE at β = ${summary.lowestEceAfterScaling}, NLL at β = ` +
@@ -229,7 +122,7 @@ export async function betaCurveMain(args: string[]): Promise<void> {
       summary,
       rows,
     };
-    const svg = await _figure(curve, init, o, ctx.report.description);
+    const svg = await betaCurveFigure(curve, init, o, ctx.report.description);
     const files: OutputFile[] = [
       { path: _outputs(o.out)[0], bytes: svg },
       { path: _outputs(o.out)[1], bytes: JSON.stringify(json, null, 1) + "\n" },
@@ -239,107 +132,6 @@ export async function betaCurveMain(args: string[]): Promise<void> {
   } finally {
     ctx.destroy();
   }
-}
-
-/** The per-β table. */
-function _table(rows: HeldOutRow[]): string {
-  const pct = (x: number) => `${(100 * x).toFixed(2)}%`;
-  const cols = ["β", "NLL", "ECE", "RMSCE", "acc.", "entropy", "H − NLL", "T*", "NLL@T*", "ECE@T*"];
-  const body = rows.map((r) => [
-    r.beta === null ? "initial" : String(r.beta),
-    r.nll.toFixed(4),
-    pct(r.ece),
-    pct(r.rmsce),
-    pct(r.accuracy),
-    r.entropy.toFixed(4),
-    r.entropyGap.toFixed(4),
-    r.temperature.toFixed(4),
-    r.nllAfter.toFixed(4),
-    pct(r.eceAfter),
-  ]);
-  const w = cols.map((c, i) => Math.max(c.length, ...body.map((b) => b[i].length)));
-  const line = (cells: string[]) => "  " + cells.map((c, i) => c.padStart(w[i])).join("  ");
-  return [`held-out (${"tokens never trained on"}):`, line(cols), ...body.map(line)].join("\n");
-}
-
-/** ECE, NLL and entropy gap against β, before and after temperature scaling, stacked. */
-async function _figure(
-  curve: HeldOutRow[],
-  init: Omit<HeldOutRow, "beta" | "trainLoss" | "trainMs">,
-  o: _Options,
-  adapter: string,
-): Promise<string> {
-  const betas = curve.map((r) => r.beta as number);
-  const lo = Math.min(...betas), hi = Math.max(...betas);
-  const strip = (s: TopLevelSpec) => {
-    const { $schema: _, ...rest } = s as unknown as Record<string, unknown>;
-    return rest;
-  };
-  const panel = (
-    title: string,
-    yLabel: string,
-    before: number[],
-    after: number[],
-    initial: number,
-    afterLabel: string,
-  ) =>
-    strip(lineChartSpec({
-      title,
-      series: [
-        { label: "trained, T = 1", x: betas, y: before },
-        { label: afterLabel, x: betas, y: after },
-      ],
-      xLabel: "label smoothing β of the training loss",
-      yLabel,
-      rules: [{ x1: lo, y1: initial, x2: hi, y2: initial }],
-      points: true,
-      height: 190,
-    }));
-  const ece = panel(
-    "Held-out ECE (15 bins); dashed: the initial head",
-    "ECE (%)",
-    curve.map((r) => 100 * r.ece),
-    curve.map((r) => 100 * r.eceAfter),
-    100 * init.ece,
-    "trained, at its T*",
-  );
-  const nll = panel(
-    "Held-out NLL; dashed: the initial head",
-    "NLL (nats)",
-    curve.map((r) => r.nll),
-    curve.map((r) => r.nllAfter),
-    init.nll,
-    "trained, at its T*",
-  );
-  const gap = strip(lineChartSpec({
-    title: "Entropy calibration: mean entropy − mean NLL (< 0: over-confident); and T*",
-    series: [
-      { label: "H − NLL at T = 1 (nats)", x: betas, y: curve.map((r) => r.entropyGap) },
-      { label: "T* (NLL-optimal temperature)", x: betas, y: curve.map((r) => r.temperature) },
-    ],
-    xLabel: "label smoothing β of the training loss",
-    yLabel: "nats / temperature",
-    rules: [{ x1: lo, y1: 0, x2: hi, y2: 0 }],
-    points: true,
-    height: 150,
-  }));
-  return await renderVegaLite(
-    {
-      $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-      title: {
-        text:
-          "Label smoothing β against held-out calibration (LM head trained with the fused kernel)",
-        subtitle: [
-          `llm fixture (seed ${o.seed}), ${o.n - o.heldOut} training tokens in batches of ` +
-          `${o.batch}, ${o.steps} SGD steps, lr ${o.lr}, |V| = ${o.v}, d = ${o.d}, f32; ` +
-          `${o.heldOut} held-out tokens`,
-          `one run per β from the same initial head; ${adapter}`,
-        ],
-      },
-      vconcat: [ece, nll, gap],
-      resolve: { scale: { color: "independent" } },
-    } as unknown as TopLevelSpec,
-  );
 }
 
 /** The two files written under `out`. */

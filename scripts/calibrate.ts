@@ -1,10 +1,10 @@
 /**
- * `deno task calibrate`: ECE, RMS calibration error and the reliability diagram of a linear LM head
+ * `./dev task calibrate`: ECE, RMS calibration error and the reliability diagram of a linear LM head
  * from the fused forward's streaming per-token statistics (calibration/streaming.ts), without
  * the n×|V| logits.
  *
- *   deno run -A scripts/calibrate.ts --e E.npy --c C.npy --targets T.npy [options]
- *   deno run -A scripts/calibrate.ts --fixture llm [--n 2048] [--v 4096] [--d 128] [--seed 0]
+ *   ./dev task calibrate --e E.npy --c C.npy --targets T.npy [options]
+ *   ./dev task calibrate --fixture llm [--n 2048] [--v 4096] [--d 128] [--seed 0]
  *     [--ignore-fraction F] [options]
  *
  * Options: [--beta B] [--softcap S] [--bins M] [--dtype bf16|f16|f32] [--ignore-index I]
@@ -28,34 +28,24 @@
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
-import { roundInput } from "../core/dtype.ts";
-import {
-  checkInputs,
-  type Dtype,
-  type HostInputs,
-  type LceOptions,
-  parseDtype,
-  resolveOptions,
-} from "../core/options.ts";
+import { checkInputs, type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
 import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
-import { readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
-import { checkOutputs, type OutputFile, writeAllOrNothing } from "../io/outputs.ts";
+import { readInputFiles } from "../io/npy_inputs.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { streamingCalibration } from "../calibration/streaming.ts";
-import type { CalibrationReport } from "../calibration/metrics.ts";
+import { checkTemperature, checkTemperatureFor } from "../calibration/temperature.ts";
+import { inputNeed } from "../measure/inputs.ts";
+import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
 import {
-  checkTemperature,
-  FIT_RTOL,
-  prepareTemperatureScan,
-  scaledInputs,
-  type TemperatureFit,
-  type TemperaturePoint,
-} from "../calibration/temperature.ts";
-import { reliabilityDiagram } from "../calibration/reliability_svg.ts";
+  type CalibrateJob,
+  calibrationFiles,
+  calibrationText,
+  runCalibration,
+} from "../calibration/calibrate_run.ts";
 
 /** The command line of `calibrate`. */
 export const CALIBRATE_COMMAND = defineCommand({
-  name: "deno task calibrate",
+  name: "./dev task calibrate",
   summary: "ECE, RMS calibration error, entropy calibration and a reliability diagram from the " +
     "fused forward's streaming statistics (no logits), of .npy files (--e, --c, --targets) or " +
     "of a fixture (--fixture); optionally at a temperature T or at the NLL-optimal T* " +
@@ -104,19 +94,9 @@ const USAGE = CALIBRATE_COMMAND.usage();
 /** Default fixture shape: small enough for a software adapter in a few seconds. */
 const FIXTURE_DEFAULTS = { n: 2048, v: 4096, d: 128 };
 
-/** What was measured, for the report. */
-interface _Job {
-  x: HostInputs;
-  source: Record<string, unknown>;
-  dtype: Dtype;
-  opts: LceOptions;
-  bins: number;
-  out?: string;
-  name: string;
+/** The validated command line: the job and the adapter to run it on. */
+interface _Job extends CalibrateJob {
   adapter?: AdapterChoice;
-  temperature: number;
-  fit: boolean;
-  json?: string;
 }
 
 /** Runs the command with `args` (throws InputError on bad flags or inputs; see runCli). */
@@ -125,86 +105,14 @@ export async function calibrateMain(args: string[]): Promise<void> {
   if (job === "help") return;
   const ctx = await GpuContext.create({ adapter: job.adapter });
   try {
-    const t = job.temperature;
-    // the label-smoothed loss of the summary line needs a pass with β; the rest is β = 0 (NLL)
-    let smoothedLoss: number | undefined;
-    if (job.opts.beta !== 0) {
-      const at = scaledInputs(job.x, t, job.opts.softcap);
-      smoothedLoss = (await streamingCalibration(ctx, at.x, {
-        dtype: job.dtype,
-        beta: job.opts.beta,
-        softcap: at.softcap,
-        ignoreIndex: job.opts.ignoreIndex,
-        bins: job.bins,
-      })).tokens.meanLoss;
-    }
-    const scan = await prepareTemperatureScan(ctx, job.x, {
-      dtype: job.dtype,
-      softcap: job.opts.softcap,
-      ignoreIndex: job.opts.ignoreIndex,
-      bins: job.bins,
-    });
-    let before: TemperaturePoint, fit: TemperatureFit<TemperaturePoint> | undefined;
-    try {
-      before = await scan.at(t);
-      if (job.fit) fit = await scan.fit({ start: t });
-    } finally {
-      scan.destroy();
-    }
-    const report = before.report;
+    // the inputs on the GPU (f32 at most) and the per-token statistics
     const { n, v, d } = job.x;
-    const what = job.source.kind === "fixture"
-      ? `fixture ${job.source.fixture} (seed ${job.source.seed})`
-      : `${job.source.e}, ${job.source.c}, ${job.source.targets}`;
-    console.log(
-      `calibration of ${what}: n = ${n}, |V| = ${v}, d = ${d}, ${job.dtype}, β = ${job.opts.beta}` +
-        `${job.opts.softcap === undefined ? "" : `, softcap ${job.opts.softcap}`}` +
-        `${t === 1 ? "" : `, temperature ${t}`}; fused forward on ${ctx.report.description}`,
-    );
-    console.log(_summary(report, smoothedLoss ?? before.nll));
-    console.log(_binTable(report));
-    const after = fit?.point;
-    console.log(_entropyLines(before, after));
-    if (fit !== undefined) console.log(_fitLines(before, fit));
-    const files: OutputFile[] = [];
-    if (job.out !== undefined) {
-      const label = job.source.kind === "fixture" ? `${job.source.fixture} fixture` : "inputs";
-      const tag = (p: TemperaturePoint) => `T = ${p.temperature.toPrecision(5)}`;
-      const series = after === undefined
-        ? [{ label, report }]
-        : [{ label: `${label}, ${tag(before)}`, report }, {
-          label: `${label}, fitted ${tag(after)}`,
-          report: after.report,
-        }];
-      const svg = await reliabilityDiagram({
-        series,
-        title: `Reliability diagram (fused forward, no logits): n = ${n}, |V| = ${v}, d = ${d}`,
-      });
-      const json = {
-        description: "Calibration from the fused forward's per-token statistics (confidence = " +
-          "exp(max logit − LSE), correct = argmax == target, entropy = LSE − Σ p·z); the n×|V| " +
-          "logits are never materialised. Ignored targets are left out.",
-        source: job.source,
-        shape: { n, v, d },
-        dtype: job.dtype,
-        beta: job.opts.beta,
-        softcap: job.opts.softcap ?? null,
-        ignoreIndex: job.opts.ignoreIndex,
-        temperature: t,
-        adapter: ctx.report.description,
-        meanLoss: smoothedLoss ?? before.nll,
-        ...report,
-      };
-      const base = join(job.out, `calibration_${job.name}`);
-      files.push({ path: `${base}.svg`, bytes: svg }, {
-        path: `${base}.json`,
-        bytes: JSON.stringify(json, null, 1) + "\n",
-      });
-    }
-    if (job.json !== undefined) {
-      const doc = _jsonDocument(job, ctx.report.description, before, fit);
-      files.push({ path: job.json, bytes: JSON.stringify(doc, null, 1) + "\n" });
-    }
+    const need = { hostBytes: 0, gpuBytes: (n + v) * d * 4 + n * 64 + 2 ** 20 };
+    const free = await requireFits(ctx, need, `calibration at ${n} × ${v} × ${d}`);
+    const limit = ctx.memory().liveBytes + gpuBudget(free);
+    const r = await capAllocations(ctx, limit, () => runCalibration(ctx, job));
+    console.log(calibrationText(job, r, ctx.report.description));
+    const files = await calibrationFiles(job, r, ctx.report.description);
     if (files.length > 0) {
       await writeAllOrNothing(files);
       console.log(`wrote ${files.map((f) => f.path).join(", ")}`);
@@ -212,153 +120,6 @@ export async function calibrateMain(args: string[]): Promise<void> {
   } finally {
     ctx.destroy();
   }
-}
-
-/** The five headline numbers of one temperature, as in the --json document. */
-function _headline(p: TemperaturePoint) {
-  return {
-    nll: p.nll,
-    ece: p.report.ece,
-    rmsce: p.report.rmsce,
-    entropy: p.report.meanEntropy,
-    accuracy: p.report.accuracy,
-  };
-}
-
-/** Per-bin statistics of one temperature: reliability and entropy calibration. */
-function _binStats(p: TemperaturePoint, m: number) {
-  const r = p.report.perBin[m], h = p.entropy.perBin[m];
-  const num = (x: number) => (Number.isNaN(x) ? null : x);
-  return {
-    count: r.count,
-    accuracy: num(r.accuracy),
-    confidence: num(r.confidence),
-    entropy: num(h.entropy),
-    nll: num(h.nll),
-    gap: num(h.gap),
-  };
-}
-
-/** The --json document: {temperature, before, after?, tokens, bins, env}. */
-function _jsonDocument(
-  job: _Job,
-  adapter: string,
-  before: TemperaturePoint,
-  fit: TemperatureFit<TemperaturePoint> | undefined,
-) {
-  const after = fit?.point;
-  return {
-    temperature: after?.temperature ?? before.temperature,
-    before: _headline(before),
-    ...(after === undefined ? {} : { after: _headline(after) }),
-    tokens: before.report.count,
-    bins: before.report.perBin.map((b, m) => ({
-      lo: b.lo,
-      hi: b.hi,
-      before: _binStats(before, m),
-      ...(after === undefined ? {} : { after: _binStats(after, m) }),
-    })),
-    env: {
-      description: "before: statistics of the logits divided by the temperature given " +
-        "(--temperature, default 1); after: at the fitted T* (mean NLL minimised, β = 0). " +
-        "nll and entropy in nats; gap = entropy − nll (< 0: over-confident); ece, rmsce and " +
-        "accuracy as fractions; bins: equal-width confidence bins (lo, hi] of the tokens at " +
-        "each temperature. Computed from the fused forward's per-token statistics, without " +
-        "the n×|V| logits.",
-      adapter,
-      deno: Deno.version.deno,
-      os: `${Deno.build.os}-${Deno.build.arch}`,
-      source: job.source,
-      shape: { n: job.x.n, v: job.x.v, d: job.x.d },
-      dtype: job.dtype,
-      beta: job.opts.beta,
-      softcap: job.opts.softcap ?? null,
-      ignoreIndex: job.opts.ignoreIndex,
-      bins: job.bins,
-      startTemperature: job.temperature,
-      fit: fit === undefined ? null : {
-        rtol: FIT_RTOL,
-        forwards: fit.evaluations,
-        bracket: fit.bracket,
-        trace: fit.trace,
-      },
-    },
-  };
-}
-
-/** Entropy calibration: mean entropy against mean NLL, overall and per non-empty bin. */
-function _entropyLines(before: TemperaturePoint, after?: TemperaturePoint): string {
-  const f = (x: number) => x.toFixed(4);
-  const sgn = (x: number) => (x >= 0 ? "+" : "−") + f(Math.abs(x));
-  const one = (p: TemperaturePoint) =>
-    `mean entropy ${f(p.entropy.meanEntropy)} nats, mean NLL ${f(p.entropy.meanNll)} nats, ` +
-    `gap (entropy − NLL) ${sgn(p.entropy.gap)} nats (${
-      Math.abs(p.entropy.gap) < 5e-5
-        ? "balanced"
-        : p.entropy.gap < 0
-        ? "over-confident"
-        : "under-confident"
-    })`;
-  const lines = [`entropy calibration at T = ${before.temperature}: ${one(before)}`];
-  if (after !== undefined) {
-    lines.push(`entropy calibration at T* = ${after.temperature.toPrecision(6)}: ${one(after)}`);
-  }
-  const head = after === undefined ? "" : "   gap at T*";
-  lines.push(`  bin            tokens   entropy       NLL       gap${head}`);
-  before.entropy.perBin.forEach((b, m) => {
-    if (b.count === 0) return;
-    const a = after?.entropy.perBin[m];
-    const tail = a === undefined ? "" : a.count === 0 ? "           -" : sgn(a.gap).padStart(12);
-    lines.push(
-      `  (${b.lo.toFixed(3)}, ${b.hi.toFixed(3)}]  ${String(b.count).padStart(6)}  ` +
-        `${f(b.entropy).padStart(8)}  ${f(b.nll).padStart(8)}  ${sgn(b.gap).padStart(8)}${tail}`,
-    );
-  });
-  if (after !== undefined) {
-    lines.push("  (bins hold the tokens by their confidence at T; at T* they move to other bins)");
-  }
-  return lines.join("\n");
-}
-
-/** The fit's result: T* and the headline numbers before and after. */
-function _fitLines(before: TemperaturePoint, fit: TemperatureFit<TemperaturePoint>): string {
-  const pct = (x: number) => `${(100 * x).toFixed(2)}%`.padStart(8);
-  const row = (label: string, p: TemperaturePoint) =>
-    `  ${label.padEnd(20)} ${p.nll.toFixed(5).padStart(9)}  ${pct(p.report.ece)}  ` +
-    `${pct(p.report.rmsce)}  ${p.report.meanEntropy.toFixed(5).padStart(9)}  ` +
-    `${pct(p.report.accuracy)}`;
-  return [
-    `temperature fit: T* = ${fit.temperature.toPrecision(6)} minimises the mean NLL ` +
-    `(relative tolerance ${FIT_RTOL}, ${fit.evaluations} fused forwards, bracket ` +
-    `[${fit.bracket.map((x) => x.toPrecision(4)).join(", ")}])`,
-    `  ${"".padEnd(20)} ${"NLL".padStart(9)}  ${"ECE".padStart(8)}  ${"RMSCE".padStart(8)}  ` +
-    `${"entropy".padStart(9)}  ${"accuracy".padStart(8)}`,
-    row(`before (T = ${before.temperature})`, before),
-    row(`after (T* = ${fit.temperature.toPrecision(4)})`, fit.point),
-  ].join("\n");
-}
-
-/** One-line summary of a report. */
-function _summary(r: CalibrationReport, meanLoss: number): string {
-  const pct = (x: number) => `${(100 * x).toFixed(2)}%`;
-  return `ECE ${pct(r.ece)} (${r.bins} bins), RMSCE ${pct(r.rmsce)}, accuracy ${
-    pct(r.accuracy)
-  }, ` +
-    `mean confidence ${pct(r.meanConfidence)}, N = ${r.count} tokens, ` +
-    `mean entropy ${r.meanEntropy.toFixed(4)} nats, mean loss ${meanLoss.toFixed(4)}`;
-}
-
-/** The non-empty bins as a small table. */
-function _binTable(r: CalibrationReport): string {
-  const lines = ["  bin            tokens  accuracy  confidence"];
-  for (const b of r.perBin) {
-    if (b.count === 0) continue;
-    lines.push(
-      `  (${b.lo.toFixed(3)}, ${b.hi.toFixed(3)}]  ${String(b.count).padStart(6)}  ` +
-        `${b.accuracy.toFixed(4).padStart(8)}  ${b.confidence.toFixed(4).padStart(10)}`,
-    );
-  }
-  return lines.join("\n");
 }
 
 async function _parse(args: string[]): Promise<_Job | "help"> {
@@ -380,6 +141,12 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
   const name = v.name ?? "reliability";
   check(/^[A-Za-z0-9_.-]+$/.test(name), `--name must be letters, digits, _ . or -, got '${name}'`);
   const inputs = [v.e, v.c, v.targets].filter((f) => f !== undefined);
+  // every output can be written, before anything is read (nothing is written on a failure)
+  const outputs = v.out === undefined
+    ? []
+    : ["svg", "json"].map((ext) => join(v.out!, `calibration_${name}.${ext}`));
+  if (v.json !== undefined) outputs.push(v.json);
+  checkOutputs(outputs, inputs);
   const shapeFlags = (["n", "v", "d", "seed", "ignore-fraction"] as const).filter((k) =>
     v[k] !== undefined
   );
@@ -395,6 +162,8 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
       d: v.d ?? FIXTURE_DEFAULTS.d,
     };
     const ignoreFraction = v["ignore-fraction"] ?? 0;
+    const need = inputNeed({ ...shape, dtype, fixture: "host" });
+    await requireFits(undefined, { hostBytes: need.hostBytes, gpuBytes: 0 }, "the fixture");
     x = makeFixture(fixture, { ...shape, dtype, seed, ignoreFraction });
     source = { kind: "fixture", fixture, seed, ignoreFraction };
   } else {
@@ -406,16 +175,17 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
       shapeFlags.length === 0,
       `--${shapeFlags[0]} applies only with --fixture`,
     );
-    x = await _readInputs(v.e!, v.c!, v.targets!, dtype);
+    const files = { e: v.e!, c: v.c!, targets: v.targets! };
+    await requireFits(
+      undefined,
+      { hostBytes: npyInputsHostNeed(files), gpuBytes: 0 },
+      "the inputs",
+    );
+    x = await readInputFiles(files, dtype);
     source = { kind: "files", e: v.e, c: v.c, targets: v.targets };
   }
   checkInputs(x, opts);
-  // every output can be written, before any GPU work (nothing is written on a failure)
-  const outputs = v.out === undefined
-    ? []
-    : ["svg", "json"].map((ext) => join(v.out!, `calibration_${name}.${ext}`));
-  if (v.json !== undefined) outputs.push(v.json);
-  checkOutputs(outputs, inputs);
+  checkTemperatureFor(x, temperature, "--temperature");
   return {
     x,
     source,
@@ -428,40 +198,6 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
     temperature,
     fit: v["fit-temperature"],
     json: v.json,
-  };
-}
-
-/**
- * Reads E, C and the targets from .npy files (bounded: regular files whose headers declare no
- * more data than they hold and than this machine's memory) and rounds E and C to `dtype`,
- * refusing non-finite values and values that overflow it.
- */
-async function _readInputs(
-  ePath: string,
-  cPath: string,
-  tPath: string,
-  dtype: Dtype,
-): Promise<HostInputs> {
-  const limits: ReadNpyOptions = {
-    boundItemBytes: 4,
-    maxBytes: Deno.systemMemoryInfo().total,
-    maxBytesWhat: "bytes of this machine's memory",
-  };
-  const eNpy = await readNpy(ePath, limits), cNpy = await readNpy(cPath, limits);
-  const tNpy = await readNpy(tPath, limits);
-  check(eNpy.shape.length === 2, `${ePath}: E must be 2-D (n×d), got shape (${eNpy.shape})`);
-  check(cNpy.shape.length === 2, `${cPath}: C must be 2-D (v×d), got shape (${cNpy.shape})`);
-  check(tNpy.shape.length === 1, `${tPath}: targets must be 1-D (n), got shape (${tNpy.shape})`);
-  const [n, d] = eNpy.shape, [v, dc] = cNpy.shape;
-  check(dc === d, `hidden sizes differ: E is ${n}×${d}, C is ${v}×${dc}`);
-  check(tNpy.shape[0] === n, `targets has ${tNpy.shape[0]} entries, E has ${n} rows`);
-  return {
-    n,
-    v,
-    d,
-    e: roundInput(toFloat32(eNpy, ePath), dtype, { tensor: "E", cols: d }),
-    c: roundInput(toFloat32(cNpy, cPath), dtype, { tensor: "C", cols: d }),
-    targets: toInt32Targets(tNpy, tPath),
   };
 }
 

@@ -140,6 +140,11 @@ Deno.test("calibrate: every bad flag gets one line, exit 2, and nothing written"
     [[...fx, "--temperature", "inf"], /--temperature must be a plain decimal number, got 'inf'/],
     [[...fx, "--temperature", "nan"], /--temperature must be a plain decimal number/],
     [[...fx, "--temperature", "0x1"], /--temperature must be a plain decimal number/],
+    // the cause named: the temperature, not the statistics it spoils
+    [
+      [...fx, "--temperature", "1e-300"],
+      /^error: --temperature 1e-300 is too small for these inputs: the logits divided by it reach up to [\d.e+]+ \(‖E_n‖·‖C_v‖ up to [\d.]+\), past f32's range; give T ≥ /,
+    ],
     [[...fx, "--ignore-index", "2.5"], /--ignore-index must be an integer, got '2.5'/],
     [[...fx, "--json", ""], /--json must not be empty/],
     [[...fx, "--json", " "], /--json needs a file name/],
@@ -266,4 +271,10 @@ Deno.test("calibrate --fit-temperature: no minimum to bracket is one line, exit 
   assert.equal(r.stderr.split("\n").length, 1, r.stderr);
   assert.match(r.stderr, /^error: temperature fit: cannot bracket a minimum of the mean NLL/);
   assert.ok(!(await Deno.stat(join(sub, "out")).catch(() => undefined)), "nothing written");
+});
+
+Deno.test("calibrate: a fixture that cannot fit the free memory fails before it is made (exit 1, the sizes)", async () => {
+  const r = await calibrate(["--fixture", "llm", "--n", "200000000", "--v", "4096", "--d", "128"]);
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /^error: the fixture needs [\d.]+ GiB of host memory, [\d.]+ GiB free$/);
 });

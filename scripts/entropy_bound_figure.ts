@@ -1,9 +1,10 @@
 /**
  * Redraws Figure 4 (reconstructed): the normalised entropy gap of the LM-head entropy lower bound
  * against the hidden size, one line per vocabulary size. Writes the SVG and, beside it, the
- * plotted numbers as JSON (same path with .json), each atomically (temp file, then rename).
+ * plotted numbers as JSON (same path with .json), both or neither (io/outputs.ts; the paths are
+ * checked first).
  *
- *   deno run -A scripts/entropy_bound_figure.ts [--out reports/figure4_entropy_gap.svg]
+ *   ./dev task entropy-figure [--out out/figure4_entropy_gap.svg]
  *     [--rho 0.1[,0.2…]] [--vocab 32000,128256,256000] [--d-min 64] [--d-max 8192] [--points 49]
  *
  * Bad flags print one line `error: …` and exit with status 2.
@@ -11,19 +12,19 @@
  */
 import { defineCommand, parseIntValue, parseList, parseNumberValue, runCli } from "../core/cli.ts";
 import { InputError } from "../core/errors.ts";
-import { writeAtomic } from "../io/outputs.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { figure4Data, figure4Svg } from "../calibration/entropy_figure.ts";
 
 /** The command line of `entropy-figure`. */
 export const ENTROPY_FIGURE_COMMAND = defineCommand({
-  name: "deno task entropy-figure",
+  name: "./dev task entropy-figure",
   summary: "Figure 4: the LM-head entropy lower bound against hidden size (SVG and JSON).",
   flags: {
     out: {
       type: "string",
       arg: "FILE.svg",
       help: "figure",
-      default: "reports/figure4_entropy_gap.svg",
+      default: "out/figure4_entropy_gap.svg",
     },
     rho: { type: "string", arg: "R,R", help: "bounds ρ, each > 0", default: "0.1" },
     vocab: {
@@ -42,11 +43,14 @@ export const ENTROPY_FIGURE_COMMAND = defineCommand({
 export async function main(args: string[]): Promise<void> {
   const opts = _parse(args);
   if (opts === "help") return;
+  const json = opts.out.replace(/\.svg$/i, "") + ".json";
+  checkOutputs([opts.out, json]);
   const data = figure4Data(opts);
   const svg = await figure4Svg(data);
-  const json = opts.out.replace(/\.svg$/i, "") + ".json";
-  writeAtomic(opts.out, svg);
-  writeAtomic(json, JSON.stringify(data, null, 1) + "\n");
+  await writeAllOrNothing([
+    { path: opts.out, bytes: svg },
+    { path: json, bytes: JSON.stringify(data, null, 1) + "\n" },
+  ]);
   console.log(`wrote ${opts.out} and ${json}`);
 }
 

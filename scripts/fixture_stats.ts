@@ -1,7 +1,7 @@
 /**
  * Prints softmax statistics of the data fixtures as a Markdown table, one row per fixture.
  *
- * Usage: deno run -A scripts/fixture_stats.ts [--fixture NAME|all] [--n 1024] [--v 8192]
+ * Usage: ./dev task fixture-stats [--fixture NAME|all] [--n 1024] [--v 8192]
  *   [--d 256] [--dtype bf16|f16|f32] [--seed 0] [--tile 128] [--threshold 2^-12]
  *
  * Bad flags print one line `error: ...` on stderr and exit with status 2.
@@ -15,7 +15,7 @@ import { fixtureStats } from "../fixtures/stats.ts";
 
 /** The command line of `fixture-stats`. */
 export const FIXTURE_STATS_COMMAND = defineCommand({
-  name: "deno task fixture-stats",
+  name: "./dev task fixture-stats",
   summary: "Statistics of the data fixtures: max probability, entropy, top-1 accuracy and the " +
     "share of tiles the gradient filter could skip.",
   flags: {

@@ -1,5 +1,5 @@
 /**
- * `deno run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
+ * `./dev run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
  * [--max-work W] [--verbose]`: the shape fuzzer of testing/fuzz.ts run for longer than CI does.
  * Case i has seed S + i; every failure prints its seed, the whole case, what differed and the
  * command that replays it (`--seed S --cases 1`). Ends with `N passed, F failed` (and the skipped
@@ -13,7 +13,7 @@ import { DEFAULT_BOUNDS, describeCase, FuzzRunner } from "../testing/fuzz.ts";
 
 /** The command line of the shape fuzzer. */
 export const FUZZ_COMMAND = defineCommand({
-  name: "deno run -A scripts/fuzz.ts",
+  name: "./dev run -A scripts/fuzz.ts",
   summary: "The shape fuzzer of testing/fuzz.ts, for longer than CI runs it; exit 1 when a " +
     "case failed.",
   flags: {

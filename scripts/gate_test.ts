@@ -2,26 +2,14 @@ import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import type { GateRun } from "../measure/gate_suites.ts";
-import type { Table3Env } from "../report/table3.ts";
-import { adapterSlug, baselinePath, formatBaseline, readBaseline } from "./gate.ts";
+import { GATE_THRESHOLDS, type GateResult, type GateRun } from "../measure/gate_suites.ts";
+import { formatBaseline, readBaseline } from "../measure/gate_baseline.ts";
 import { writeAtomic } from "../io/outputs.ts";
 import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
 
 const SCRIPT = new URL("./gate.ts", import.meta.url).pathname;
 
 const _run = (args: string[]) => runScript(SCRIPT, args);
-
-Deno.test("gate script: adapter slug and baseline path follow the report names", () => {
-  const env = {
-    adapter: { description: "llvmpipe (LLVM 15.0.6, 256 bits)" },
-  } as unknown as Table3Env;
-  assert.equal(adapterSlug(env), "llvmpipe-llvm-15-0-6-256-bits");
-  assert.equal(
-    baselinePath("llvmpipe-llvm-15-0-6-256-bits"),
-    join("reports", "gate_baseline_llvmpipe-llvm-15-0-6-256-bits.json"),
-  );
-});
 
 Deno.test("gate script: baseline JSON keeps each list of ratios on one line", () => {
   const mode = { peakBytes: 4096, timeRatio: 1.5, ratios: [1.5, 2e-7, 1.25, -3], timeMs: 2.5 };
@@ -54,6 +42,32 @@ Deno.test("gate script: atomic write replaces the file and leaves no temporary",
   }
 });
 
+/** A complete tiny-suite run of the baseline method (not measured: for bad-input cases). */
+function _tinyRun(o: Partial<GateResult> = {}): GateRun {
+  const mode = { peakBytes: 4096, timeRatio: 1.5, ratios: [1.5], timeMs: 2.5 };
+  return {
+    version: 1,
+    suite: "tiny",
+    adapter: { slug: "s", description: "d", isFallbackAdapter: true, timeSource: "cpu" },
+    env: { deno: "2.9.6", os: "linux", date: "2026-01-01T00:00:00Z" },
+    rounds: 10,
+    thresholds: GATE_THRESHOLDS,
+    results: [{
+      fixture: "cce",
+      n: 24,
+      v: 130,
+      d: 16,
+      dtype: "bf16",
+      method: "baseline",
+      beta: 0.1,
+      parity: { loss: 0, dE: 0, dC: 0 },
+      yardstickMs: 1,
+      modes: { fwd: mode, bwd: mode, "fwd+bwd": mode },
+      ...o,
+    }],
+  };
+}
+
 Deno.test("gate script: bad flags and bad baselines exit 2 with one line", async () => {
   const dir = mkdtempSync(join(tmpdir(), "gate-flags-"));
   try {
@@ -61,7 +75,16 @@ Deno.test("gate script: bad flags and bad baselines exit 2 with one line", async
     writeFileSync(notJson, "{");
     const other = join(dir, "other.json");
     writeFileSync(other, JSON.stringify({ version: 2 }));
-    assert.throws(() => readBaseline(other), /is not a gate baseline/);
+    // a real tiny baseline, but measured at another n: nothing in common with this run
+    const anotherN = join(dir, "another_n.json");
+    writeFileSync(anotherN, formatBaseline(_tinyRun({ n: 25 })));
+    const onlyMethod = join(dir, "only_method.json");
+    writeFileSync(onlyMethod, JSON.stringify({ ..._tinyRun(), results: [{ method: "baseline" }] }));
+    const noModes = join(dir, "no_modes.json");
+    const nm = _tinyRun();
+    delete (nm.results[0] as Partial<GateResult>).modes;
+    writeFileSync(noModes, JSON.stringify(nm));
+    assert.throws(() => readBaseline(other), /other\.json: version must be 1, got 2/);
     const cases: [string[], RegExp][] = [
       [["--suite", "huge"], /^error: unknown suite 'huge' \(expected ci or tiny\)/],
       [["--methods", "nope"], /^error: unknown method 'nope'/],
@@ -70,7 +93,15 @@ Deno.test("gate script: bad flags and bad baselines exit 2 with one line", async
       [["--adapter", "cpu"], /^error: --adapter must be auto, software or hardware/],
       [["--baseline", join(dir, "missing.json")], /^error: cannot read baseline .*missing\.json/],
       [["--baseline", notJson], /^error: baseline .*bad\.json is not JSON/],
-      [["--baseline", other], /^error: baseline .*other\.json is not a gate baseline/],
+      [["--baseline", other], /^error: baseline .*other\.json: version must be 1, got 2$/],
+      [["--webgpu", "metal"], /^error: --webgpu must be deno or dawn, got 'metal'$/],
+      [
+        ["--suite", "tiny", "--methods", "baseline", "--baseline", anotherN],
+        /^error: the run and the baseline have no result in common, so nothing can be compared: run 1 \(e\.g\. cce 24x130x16 bf16 baseline β=0\.1\), baseline 1 \(e\.g\. cce 25x130x16/,
+      ],
+      [["--baseline", onlyMethod], /^error: baseline .*: results\[0\]\.fixture is missing/],
+      [["--baseline", noModes], /^error: baseline .*: results\[0\]\.modes is missing/],
+      [["--out", dir], /^error: .*: output path is a directory$/],
       [["--bogus"], /^error: Unknown option '--bogus'/],
       [["extra"], /^error: Unexpected argument 'extra'/],
     ];
@@ -114,8 +145,20 @@ Deno.test({
       assert.equal(same.code, 0, same.stdout + same.stderr);
       assert.match(same.stdout, /^# Gate: .*baseline\.json/);
       assert.match(same.stdout, /\| baseline +\| 1 +\| .* \| ok +\|/);
-      assert.match(same.stdout, /gate: passed \(1 results\)/);
+      assert.match(same.stdout, /\ngate: passed: memory, parity and time of 1 result\n$/);
       assert.equal(readBaseline(out).rounds, 5);
+      assert.match(b.adapter.driver ?? "", /^Mesa \d/, "the baseline records the driver");
+      assert.equal(b.adapter.engine, "deno");
+
+      // the same baseline as from another CPU: memory and parity compared, time not, said so
+      const otherHost = join(dir, "other_host.json");
+      writeFileSync(otherHost, formatBaseline({ ...b, adapter: { ...b.adapter, host: "CPU X" } }));
+      const o = await _run(["--suite", "tiny", "--methods", "baseline", "--baseline", otherHost]);
+      assert.equal(o.code, 0, o.stdout + o.stderr);
+      assert.match(
+        o.stdout,
+        /\ngate: passed: memory and parity of 1 result; time not compared: baseline from CPU X \(Mesa [^,]+, deno\), this host .+ \(Mesa [^,]+, deno\)\n$/,
+      );
 
       // a regressed tree, seen from this baseline: edit the baseline the other way round (less
       // memory, a faster fwd+bwd); parity cannot be planted this way (the 1e-5 floor), see
@@ -131,7 +174,7 @@ Deno.test({
         bad.stdout,
         /\| memory \| cce 24x130x16 bf16 baseline β=0\.1 \| fwd +\| \d+ +\| \d+ +\| \+16 bytes/,
       );
-      assert.match(bad.stdout, /\| time +\| .* \| fwd\+bwd \| .* rounds above 1×/);
+      assert.match(bad.stdout, /\| time +\| .* \| fwd\+bwd \| .* rounds slower than it/);
       assert.match(bad.stdout, /gate: FAILED \(2 regressions\)/);
       assert.match(bad.stderr, /time regressed: measuring cce 24x130x16 bf16 baseline β=0\.1/);
       assert.ok(existsSync(file));
@@ -200,6 +243,48 @@ Deno.test({
       assert.deepEqual(cells(got), cells(want), "memory and parity as an uninterrupted run");
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "gate script: --update keeps one baseline per host beside the others, chosen by host",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const cwd = mkdtempSync(join(tmpdir(), "gate-hosts-"));
+    const run = (args: string[]) => runScript(SCRIPT, args, { cwd });
+    const common = ["--suite", "tiny", "--methods", "baseline", "--rounds", "2"];
+    try {
+      const none = await run(common);
+      assert.equal(none.code, 2, none.stderr);
+      assert.match(none.stderr, /^error: no gate baseline of suite 'tiny' in reports\/ for /);
+      // another host's baseline already there (another CPU): it stays, this host's is added
+      const up = await run([...common, "--update"]);
+      assert.equal(up.code, 0, up.stderr);
+      const [own] = readdirSync(join(cwd, "reports"));
+      assert.match(own, /^gate_baseline_[a-z0-9-]+_deno_mesa-[a-z0-9-]+\.json$/);
+      const b = readBaseline(join(cwd, "reports", own));
+      const otherName = "gate_baseline_other-host.json";
+      writeFileSync(
+        join(cwd, "reports", otherName),
+        formatBaseline({ ...b, adapter: { ...b.adapter, host: "CPU X" } }),
+      );
+      const again = await run([...common, "--update"]);
+      assert.equal(again.code, 0, again.stderr);
+      assert.deepEqual(readdirSync(join(cwd, "reports")).sort(), [otherName, own].sort());
+      // this host's is chosen (time gated); without it, the other one (time not compared)
+      const gated = await run(common);
+      assert.equal(gated.code, 0, gated.stdout + gated.stderr);
+      assert.match(gated.stdout, new RegExp(`^# Gate: reports/${own}`));
+      assert.match(gated.stdout, /\ngate: passed: memory, parity and time of 1 result\n$/);
+      rmSync(join(cwd, "reports", own));
+      const other = await run(common);
+      assert.equal(other.code, 0, other.stdout + other.stderr);
+      assert.match(other.stdout, new RegExp(`^# Gate: reports/${otherName}`));
+      assert.match(other.stdout, /time not compared: baseline from CPU X /);
+    } finally {
+      rmSync(cwd, { recursive: true, force: true });
     }
   },
 });

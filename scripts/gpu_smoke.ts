@@ -1,5 +1,5 @@
 /**
- * `deno run -A scripts/gpu_smoke.ts [--n N --v V --d D --dtype bf16]`: a quick health check of a
+ * `./dev task gpu-smoke [--n N --v V --d D --dtype bf16]`: a quick health check of a
  * GPU host: prints the adapter and its f32 FMA peak through WGSL (gpu/busy_load.ts's
  * register-only loop: the ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
  * f32) for each GEMM tile, and one baseline forward+backward, at the given shape (default the
@@ -19,7 +19,7 @@ import { uploadGradOut } from "../methods/run.ts";
 
 /** The command line of `gpu-smoke`. */
 export const GPU_SMOKE_COMMAND = defineCommand({
-  name: "deno task gpu-smoke",
+  name: "./dev task gpu-smoke",
   summary: "A GPU host health check: the adapter, its f32 FMA peak, the plain matmul per GEMM " +
     "tile, one baseline " +
     "forward+backward at the given shape.",

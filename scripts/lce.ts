@@ -1,5 +1,5 @@
 /**
- * `deno task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
+ * `./dev task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
  * [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32]
  * [--grad-output G] [--adapter auto|software|hardware]`: the loss and both gradients of the
  * user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`, `dC.npy` into DIR.
@@ -8,24 +8,28 @@
  * run (directory writable, no output a directory or one of the inputs); the inputs are read
  * bounded (io/npy.ts: regular files only, rows no longer than one storage binding of the
  * adapter); the outputs are written to temporary files in DIR and renamed only when all three
- * are written, so a failure leaves every pre-existing output byte-identical. Bad input: one line,
- * exit 2; a failure of the GPU or the method: one line, exit 1 (core/cli.ts).
+ * are written, so a failure leaves every pre-existing output byte-identical. The host memory of
+ * the files and their copies, then the GPU memory of the inputs and the method's calls, are
+ * checked against the free memory before they are taken (measure/memory.ts). Bad input: one
+ * line, exit 2; not enough memory, a failure of the GPU or the method: one line, exit 1.
  * @module
  */
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
-import { check } from "../core/errors.ts";
-import { type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
-import { roundInput } from "../core/dtype.ts";
-import { encodeNpy, readNpy, type ReadNpyOptions, toFloat32, toInt32Targets } from "../io/npy.ts";
+import { parseDtype, resolveOptions } from "../core/options.ts";
+import { encodeNpy } from "../io/npy.ts";
+import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { methodByName } from "../methods/mod.ts";
+import { cellNeed } from "../measure/measure.ts";
+import { inputNeed } from "../measure/inputs.ts";
+import { capAllocations, gpuBudget, npyInputsHostNeed, requireFits } from "../measure/memory.ts";
 import { runMethod } from "../methods/run.ts";
 
 /** The command line of `lce`. */
 export const LCE_COMMAND = defineCommand({
-  name: "deno task lce",
+  name: "./dev task lce",
   summary: "The loss and both gradients of your own .npy tensors with one method, written as " +
     "float32 loss.npy, dE.npy and dC.npy into --out (all three or none). It prints the β, " +
     "reduction and dtype it used: its defaults (β = 0, f32) differ from table3's (β = 0.1, bf16).",
@@ -80,37 +84,27 @@ export async function lceMain(args: string[]): Promise<void> {
   });
   const outputs = ["loss.npy", "dE.npy", "dC.npy"].map((name) => join(f.out, name));
   checkOutputs(outputs, [f.e, f.c, f.targets]);
+  const files = { e: f.e, c: f.c, targets: f.targets };
+  // the host memory the files and their copies take, before anything is read
+  await requireFits(undefined, { hostBytes: npyInputsHostNeed(files), gpuBytes: 0 }, "lce");
   const ctx = await GpuContext.create({ adapter: f.adapter as AdapterChoice });
   try {
     // rows are bound whole (f32 on the host, at most 4 bytes a value on the GPU); a tensor is
     // sharded by rows, so its whole size is bounded by the machine's memory, not one binding
-    const limits: ReadNpyOptions = {
-      maxRowBytes: ctx.maxBindingBytes,
-      boundItemBytes: 4,
-      maxBytes: Deno.systemMemoryInfo().total,
-      maxBytesWhat: "bytes of this machine's memory",
-    };
-    const eNpy = await readNpy(f.e, limits), cNpy = await readNpy(f.c, limits);
-    const tNpy = await readNpy(f.targets, limits);
-    check(eNpy.shape.length === 2, `${f.e}: E must be 2-D (n×d), got shape (${eNpy.shape})`);
-    check(cNpy.shape.length === 2, `${f.c}: C must be 2-D (v×d), got shape (${cNpy.shape})`);
-    check(
-      tNpy.shape.length === 1,
-      `${f.targets}: targets must be 1-D (n), got shape (${tNpy.shape})`,
-    );
-    const [n, d] = eNpy.shape, [v, dc] = cNpy.shape;
-    check(dc === d, `hidden sizes differ: E is ${n}×${d}, C is ${v}×${dc}`);
-    check(tNpy.shape[0] === n, `targets has ${tNpy.shape[0]} entries, E has ${n} rows`);
-    const x: HostInputs = {
-      n,
-      v,
-      d,
-      e: roundInput(toFloat32(eNpy, f.e), dtype, { tensor: "E", cols: d }),
-      c: roundInput(toFloat32(cNpy, f.c), dtype, { tensor: "C", cols: d }),
-      targets: toInt32Targets(tNpy, f.targets),
-    };
+    const x = await readInputFiles(files, dtype, { maxRowBytes: ctx.maxBindingBytes });
+    const { n, v, d } = x;
+    // the GPU memory of the inputs and the method's calls, before anything is allocated
+    const spec = { n, v, d, dtype };
+    const inputs = { hostBytes: 0, gpuBytes: inputNeed({ ...spec, fixture: "files" }).gpuBytes };
+    const need = cellNeed(method, spec, opts, "fwd+bwd", inputs);
+    const free = await requireFits(ctx, need, `${method.name} at ${n} × ${v} × ${d} ${dtype}`);
+    const limit = ctx.memory().liveBytes + gpuBudget(free);
     // runMethod validates x (sizes, targets, finite values) once, before anything is allocated
-    const r = await runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] });
+    const r = await capAllocations(
+      ctx,
+      limit,
+      () => runMethod(ctx, method, x, opts, { dtype, gradOutput: f["grad-output"] }),
+    );
     for (const [name, a] of [["loss", r.loss], ["dE", r.dE], ["dC", r.dC]] as const) {
       const bad = a.findIndex((z) => !Number.isFinite(z));
       if (bad >= 0) throw new Error(`${method.name} produced a non-finite ${name} at index ${bad}`);

@@ -199,8 +199,28 @@ Deno.test("lce: an output that cannot be written leaves the others byte-identica
 Deno.test("lce: --help lists every flag with its default", async () => {
   const r = await lce(["--help"]);
   assert.equal(r.code, 0);
-  assert.match(r.stdout, /^usage: deno task lce --e E\.npy --c C\.npy --targets T\.npy --out DIR/);
+  assert.match(
+    r.stdout,
+    /^usage: \.\/dev task lce --e E\.npy --c C\.npy --targets T\.npy --out DIR/,
+  );
   assert.match(r.stdout, /--method VALUE +method \(methods\/mod\.ts\) \(default: 'fused'\)/);
   assert.match(r.stdout, /--ignore-index N +target value ignored by the loss \(default: -100\)/);
   assert.match(r.stdout, /--e E\.npy +hidden states, n×d, float32 or float64 \(required\)/);
+});
+
+Deno.test("lce: inputs whose copies cannot fit the free memory fail before they are read (exit 1, the sizes)", async () => {
+  // a sparse E of 64 TiB: no disk taken, but far more than any host's memory
+  const big = join(dir, "Ehuge.npy");
+  const f = await Deno.open(big, { write: true, create: true, truncate: true });
+  await f.truncate(64 * 2 ** 40);
+  f.close();
+  try {
+    const out = join(dir, "huge");
+    const r = await lce(["--e", big, ...base(out).slice(2)]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /^error: lce needs [\d.]+ GiB of host memory, [\d.]+ GiB free$/);
+    assert.throws(() => Deno.statSync(out), "nothing written");
+  } finally {
+    await Deno.remove(big);
+  }
 });

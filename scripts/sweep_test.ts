@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
 import { defaultValues } from "./sweep.ts";
-import { runScript } from "../testing/run_script.ts";
+import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
 
 const SWEEP = new URL("./sweep.ts", import.meta.url).pathname;
 const TABLE3 = new URL("./table3.ts", import.meta.url).pathname;
@@ -149,4 +149,122 @@ Deno.test("sweep --resume: keeps an earlier run's cells, measures the rest, refu
 Deno.test("sweep: default values are four doublings ending at the size", () => {
   assert.deepEqual(defaultValues(256000), [32000, 64000, 128000, 256000]);
   assert.deepEqual(defaultValues(4096), [512, 1024, 2048, 4096]);
+});
+
+/** Permissions of a run that may write only under `dir` (as if everywhere else were read-only). */
+const _writeOnly = (dir: string) => [
+  "--allow-read",
+  "--allow-env",
+  "--allow-run",
+  "--allow-sys",
+  "--allow-ffi",
+  `--allow-write=${dir}`,
+];
+
+Deno.test("sweep: a size that cannot fit fails before allocating, with the sizes; the run goes on and exits 1", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-huge-"));
+  try {
+    const r = await _run(SWEEP, [
+      ..."--over n --values 16,2147483648 --v 16 --d 8 --methods baseline --modes fwd".split(" "),
+      ..."--reps 1 --warmup 0 --out".split(" "),
+      dir,
+    ], { NO_COLOR: "1" });
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /\[1\/2\] n=16 baseline β=0\.1 fwd: [\d.]+ MB/);
+    assert.match(
+      r.stderr,
+      /\[2\/2\] n=2147483648 baseline β=0\.1 fwd: failed: OOM: baseline fwd at n = 2147483648 needs [\d.]+ GiB of host memory \([\d.]+ GiB of it GPU buffers, which a software adapter keeps in host memory\), [\d.]+ GiB free/,
+    );
+    assert.doesNotMatch(r.stderr, /n = 2147483648: inputs/, "no inputs made for a size none fits");
+    assert.match(r.stderr, /1 of 2 cells failed/);
+    const json = JSON.parse(
+      readFileSync(join(dir, readdirSync(dir).find((f) => f.endsWith(".json"))!), "utf8"),
+    );
+    assert.equal(json.complete, true);
+    assert.equal(json.cells.length, 2);
+    assert.match(json.failures[0].error, /^OOM: /);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("sweep --resume: the file never holds fewer cells than before, wherever the run is killed", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-kill-"));
+  try {
+    const args = [...TINY, "--modes", "fwd", "--out", dir];
+    const first = await _run(SWEEP, ["--over", "v", "--values", "24", ...args], { NO_COLOR: "1" });
+    assert.equal(first.code, 0, first.stderr);
+    const jsonPath = join(dir, readdirSync(dir).find((f) => f.endsWith("_v.json"))!);
+    const cells = () => JSON.parse(readFileSync(jsonPath, "utf8")).cells.length as number;
+    const before = cells();
+    assert.equal(before, 2);
+    // resumed with a new value, killed as soon as it says what it keeps (it then makes inputs);
+    // the file is read all along the way
+    const child = spawnScript(
+      SWEEP,
+      ["--over", "v", "--values", "24,1000", "--resume", ...args],
+      "stderr",
+      { env: { NO_COLOR: "1" } },
+    );
+    let least = Infinity;
+    let watching = true;
+    const watch = (async () => {
+      while (watching) {
+        least = Math.min(least, cells());
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const { text, status } = await readUntil(
+      child,
+      "stderr",
+      (t) => /resuming: 2 cells measured before are kept/.test(t),
+    );
+    watching = false;
+    await watch;
+    assert.equal(status.signal, "SIGKILL", text);
+    least = Math.min(least, cells());
+    assert.ok(least >= before, `the file held ${least} cells, ${before} before the resume`);
+    // resumed again to the end: the earlier cells kept, the new ones measured
+    const done = await _run(SWEEP, ["--over", "v", "--values", "24,40", "--resume", ...args], {
+      NO_COLOR: "1",
+    });
+    assert.equal(done.code, 0, done.stderr);
+    assert.equal((done.stderr.match(/from the earlier run/g) ?? []).length, 2);
+    assert.ok(cells() >= 4);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("sweep: where it writes is checked before anything is measured (one line, exit 2)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sweep-out-"));
+  try {
+    const file = join(dir, "file");
+    writeFileSync(file, "x");
+    const locked = join(dir, "locked");
+    const args = "--over n --values 16 --v 16 --d 8 --methods baseline --modes fwd --reps 1";
+    const cases: [string[], string[] | undefined, RegExp][] = [
+      [["--out", file], undefined, /^error: --out .*file: .*file is not a directory$/],
+      [["--out", join(file, "sub")], undefined, /^error: --out .*sub: .*file is not a directory$/],
+      [
+        ["--out", locked],
+        _writeOnly(join(dir, "elsewhere")),
+        /^error: --out .*locked: cannot write in /,
+      ],
+    ];
+    for (const [out, permissions, want] of cases) {
+      const r = await runScript(SWEEP, [...args.split(" "), ...out], {
+        env: { NO_COLOR: "1" },
+        permissions,
+        trimStderr: true,
+      });
+      assert.equal(r.code, 2, `${out.join(" ")}: ${r.stderr}`);
+      assert.equal(r.stderr.split("\n").length, 1, r.stderr);
+      assert.match(r.stderr, want);
+      assert.doesNotMatch(r.stderr, /\[\d+\/\d+\]/, "nothing measured");
+    }
+    assert.deepEqual(readdirSync(dir), ["file"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -1,5 +1,5 @@
 /**
- * `deno run -A scripts/table3_merge.ts --out DIR [--external torch.json] A.json B.json ...`:
+ * `./dev run -A scripts/table3_merge.ts --out DIR [--external torch.json] A.json B.json ...`:
  * merges Table 3 JSON reports of the same adapter, shape and dtype (e.g. the β > 0 and β = 0
  * sections measured in separate GPU sessions) into one report, and writes its four files. A
  * row (method, β, mode) measured in several reports is taken from the last one given, so a
@@ -9,16 +9,18 @@
 import { readFileSync } from "node:fs";
 import { defineCommand, runCli } from "../core/cli.ts";
 import { check, InputError } from "../core/errors.ts";
-import { type Table3Report, writeReport } from "../report/table3.ts";
+import type { Table3Report } from "../report/table3.ts";
+import { writeReport } from "../report/table3_files.ts";
 import { readExternalRows } from "../report/external.ts";
+import { checkOutputDir } from "../io/outputs.ts";
 
 /** The command line of `table3_merge.ts`. */
 export const TABLE3_MERGE_COMMAND = defineCommand({
-  name: "deno run -A scripts/table3_merge.ts",
+  name: "./dev run -A scripts/table3_merge.ts",
   summary: "Merges Table 3 JSON reports of one adapter, shape and dtype into one report; a " +
     "cell measured in several comes from the last one given.",
   flags: {
-    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     external: { type: "string", arg: "FILE.json", help: "same-card rows to merge" },
   },
   positionals: "A.json B.json ...",
@@ -36,6 +38,7 @@ await runCli(async () => {
       throw new InputError(`${p}: ${(e as Error).message.split("\n")[0]}`);
     }
   });
+  checkOutputDir(values.out, `--out ${values.out}`);
   const [first] = reports;
   for (const [i, r] of reports.entries()) {
     check(

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
-import { measureCells } from "./table3.ts";
+import { measureCells } from "../measure/table3.ts";
 import { resolveOptions } from "../core/options.ts";
 import { baseline } from "../methods/baseline.ts";
 import type { LceMethod } from "../methods/types.ts";
@@ -220,7 +220,8 @@ Deno.test({
     const { ctx } = await measureCells(first, {
       openContext: () => (opened++, GpuContext.create({ poison: true })),
       openInputs: (c) => makeDeviceInputs(c, { fixture: "cce", ...spec, seed: 0 }),
-      budget: () => Infinity,
+      inputNeed: { hostBytes: 0, gpuBytes: 0 },
+      free: () => Promise.resolve({ hostBytes: Infinity, gpuBytes: Infinity, shared: false }),
       spec,
       sections: [resolveOptions({ beta: 0.1, reduction: "mean" })],
       methods: [baseline, lossy, baseline],
@@ -246,4 +247,56 @@ Deno.test({
       ctx.destroy();
     }
   },
+});
+
+Deno.test("table3: a cell whose estimate exceeds the free memory fails before allocating; reports written, exit 1", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "table3-huge-"));
+  try {
+    const r = await _run([
+      ..."--n 2147483648 --v 16 --d 8 --methods baseline --modes fwd --betas 0.1".split(" "),
+      ..."--reps 1 --warmup 0 --out".split(" "),
+      dir,
+    ]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(
+      r.stderr,
+      /\[1\/1\] baseline β=0\.1 fwd: failed: OOM: baseline fwd needs [\d.]+ GiB/,
+    );
+    assert.doesNotMatch(r.stderr, /inputs \(cce-fast\) ready/, "nothing allocated");
+    assert.match(r.stderr, /1 of 1 cells failed/);
+    const { json } = _readJson(dir);
+    assert.equal(json.complete, true);
+    assert.match(json.rows[0].error, /^OOM: /);
+    assert.equal(readdirSync(dir).length, 4);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+Deno.test("table3 --resume: a report directory that cannot be written is refused before measuring", async () => {
+  const part = mkdtempSync(join(tmpdir(), "table3-ro-"));
+  try {
+    const k = await _runKilled([...TINY, ...METHODS, "--out", part], 1, "SIGKILL");
+    assert.equal(k.status.signal, "SIGKILL", k.stderr);
+    const p = _readJson(part);
+    const before = readFileSync(p.path, "utf8");
+    // as if the directory were read-only: this run may write elsewhere only
+    const r = await runScript(SCRIPT, ["--resume", p.path], {
+      trimStderr: true,
+      permissions: [
+        "--allow-read",
+        "--allow-env",
+        "--allow-run",
+        "--allow-sys",
+        "--allow-ffi",
+        `--allow-write=${join(part, "elsewhere")}`,
+      ],
+    });
+    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.stderr.split("\n").length, 1, r.stderr);
+    assert.match(r.stderr, /^error: --out .*: cannot write in /);
+    assert.equal(readFileSync(p.path, "utf8"), before, "the report as it was");
+  } finally {
+    rmSync(part, { recursive: true, force: true });
+  }
 });

@@ -1,5 +1,5 @@
 /**
- * `deno task train-parity`: the paper's Figure 6 in miniature. Trains the linear LM head C of the
+ * `./dev task train-parity`: the paper's Figure 6 in miniature. Trains the linear LM head C of the
  * `llm` fixture (an over-confident "pretrained" head: the fixture's own C) by plain mini-batch SGD
  * (calibration/training.ts), once with the fused method and once with the materialised baseline,
  * at the same β from the same initial state on the same batches, and checks that their loss
@@ -7,40 +7,36 @@
  * for calibration: the last `--held-out` tokens are never trained on, and their ECE under the
  * β = 0 and the β head is measured with the streaming calibration (calibration/streaming.ts).
  *
- *   deno run -A scripts/train_parity.ts [--n 10240] [--held-out 2048] [--v 256] [--d 64]
+ *   ./dev task train-parity [--n 10240] [--held-out 2048] [--v 256] [--d 64]
  *     [--seed 0] [--steps 300] [--lr 0.1] [--batch 128] [--beta 0.1] [--train-e] [--bins 15]
- *     [--tol 1e-5] [--out reports] [--adapter auto|software|hardware]
+ *     [--tol 1e-5] [--out out] [--adapter auto|software|hardware]
  *
  * Writes OUT/train_parity_loss.svg (loss, gradient norms and their relative difference per step),
  * OUT/train_parity_loss.json (the curves), OUT/train_parity_calibration.svg (held-out reliability
  * diagram, β = 0 vs β) and OUT/train_parity_calibration.json, all under temporary names first and
- * renamed once all four are written. Prints the maximum relative difference of the curves and the
- * held-out ECEs. Bad flags print one line `error: …` and exit 2 with nothing written; curves that
- * differ beyond --tol exit 1 (after writing the reports, so the difference can be looked at).
+ * renamed once all four are written (io/outputs.ts; the paths are checked before any work).
+ * Prints the maximum relative difference of the curves and the held-out ECEs. Bad flags print
+ * one line `error: …` and exit 2 with nothing written; curves that differ beyond --tol exit 1
+ * (after writing the reports, so the difference can be looked at).
  * @module
  */
 import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, runCli } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { makeFixture } from "../fixtures/mod.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
-import { methodByName } from "../methods/mod.ts";
-import { lineChartSpec, renderVegaLite, type TopLevelSpec } from "../report/svg.ts";
-import type { CalibrationReport } from "../calibration/metrics.ts";
-import { reliabilityDiagram } from "../calibration/reliability_svg.ts";
-import { streamingCalibration } from "../calibration/streaming.ts";
+import { splitTokens } from "../calibration/training.ts";
 import {
-  compareCurves,
-  type CurveAgreement,
-  splitTokens,
-  type StepRecord,
-  trainLinearHead,
-  type TrainResult,
-} from "../calibration/training.ts";
+  trainParity,
+  trainParityFiles,
+  type TrainParityOptions,
+  trainParityText,
+} from "../calibration/train_parity.ts";
 
 /** The command line of `train-parity`. */
 export const TRAIN_PARITY_COMMAND = defineCommand({
-  name: "deno task train-parity",
+  name: "./dev task train-parity",
   summary: "Figure 6 in miniature: SGD on the llm fixture with the fused kernel and the " +
     "baseline (loss curves, gradient norms), and held-out ECE for β against β = 0.",
   flags: {
@@ -56,32 +52,29 @@ export const TRAIN_PARITY_COMMAND = defineCommand({
     "train-e": { type: "boolean", help: "train E as well as C" },
     bins: { type: "int", min: 1, help: "calibration bins", default: 15 },
     tol: { type: "number", help: "relative tolerance of the curves", default: 1e-5 },
-    out: { type: "string", arg: "DIR", help: "report directory", default: "reports" },
+    out: { type: "string", arg: "DIR", help: "report directory", default: "out" },
     adapter: ADAPTER_FLAG,
   },
 });
 
-interface _Options {
-  n: number;
-  heldOut: number;
-  v: number;
-  d: number;
-  seed: number;
-  steps: number;
-  lr: number;
-  batch: number;
-  beta: number;
-  trainE: boolean;
-  bins: number;
-  tol: number;
+interface _Options extends TrainParityOptions {
   out: string;
   adapter?: AdapterChoice;
 }
 
-/** Runs the command with `args` (throws InputError on bad flags; see runCli). */
-export async function trainParityMain(args: string[]): Promise<void> {
+/** The four files this command writes under --out. */
+const _FILES = [
+  "train_parity_loss.svg",
+  "train_parity_loss.json",
+  "train_parity_calibration.svg",
+  "train_parity_calibration.json",
+];
+
+/** Runs the command with `args`; returns the exit code (1 when the curves differ). */
+export async function trainParityMain(args: string[]): Promise<number> {
   const o = _parse(args);
-  if (o === "help") return;
+  if (o === "help") return 0;
+  checkOutputs(_FILES.map((f) => join(o.out, f)));
   const x = makeFixture("llm", { n: o.n, v: o.v, d: o.d, seed: o.seed });
   const { train, heldOut } = splitTokens(x, o.heldOut);
   const ctx = await GpuContext.create({ adapter: o.adapter });
@@ -92,228 +85,28 @@ export async function trainParityMain(args: string[]): Promise<void> {
         `training tokens in batches of ${o.batch}, |V| = ${o.v}, d = ${o.d}, f32; ${o.steps} ` +
         `SGD steps, lr ${o.lr}, β = ${o.beta} (${what}); ${heldOut.n} held-out tokens`,
     );
-    const run = async (method: string, beta: number): Promise<TrainResult> => {
-      const label = `${method} β = ${beta}`;
-      const every = Math.max(1, Math.round(o.steps / 6));
-      const r = await trainLinearHead(ctx, {
-        method: methodByName(method),
-        data: train,
-        beta,
-        steps: o.steps,
-        lr: o.lr,
-        batchSize: o.batch,
-        trainE: o.trainE,
-        onStep: (s) => {
-          if ((s.step + 1) % every === 0 || s.step === 0) {
-            console.log(
-              `  ${label}: step ${s.step + 1}/${o.steps}  loss ${s.loss.toFixed(5)}  ` +
-                `‖∂L/∂C‖ ${s.gradNormC.toFixed(5)}  ‖∂L/∂E‖ ${s.gradNormE.toFixed(5)}`,
-            );
-          }
-        },
-      });
-      console.log(`  ${label}: ${(r.wallMs / 1000).toFixed(1)} s`);
-      return r;
-    };
-    const fused = await run("fused", o.beta);
-    const baseline = await run("baseline", o.beta);
-    const fused0 = await run("fused", 0);
-    const agree = compareCurves(fused.records, baseline.records);
-    const ok = agree.maxRelLoss <= o.tol && agree.maxRelGradNormC <= o.tol &&
-      agree.maxRelGradNormE <= o.tol;
-    console.log(
-      `max relative difference fused vs baseline over ${o.steps} steps: loss ` +
-        `${agree.maxRelLoss.toExponential(2)} (step ${agree.worstLossStep}), ‖∂L/∂C‖ ` +
-        `${agree.maxRelGradNormC.toExponential(2)}, ‖∂L/∂E‖ ` +
-        `${agree.maxRelGradNormE.toExponential(2)} (tolerance ${o.tol.toExponential(0)}): ${
-          ok ? "ok" : "FAIL"
-        }`,
-    );
-    // held-out calibration: the trained heads on tokens never trained on (E as generated)
-    const calib = async (c: Float32Array) =>
-      (await streamingCalibration(ctx, { ...heldOut, c }, { bins: o.bins })).report;
-    const init = await calib(heldOut.c);
-    const cal0 = await calib(fused0.c);
-    const calB = await calib(fused.c);
-    const calBase = await calib(baseline.c);
-    const pct = (r: CalibrationReport) =>
-      `ECE ${(100 * r.ece).toFixed(2)}%, RMSCE ${(100 * r.rmsce).toFixed(2)}%, accuracy ` +
-      `${(100 * r.accuracy).toFixed(2)}%, mean confidence ${(100 * r.meanConfidence).toFixed(2)}%`;
-    console.log(`held-out calibration (${heldOut.n} tokens, ${o.bins} bins):`);
-    const rows: [string, string][] = [
-      ["initial head", pct(init)],
-      ["trained, β = 0", pct(cal0)],
-      [
-        `trained, β = ${o.beta}`,
-        `${pct(calB)} (baseline-trained head: ECE ${(100 * calBase.ece).toFixed(2)}%)`,
-      ],
-    ];
-    const w = Math.max(...rows.map((r) => r[0].length)) + 1;
-    for (const [k, text] of rows) console.log(`  ${(k + ":").padEnd(w)} ${text}`);
-    const lowered = calB.ece < cal0.ece;
-    const verdict = `β = ${o.beta} ${lowered ? "lowers" : "does not lower"} the held-out ECE ` +
-      `against β = 0: ${(100 * cal0.ece).toFixed(2)}% → ${(100 * calB.ece).toFixed(2)}%`;
-    console.log(verdict);
-
-    const settings = {
-      fixture: "llm",
-      seed: o.seed,
+    const r = await trainParity(ctx, o, { train, heldOut }, (line) => console.log(line));
+    console.log(trainParityText(o, r, heldOut.n));
+    const files = await trainParityFiles(o, r, {
       trainTokens: train.n,
       heldOutTokens: heldOut.n,
-      v: o.v,
-      d: o.d,
-      dtype: "f32",
-      steps: o.steps,
-      lr: o.lr,
-      batch: o.batch,
-      beta: o.beta,
-      trainE: o.trainE,
-      init: "the fixture's C (and E); the same for every run",
       adapter: ctx.report.description,
-    };
-    const lossSvg = await _lossFigure(fused, baseline, agree, o);
-    const calSvg = await reliabilityDiagram({
-      series: [
-        { label: "β = 0", report: cal0 },
-        { label: `β = ${o.beta}`, report: calB },
-      ],
-      title: `Held-out calibration after ${o.steps} SGD steps (${heldOut.n} tokens)`,
     });
-    const columns = (r: TrainResult) => ({
-      method: r.method,
-      wallMs: r.wallMs,
-      loss: r.records.map((s) => s.loss),
-      gradNormC: r.records.map((s) => s.gradNormC),
-      gradNormE: r.records.map((s) => s.gradNormE),
-    });
-    const lossJson = {
-      description: "Training parity (Figure 6 in miniature): per-step mean batch loss and " +
-        "gradient norms of mini-batch SGD on the llm fixture's LM head, fused vs baseline at the " +
-        "same β, same initial state and batches; plus a fused β = 0 run.",
-      settings,
-      tolerance: o.tol,
-      agreement: agree,
-      ok,
-      runs: {
-        fused: columns(fused),
-        baseline: columns(baseline),
-        fusedBeta0: columns(fused0),
-      },
-    };
-    const calJson = {
-      description: "Held-out calibration (tokens never trained on) of the initial head and of " +
-        "the heads trained with β = 0 and β, from the fused forward's streaming statistics.",
-      settings,
-      bins: o.bins,
-      eceLowered: lowered,
-      eceBeta0: cal0.ece,
-      eceBeta: calB.ece,
-      eceBaselineBeta: calBase.ece,
-      eceInitial: init.ece,
-      initial: init,
-      beta0: cal0,
-      beta: calB,
-    };
-    const files: [string, string][] = [
-      [join(o.out, "train_parity_loss.svg"), lossSvg],
-      [join(o.out, "train_parity_loss.json"), JSON.stringify(lossJson, null, 1) + "\n"],
-      [join(o.out, "train_parity_calibration.svg"), calSvg],
-      [join(o.out, "train_parity_calibration.json"), JSON.stringify(calJson, null, 1) + "\n"],
-    ];
-    await _writeAtomic(o.out, files);
-    console.log(`wrote ${files.map((f) => f[0]).join(", ")}`);
-    if (!ok) {
-      throw new Error(
-        `the fused and baseline curves differ by more than the tolerance ${o.tol} ` +
-          `(loss ${agree.maxRelLoss.toExponential(2)})`,
+    await writeAllOrNothing(
+      files.map(([name, text]) => ({ path: join(o.out, name), bytes: text })),
+    );
+    console.log(`wrote ${files.map(([name]) => join(o.out, name)).join(", ")}`);
+    if (!r.ok) {
+      console.error(
+        `error: the fused and baseline curves differ by more than the tolerance ${o.tol} ` +
+          `(loss ${r.agree.maxRelLoss.toExponential(2)})`,
       );
+      return 1;
     }
+    return 0;
   } finally {
     ctx.destroy();
   }
-}
-
-/** Loss, gradient norms and relative differences per step, stacked in one SVG. */
-async function _lossFigure(
-  fused: TrainResult,
-  baseline: TrainResult,
-  agree: CurveAgreement,
-  o: _Options,
-): Promise<string> {
-  const steps = fused.records.map((r) => r.step + 1);
-  const col = (r: TrainResult, k: keyof StepRecord) => r.records.map((s) => s[k]);
-  const labelF = `fused (Ours), β = ${o.beta}`, labelB = `baseline, β = ${o.beta}`;
-  const rel = (k: keyof StepRecord) =>
-    fused.records.map((s, i) => {
-      const b = baseline.records[i][k];
-      const dlt = Math.abs(s[k] - b) / Math.abs(b);
-      return dlt > 0 ? dlt : NaN; // exact agreement cannot be drawn on a log axis
-    });
-  const strip = (s: TopLevelSpec) => {
-    const { $schema: _, ...rest } = s as unknown as Record<string, unknown>;
-    return rest;
-  };
-  const loss = lineChartSpec({
-    title: "Training loss (mean over the step's batch)",
-    series: [
-      { label: labelF, x: steps, y: col(fused, "loss") },
-      { label: labelB, x: steps, y: col(baseline, "loss") },
-    ],
-    xLabel: "SGD step",
-    yLabel: "loss",
-    points: false,
-    height: 220,
-  });
-  const norms = lineChartSpec({
-    title: "Gradient norms",
-    series: [
-      { label: `‖∂L/∂C‖ ${labelF}`, x: steps, y: col(fused, "gradNormC") },
-      { label: `‖∂L/∂C‖ ${labelB}`, x: steps, y: col(baseline, "gradNormC") },
-      { label: `‖∂L/∂E‖ ${labelF}`, x: steps, y: col(fused, "gradNormE") },
-      { label: `‖∂L/∂E‖ ${labelB}`, x: steps, y: col(baseline, "gradNormE") },
-    ],
-    xLabel: "SGD step",
-    yLabel: "L2 norm (log)",
-    logY: true,
-    points: false,
-    height: 220,
-  });
-  const diffs = [
-    { label: "loss", x: steps, y: rel("loss") },
-    { label: "‖∂L/∂C‖", x: steps, y: rel("gradNormC") },
-    { label: "‖∂L/∂E‖", x: steps, y: rel("gradNormE") },
-  ];
-  const finite = diffs.flatMap((s) => s.y.filter(Number.isFinite));
-  const lo = Math.min(o.tol / 10, ...finite);
-  const diff = lineChartSpec({
-    title: "Relative difference |fused − baseline| / |baseline| (gaps: exactly equal)",
-    series: diffs,
-    xLabel: "SGD step",
-    yLabel: "relative difference (log)",
-    logY: true,
-    points: false,
-    yDomain: [lo, o.tol * 10],
-    yFormat: ".0e",
-    rules: [{ x1: 1, y1: o.tol, x2: o.steps, y2: o.tol }],
-    height: 180,
-  });
-  return await renderVegaLite(
-    {
-      $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-      title: {
-        text: `Training parity: fused vs baseline, ${o.steps} SGD steps`,
-        subtitle: [
-          `llm fixture, ${o.n - o.heldOut} tokens in batches of ${o.batch}, |V| = ${o.v}, ` +
-          `d = ${o.d}, f32, lr ${o.lr}; the curves overlap`,
-          `max relative difference: loss ${agree.maxRelLoss.toExponential(2)}, ‖∂L/∂C‖ ` +
-          `${agree.maxRelGradNormC.toExponential(2)}, ‖∂L/∂E‖ ` +
-          `${agree.maxRelGradNormE.toExponential(2)} (dashed: tolerance ${o.tol.toExponential(0)})`,
-        ],
-      },
-      vconcat: [strip(loss), strip(norms), strip(diff)],
-      resolve: { scale: { color: "independent" } },
-    } as unknown as TopLevelSpec,
-  );
 }
 
 function _parse(args: string[]): _Options | "help" {
@@ -349,18 +142,6 @@ function _parse(args: string[]): _Options | "help" {
     `--adapter must be auto, software or hardware, got '${o.adapter}'`,
   );
   return o;
-}
-
-/** Writes every file under a temporary name, then renames them all; removes leftovers on error. */
-async function _writeAtomic(dir: string, files: [string, string][]): Promise<void> {
-  const tag = `.tmp-${Deno.pid}`;
-  await Deno.mkdir(dir, { recursive: true });
-  try {
-    for (const [path, text] of files) await Deno.writeTextFile(path + tag, text);
-    for (const [path] of files) await Deno.rename(path + tag, path);
-  } finally {
-    for (const [path] of files) await Deno.remove(path + tag).catch(() => {});
-  }
 }
 
 if (import.meta.main) await runCli(() => trainParityMain(Deno.args));

@@ -1,5 +1,6 @@
 /**
- * The one way tests run a command-line entry point: `deno run -A <script> ...args` as a
+ * The one way tests run a command-line entry point: `deno run -A <script> ...args` (or other
+ * permission flags) as a
  * subprocess, with colour off, either to completion ({@link runScript}) or watched line by line
  * until it has printed enough to be killed ({@link spawnScript}, {@link readUntil}).
  * @module
@@ -18,6 +19,10 @@ export interface ScriptOptions {
   env?: Record<string, string>;
   /** Trim stderr (for matching a one-line error with `$`). Default false. */
   trimStderr?: boolean;
+  /** Working directory of the script (default this process's). */
+  cwd?: string;
+  /** Permission flags instead of `-A` (e.g. to deny writing somewhere, as a read-only disk). */
+  permissions?: string[];
 }
 
 /** A script's path, from the repository root (`scripts/lce.ts`) or absolute. */
@@ -38,11 +43,12 @@ export async function runScript(
   o: ScriptOptions = {},
 ): Promise<ScriptRun> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _path(script), ...args],
+    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: "piped",
     stderr: "piped",
     env: _env(o),
     clearEnv: true,
+    cwd: o.cwd,
   }).output();
   const dec = new TextDecoder();
   const stderr = dec.decode(out.stderr);
@@ -61,11 +67,12 @@ export function spawnScript(
   o: ScriptOptions = {},
 ): Deno.ChildProcess {
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", _path(script), ...args],
+    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: watch === "stdout" ? "piped" : "null",
     stderr: watch === "stderr" ? "piped" : "null",
     env: _env(o),
     clearEnv: true,
+    cwd: o.cwd,
   }).spawn();
 }
 
