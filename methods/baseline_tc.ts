@@ -26,7 +26,13 @@ import { prepareTcScales } from "../kernels/tc/tc_scale.ts";
 import { TC_TILE_128, type TcTile } from "../kernels/tc/tc_tiles.ts";
 import type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 import type { LceOptions } from "../core/options.ts";
-import { recordLossFromLogits, vector } from "./_common.ts";
+import {
+  ESTIMATE_SLACK_BYTES,
+  estimateSlack,
+  recordLossFromLogits,
+  vector,
+  vectorBytes,
+} from "./_common.ts";
 import { TC_ARITHMETIC, tcUnsupported } from "./fused_tc.ts";
 
 /** The products' tiles: the logits double-buffered, the split products single-buffered. */
@@ -49,15 +55,7 @@ export function baselineTcMethod(o: { name: string; mode?: TcMode }): LceMethod 
     description: `f32 logits and their gradient materialised, three products on ${TC_ARITHMETIC} ` +
       "(G as hi and lo f16 parts)",
     unsupported: (ctx: GpuContext, spec) => tcUnsupported(ctx, spec, mode),
-    estimateBytes(spec, opts) {
-      const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
-      const small = spec.n * 4 * 3 + (opts.reduction === "none" ? spec.n * 4 : 16) + 64;
-      return {
-        fwd: logits + small,
-        bwd: logits + grads + small,
-        "fwd+bwd": 2 * logits + grads + small,
-      };
-    },
+    estimateBytes: (spec, opts) => _estimate(spec, opts, ESTIMATE_SLACK_BYTES),
     prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, mode),
   };
 }
@@ -175,10 +173,27 @@ async function _prepare(
       saved.sc.scales.destroy();
       saved.sc.maxBits.destroy();
     },
+    // split-K partials of the products: at most TC_SPLITK_MAX_BYTES each (estimateSlack's)
+    estimateBytes: () => _estimate(spec, opts, estimateSlack(ctx)),
     stats: () =>
       Promise.resolve({ gradDtype: "f32", arithmetic: `${TC_ARITHMETIC}; G split hi/lo` }),
     release() {
       for (const m of [logitsMm, dEMm, dCMm]) m.release();
     },
+  };
+}
+
+/**
+ * Bytes a call allocates: the f32 logits (and G in the backward), the gradients, the per-token
+ * vectors; the slack covers parameter blocks, shard rounding, E's, C's and G's scales and the
+ * products' split-K partials.
+ */
+function _estimate(spec: ProblemSpec, opts: LceOptions, slack: number) {
+  const logits = spec.n * spec.v * 4, grads = (spec.n + spec.v) * spec.d * 4;
+  const small = vectorBytes(spec.n) * 4 + vectorBytes(opts.reduction === "none" ? spec.n : 1);
+  return {
+    fwd: logits + small + slack,
+    bwd: logits + grads + small + slack,
+    "fwd+bwd": 2 * logits + grads + small + 2 * slack,
   };
 }

@@ -31,6 +31,7 @@ import { tcFilterKernel } from "../kernels/tc/tc_filter.ts";
 import { tcSupport } from "../kernels/tc/tc_tiles.ts";
 import type { LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { lossTensor, vector } from "./_common.ts";
+import { fusedEstimate } from "./fused.ts";
 
 /** What the tensor-core rows multiply in, for reports. */
 export const TC_ARITHMETIC = "f16 tensor cores (WGSL, Dawn)";
@@ -93,6 +94,17 @@ async function _prepare(
     filterKernel: f.tileMap ? undefined : tcFilterKernel(ctx, { mode }),
   });
   const keepColsum = fwd.smoothing === "identity";
+  // the FMA fused row's, plus E's and C's scales and maxima (16 bytes each) in the forward
+  const estimateBytes = () => {
+    const e = fusedEstimate(ctx, spec, opts, { tileMap: f.tileMap, fusedForwardBackward: false }, {
+      fwdWorkspace: fwd.workspaceBytes() + 32,
+      bwdWorkspace: bwd.workspaceBytes({ colsum: keepColsum }),
+      keepColsum,
+      gradDtype: bwd.gradDtype,
+      tile: fwd.tile,
+    });
+    return e;
+  };
   const stats = async (): Promise<MethodStats> => ({
     ...(await bwd.stats()),
     gradDtype: bwd.gradDtype,
@@ -149,6 +161,7 @@ async function _prepare(
     },
     stats,
     release: () => bwd.release(),
+    estimateBytes,
   };
 }
 
