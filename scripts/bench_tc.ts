@@ -171,16 +171,15 @@ export async function benchTcMain(args: string[]): Promise<number> {
   const kernels = names.map(tcBenchVariant);
   const engine = parseEngine(v.webgpu);
   if (v.out !== undefined) checkOutputs([v.out]);
-  const ctx = await GpuContext.create({ engine, adapter: v.adapter as AdapterChoice });
+  const open = () => GpuContext.create({ engine, adapter: v.adapter as AdapterChoice });
+  let ctx = await open();
   const sup = tcSupport(ctx);
   const rep = ctx.report;
   const configs = rep.subgroupMatrixConfigs.map((c) =>
     `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`
   );
-  console.log(
-    `adapter: ${rep.description} (${rep.engineVersion}); subgroup size ${sup.sgSize}; ` +
-      `configs: ${configs.join(", ") || "none"}`,
-  );
+  const head = `${rep.description} (${rep.engineVersion}); subgroup size ${sup.sgSize}`;
+  console.log(`adapter: ${head}; configs: ${configs.join(", ") || "none"}`);
   const compiled = sup.reason ? [] : await compileCatalog(ctx);
   const failedCompiles = compiled.filter((c) => c.error);
   console.log(
@@ -190,8 +189,12 @@ export async function benchTcMain(args: string[]): Promise<number> {
   );
   for (const c of failedCompiles) console.log(`  compile FAIL ${c.name}: ${c.error}`);
   const rows: Row[] = [];
-  const inputs = tcInputCache(ctx);
+  let inputs = tcInputCache(ctx);
   for (const k of kernels) {
+    if (ctx.lostReason) { // a variant lost the device: the next ones get a new one
+      console.log(`device lost (${ctx.lostReason}): a new device for the next rows`);
+      [ctx, inputs] = await open().then((c) => [c, tcInputCache(c)] as const);
+    }
     const row: Row = { variant: k.name, tile: tcTileName(k.tile), times: [] };
     if (sup.reason) {
       row.check = `unsupported: ${sup.reason}`;
@@ -207,6 +210,7 @@ export async function benchTcMain(args: string[]): Promise<number> {
     _print(row, shapes);
   }
   inputs.destroy();
+  if (ctx.lostReason) ctx = await open();
   if (!sup.reason && fwdShape) rows.push(...await _forwards(ctx, fwdShape, v.reps));
   ctx.destroy();
   // the FMA core where the table's FMA rows run: Deno's WebGPU (wgpu)
