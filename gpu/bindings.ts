@@ -141,13 +141,19 @@ export function checkIndirect(group: GPUBindGroup, args: GPUBuffer): void {
 const _unused = new WeakMap<GPUDevice, GPUBuffer>();
 
 /**
- * A 256-byte storage buffer of `device` (untracked, made once) for a binding a dispatch declares
- * but never accesses (an unsplit product's partials): it aliases no other binding's buffer.
+ * A 64 KiB storage buffer of `device` (untracked, made once) for a binding a dispatch declares
+ * but never accesses (an unsplit product's partials): it aliases no other binding's buffer. Its
+ * size is above what Dawn asked of such a binding on an H100 (a pipeline's minimum binding size:
+ * 1,024 bytes for an unsplit product's partials), so no engine refuses it.
  */
 export function unusedBinding(device: GPUDevice): GPUBuffer {
   let b = _unused.get(device);
   if (!b) {
-    b = device.createBuffer({ size: 256, usage: GPUBufferUsage.STORAGE, label: "unused binding" });
+    b = device.createBuffer({
+      size: 1 << 16,
+      usage: GPUBufferUsage.STORAGE,
+      label: "unused binding",
+    });
     _unused.set(device, b);
   }
   return b;
