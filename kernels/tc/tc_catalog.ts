@@ -10,11 +10,13 @@
 import type { GpuContext } from "../../gpu/context.ts";
 import { resolveOptions } from "../../core/options.ts";
 import { BACKWARD_TILE_LARGE, defaultFilterEps } from "../fused/backward_plan.ts";
-import { tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
-import { tcForwardWgsl } from "./tc_forward_wgsl.ts";
-import { tcFilterWgsl } from "./tc_filter_wgsl.ts";
+import type { Signature } from "../../gpu/signature.ts";
+import { filterPassSignature } from "../fused/filter.ts";
+import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
+import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
+import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE } from "./tc_forward.ts";
-import { absmaxWgsl, scalesWgsl } from "./tc_scale.ts";
+import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
 import { TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
 
@@ -22,6 +24,10 @@ import type { TcDtype } from "./tc_codegen.ts";
 export interface CatalogKernel {
   name: string;
   code: string;
+  /** The kernel's signature: the code declares exactly it (checked before compiling). */
+  sig: Signature;
+  /** Bindings that take subgroup-matrix loads or stores (kernels/tc/tc_bindings.ts). */
+  matrices: string[];
 }
 
 /** The split products' tile of methods/baseline_tc.ts (single-buffered: hi and lo staged). */
@@ -37,19 +43,27 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     vecA: boolean;
     vecB: boolean;
     diag?: "copy-only" | "mma-only";
-  }) =>
+    straight?: boolean;
+  }) => {
+    const ko: TcMatmulKernelOptions = {
+      tile,
+      sgSize,
+      a: { dtype: a, contig: o.aTrans ? "mn" : "k", vec: o.vecA, split: o.split },
+      b: { dtype: b, contig: o.bTrans ? "mn" : "k", vec: o.vecB },
+      scaleA: a !== "f16",
+      scaleB: b !== "f16",
+      diag: o.diag,
+      straight: o.straight,
+    };
     out.push({
-      name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}`,
-      code: tcMatmulWgsl({
-        tile,
-        sgSize,
-        a: { dtype: a, contig: o.aTrans ? "mn" : "k", vec: o.vecA, split: o.split },
-        b: { dtype: b, contig: o.bTrans ? "mn" : "k", vec: o.vecB },
-        scaleA: a !== "f16",
-        scaleB: b !== "f16",
-        diag: o.diag,
-      }),
+      name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}${
+        o.straight === false ? " scratch stores" : ""
+      }`,
+      code: tcMatmulWgsl(ko),
+      sig: tcMatmulSignature(ko),
+      matrices: o.straight === false ? [] : ["outp", "part"],
     });
+  };
   for (const [name, tile] of Object.entries(TC_BENCH_TILES)) {
     mm(name, tile, "bf16", "bf16", { vecA: true, vecB: true });
   }
@@ -66,6 +80,8 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       mm("dE", SPLIT_TILE, "f32", dt, { bTrans: true, split: true, vecA, vecB });
       mm("dC", SPLIT_TILE, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
     }
+    // the variant of outputs smaller than one matrix (no matrix stores into storage)
+    mm("logits", TC_BENCH_TILES.t128_k32_db, dt, dt, { vecA: false, vecB: false, straight: false });
   }
   for (const dtype of ["bf16", "f16"] as const) {
     for (const vecLoads of [true, false]) {
@@ -75,17 +91,12 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
           ["softcap Σz tile map", 30, true, true],
         ] as const
       ) {
+        const fo = { tile: TC_FORWARD_TILE, sgSize, dtype, softcap, sumZ, vecLoads, tileMax };
         out.push({
           name: `forward ${dtype}${vecLoads ? " vec" : ""} ${tag}`,
-          code: tcForwardWgsl({
-            tile: TC_FORWARD_TILE,
-            sgSize,
-            dtype,
-            softcap,
-            sumZ,
-            vecLoads,
-            tileMax,
-          }),
+          code: tcForwardWgsl(fo),
+          sig: tcForwardSignature(fo),
+          matrices: [],
         });
       }
     }
@@ -99,28 +110,33 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
           ["softcap", 0.1, 20, false, false],
         ] as const
       ) {
+        const fo: TcFilterKernelOptions = {
+          tile: BACKWARD_TILE_LARGE,
+          filterTile: { bm: 128, bn: 128, bk: 32, tm: 4, tn: 4, vec: true },
+          dtype,
+          opts: resolveOptions({ beta, softcap }),
+          v: 256000,
+          eps: defaultFilterEps(dtype),
+          sort,
+          entryBits,
+          vecLoads,
+          scales: true,
+          tcTile: TC_FORWARD_TILE,
+          sgSize,
+        };
         out.push({
           name: `filter ${dtype}${vecLoads ? " vec" : ""} ${tag}`,
-          code: tcFilterWgsl({
-            tile: BACKWARD_TILE_LARGE,
-            filterTile: { bm: 128, bn: 128, bk: 32, tm: 4, tn: 4, vec: true },
-            dtype,
-            opts: resolveOptions({ beta, softcap }),
-            v: 256000,
-            eps: defaultFilterEps(dtype),
-            sort,
-            entryBits,
-            vecLoads,
-            tcTile: TC_FORWARD_TILE,
-            sgSize,
-          }),
+          code: tcFilterWgsl(fo),
+          sig: filterPassSignature(fo),
+          matrices: [],
         });
       }
     }
   }
-  out.push({ name: "absmax bf16", code: absmaxWgsl("bf16") });
-  out.push({ name: "absmax f32", code: absmaxWgsl("f32") });
-  out.push({ name: "scales", code: scalesWgsl() });
+  for (const dt of ["bf16", "f32"] as const) {
+    out.push({ name: `absmax ${dt}`, code: absmaxWgsl(dt), sig: ABSMAX_SIGNATURE, matrices: [] });
+  }
+  out.push({ name: "scales", code: scalesWgsl(), sig: SCALES_SIGNATURE, matrices: [] });
   return out;
 }
 
@@ -152,7 +168,13 @@ export async function compileKernels(
   const worker = async () => {
     while (next < kernels.length) {
       const i = next++, k = kernels[i], t0 = performance.now();
-      const error = await _compile(device, k.code);
+      let error: string | undefined;
+      try {
+        k.sig.check(k.code, k.name);
+        error = await _compile(device, k.code);
+      } catch (e) {
+        error = (e as Error).message.split("\n")[0];
+      }
       out[i] = { name: k.name, ms: performance.now() - t0, ...(error ? { error } : {}) };
     }
   };

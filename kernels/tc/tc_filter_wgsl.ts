@@ -10,8 +10,12 @@
  */
 import type { LceOptions } from "../../core/options.ts";
 import { dtypeHelpers, f32Lit, lossConstants } from "../wgsl_common.ts";
-import { filterFlushWgsl, type FilterPassKernelOptions } from "../fused/filter.ts";
-import { gradValue, WgslBindings } from "../fused/backward_wgsl.ts";
+import {
+  filterFlushWgsl,
+  type FilterPassKernelOptions,
+  filterPassSignature,
+} from "../fused/filter.ts";
+import { gradValue } from "../fused/backward_wgsl.ts";
 import {
   tcAccs,
   tcEnables,
@@ -21,7 +25,6 @@ import {
   type TcMainloopOptions,
   type TcMode,
   tcModuleDecls,
-  tcStorageType,
   tcStoreAcc,
   tcSubgroupCoords,
 } from "./tc_codegen.ts";
@@ -114,17 +117,14 @@ export function tcFilterWgsl(o: TcFilterKernelOptions): string {
     bScale: scaled ? "sb" : undefined,
     mode: o.mode,
   };
-  const b = new WgslBindings();
-  b.add("uniform> P: Params");
-  b.add(`storage, read> e: array<${tcStorageType(op)}>`);
-  b.add(`storage, read> c: array<${tcStorageType(op)}>`);
-  b.add("storage, read> lse: array<f32>");
-  b.add("storage, read> w: array<f32>");
-  if (o.sort) b.add("storage, read> perm: array<u32>");
-  b.add("storage, read_write> mask: array<atomic<u32>>");
-  b.add("storage, read_write> counter: array<atomic<u32>>");
-  if (o.entryBits) b.add("storage, read_write> hot: array<atomic<u32>>");
-  b.add("storage, read> scales: array<f32>");
+  if (o.scales !== true) {
+    throw new RangeError(
+      "tc filter: its operands' scales need the `scales` binding (options.scales)",
+    );
+  }
+  // the FMA pass's own signature (its parameters and bindings, `scales` last): the backward binds
+  // this pass as it binds the FMA one
+  const sig = filterPassSignature(o);
   const hotWords = (bm / TT) * (bn / 32 + 1);
   const rowVals = [...Array(t.mt).keys()].map((i) =>
     `let rr${i} = sr + ${i * mma.m}u + lr; let tk${i} = t0 + rr${i};
@@ -136,9 +136,7 @@ export function tcFilterWgsl(o: TcFilterKernelOptions): string {
   return `${tcEnables(o.mode)}
 ${lossConstants(o.opts as LceOptions, o.v)}
 const EPS: f32 = ${f32Lit(o.eps)};
-struct Params { tS: u32, tE: u32, eR0: u32, vS: u32, vE: u32, cR0: u32, d: u32, tBase: u32,
-  vBase: u32, vTotal: u32, hotWords: u32, _b: u32 };
-${b}
+${sig.wgsl}
 ${helpers}
 ${tcModuleDecls(main, ["scr"])}
 var<workgroup> scr: array<f32, ${ep.scratch}>;

@@ -16,10 +16,16 @@ import { vecWidth } from "../wgsl_common.ts";
 import { GPU_SMS } from "../gemm_tiles.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import { splitPlan } from "../fused/forward.ts";
-import { fusedMergeWgsl, recordMergePass, type SmoothingPlan } from "../fused/forward_merge.ts";
+import {
+  fusedMergeSignature,
+  fusedMergeWgsl,
+  recordMergePass,
+  type SmoothingPlan,
+} from "../fused/forward_merge.ts";
+import { compileKernel, type KernelOf } from "../../gpu/signature.ts";
 import { checkTileMap, type TileMapLayout, type TileMapTile } from "../fused/tile_map.ts";
 import { type TcMode, tcSharedBytes } from "./tc_codegen.ts";
-import { tcEpilogueShape, tcForwardWgsl } from "./tc_forward_wgsl.ts";
+import { tcEpilogueShape, tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { tcResidency } from "./tc_matmul.ts";
 import { type PreparedTcScales, prepareTcScales, type TcScaleBuffers } from "./tc_scale.ts";
 import { tcSupport, type TcTile, tcTileName, tileCols, tileRows } from "./tc_tiles.ts";
@@ -125,21 +131,27 @@ export async function prepareTcForward(
   const { spec, opts } = o;
   const { mode, sgSize, tile, smoothing, sumZ, shared } = _plan(ctx, o);
   const vecLoads = spec.d % vecWidth(spec.dtype) === 0;
-  const tiles = await ctx.pipeline(
-    tcForwardWgsl({
-      tile,
-      sgSize,
-      dtype: spec.dtype,
-      softcap: opts.softcap,
-      sumZ,
-      vecLoads,
-      tileMax: o.tileMax ?? false,
-      mode,
-    }),
+  const ko = {
+    tile,
+    sgSize,
+    dtype: spec.dtype,
+    softcap: opts.softcap,
+    sumZ,
+    vecLoads,
+    tileMax: o.tileMax ?? false,
+    mode,
+  };
+  const tiles = await compileKernel(
+    ctx,
+    tcForwardSignature(ko),
+    tcForwardWgsl(ko),
     "tc_forward_tiles",
   );
-  const merge = await ctx.pipeline(
-    fusedMergeWgsl({ dtype: spec.dtype, opts, v: spec.v, smoothing, stats: false }),
+  const mo = { dtype: spec.dtype, opts, v: spec.v, smoothing, stats: false };
+  const merge = await compileKernel(
+    ctx,
+    fusedMergeSignature(mo),
+    fusedMergeWgsl(mo),
     "fused_forward_merge",
   );
   const colsum: PreparedColumnSum | undefined = smoothing === "identity"
@@ -210,9 +222,9 @@ export async function prepareTcForward(
           });
         colsum.record(rec, { c, out: cs });
       }
-      _recordTiles(rec, { pipeline: tiles, a, plan, bm, d: spec.d, map, ws, wsz });
+      _recordTiles(rec, { kernel: tiles, a, plan, bm, d: spec.d, map, ws, wsz });
       recordMergePass(rec, {
-        pipeline: merge,
+        kernel: merge,
         e,
         targets,
         colsum: cs,
@@ -231,7 +243,7 @@ export async function prepareTcForward(
 function _recordTiles(
   rec: Recorder,
   o: {
-    pipeline: GPUComputePipeline;
+    kernel: KernelOf<ReturnType<typeof tcForwardSignature>>;
     a: TcForwardArgs;
     plan: ReturnType<typeof splitPlan>;
     bm: number;
@@ -248,29 +260,31 @@ function _recordTiles(
       const blocks = Math.ceil(es.rows / o.bm);
       c.shards.forEach((cshard, i) => {
         const sp = plan.shards[i];
-        const u = rec.uniform(
-          new Uint32Array([
-            es.rows,
-            es.rowStart,
-            cshard.rows,
-            cshard.rowStart,
-            o.d,
-            sp.tiles,
-            sp.splits,
-            sp.base,
-            plan.total,
-            map ? map.layout.rowBase[e.shards.indexOf(es)] : 0,
-            map ? map.layout.colBase[i] : 0,
-            map ? map.layout.cols : 0,
-          ]),
-          "tc forward params",
-        );
-        const bufs = [u, es.buffer, cshard.buffer, a.targets.shards[0].buffer, o.ws];
-        if (o.wsz) bufs.push(o.wsz);
-        bufs.push(zt);
-        if (map) bufs.push(map.buffer);
-        bufs.push(a.scales.scales);
-        p.dispatch(o.pipeline, rec.bindGroup(o.pipeline, bufs), sp.splits, blocks);
+        const params = {
+          rows: es.rows,
+          rowStart: es.rowStart,
+          vRows: cshard.rows,
+          vStart: cshard.rowStart,
+          d: o.d,
+          tiles: sp.tiles,
+          splits: sp.splits,
+          splitBase: sp.base,
+          sTotal: plan.total,
+          mapRow0: map ? map.layout.rowBase[e.shards.indexOf(es)] : 0,
+          mapCol0: map ? map.layout.colBase[i] : 0,
+          mapCols: map ? map.layout.cols : 0,
+        };
+        const bg = o.kernel.bind(rec, params, {
+          e: es.buffer,
+          c: cshard.buffer,
+          targets: a.targets.shards[0].buffer,
+          ws: o.ws,
+          wsz: o.wsz,
+          zt,
+          tmap: map?.buffer,
+          scales: a.scales.scales,
+        });
+        p.dispatch(o.kernel.pipeline, bg, sp.splits, blocks);
       });
     }
   });

@@ -22,6 +22,7 @@ import type { Dtype } from "../../core/options.ts";
 import { dtypeHelpers, LSE_MERGE } from "../wgsl_common.ts";
 import { softcapFn, treeSum } from "../fused/forward_epilogue.ts";
 import { tileMapForwardWgsl } from "../fused/tile_map.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
   tcEnables,
@@ -78,21 +79,34 @@ export function tcEpilogueShape(t: TcTile, sgSize: number) {
   };
 }
 
-/** Bindings: params, e, c, targets, ws, [wsz], zt, [tmap], scales. */
-function _bindings(o: TcForwardKernelOptions, vec: boolean): string {
-  const op = { dtype: o.dtype, contig: "k" as const, vec };
-  const decls = [
-    "var<uniform> P: Params",
-    `var<storage, read> e: array<${tcStorageType(op)}>`,
-    `var<storage, read> c: array<${tcStorageType(op)}>`,
-    "var<storage, read> targets: array<i32>",
-    "var<storage, read_write> ws: array<f32>",
-    ...(o.sumZ ? ["var<storage, read_write> wsz: array<f32>"] : []),
-    "var<storage, read_write> zt: array<f32>",
-    ...(o.tileMax ? [tileMapForwardWgsl.binding] : []),
-    "var<storage, read> scales: array<f32>",
-  ];
-  return decls.map((d, b) => `@group(0) @binding(${b}) ${d};`).join("\n");
+/**
+ * The tiles pass's signature: the parameters of the FMA forward's tiles pass
+ * (kernels/fused/forward_tiles.ts: the E shard's `rows` rows from `rowStart`, the C shard's
+ * `vRows` from `vStart`, depth d, the shard's `tiles` vocab tiles in `splits` splits from global
+ * split `splitBase` of `sTotal`, the tile map's origin and width) and its bindings (E, C, targets,
+ * the split workspace of log-sum-exp partials, [Σz], the target logits zt, [the tile map]), then
+ * the scale buffer (E's at slot {@link TC_FWD_SCALE_E}, C's at {@link TC_FWD_SCALE_C}).
+ */
+export function tcForwardSignature(
+  o: Pick<TcForwardKernelOptions, "dtype" | "vecLoads" | "sumZ" | "tileMax">,
+) {
+  const elem = tcStorageType({ dtype: o.dtype, contig: "k", vec: o.vecLoads });
+  return signature({
+    params: u32s(
+      "rows rowStart vRows vStart d tiles splits splitBase sTotal mapRow0 mapCol0 mapCols",
+    ),
+    bindings: {
+      e: { elem, access: "read" },
+      c: { elem, access: "read" },
+      targets: { elem: "i32", access: "read" },
+      ws: { elem: "f32", access: "read_write" },
+      wsz: { elem: "f32", access: "read_write", when: o.sumZ },
+      zt: { elem: "f32", access: "read_write" },
+      tmap: { elem: "u32", access: "read_write", when: o.tileMax },
+      scales: { elem: "f32", access: "read" },
+    },
+    layout: { breaks: [7] },
+  });
 }
 
 /** One round of the epilogue: accumulator (i, j) through scratch half `hb`. */
@@ -215,9 +229,7 @@ export function tcForwardWgsl(o: TcForwardKernelOptions): string {
 const NEG_INF: f32 = -3.0e38;
 ${softcapFn(o.softcap)}
 ${LSE_MERGE}
-struct Params { rows: u32, rowStart: u32, vRows: u32, vStart: u32, d: u32, tiles: u32, splits: u32,
-  splitBase: u32, sTotal: u32, mapRow0: u32, mapCol0: u32, mapCols: u32 };
-${_bindings(o, o.vecLoads)}
+${tcForwardSignature(o).wgsl}
 ${o.vecLoads ? "" : dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 ${tcModuleDecls(main, ["scr"])}
 var<workgroup> scr: array<f32, ${Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2))}>;

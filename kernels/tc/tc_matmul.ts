@@ -17,11 +17,13 @@ import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import { type MatmulOperand, type RowView, rowView, vectorLoadsFit } from "../matmul.ts";
-import { splitKReduceWgsl } from "../matmul_wgsl.ts";
+import { splitKReduceSignature, splitKReduceWgsl } from "../matmul_wgsl.ts";
+import { compileKernel, compileKernelNow, type KernelOf } from "../../gpu/signature.ts";
 import { GPU_SMS } from "../gemm_tiles.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { type TcDtype, type TcMode, tcSharedBytes } from "./tc_codegen.ts";
-import { TC_MATMUL_PARAMS, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
+import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
+import { checkTcBindings, tcMatrixBindingBytes, tcMinBindingBytes } from "./tc_bindings.ts";
 import {
   tcSupport,
   tcThreads,
@@ -252,31 +254,47 @@ export async function prepareTcMatmul(
   }
   const scaleA = kernel.scaleA ?? kernel.aDtype !== "f16";
   const scaleB = kernel.scaleB ?? kernel.bDtype !== "f16";
-  const code = (vecA: boolean, vecB: boolean) =>
-    tcMatmulWgsl({
-      tile: t,
-      sgSize,
-      a: { dtype: kernel.aDtype, contig: aContig, vec: vecA, split: kernel.split },
-      b: { dtype: kernel.bDtype, contig: bContig, vec: vecB },
-      scaleA,
-      scaleB,
-      diag: kernel.diag,
-      mode,
-    });
+  const options = (v: _Variant): TcMatmulKernelOptions => ({
+    tile: t,
+    sgSize,
+    a: { dtype: kernel.aDtype, contig: aContig, vec: v.vecA, split: kernel.split },
+    b: { dtype: kernel.bDtype, contig: bContig, vec: v.vecB },
+    scaleA,
+    scaleB,
+    diag: kernel.diag,
+    mode,
+    straight: v.straight,
+  });
   const label = `tc matmul ${tcTileName(t)}`;
-  const variants = new Map<string, GPUComputePipeline>();
-  variants.set("true,true", await ctx.pipeline(code(true, true), label));
-  const pick = (va: boolean, vb: boolean) => {
-    const key = `${va},${vb}`;
-    let pl = variants.get(key);
-    if (!pl) variants.set(key, pl = ctx.pipelineNow(code(va, vb), label));
-    return pl;
+  const variants = new Map<string, _Compiled>();
+  const compiled = (v: _Variant, k: _Kernel): _Compiled => ({
+    k,
+    // natively, straight stores are matrix stores into outp and part (tc_bindings.ts)
+    min: tcMinBindingBytes(k.sig, mode === "native" && v.straight ? ["outp", "part"] : []),
+  });
+  const first: _Variant = { vecA: true, vecB: true, straight: true };
+  const o0 = options(first);
+  variants.set(
+    _key(first),
+    compiled(first, await compileKernel(ctx, tcMatmulSignature(o0), tcMatmulWgsl(o0), label)),
+  );
+  const pick = (v: _Variant) => {
+    let c = variants.get(_key(v));
+    if (!c) {
+      const o = options(v);
+      const k = compileKernelNow(ctx, tcMatmulSignature(o), tcMatmulWgsl(o), label);
+      variants.set(_key(v), c = compiled(v, k));
+    }
+    return c;
   };
-  const reduce = await ctx.pipeline(splitKReduceWgsl("f32"), "tc matmul split-K sum");
+  const reduce = await compileKernel(
+    ctx,
+    splitKReduceSignature("f32"),
+    splitKReduceWgsl("f32"),
+    "tc matmul split-K sum",
+  );
   const ones = ctx.createBuffer({ size: 16, role: "params", label: "unit scales" });
   ctx.device.queue.writeBuffer(ones.buffer, 0, new Float32Array([1, 1, 1, 1]));
-  // bound as the partials where a product does not split (Dawn refuses aliased writable bindings)
-  const noPart = ctx.createBuffer({ size: 16, role: "params", label: "no partials" });
   const software = ctx.report.isFallbackAdapter || mode === "emulated";
   const residency = tcResidency(t, sgSize, shared);
   const slicesOf = (m: number, n: number, k: number, s: number | "auto" | undefined) =>
@@ -292,7 +310,6 @@ export async function prepareTcMatmul(
     },
     release() {
       ones.destroy();
-      noPart.destroy();
     },
     workspaceBytes(sh) {
       const { slices } = _cut(t, sh.k, slicesOf(sh.m, sh.n, sh.k, sh.splitK));
@@ -318,7 +335,6 @@ export async function prepareTcMatmul(
             pick,
             reduce,
             ones,
-            noPart,
             lastVariant,
           };
           _recordRegion(scope, r, S);
@@ -326,6 +342,23 @@ export async function prepareTcMatmul(
       });
     },
   };
+}
+
+/** A variant of the product kernel: vector loads of A and B, straight stores. */
+interface _Variant {
+  vecA: boolean;
+  vecB: boolean;
+  straight: boolean;
+}
+
+const _key = (v: _Variant) => `${v.vecA},${v.vecB},${v.straight}`;
+
+type _Kernel = KernelOf<ReturnType<typeof tcMatmulSignature>>;
+
+/** A compiled variant and the smallest binding (bytes) of each of its bindings. */
+interface _Compiled {
+  k: _Kernel;
+  min: Record<string, number>;
 }
 
 /** What the dispatches of one record share. */
@@ -338,10 +371,9 @@ interface _Scope {
   M: number;
   N: number;
   K: number;
-  pick: (va: boolean, vb: boolean) => GPUComputePipeline;
-  reduce: GPUComputePipeline;
+  pick: (v: _Variant) => _Compiled;
+  reduce: KernelOf<ReturnType<typeof splitKReduceSignature>>;
   ones: TrackedBuffer;
-  noPart: TrackedBuffer;
   lastVariant: { vecA: boolean; vecB: boolean; splitK: number };
 }
 
@@ -352,10 +384,12 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
   const depth = g.kHi - g.kLo;
   const { per, slices } = _cut(t, depth, S);
   const mm = g.mHi - g.mLo, nn = g.nHi - g.nLo;
+  const floor = tcMatrixBindingBytes(tileMma(t));
   let part: TrackedBuffer | undefined;
   let own = false;
   if (slices > 1) {
-    const bytes = (slices - 1) * mm * nn * 4;
+    // at least a matrix's footprint: the straight variant stores matrices into the partials
+    const bytes = Math.max(floor, (slices - 1) * mm * nn * 4);
     own = o.workspace === undefined || o.workspace.size < bytes;
     part = own
       ? s.ctx.createBuffer({ size: bytes, role: "workspace", label: "tc split-K partials" })
@@ -368,50 +402,57 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
     (k.aTrans || per % vecWidth(k.aDtype) === 0);
   const vb = vectorLoadsFit({ dtype: k.bDtype, trans: k.bTrans, start: bStart, ld: ldb, depth }) &&
     (k.bTrans || per % vecWidth(k.bDtype) === 0);
-  const pl = s.pick(va, vb);
+  // an output buffer smaller than one matrix takes the variant without matrix stores into it
+  const straight = g.os.buffer.size >= floor;
+  const { k: kern, min } = s.pick({ vecA: va, vecB: vb, straight });
   Object.assign(s.lastVariant, { vecA: va, vecB: vb, splitK: slices });
-  const words = new Uint32Array(TC_MATMUL_PARAMS.length);
-  const f32 = new Float32Array(words.buffer);
-  const set = (name: (typeof TC_MATMUL_PARAMS)[number], v: number) =>
-    words[TC_MATMUL_PARAMS.indexOf(name)] = v;
-  set("M", mm);
-  set("N", nn);
-  set("K", depth);
-  set("aOff", aStart);
-  set("lda", lda);
-  set("bOff", bStart);
-  set("ldb", ldb);
-  set("cOff", cOff);
-  set("ldc", N);
-  set("accumulate", g.acc ? 1 : 0);
-  f32[TC_MATMUL_PARAMS.indexOf("alpha")] = o.alpha ?? 1;
-  set("kPer", per);
-  set("first", 1);
-  set("aSc", o.scales?.a ?? 0);
-  set("bSc", o.scales?.b ?? 0);
-  const u = s.rec.uniform(words, "tc matmul params");
-  const partBuf = part ?? s.noPart;
-  const scales = o.scales?.buffer ?? s.ones;
+  const params = {
+    M: mm,
+    N: nn,
+    K: depth,
+    aOff: aStart,
+    lda,
+    bOff: bStart,
+    ldb,
+    cOff,
+    ldc: N,
+    accumulate: g.acc ? 1 : 0,
+    alpha: o.alpha ?? 1,
+    kPer: per,
+    first: 1,
+    aSc: o.scales?.a ?? 0,
+    bSc: o.scales?.b ?? 0,
+  };
+  // an unsplit product never touches its partials: the context's unused binding stands there
+  const buffers = {
+    a: g.ap.buffer,
+    b: g.bp.buffer,
+    outp: g.os.buffer,
+    part: part ?? s.ctx.unusedBinding,
+    scales: o.scales?.buffer ?? s.ones,
+  };
+  checkTcBindings(kern.label, min, buffers);
   s.pass.dispatch(
-    pl,
-    s.rec.bindGroup(pl, [u, g.ap.buffer, g.bp.buffer, g.os.buffer, partBuf, scales]),
+    kern.pipeline,
+    kern.bind(s.rec, params, buffers),
     Math.ceil(nn / tileCols(t)),
     Math.ceil(mm / tileRows(t)),
     slices,
   );
   if (slices > 1 && part) {
-    const w = new Uint32Array(8);
-    w.set([mm, nn, slices - 1, cOff, N, 1]);
-    new Float32Array(w.buffer)[6] = o.alpha ?? 1;
-    const ur = s.rec.uniform(w, "tc split-K params");
+    const rp = {
+      M: mm,
+      N: nn,
+      S: slices - 1,
+      cOff,
+      sCm: N,
+      accumulate: 1,
+      alpha: o.alpha ?? 1,
+    };
     const wgs = Math.ceil((mm * nn) / 256);
     const x = Math.min(wgs, 65535);
-    s.pass.dispatch(
-      s.reduce,
-      s.rec.bindGroup(s.reduce, [ur, part, g.os.buffer]),
-      x,
-      Math.ceil(wgs / x),
-    );
+    const bg = s.reduce.bind(s.rec, rp, { part, outp: g.os.buffer });
+    s.pass.dispatch(s.reduce.pipeline, bg, x, Math.ceil(wgs / x));
     if (own) s.rec.release(part);
   }
 }

@@ -15,6 +15,7 @@
  * @module
  */
 import { dtypeHelpers } from "../wgsl_common.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
   tcEnables,
@@ -44,34 +45,38 @@ export interface TcMatmulKernelOptions {
   diag?: TcMainloopOptions["diag"];
   /** Native subgroup matrices or their emulation (tc_codegen.ts). */
   mode?: TcMode;
+  /**
+   * Full tiles store their accumulators straight into the output with subgroupMatrixStore where
+   * the rows are 16-byte aligned (default true). Without it every tile goes through the
+   * workgroup scratch, and `outp` and `part` take no matrix store: Dawn then asks no minimum
+   * binding size of them beyond one element (tc_bindings.ts), which tiny outputs need.
+   */
+  straight?: boolean;
 }
 
-/** The uniform block's fields, in order (16 words). */
-export const TC_MATMUL_PARAMS = [
-  "M",
-  "N",
-  "K",
-  "aOff",
-  "lda",
-  "bOff",
-  "ldb",
-  "cOff",
-  "ldc",
-  "accumulate",
-  "alpha",
-  "kPer",
-  "first",
-  "aSc",
-  "bSc",
-  "_p",
-] as const;
-
-const PARAMS = `struct Params { ${
-  TC_MATMUL_PARAMS.map((f) => `${f}: ${f === "alpha" ? "f32" : "u32"}`).join(", ")
-} };`;
-
-/** Bindings in order: params, a, b, outp, part, scales. */
-export const TC_MATMUL_BINDINGS = ["params", "a", "b", "outp", "part", "scales"] as const;
+/**
+ * The product kernel's signature: M×N output from A (offset aOff, row stride lda) and B (bOff,
+ * ldb) over depth K, into outp at cOff with row stride ldc (accumulate: add to it), times alpha;
+ * split-K slices of kPer with `first` as in the GEMM core (kernels/matmul_wgsl.ts); the operands'
+ * scales at scales[aSc] and scales[bSc].
+ */
+export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b">) {
+  return signature({
+    params: {
+      ...u32s("M N K aOff lda bOff ldb cOff ldc accumulate"),
+      alpha: "f32",
+      ...u32s("kPer first aSc bSc"),
+    },
+    bindings: {
+      a: { elem: tcStorageType(o.a), access: "read" },
+      b: { elem: tcStorageType(o.b), access: "read" },
+      outp: { elem: "f32", access: "read_write" },
+      part: { elem: "f32", access: "read_write" },
+      scales: { elem: "f32", access: "read" },
+    },
+    layout: { pad: ["_p"] },
+  });
+}
 
 /**
  * Stores of every accumulator into `buf` (outp or part): straight ones for a full tile, or
@@ -81,7 +86,7 @@ export const TC_MATMUL_BINDINGS = ["params", "a", "b", "outp", "part", "scales"]
 function _stores(
   o: TcMatmulKernelOptions,
   main: TcMainloopOptions,
-  x: { buf: string; base: string; ld: string; f: string; acc: string; straight: string },
+  x: { buf: string; base: string; ld: string; f: string; acc: string; straight?: string },
 ): string {
   const t = o.tile, mma = tileMma(t), e = mma.m * mma.n;
   const accs = tcAccs(t);
@@ -111,6 +116,9 @@ function _stores(
       }
       workgroupBarrier();`
   );
+  // without straight stores none is emitted: a matrix store in dead code still sets the binding's
+  // minimum size
+  if (x.straight === undefined) return rounds.join("\n      ");
   return `if (${x.straight}) {
       ${straight.join("\n      ")}
     } else {
@@ -152,15 +160,14 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
   const helpers = dtypeHelpers(
     [{ name: "a", ...o.a }, { name: "b", ...o.b }].filter((x) => !x.vec),
   );
+  // a matrix store needs its pointer and row stride 16-byte aligned (4 f32): Vulkan's rule for
+  // cooperative-matrix loads and stores, which an emulation never meets
+  const straight = o.straight !== false;
   const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
+  const outAligned = `${full} && (P.cOff % 4u) == 0u && (P.ldc % 4u) == 0u`;
+  const partAligned = `${full} && (P.N % 4u) == 0u`;
   return `${tcEnables(o.mode)}
-${PARAMS}
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> a: array<${tcStorageType(o.a)}>;
-@group(0) @binding(2) var<storage, read> b: array<${tcStorageType(o.b)}>;
-@group(0) @binding(3) var<storage, read_write> outp: array<f32>;
-@group(0) @binding(4) var<storage, read_write> part: array<f32>;
-@group(0) @binding(5) var<storage, read> scales: array<f32>;
+${tcMatmulSignature(o).wgsl}
 ${helpers}
 ${tcModuleDecls(main, ["outp", "part", "scr"])}
 var<workgroup> scr: array<f32, ${tileSubgroups(t) * mma.m * mma.n}>;
@@ -187,7 +194,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       ld: "P.ldc",
       f: "f",
       acc: "P.accumulate != 0u",
-      straight: `${full} && P.accumulate == 0u`,
+      straight: straight ? `${outAligned} && P.accumulate == 0u` : undefined,
     })
   }
   } else {
@@ -199,7 +206,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       ld: "P.N",
       f: "unscale",
       acc: "false",
-      straight: full,
+      straight: straight ? partAligned : undefined,
     })
   }
   }

@@ -10,10 +10,14 @@
 import assert from "node:assert/strict";
 import { nullDevice, validateShader } from "../../testing/dawn_null.ts";
 import { resolveOptions } from "../../core/options.ts";
-import { compileKernels, tcCatalog } from "./tc_catalog.ts";
-import { tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
-import { tcForwardWgsl } from "./tc_forward_wgsl.ts";
-import { tcFilterWgsl } from "./tc_filter_wgsl.ts";
+import { signature } from "../../gpu/signature.ts";
+import { filterPassSignature } from "../fused/filter.ts";
+import { type CatalogKernel, compileKernels, tcCatalog } from "./tc_catalog.ts";
+import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
+import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
+import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
+import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
+import { tcMinBindingBytes } from "./tc_bindings.ts";
 import type { TcTile } from "./tc_tiles.ts";
 
 const nd = await nullDevice();
@@ -44,70 +48,133 @@ Deno.test({
 /** A 32×32 tile of 4 subgroups of one matrix: within the null device's limits. */
 const SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 1, nt: 1, bk: 16 };
 
+/** Every kernel family at {@link SMALL}: within the null device's limits. */
+function smallFamilies(): CatalogKernel[] {
+  const out: CatalogKernel[] = [];
+  for (const dbuf of [false, true]) {
+    for (
+      const [aTrans, bTrans, split] of [[false, false, false], [false, true, true], [
+        true,
+        true,
+        true,
+      ]]
+    ) {
+      for (const straight of [true, false]) {
+        const ko: TcMatmulKernelOptions = {
+          tile: { ...SMALL, dbuf },
+          sgSize: 32,
+          a: { dtype: split ? "f32" : "bf16", contig: aTrans ? "mn" : "k", vec: dbuf, split },
+          b: { dtype: "bf16", contig: bTrans ? "mn" : "k", vec: !dbuf },
+          scaleA: true,
+          scaleB: true,
+          straight,
+        };
+        out.push({
+          name: `matmul ${aTrans}${bTrans}${split}${dbuf}${straight}`,
+          code: tcMatmulWgsl(ko),
+          sig: tcMatmulSignature(ko),
+          matrices: straight ? ["outp", "part"] : [],
+        });
+      }
+    }
+  }
+  for (const tileMax of [false, true]) {
+    const fo = {
+      tile: SMALL,
+      sgSize: 32,
+      dtype: "bf16" as const,
+      softcap: tileMax ? 30 : undefined,
+      sumZ: tileMax,
+      vecLoads: tileMax,
+      tileMax,
+    };
+    out.push({
+      name: `forward ${tileMax}`,
+      code: tcForwardWgsl(fo),
+      sig: tcForwardSignature(fo),
+      matrices: [],
+    });
+  }
+  for (const [sort, entryBits] of [[false, true], [true, false]]) {
+    const fo: TcFilterKernelOptions = {
+      tile: { tokens: 32, vocab: 16, bk: 8, tokensPerThread: 4, vocabPerThread: 4 },
+      filterTile: { bm: 32, bn: 32, bk: 16, tm: 4, tn: 4, vec: true },
+      dtype: "f16",
+      opts: resolveOptions({ beta: 0.1, softcap: 10 }),
+      v: 1000,
+      eps: 2 ** -15,
+      sort,
+      entryBits,
+      vecLoads: sort,
+      scales: true,
+      tcTile: SMALL,
+      sgSize: 32,
+    };
+    out.push({
+      name: `filter ${sort} ${entryBits}`,
+      code: tcFilterWgsl(fo),
+      sig: filterPassSignature(fo),
+      matrices: [],
+    });
+  }
+  out.push({ name: "absmax", code: absmaxWgsl("bf16"), sig: ABSMAX_SIGNATURE, matrices: [] });
+  out.push({ name: "scales", code: scalesWgsl(), sig: SCALES_SIGNATURE, matrices: [] });
+  return out;
+}
+
 Deno.test({
   name: "tc kernels: each family creates its pipeline on the null device at a small tile",
   ...NULL_OPTS,
   async fn() {
     const device = nd.device!;
-    const codes: [string, string][] = [];
-    for (const dbuf of [false, true]) {
-      for (
-        const [aTrans, bTrans, split] of [[false, false, false], [false, true, true], [
-          true,
-          true,
-          true,
-        ]]
-      ) {
-        codes.push([
-          `matmul ${aTrans}${bTrans}${split}${dbuf}`,
-          tcMatmulWgsl({
-            tile: { ...SMALL, dbuf },
-            sgSize: 32,
-            a: { dtype: split ? "f32" : "bf16", contig: aTrans ? "mn" : "k", vec: dbuf, split },
-            b: { dtype: "bf16", contig: bTrans ? "mn" : "k", vec: !dbuf },
-            scaleA: true,
-            scaleB: true,
-          }),
-        ]);
+    for (const k of smallFamilies()) {
+      k.sig.check(k.code, k.name);
+      const v = await validateShader(device, k.code);
+      assert.deepEqual(v.errors, [], k.name);
+      assert.equal(v.pipelineError, undefined, k.name);
+    }
+  },
+});
+
+Deno.test({
+  name: "tc kernels: Dawn's minimum binding sizes are tcMinBindingBytes's, binding by binding",
+  ...NULL_OPTS,
+  async fn() {
+    const device = nd.device!;
+    const buf = (size: number, usage: number = GPUBufferUsage.STORAGE) =>
+      device.createBuffer({ size, usage });
+    const uniform = buf(256, GPUBufferUsage.UNIFORM);
+    let checked = 0, refused = 0;
+    for (const k of smallFamilies()) {
+      const module = device.createShaderModule({ code: k.code });
+      const pl = device.createComputePipeline({
+        layout: "auto",
+        compute: { module, entryPoint: "main" },
+      });
+      const min = tcMinBindingBytes(k.sig, k.matrices);
+      const group = (name: string, size: number) => {
+        const entries = k.sig.bindings.map((b) => ({
+          binding: b.index,
+          resource: {
+            buffer: b.access === "uniform" ? uniform : buf(b.name === name ? size : 1 << 16),
+          },
+        }));
+        device.pushErrorScope("validation");
+        device.createBindGroup({ layout: pl.getBindGroupLayout(0), entries });
+        return device.popErrorScope();
+      };
+      for (const [name, bytes] of Object.entries(min)) {
+        const ok = await group(name, bytes);
+        assert.equal(ok, null, `${k.name}: '${name}' at ${bytes} bytes: ${ok?.message}`);
+        checked++;
+        if (bytes >= 8) {
+          const e = await group(name, bytes - 4);
+          assert.match(e?.message ?? "", /minimum binding size/, `${k.name}: '${name}' below`);
+          refused++;
+        }
       }
     }
-    for (const tileMax of [false, true]) {
-      codes.push([
-        `forward ${tileMax}`,
-        tcForwardWgsl({
-          tile: SMALL,
-          sgSize: 32,
-          dtype: "bf16",
-          softcap: tileMax ? 30 : undefined,
-          sumZ: tileMax,
-          vecLoads: tileMax,
-          tileMax,
-        }),
-      ]);
-    }
-    for (const [sort, entryBits] of [[false, true], [true, false]]) {
-      codes.push([
-        `filter ${sort} ${entryBits}`,
-        tcFilterWgsl({
-          tile: { tokens: 32, vocab: 16, bk: 8, tokensPerThread: 4, vocabPerThread: 4 },
-          filterTile: { bm: 32, bn: 32, bk: 16, tm: 4, tn: 4, vec: true },
-          dtype: "f16",
-          opts: resolveOptions({ beta: 0.1, softcap: 10 }),
-          v: 1000,
-          eps: 2 ** -15,
-          sort,
-          entryBits,
-          vecLoads: sort,
-          tcTile: SMALL,
-          sgSize: 32,
-        }),
-      ]);
-    }
-    for (const [name, code] of codes) {
-      const v = await validateShader(device, code);
-      assert.deepEqual(v.errors, [], name);
-      assert.equal(v.pipelineError, undefined, name);
-    }
+    assert.ok(refused >= 8, `${refused} of ${checked} bindings refused below their minimum`);
   },
 });
 
@@ -119,6 +186,8 @@ Deno.test({
     const bad = {
       name: "broken",
       code: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+      sig: signature({ bindings: {} }),
+      matrices: [],
     };
     const got = await compileKernels(nd.device!, [...good, bad, ...good], 4);
     assert.deepEqual(got.map((k) => k.name), [...good, bad, ...good].map((k) => k.name));

@@ -17,6 +17,7 @@
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
+import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 
 /** Most tensors one scale buffer holds. */
 export const TC_SCALE_SLOTS = 4;
@@ -26,15 +27,29 @@ export const SCALE_TOP = 14;
 
 const WG = 256;
 
+/** Pass `absmax`: `words` u32 words of one shard, into slot `slot` of the maxima's bits. */
+export const ABSMAX_SIGNATURE = signature({
+  params: u32s("words slot"),
+  bindings: {
+    x: { elem: "u32", access: "read" },
+    bits: { elem: "atomic<u32>", access: "read_write" },
+  },
+});
+
+/** Pass `scales`: every slot's scale from its maximum's bits. */
+export const SCALES_SIGNATURE = signature({
+  bindings: {
+    bits: { elem: "u32", access: "read" },
+    scales: { elem: "f32", access: "read_write" },
+  },
+});
+
 /** WGSL of pass `absmax` over one shard (u32 words: bf16 pairs or f32 bits). */
 export function absmaxWgsl(dtype: "bf16" | "f32"): string {
   const abs = dtype === "bf16"
     ? "max((w & 0x7fffu) << 16u, w & 0x7fff0000u)"
     : "select(w & 0x7fffffffu, 0u, (w & 0x7f800000u) == 0x7f800000u)";
-  return `struct Params { words: u32, slot: u32, _a: u32, _b: u32 };
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> x: array<u32>;
-@group(0) @binding(2) var<storage, read_write> bits: array<atomic<u32>>;
+  return `${ABSMAX_SIGNATURE.wgsl}
 var<workgroup> s_max: atomic<u32>;
 @compute @workgroup_size(${WG})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
@@ -53,8 +68,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
 
 /** WGSL of pass `scales`: scale[i] = 2^(TOP − ⌊log₂ max⌋) from the bits (1 where max is 0). */
 export function scalesWgsl(): string {
-  return `@group(0) @binding(0) var<storage, read> bits: array<u32>;
-@group(0) @binding(1) var<storage, read_write> scales: array<f32>;
+  return `${SCALES_SIGNATURE.wgsl}
 @compute @workgroup_size(${TC_SCALE_SLOTS})
 fn main(@builtin(local_invocation_index) i: u32) {
   let b = bits[i];
@@ -88,10 +102,10 @@ export interface PreparedTcScales {
 /** Compiles the scale passes. */
 export async function prepareTcScales(ctx: GpuContext): Promise<PreparedTcScales> {
   const absmax = {
-    bf16: await ctx.pipeline(absmaxWgsl("bf16"), "tc absmax bf16"),
-    f32: await ctx.pipeline(absmaxWgsl("f32"), "tc absmax f32"),
+    bf16: await compileKernel(ctx, ABSMAX_SIGNATURE, absmaxWgsl("bf16"), "tc absmax bf16"),
+    f32: await compileKernel(ctx, ABSMAX_SIGNATURE, absmaxWgsl("f32"), "tc absmax f32"),
   };
-  const final = await ctx.pipeline(scalesWgsl(), "tc scales");
+  const final = await compileKernel(ctx, SCALES_SIGNATURE, scalesWgsl(), "tc scales");
   return {
     allocate(c) {
       const bytes = TC_SCALE_SLOTS * 4;
@@ -107,16 +121,19 @@ export async function prepareTcScales(ctx: GpuContext): Promise<PreparedTcScales
       rec.pass("tc scales", (p) => {
         o.tensors.forEach((t, i) => {
           if (t.dtype !== "bf16" && t.dtype !== "f32") return;
-          const pl = absmax[t.dtype];
+          const k = absmax[t.dtype];
           for (const s of t.shards) {
             const words = Math.ceil((s.rows * t.cols * (t.dtype === "bf16" ? 2 : 4)) / 4);
             if (words === 0) continue;
-            const u = rec.uniform(new Uint32Array([words, first + i, 0, 0]), "absmax params");
-            const groups = Math.min(65535, Math.ceil(words / (WG * 16)));
-            p.dispatch(pl, rec.bindGroup(pl, [u, s.buffer, o.into.maxBits]), groups);
+            const bg = k.bind(rec, { words, slot: first + i }, {
+              x: s.buffer,
+              bits: o.into.maxBits,
+            });
+            p.dispatch(k.pipeline, bg, Math.min(65535, Math.ceil(words / (WG * 16))));
           }
         });
-        p.dispatch(final, rec.bindGroup(final, [o.into.maxBits, o.into.scales]), 1);
+        const bg = final.bind(rec, undefined, { bits: o.into.maxBits, scales: o.into.scales });
+        p.dispatch(final.pipeline, bg, 1);
       });
     },
   };

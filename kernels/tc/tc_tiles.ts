@@ -108,12 +108,16 @@ export interface TcSupport {
  * f16 and subgroups, an f16 → f32 configuration of {@link MMA_16X16X16}, and one subgroup size.
  */
 export function tcSupport(ctx: GpuContext): TcSupport {
-  const info = ctx.adapter.info as GPUAdapterInfo & {
+  // a context over a caller's device has no adapter: its subgroup sizes are unknown
+  const info = (ctx.adapter?.info ?? {}) as Partial<GPUAdapterInfo> & {
     subgroupMinSize?: number;
     subgroupMaxSize?: number;
   };
   const sgSize = Number(info.subgroupMaxSize ?? 32);
   const base = { sgSize, mma: MMA_16X16X16 };
+  if (!ctx.adapter) {
+    return { ...base, reason: "the context has no adapter to read its subgroup sizes from" };
+  }
   if (ctx.engine !== "dawn") {
     return {
       ...base,
