@@ -3,7 +3,9 @@
  * on a GPU, whose log is committed. Dawn distrusts f16 on NVIDIA drivers older than 615.71 and
  * enables it here only by a toggle, so the tensor-core numbers count once this passes on the card:
  *
- * 1. every tensor-core kernel compiled for the adapter (kernels/tc/tc_catalog.ts);
+ * 1. the semantics probe (kernels/tc/tc_probe.ts: the subgroup-matrix builtins' layouts,
+ *    strides, operand roles and f16 conversions against what the emulation assumes), then every
+ *    tensor-core kernel compiled for the adapter (kernels/tc/tc_catalog.ts);
  * 2. the products of the methods (E·Cᵀ, G·C and Gᵀ·E with G split, split-K, accumulation) against
  *    float64 products at odd shapes (kernels/tc/tc_product_check.ts);
  * 3. each tensor-core method against the float64 reference (reference/lce_reference.ts) with the
@@ -26,6 +28,7 @@ import { fusedTcMethod } from "../methods/fused_tc.ts";
 import { InputError } from "../core/errors.ts";
 import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { compileCatalog } from "../kernels/tc/tc_catalog.ts";
+import { runProbe } from "../kernels/tc/tc_probe.ts";
 import { checkProduct, type ProductCheck } from "../kernels/tc/tc_product_check.ts";
 import { TC_BENCH_TILES, tcSupport } from "../kernels/tc/tc_tiles.ts";
 import {
@@ -155,6 +158,11 @@ export async function tcCheckMain(args: string[]): Promise<number> {
   if (sup.reason && !v.emulate) {
     log({ method: "tensor cores", case: "support", ok: false, detail: sup.reason, ms: 0 });
   } else {
+    if (!v.emulate) {
+      for (const r of (await runProbe(ctx)).results) {
+        log({ method: "probe", case: r.name, ok: r.ok, detail: r.line, ms: 0 });
+      }
+    }
     for (const k of v.emulate ? [] : await compileCatalog(ctx)) {
       log({ method: "compile", case: k.name, ok: !k.error, detail: k.error ?? "ok", ms: k.ms });
     }

@@ -137,3 +137,41 @@ export async function fmaProductRecorder(
   const a = { tensor: x.e, trans: false }, b = { tensor: x.c, trans: false };
   return { record: (rec) => mm.record(rec, { a, b, out: x.out }), done() {} };
 }
+
+/**
+ * A run's time budget: `race` waits for a step at most until the budget's end (and at most
+ * `capMs`), so a GPU that stops answering ends the run with what it measured instead of hanging;
+ * after a step timed out `stuck` is set and no further GPU work should be issued.
+ */
+export class BenchDeadline {
+  readonly #end: number;
+  stuck = false;
+  constructor(budgetMs: number) {
+    this.#end = performance.now() + budgetMs;
+  }
+  /** Milliseconds left. */
+  left(): number {
+    return Math.max(0, this.#end - performance.now());
+  }
+  /** Why no more steps should start, or undefined. */
+  get stop(): string | undefined {
+    if (this.stuck) return "skipped: an earlier step did not answer";
+    return this.left() <= 0 ? "skipped: time budget spent" : undefined;
+  }
+  /** `p`, or an error once the budget (or `capMs`) runs out first. */
+  async race<T>(p: Promise<T>, what: string, capMs = 60_000): Promise<T> {
+    const ms = Math.min(capMs, this.left());
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.stuck = true;
+        reject(new Error(`${what}: no answer within ${(ms / 1000).toFixed(0)} s`));
+      }, ms);
+    });
+    try {
+      return await Promise.race([p, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

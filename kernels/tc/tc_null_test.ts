@@ -18,6 +18,7 @@ import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
 import { tcMinBindingBytes } from "./tc_bindings.ts";
+import { probeCases, probeConversionWgsl, probeWgsl } from "./tc_probe.ts";
 import type { TcTile } from "./tc_tiles.ts";
 
 const nd = await nullDevice();
@@ -198,5 +199,24 @@ Deno.test({
       );
     }
     assert.match(got.find((k) => k.name === "broken")!.error ?? "", /^line 1:/);
+  },
+});
+
+Deno.test({
+  name: "tc kernels: the semantics probe's kernels validate on Dawn's null backend",
+  ...NULL_OPTS,
+  async fn() {
+    const device = nd.device!;
+    const codes: [string, string][] = [["conversions", probeConversionWgsl(420)]];
+    for (const mma of [{ m: 16, n: 16, k: 16 }, { m: 16, n: 8, k: 16 }, { m: 16, n: 8, k: 8 }]) {
+      // 128: the null device's subgroup size, to which the workgroup's x size must be a multiple
+      for (const p of probeCases(mma)) codes.push([p.name, probeWgsl(p, 128)]);
+    }
+    assert.ok(codes.length > 40);
+    for (const [name, code] of codes) {
+      const v = await validateShader(device, code);
+      assert.deepEqual(v.errors, [], name);
+      assert.ok(!v.pipelineError || v.limitOnly, `${name}: ${v.pipelineError}`);
+    }
   },
 });
