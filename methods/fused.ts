@@ -156,7 +156,7 @@ async function _prepare(
   // smoothing correction, instead of summed again there (0.92 ms at the paper's shape)
   const keepColsum = f.filter && fwd.smoothing === "identity";
   const estimateBytes = () =>
-    _fusedEstimate(ctx, spec, opts, f, {
+    fusedEstimate(ctx, spec, opts, f, {
       fwdWorkspace: fwd.workspaceBytes(),
       bwdWorkspace: f.filter
         ? (bwd as PreparedFusedBackward).workspaceBytes({ colsum: keepColsum })
@@ -267,11 +267,15 @@ function _shards(rows: number, per: number): number[] {
  * weights, gradients (sharded as the backward makes them) and workspace; the Fused Version's
  * forward holds both.
  */
-function _fusedEstimate(
+/**
+ * A fused row's estimate (PreparedMethod.estimateBytes) from its forward's and backward's
+ * workspaces; also the tensor-core fused rows' (methods/fused_tc.ts).
+ */
+export function fusedEstimate(
   ctx: GpuContext,
   spec: ProblemSpec,
   opts: LceOptions,
-  f: FusedVariant,
+  f: Pick<FusedVariant, "tileMap" | "fusedForwardBackward">,
   k: {
     fwdWorkspace: number;
     bwdWorkspace: number;

@@ -134,7 +134,12 @@ Deno.test({
         0,
         `${s.failed} of ${cases} cases failed:\n${s.failures.map((f) => f.message).join("\n")}`,
       );
-      assert.ok(s.passed >= cases * 0.8, `most cases run (${s.skipped} skipped)`);
+      // rows this adapter cannot run at all (the tensor-core rows without Dawn's subgroup
+      // matrices) skip every case of theirs
+      const spec = { n: 9, v: 31, d: 8, dtype: "bf16" as const };
+      const runnable = METHODS.filter((m) => !m.unsupported?.(ctx, spec, resolveOptions({})));
+      const share = runnable.length / METHODS.length;
+      assert.ok(s.passed >= cases * share * 0.8, `most cases run (${s.skipped} skipped)`);
     } finally {
       await runner.close();
     }

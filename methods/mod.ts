@@ -18,6 +18,8 @@ import {
   fusedNoSort,
   fusedTileMap,
 } from "./fused.ts";
+import { baselineTc } from "./baseline_tc.ts";
+import { fusedTc, fusedTileMapTc } from "./fused_tc.ts";
 
 export type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 
@@ -34,6 +36,9 @@ export const METHODS: readonly LceMethod[] = [
   fusedFbNoFilter,
   fusedF32Grad,
   fusedTileMap,
+  baselineTc,
+  fusedTc,
+  fusedTileMapTc,
 ];
 
 /**

@@ -11,6 +11,8 @@ const SCRIPTS = [
   "scripts/calibrate.ts",
   "scripts/beta_curve.ts",
   "scripts/bench_gemm.ts",
+  "scripts/bench_tc.ts",
+  "scripts/tc_check.ts",
   "scripts/bench_fused_backward.ts",
   "scripts/train_parity.ts",
   "scripts/fixture_stats.ts",

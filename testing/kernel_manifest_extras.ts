@@ -26,6 +26,7 @@ import {
   SOFTWARE_PROFILE,
 } from "./emulated_device.ts";
 import { collect, type ManifestRun, runMethodKernels } from "./kernel_capture.ts";
+import { tcCatalog } from "../kernels/tc/tc_catalog.ts";
 import { prepareBusyLoad } from "../gpu/busy_load.ts";
 import { prepareSgd } from "../calibration/training.ts";
 
@@ -173,10 +174,26 @@ async function _others(codes: Map<string, string>): Promise<ManifestRun[]> {
   return [{ key: "others", kernels: await collect(em.kernels, codes) }];
 }
 
+/**
+ * The tensor-core kernels (kernels/tc/tc_catalog.ts, for NVIDIA's 32-wide subgroups): the methods
+ * that run them are unsupported on the emulated adapters (they need Dawn's subgroup matrices), so
+ * the catalog of every variant they and the bench generate stands for them.
+ */
+async function _tensorCores(codes: Map<string, string>): Promise<ManifestRun[]> {
+  return [{
+    key: "tensor cores (catalog, subgroups of 32)",
+    kernels: await collect(
+      tcCatalog(32).map((k) => ({ label: `tc ${k.name}`, code: k.code, via: "pipeline" as const })),
+      codes,
+    ),
+  }];
+}
+
 /** Every tuning tool's kernels and the others (see the module doc). */
 export async function manifestExtras(codes: Map<string, string>): Promise<ManifestRun[]> {
   return [
     ...await _others(codes),
+    ...await _tensorCores(codes),
     ...await _benchGemm(codes, H100_PROFILE, PAPER),
     ...await _benchGemm(codes, SOFTWARE_PROFILE, { n: 37, v: 53, d: 19 }),
     ...await _tuneForward(codes, H100_PROFILE, FORWARD_TILES_HW, PAPER),

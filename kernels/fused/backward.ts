@@ -94,6 +94,7 @@ import {
 } from "./backward_plan.ts";
 import {
   defaultFilterTile,
+  type FilterPassKernelOptions,
   filterPassSignature,
   filterPassWgsl,
   KEPT_BOUNDS_SIG,
@@ -147,6 +148,10 @@ interface _Plan {
   /** Tokens per row slice of the dE pass. */
   sliceRows: number;
   filterTile: GemmTile | null;
+  /** The filter pass's generator (the FMA one, or FusedBackwardOptions.filterKernel's). */
+  filterWgsl: (o: FilterPassKernelOptions) => string;
+  /** Another kernel family's filter binds `scales` after the pass's own bindings. */
+  filterScales: boolean;
   /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
   mapTile?: TileMapTile;
   /** The order decision runs (sorting with the filter, decideOrder). */
@@ -202,7 +207,11 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     splits,
     slices,
     sliceRows,
-    filterTile: eps !== null && !mapTile ? o.filterTile ?? defaultFilterTile(ctx, tile) : null,
+    filterTile: eps !== null && !mapTile
+      ? o.filterKernel?.tile ?? o.filterTile ?? defaultFilterTile(ctx, tile)
+      : null,
+    filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
+    filterScales: o.filterKernel !== undefined,
     mapTile,
     decide: o.sort && eps !== null && (o.decideOrder ?? true),
     balanced: eps !== null && splits > 1,
@@ -228,13 +237,14 @@ async function _filterPipelines(ctx: GpuContext, p: _Plan) {
       vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
       sort: decide ? false : p.sort,
       entryBits: decide,
+      scales: p.filterScales,
     }
     : undefined;
   const filterPass = fo
     ? await compileKernel(
       ctx,
       filterPassSignature(fo),
-      filterPassWgsl(fo),
+      p.filterWgsl(fo),
       "fused_backward_filter",
     )
     : undefined;
@@ -431,6 +441,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       d: p.spec.d,
       perm: p.decide ? undefined : perm,
       hot,
+      scales: a.filterScales,
     });
   }
   if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {

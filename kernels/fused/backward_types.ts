@@ -4,6 +4,8 @@
  * @module
  */
 import type { DeviceTensor } from "../../gpu/tensor.ts";
+import type { TrackedBuffer } from "../../gpu/context.ts";
+import type { FilterPassKernelOptions } from "./filter.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import type { GemmTile } from "../gemm_codegen.ts";
@@ -60,6 +62,13 @@ export interface FusedBackwardOptions {
    * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
    */
   mapFilter?: { tile: TileMapTile };
+  /**
+   * The filter pass of another kernel family (the tensor-core one, kernels/tc/tc_filter.ts): its
+   * WGSL from the filter's own options, with the same parameters and bindings (and
+   * a `scales` binding after them: FilterPassKernelOptions.scales, FusedBackwardArgs.filterScales),
+   * and its tile (bm × bn: the grid).
+   */
+  filterKernel?: { tile: GemmTile; wgsl(o: FilterPassKernelOptions): string };
 }
 
 /** Tensors of {@link PreparedFusedBackward.record}. */
@@ -78,6 +87,8 @@ export interface FusedBackwardArgs {
   tileMap?: DeviceTensor;
   /** Σ_v C_v from the forward (d×1 f32; FusedForwardArgs.colsum): read, not summed again. */
   colsum?: DeviceTensor;
+  /** The `scales` binding of FusedBackwardOptions.filterKernel's filter pass. */
+  filterScales?: TrackedBuffer;
 }
 
 /** Filter statistics of the last recorded backward. */

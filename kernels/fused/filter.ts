@@ -90,6 +90,11 @@ export interface FilterPassKernelOptions {
    * vecLoadsFit(filterTile, dtype, d) holds: the caller's promise).
    */
   vecLoads?: boolean;
+  /**
+   * A `scales` binding (f32) after the pass's own: another kernel family's filter reads its
+   * operands' scales there (the tensor-core one, kernels/tc/tc_filter_wgsl.ts).
+   */
+  scales?: boolean;
 }
 
 /** What the filter pass's pieces are decided from (one place per switch). */
@@ -141,6 +146,7 @@ function _filterSignature(s: { o: FilterPassKernelOptions; vec: boolean; hot: bo
       mask: { elem: "atomic<u32>", access: "read_write" },
       counter: { elem: "atomic<u32>", access: "read_write" },
       hot: { elem: "atomic<u32>", access: "read_write", when: s.hot },
+      scales: { elem: "f32", access: "read", when: s.o.scales === true },
     },
     layout: { pad: ["_b"], breaks: [8] },
   });
@@ -172,8 +178,26 @@ function _filterTest(s: _FilterShape): string {
   return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test].join("\n  ");
 }
 
+/** What the flushes of a filter pass depend on. */
+type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "hot" | "HW">;
+
+/**
+ * The end of a filter pass after its workgroup barrier: the entry bits flushed into `hot` and the
+ * kept tiles' bits set in the mask and counted, from the workgroup's `s_any` (and `s_hot`), for a
+ * filter tile of bm tokens × bn vocabulary entries at corner (t0, v0). Shared with the
+ * tensor-core filter pass (kernels/tc/tc_filter_wgsl.ts), which declares the same workgroup
+ * variables and parameters.
+ */
+export function filterFlushWgsl(
+  o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean },
+): string {
+  const TT = o.tile.tokens, VT = o.tile.vocab;
+  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, hot: o.entryBits, HW: o.bn / 32 + 1 };
+  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s)}`;
+}
+
 /** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
-function _entryBitsFlush(s: _FilterShape): string {
+function _entryBitsFlush(s: _FlushShape): string {
   if (!s.hot) return "";
   return `if (lid < ${s.subT * s.HW}u) {
     let word = atomicLoad(&s_hot[lid]);
@@ -186,7 +210,7 @@ function _entryBitsFlush(s: _FilterShape): string {
 }
 
 /** The kept backward tiles' bits set in the mask and counted (thread 0). */
-function _keptTilesFlush(s: _FilterShape): string {
+function _keptTilesFlush(s: _FlushShape): string {
   return `if (lid == 0u) {
     let flags = atomicLoad(&s_any);
     var kept = 0u;
@@ -454,6 +478,8 @@ export function recordFilterPass(
     d: number;
     perm?: TrackedBuffer;
     hot?: TrackedBuffer;
+    /** The `scales` binding of another kernel family's filter (FilterPassKernelOptions.scales). */
+    scales?: TrackedBuffer;
   },
 ): void {
   const { rec, e, c, filterTile, kernel } = o;
@@ -489,6 +515,7 @@ export function recordFilterPass(
           mask: o.mask,
           counter: o.counter,
           hot: o.hot,
+          scales: o.scales,
         });
         p.dispatch(kernel.pipeline, bg, gTok, gVoc);
       }

@@ -1,0 +1,177 @@
+/**
+ * The products of scripts/bench_tc.ts: a variant's name to its kernel, and a product on given
+ * tensors ready to record repeatedly (its scales computed once).
+ * @module
+ */
+import type { GpuContext } from "../../gpu/context.ts";
+import { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, upload } from "../../gpu/tensor.ts";
+import { type Dtype, resolveOptions } from "../../core/options.ts";
+import { prepareTcForward, TC_FORWARD_TILE } from "./tc_forward.ts";
+import { InputError } from "../../core/errors.ts";
+import { prepareMatmul } from "../matmul.ts";
+import { TILE_HW_WIDE } from "../gemm_tiles.ts";
+import { prepareTcMatmul, type TcMatmulKernel } from "./tc_matmul.ts";
+import { prepareTcScales } from "./tc_scale.ts";
+import { TC_BENCH_TILES, type TcTile } from "./tc_tiles.ts";
+
+/**
+ * The E·Cᵀ kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
+ * inputs) or a diagnostic `:copy-only` / `:mma-only`. InputError for an unknown name.
+ */
+export function tcBenchVariant(v: string): TcMatmulKernel & { name: string } {
+  const [tile, opt, ...rest] = v.split(":");
+  const ok = Object.hasOwn(TC_BENCH_TILES, tile) && rest.length === 0 &&
+    [undefined, "f16", "copy-only", "mma-only"].includes(opt);
+  if (!ok) {
+    throw new InputError(
+      `--variants: unknown '${v}' (tiles: ${Object.keys(TC_BENCH_TILES).join(", ")}; ` +
+        "suffixes :f16, :copy-only, :mma-only)",
+    );
+  }
+  const dt = opt === "f16" ? "f16" : "bf16";
+  const diag = opt === "copy-only" || opt === "mma-only" ? opt : undefined;
+  const t = TC_BENCH_TILES[tile];
+  return { name: v, tile: t, aDtype: dt, bDtype: dt, aTrans: false, bTrans: false, diag };
+}
+
+/** E, C and the f32 output of one product. */
+export type TcInputs = { e: DeviceTensor; c: DeviceTensor; out: DeviceTensor };
+
+/** E (m×k), C (n×k) in each dtype and the f32 output of each shape, made once per context. */
+export function tcInputCache(ctx: GpuContext) {
+  const made = new Map<string, TcInputs>();
+  const mk = (rows: number, cols: number, dtype: "bf16" | "f16" | "f32", label: string) =>
+    createTensor(ctx, { dtype, rows, cols, role: "workspace", label });
+  const fill = (t: DeviceTensor, phase: number) => {
+    const h = new Float32Array(t.rows * t.cols);
+    for (let i = 0; i < h.length; i++) h[i] = Math.sin(i * 0.37 + phase) * 0.5;
+    upload(ctx, t, h);
+  };
+  return {
+    get(s: { m: number; n: number; k: number }, dt: "bf16" | "f16"): TcInputs {
+      const key = `${s.m}x${s.n}x${s.k}${dt}`;
+      let x = made.get(key);
+      if (!x) {
+        x = { e: mk(s.m, s.k, dt, "E"), c: mk(s.n, s.k, dt, "C"), out: mk(s.m, s.n, "f32", "out") };
+        fill(x.e, 0);
+        fill(x.c, 1);
+        made.set(key, x);
+      }
+      return x;
+    },
+    destroy: () => [...made.values()].forEach((x) => [x.e, x.c, x.out].forEach((t) => t.destroy())),
+  };
+}
+
+/** E·Cᵀ → out on tensor cores, ready to record; `done` frees what it made. */
+export async function tcProductRecorder(
+  ctx: GpuContext,
+  k: TcMatmulKernel,
+  x: { e: DeviceTensor; c: DeviceTensor; out: DeviceTensor },
+): Promise<{ record(rec: Recorder): void; done(): void }> {
+  const mm = await prepareTcMatmul(ctx, k), sc = await prepareTcScales(ctx);
+  const bufs = sc.allocate(ctx);
+  await ctx.scoped(async () => {
+    const rec = new Recorder(ctx);
+    sc.record(rec, { tensors: [x.e, x.c], into: bufs });
+    await rec.finish();
+  });
+  const a = { tensor: x.e, trans: false }, b = { tensor: x.c, trans: false };
+  const scales = { buffer: bufs.scales, a: 0, b: 1 };
+  return {
+    record: (rec) => mm.record(rec, { a, b, out: x.out, scales }),
+    done() {
+      mm.release();
+      bufs.scales.destroy();
+      bufs.maxBits.destroy();
+    },
+  };
+}
+
+/**
+ * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
+ * methods' TC_FORWARD_TILE): K-step 32 in one copy, 16 in two, 8 subgroups of 4×2, and 128×256.
+ */
+export const TC_FORWARD_BENCH_TILES: Record<string, TcTile> = {
+  f128_k32: TC_FORWARD_TILE,
+  f128_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
+  f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
+  f128x256_k16: { sgRows: 2, sgCols: 4, mt: 4, nt: 4, bk: 16 },
+};
+
+/** The tensor-core fused forward (β = 0.1, mean) on `x`, ready to record; `done` frees it. */
+export async function tcForwardRecorder(
+  ctx: GpuContext,
+  tile: TcTile,
+  x: { e: DeviceTensor; c: DeviceTensor; targets: DeviceTensor },
+): Promise<{ record(rec: Recorder): void; done(): void }> {
+  const spec = { n: x.e.rows, v: x.c.rows, d: x.e.cols, dtype: x.e.dtype as Dtype };
+  const fwd = await prepareTcForward(ctx, { spec, opts: resolveOptions({ beta: 0.1 }), tile });
+  const col = (rows: number, label: string) =>
+    createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
+  const lse = col(spec.n, "lse"), lossRows = col(spec.n, "loss rows");
+  const scales = fwd.scales.allocate(ctx);
+  return {
+    record: (rec) => fwd.record(rec, { ...x, lse, lossRows, scales }),
+    done() {
+      for (const t of [lse, lossRows]) t.destroy();
+      scales.scales.destroy();
+      scales.maxBits.destroy();
+    },
+  };
+}
+
+/** The FMA core's E·Cᵀ on `x` (bf16 → f32, the 128×256 tile of scripts/bench_gemm.ts). */
+export async function fmaProductRecorder(
+  ctx: GpuContext,
+  x: TcInputs,
+): Promise<{ record(rec: Recorder): void; done(): void }> {
+  const mm = await prepareMatmul(ctx, {
+    tile: TILE_HW_WIDE,
+    aDtype: x.e.dtype,
+    bDtype: x.c.dtype,
+    aTrans: false,
+    bTrans: false,
+  });
+  const a = { tensor: x.e, trans: false }, b = { tensor: x.c, trans: false };
+  return { record: (rec) => mm.record(rec, { a, b, out: x.out }), done() {} };
+}
+
+/**
+ * A run's time budget: `race` waits for a step at most until the budget's end (and at most
+ * `capMs`), so a GPU that stops answering ends the run with what it measured instead of hanging;
+ * after a step timed out `stuck` is set and no further GPU work should be issued.
+ */
+export class BenchDeadline {
+  readonly #end: number;
+  stuck = false;
+  constructor(budgetMs: number) {
+    this.#end = performance.now() + budgetMs;
+  }
+  /** Milliseconds left. */
+  left(): number {
+    return Math.max(0, this.#end - performance.now());
+  }
+  /** Why no more steps should start, or undefined. */
+  get stop(): string | undefined {
+    if (this.stuck) return "skipped: an earlier step did not answer";
+    return this.left() <= 0 ? "skipped: time budget spent" : undefined;
+  }
+  /** `p`, or an error once the budget (or `capMs`) runs out first. */
+  async race<T>(p: Promise<T>, what: string, capMs = 60_000): Promise<T> {
+    const ms = Math.min(capMs, this.left());
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        this.stuck = true;
+        reject(new Error(`${what}: no answer within ${(ms / 1000).toFixed(0)} s`));
+      }, ms);
+    });
+    try {
+      return await Promise.race([p, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,539 @@
+/**
+ * WGSL code generation for the tensor-core GEMM main loop (Dawn's subgroup-matrix extension),
+ * shared by the plain product (tc_matmul_wgsl.ts), the fused forward (tc_forward.ts) and the
+ * backward's filter pass (tc_filter.ts).
+ *
+ * The product is acc(m, n) = Σ_k A(m, k)·B(n, k) over a workgroup's bm×bn tile, with A(m, k) and
+ * B(n, k) read from one binding each: with `contig: "k"` element (r, k) of an operand sits at
+ * off + r·ld + k (or rowStart(r) + k), with `contig: "mn"` at off + r + k·ld. Each K-step:
+ *
+ * 1. global loads into registers, issued a step ahead: 16-byte vectors along the contiguous index
+ *    (8 bf16/f16 or 4 f32 values) where the caller promises alignment ({@link TcOperand.vec}),
+ *    else one element per load, zero outside the problem;
+ * 2. conversion to f16 (bf16 and f32 through f32, times the operand's power-of-two scale; f16
+ *    unscaled is a bitcast) and scalar f16 stores into the staging arrays: [row][k] for a
+ *    k-contiguous operand, [k][row] for the other, each row padded by {@link STAGE_PAD} halves;
+ *    a `split` operand (A only) is staged twice, as hi = f16(x) and lo = f16(x − hi), and
+ *    multiplied twice (about 22 significant bits instead of 11);
+ * 3. per subgroup, for each MMA k-slice: mt left and nt right matrices loaded from the staging
+ *    (row- or column-major by the staging's layout, offsets from `subgroup_id` only, as Dawn's
+ *    uniformity analysis requires) and mt·nt multiply-accumulates into f32 result matrices.
+ *
+ * Everything is unrolled but the K loop (Deno's and Dawn's compilers do not unroll). Double
+ * buffering follows kernels/gemm_codegen.ts: the loop body runs two K-steps so that every staging
+ * offset is a constant plus the subgroup's base. The subgroup-matrix operations themselves, native
+ * or emulated (tests on adapters without them), are tc_mma.ts's.
+ * @module
+ */
+import { loadF32, vecWidth, wgslStorageType } from "../wgsl_common.ts";
+import { emulationDecls, emuName, emuSlot, type TcMode } from "./tc_mma.ts";
+import {
+  STAGE_PAD,
+  tcThreads,
+  type TcTile,
+  tileCols,
+  tileMma,
+  tileRows,
+  validateTcTile,
+} from "./tc_tiles.ts";
+
+/** Element types the operands may be stored in (converted to f16 when staged). */
+export type TcDtype = "bf16" | "f16" | "f32";
+
+export { tcEnables, tcEntryParams, tcLanePrelude, type TcMode, tcStoreAcc } from "./tc_mma.ts";
+
+/** One operand of the product. */
+export interface TcOperand {
+  dtype: TcDtype;
+  /** The contiguous index: k (A·Bᵀ style) or the operand's rows (held transposed). */
+  contig: "k" | "mn";
+  /**
+   * 16-byte vector loads along the contiguous index (binding declared as vectors): offset, row
+   * stride and, for `contig: "k"`, K multiples of the vector width. The caller's promise.
+   */
+  vec?: boolean;
+  /** Staged as hi and lo f16 parts and multiplied twice (A only). */
+  split?: boolean;
+  /**
+   * With `contig: "k"`: the element index of row r's first element (a WGSL u32 expression of r),
+   * instead of off + r·ld (rows read through a permutation).
+   */
+  rowStart?: (r: string) => string;
+}
+
+/** Options of {@link tcMainloop}. */
+export interface TcMainloopOptions {
+  tile: TcTile;
+  /** Invocations per subgroup. */
+  sgSize: number;
+  a: TcOperand;
+  b: TcOperand;
+  /** Binding names of A and B. */
+  aBuf: string;
+  bBuf: string;
+  /** WGSL u32 expressions: rows M, columns N, depth K, the tile's first row and column. */
+  M: string;
+  N: string;
+  K: string;
+  m0: string;
+  n0: string;
+  /** Element offsets and strides (see the module doc). */
+  aOff: string;
+  lda: string;
+  bOff: string;
+  ldb: string;
+  /** WGSL f32 expressions multiplying each value before its conversion (default none). */
+  aScale?: string;
+  bScale?: string;
+  /** Prefix of the workgroup arrays and registers (two products in one shader). */
+  prefix?: string;
+  /** Native subgroup matrices (default) or their emulation ({@link TcMode}). */
+  mode?: TcMode;
+  /**
+   * Diagnostics for the bench only (wrong results): `copy-only` does one multiply a K-step
+   * instead of mt·nt·(bk/k) (the staging's cost), `mma-only` stages only the first K-step (the
+   * arithmetic's and the matrix loads' cost).
+   */
+  diag?: "copy-only" | "mma-only";
+}
+
+const COMP = ["x", "y", "z", "w"];
+
+/** One side of the staging. */
+interface _Side {
+  name: "A" | "B";
+  op: TcOperand;
+  buf: string;
+  /** Rows of the operand in the tile (bm or bn). */
+  rows: number;
+  extent: string;
+  first: string;
+  off: string;
+  ld: string;
+  scale?: string;
+  /** Staging arrays (hi, and lo when split) and the staged row length in halves. */
+  arr: string;
+  arrLo?: string;
+  stride: number;
+  /** Halves of one staging copy. */
+  copyElems: number;
+  prefix: string;
+}
+
+function _sides(o: TcMainloopOptions): _Side[] {
+  const t = o.tile, p = o.prefix ?? "";
+  if (o.b.split) throw new RangeError("tc mainloop: only A may be split");
+  const side = (
+    name: "A" | "B",
+    op: TcOperand,
+    rows: number,
+    x: { buf: string; extent: string; first: string; off: string; ld: string; scale?: string },
+  ): _Side => {
+    const stride = op.contig === "k" ? t.bk + STAGE_PAD : rows + STAGE_PAD;
+    return {
+      name,
+      op,
+      rows,
+      ...x,
+      arr: `${p}s${name}`,
+      arrLo: op.split ? `${p}s${name}lo` : undefined,
+      stride,
+      copyElems: op.contig === "k" ? rows * stride : t.bk * stride,
+      prefix: p,
+    };
+  };
+  return [
+    side("A", o.a, tileRows(t), {
+      buf: o.aBuf,
+      extent: o.M,
+      first: o.m0,
+      off: o.aOff,
+      ld: o.lda,
+      scale: o.aScale,
+    }),
+    side("B", o.b, tileCols(t), {
+      buf: o.bBuf,
+      extent: o.N,
+      first: o.n0,
+      off: o.bOff,
+      ld: o.ldb,
+      scale: o.bScale,
+    }),
+  ];
+}
+
+/** Bytes of workgroup memory the staging of a product takes. */
+export function tcSharedBytes(
+  t: TcTile,
+  o: { aContig: "k" | "mn"; bContig: "k" | "mn"; split?: boolean },
+): number {
+  validateTcTile(t);
+  const copies = t.dbuf ? 2 : 1;
+  const elems = (rows: number, contig: "k" | "mn") =>
+    contig === "k" ? rows * (t.bk + STAGE_PAD) : t.bk * (rows + STAGE_PAD);
+  const a = elems(tileRows(t), o.aContig) * (o.split ? 2 : 1);
+  return (a + elems(tileCols(t), o.bContig)) * copies * 2;
+}
+
+/** Workgroup declarations of the staging arrays (f16; enable f16 is the kernel's). */
+export function tcShared(o: TcMainloopOptions): string {
+  const copies = o.tile.dbuf ? 2 : 1;
+  return _sides(o).flatMap((s) =>
+    [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
+      `var<workgroup> ${arr}: array<f16, ${copies * s.copyElems}>;`
+    )
+  ).join("\n");
+}
+
+/** WGSL storage element type of an operand's binding. */
+export function tcStorageType(op: TcOperand): string {
+  if (op.vec) return op.dtype === "f32" ? "vec4<f32>" : "vec4<u32>";
+  return wgslStorageType(op.dtype);
+}
+
+/** Accumulator names `acc_i_j` of a subgroup's register tile, with (i, j). */
+export function tcAccs(t: TcTile, prefix = ""): { name: string; i: number; j: number }[] {
+  const out: { name: string; i: number; j: number }[] = [];
+  for (let i = 0; i < t.mt; i++) {
+    for (let j = 0; j < t.nt; j++) out.push({ name: `${prefix}acc_${i}_${j}`, i, j });
+  }
+  return out;
+}
+
+/** The WGSL type of a result matrix of the tile's MMA shape. */
+export function tcResultType(t: TcTile): string {
+  const m = tileMma(t);
+  return `subgroup_matrix_result<f32, ${m.n}, ${m.m}>`;
+}
+
+/**
+ * Statements defining the subgroup's first row `${prefix}sr` and first column `${prefix}sc` in
+ * the tile (uniform: from `sg`, the `subgroup_id` builtin).
+ */
+export function tcSubgroupCoords(t: TcTile, prefix = ""): string {
+  const m = tileMma(t);
+  return `let ${prefix}sr = (sg / ${t.sgCols}u) * ${t.mt * m.m}u;
+  let ${prefix}sc = (sg % ${t.sgCols}u) * ${t.nt * m.n}u;`;
+}
+
+/** One side's global loads: register declarations, fetch statements, stash per copy. */
+interface _Loads {
+  decls: string[];
+  fetch: string[];
+  stash: (copy: number) => string[];
+}
+
+/**
+ * The hi/lo split of a split operand: hi keeps x's leading 11 significant bits (its mantissa cut
+ * by integer masking, so hi converts to f16 exactly in f16's normal range) and lo = x − hi is
+ * exact in f32 and rounded once to f16. Not lo = x − f32(f16(x)): shader compilers may fold that
+ * conversion round trip to x (Mesa's does), which leaves lo = 0.
+ */
+const HI_MASK = "0xffffe000u";
+
+/** f16 stores of the f32 pair `x` (vec2) at staging elements i0, i1 (hi, and lo when split). */
+function _storePair(s: _Side, x: string, i0: string, i1: string, tag: string): string {
+  const hi = `h${tag}`;
+  if (!s.arrLo) {
+    return `let ${hi} = vec2<f16>(${x}); ${s.arr}[${i0}] = ${hi}.x; ${s.arr}[${i1}] = ${hi}.y;`;
+  }
+  return [
+    `let x${tag} = ${x};`,
+    `let t${tag} = bitcast<vec2<f32>>(bitcast<vec2<u32>>(x${tag}) & vec2<u32>(${HI_MASK}));`,
+    `let ${hi} = vec2<f16>(t${tag}); ${s.arr}[${i0}] = ${hi}.x; ${s.arr}[${i1}] = ${hi}.y;`,
+    `let l${tag} = vec2<f16>(x${tag} - t${tag}); ${s.arrLo}[${i0}] = l${tag}.x; ${s.arrLo}[${i1}] = l${tag}.y;`,
+  ].join(" ");
+}
+
+/** The f32 pairs (vec2 expressions) of a 16-byte register, in element order. */
+function _pairs(reg: string, dtype: TcDtype): string[] {
+  const out: string[] = [];
+  if (dtype === "f32") {
+    out.push(`${reg}.xy`, `${reg}.zw`);
+  } else {
+    for (let q = 0; q < 4; q++) {
+      const w = `${reg}.${COMP[q]}`;
+      out.push(
+        dtype === "f16"
+          ? `unpack2x16float(${w})`
+          : `vec2<f32>(bitcast<f32>(${w} << 16u), bitcast<f32>(${w} & 0xffff0000u))`,
+      );
+    }
+  }
+  return out;
+}
+
+/** Element `e` (a u32 expression) of staging copy `copy`. */
+const _el = (s: _Side, copy: number, e: string) => copy === 0 ? e : `${copy * s.copyElems}u + ${e}`;
+
+/** Vector loads: ⌈vectors / threads⌉ 16-byte registers per thread and K-step. */
+function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
+  const t = o.tile, w = vecWidth(s.op.dtype), count = (s.rows * t.bk) / w;
+  const alongK = s.op.contig === "k";
+  const ty = tcStorageType(s.op);
+  const lc = s.name.toLowerCase();
+  const out: _Loads & { stashes: ((copy: number) => string)[] } = {
+    decls: [],
+    fetch: [],
+    stash: (copy) => out.stashes.map((f) => f(copy)),
+    stashes: [],
+  };
+  const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
+  for (let i = 0; i * threads < count; i++) {
+    const reg = `${s.prefix}rv${lc}${i}`;
+    const idx = `(lid + ${i * threads}u)`;
+    const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
+    const pos = alongK
+      ? `let vr = ${idx} / ${t.bk / w}u; let vk = (${idx} % ${t.bk / w}u) * ${w}u;`
+      : `let vr = (${idx} % ${s.rows / w}u) * ${w}u; let vk = ${idx} / ${s.rows / w}u;`;
+    const start = alongK
+      ? (s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`)
+      : `${s.off} + r + k * ${s.ld}`;
+    out.decls.push(`var ${reg}: ${ty};`);
+    out.fetch.push(
+      `${reg} = ${ty}(0); if (${guard}) { ${pos} let r = ${s.first} + vr; let k = KB + vk; ` +
+        `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
+    );
+    // staging element of the vector's j-th value
+    const at = (j: number) =>
+      alongK ? `vr * ${s.stride}u + vk + ${j}u` : `vk * ${s.stride}u + vr + ${j}u`;
+    out.stashes.push((copy) => {
+      const lines: string[] = [];
+      if (direct) {
+        for (let q = 0; q < 4; q++) {
+          // a bitcast natively; naga (the emulation under Deno's WebGPU) has no f16 bitcast
+          const pair = o.mode === "emulated"
+            ? `vec2<f16>(unpack2x16float(${reg}.${COMP[q]}))`
+            : `bitcast<vec2<f16>>(${reg}.${COMP[q]})`;
+          lines.push(
+            `let d${q} = ${pair}; ${s.arr}[${_el(s, copy, at(2 * q))}] = d${q}.x; ${s.arr}[${
+              _el(s, copy, at(2 * q + 1))
+            }] = d${q}.y;`,
+          );
+        }
+      } else {
+        _pairs(reg, s.op.dtype).forEach((x, q) => {
+          const v = s.scale ? `(${x} * ${s.scale})` : x;
+          lines.push(
+            _storePair(s, v, _el(s, copy, at(2 * q)), _el(s, copy, at(2 * q + 1)), `${q}`),
+          );
+        });
+      }
+      return `if (${guard}) { ${pos}\n      ${lines.join("\n      ")} }`;
+    });
+  }
+  return out;
+}
+
+/** Scalar loads: one element per load, (rows·bk)/threads per thread and K-step. */
+function _scalarLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
+  const t = o.tile, count = s.rows * t.bk;
+  const alongK = s.op.contig === "k";
+  const lc = s.name.toLowerCase();
+  const out: _Loads & { stashes: ((copy: number) => string)[] } = {
+    decls: [],
+    fetch: [],
+    stash: (copy) => out.stashes.map((f) => f(copy)),
+    stashes: [],
+  };
+  for (let i = 0; i * threads < count; i++) {
+    const reg = `${s.prefix}rs${lc}${i}`;
+    const idx = `(lid + ${i * threads}u)`;
+    const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
+    const pos = alongK
+      ? `let er = ${idx} / ${t.bk}u; let ek = ${idx} % ${t.bk}u;`
+      : `let er = ${idx} % ${s.rows}u; let ek = ${idx} / ${s.rows}u;`;
+    const addr = alongK
+      ? (s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`)
+      : `${s.off} + r + k * ${s.ld}`;
+    out.decls.push(`var ${reg}: f32;`);
+    out.fetch.push(
+      `${reg} = 0.0; if (${guard}) { ${pos} let r = ${s.first} + er; let k = KB + ek; ` +
+        `if (r < ${s.extent} && k < KE) { ${reg} = ${loadF32(s.buf, s.op.dtype, addr)}; } }`,
+    );
+    const at = alongK ? `er * ${s.stride}u + ek` : `ek * ${s.stride}u + er`;
+    out.stashes.push((copy) => {
+      const x = s.scale ? `(${reg} * ${s.scale})` : reg;
+      const lines = s.arrLo
+        ? [
+          `let x = ${x}; let t = bitcast<f32>(bitcast<u32>(x) & ${HI_MASK});`,
+          `${s.arr}[${_el(s, copy, at)}] = f16(t); ${s.arrLo}[${_el(s, copy, at)}] = f16(x - t);`,
+        ]
+        : [`${s.arr}[${_el(s, copy, at)}] = f16(${x});`];
+      return `if (${guard}) { ${pos} ${lines.join(" ")} }`;
+    });
+  }
+  return out;
+}
+
+/** Offset (u32 expression) and layout of matrix (i or j) at MMA k-slice kk of copy `copy`. */
+function _matrixAt(
+  t: TcTile,
+  s: _Side,
+  copy: number,
+  kk: number,
+  idx: number,
+): { off: string; layout: "row_major" | "col_major" } {
+  const mma = tileMma(t);
+  const base = copy * s.copyElems;
+  const along = s.name === "A" ? mma.m : mma.n;
+  const sub = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`;
+  if (s.op.contig === "k") {
+    // staged [row][k]: row-major for A (rows m), column-major for B (element (k, n) at n·stride + k)
+    const c = base + idx * along * s.stride + kk * mma.k;
+    return {
+      off: `${sub} * ${s.stride}u + ${c}u`,
+      layout: s.name === "A" ? "row_major" : "col_major",
+    };
+  }
+  // staged [k][row]: column-major for A (element (m, k) at k·stride + m), row-major for B
+  const c = base + kk * mma.k * s.stride + idx * along;
+  return { off: `${sub} + ${c}u`, layout: s.name === "A" ? "col_major" : "row_major" };
+}
+
+/** The arithmetic of one K-step from staging copy `copy`. */
+function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] {
+  const t = o.tile, mma = tileMma(t), p = o.prefix ?? "";
+  const [A, B] = sides;
+  const left = `subgroup_matrix_left<f16, ${mma.k}, ${mma.m}>`;
+  const right = `subgroup_matrix_right<f16, ${mma.n}, ${mma.k}>`;
+  const emu = o.mode === "emulated";
+  const out: string[] = [];
+  const slices = o.diag === "copy-only" ? 1 : t.bk / mma.k;
+  const mt = o.diag === "copy-only" ? 1 : t.mt, nt = o.diag === "copy-only" ? 1 : t.nt;
+  for (let kk = 0; kk < slices; kk++) {
+    const tag = `${copy}_${kk}`;
+    const bs = [...Array(nt).keys()].map((j) => _matrixAt(t, B, copy, kk, j));
+    if (!emu) {
+      bs.forEach((m, j) =>
+        out.push(
+          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}, ${m.off}, ${B.stride}u);`,
+        )
+      );
+    }
+    for (let i = 0; i < mt; i++) {
+      const m = _matrixAt(t, A, copy, kk, i);
+      const parts = [A.arr, A.arrLo].filter((x) => x !== undefined);
+      parts.forEach((arr, h) => {
+        const a = `${p}a${tag}_${i}_${h}`;
+        if (!emu) {
+          out.push(
+            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}, ${m.off}, ${A.stride}u);`,
+          );
+        }
+        for (let j = 0; j < nt; j++) {
+          const acc = `${p}acc_${i}_${j}`;
+          if (emu) {
+            out.push(
+              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.off}, ${A.stride}u, ${
+                m.layout === "col_major"
+              }, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
+            );
+          } else {
+            out.push(`${acc} = subgroupMatrixMultiplyAccumulate(${a}, ${p}b${tag}_${j}, ${acc});`);
+          }
+        }
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * Module-scope code of the product: the staging arrays, and when emulated the accumulators and
+ * the emulation's functions (tc_mma.ts), with a store function per array of `storeTargets`.
+ */
+export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = []): string {
+  const staging = tcShared(o);
+  if (o.mode !== "emulated") return staging;
+  const [A, B] = _sides(o);
+  const left = [A.arr, A.arrLo].filter((x) => x !== undefined);
+  return `${staging}\n${emulationDecls({ ...o, left, right: B.arr, storeTargets })}`;
+}
+
+/**
+ * The product's main loop as statements inside `main`. Needs `lid` (local_invocation_index) and
+ * `sg` (subgroup_id) in scope and the subgroup coordinates ({@link tcSubgroupCoords}); declares
+ * and zeroes the accumulators (or only zeroes them with `declare` false), then accumulates the K
+ * range. All invocations must run it (barriers); it ends with a barrier, so the staging may be
+ * reused after it.
+ */
+export function tcMainloop(o: TcMainloopOptions, declare = true): string {
+  const t = o.tile;
+  validateTcTile(t);
+  const sides = _sides(o);
+  const threads = tcThreads(t, o.sgSize);
+  for (const s of sides) {
+    const w = vecWidth(s.op.dtype);
+    if (s.op.vec && (s.op.contig === "k" ? t.bk % w : s.rows % w) !== 0) {
+      throw new RangeError(`tc mainloop: vector loads of ${s.name} do not fit the tile`);
+    }
+    if (s.op.rowStart && s.op.contig !== "k") {
+      throw new RangeError("tc mainloop: rowStart needs a k-contiguous operand");
+    }
+  }
+  const loads = sides.map((s) =>
+    s.op.vec ? _vectorLoads(o, s, threads) : _scalarLoads(o, s, threads)
+  );
+  const zero = `${tcResultType(t)}()`;
+  const accs = tcAccs(t, o.prefix).map((a) =>
+    o.mode === "emulated"
+      ? `${o.prefix ?? ""}emu_zero(${emuSlot(t, a.i, a.j)}, sl);`
+      : declare
+      ? `var ${a.name} = ${zero};`
+      : `${a.name} = ${zero};`
+  );
+  const decls = loads.flatMap((l) => l.decls).join(" ");
+  const fetch = (kb: string) =>
+    `{ let KB = ${kb}; let KE = ${o.K};\n    ${
+      loads.flatMap((l) => l.fetch).join("\n    ")
+    }\n    }`;
+  const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
+  const compute = (copy: number) => _compute(o, sides, copy).join("\n    ");
+  const mmaOnly = o.diag === "mma-only";
+  const loopFetch = (kb: string) => mmaOnly ? "" : fetch(kb);
+  const loopStash = (copy: number) => mmaOnly ? "" : stash(copy);
+  const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
+  if (!t.dbuf) {
+    return `${accs.join(" ")}
+${decls}
+{
+  ${kTiles}
+  ${fetch("0u")}
+  for (var kt = 0u; kt < k_tiles; kt++) {
+    ${kt0Stash(mmaOnly, stash(0), loopStash(0))}
+    workgroupBarrier();
+    ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute(0)}
+    workgroupBarrier();
+  }
+}`;
+  }
+  return `${accs.join(" ")}
+${decls}
+{
+  ${kTiles}
+  ${fetch("0u")}
+  ${stash(0)}
+  ${mmaOnly && t.dbuf ? stash(1) : ""}
+  workgroupBarrier();
+  for (var kt = 0u; kt < k_tiles; kt += 2u) {
+    ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute(0)}
+    if (kt + 1u < k_tiles) {
+      ${loopStash(1)}
+      workgroupBarrier();
+      ${loopFetch(`(kt + 2u) * ${t.bk}u`)}
+      ${compute(1)}
+      ${loopStash(0)}
+      workgroupBarrier();
+    }
+  }
+  workgroupBarrier();
+}`;
+}
+
+/** The single-buffered loop's stash: every step, or with `mma-only` the first step's only. */
+function kt0Stash(mmaOnly: boolean, first: string, every: string): string {
+  return mmaOnly ? `if (kt == 0u) {\n    ${first}\n    }` : every;
+}

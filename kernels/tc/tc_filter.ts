@@ -1,0 +1,36 @@
+/**
+ * The tensor-core filter pass as the fused backward takes it (FusedBackwardOptions.filterKernel,
+ * kernels/fused/backward_types.ts): the generator of tc_filter_wgsl.ts bound to a tile and a
+ * subgroup size, and the FMA-core tile shape the backward dispatches by (only its bm × bn matter).
+ * @module
+ */
+import type { GpuContext } from "../../gpu/context.ts";
+import type { GemmTile } from "../gemm_tiles.ts";
+import type { FusedBackwardOptions } from "../fused/backward_types.ts";
+import type { TcMode } from "./tc_codegen.ts";
+import { tcFilterWgsl } from "./tc_filter_wgsl.ts";
+import { TC_FORWARD_TILE } from "./tc_forward.ts";
+import { tcSupport, type TcTile, tileCols, tileRows } from "./tc_tiles.ts";
+
+/** The filter's tile when emulated: 64×64, the software adapters' backward tile. */
+export const TC_FILTER_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 16 };
+
+/** The filter kernel of the tensor-core backward (the forward's tile on hardware). */
+export function tcFilterKernel(
+  ctx: GpuContext,
+  o: { mode?: TcMode; tile?: TcTile } = {},
+): NonNullable<FusedBackwardOptions["filterKernel"]> {
+  const mode = o.mode ?? "native";
+  const tcTile = o.tile ?? (mode === "native" ? TC_FORWARD_TILE : TC_FILTER_TILE_EMULATED);
+  const sgSize = mode === "native" ? tcSupport(ctx).sgSize : 32;
+  // the dispatch shape; vec with the K-step lets the backward enable 16-byte loads where d allows
+  const tile: GemmTile = {
+    bm: tileRows(tcTile),
+    bn: tileCols(tcTile),
+    bk: tcTile.bk,
+    tm: 4,
+    tn: 4,
+    vec: true,
+  };
+  return { tile, wgsl: (f) => tcFilterWgsl({ ...f, tcTile, sgSize, mode }) };
+}

@@ -1,0 +1,96 @@
+/**
+ * The tensor-core product in its emulated mode (kernels/tc/tc_codegen.ts) on the test adapter,
+ * against float64 products of fresh inputs (kernels/tc/tc_product_check.ts) at odd shapes: vector
+ * and scalar loads, the three layouts the methods use, hi/lo split operands, scales far from 1,
+ * split-K, accumulation and sharded tensors. The native kernels' WGSL is validated by
+ * tc_null_test.ts. Under Dawn the emulation is skipped (see methods/fused_tc_test.ts).
+ */
+import assert from "node:assert/strict";
+import { GpuContext } from "../../gpu/context.ts";
+import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { checkProduct, type ProductCheck } from "./tc_product_check.ts";
+import { TC_BENCH_TILES, tcTileName, tileSubgroups, validateTcTile } from "./tc_tiles.ts";
+import { tcSharedBytes } from "./tc_codegen.ts";
+import type { TcMatmulKernel } from "./tc_matmul.ts";
+import type { TcTile } from "./tc_tiles.ts";
+
+const ctx0 = await testContext();
+const EMULATE = { ...GPU_TEST, ignore: ctx0.engine !== "deno" };
+
+/** Small tiles that fit lavapipe's 32 KiB of workgroup memory with the emulated accumulators. */
+const T_2X1: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
+const T_1X2: TcTile = { sgRows: 1, sgCols: 4, mt: 1, nt: 2, bk: 16, dbuf: true };
+
+async function check(ctx: GpuContext, c: ProductCheck, vec?: [boolean, boolean]): Promise<void> {
+  const k: TcMatmulKernel = { ...c.kernel, mode: "emulated" };
+  const r = await checkProduct(ctx, { ...c, kernel: k });
+  const tag = `${tcTileName(k.tile)} ${
+    JSON.stringify({ ...c, kernel: { ...k, tile: undefined } })
+  }`;
+  assert.ok(r.ok, `${tag}: ${r.worst} of the bound at ${JSON.stringify(r.at)}`);
+  if (vec) assert.deepEqual([r.variant.vecA, r.variant.vecB], vec, `${tag}: load variant`);
+}
+
+Deno.test("tc tiles: the bench's tiles are valid and fit 48 KiB", () => {
+  for (const t of Object.values(TC_BENCH_TILES)) {
+    validateTcTile(t);
+    // the product's staging and its epilogue scratch (a result matrix a subgroup)
+    const bytes = tcSharedBytes(t, { aContig: "k", bContig: "k" }) + tileSubgroups(t) * 1024;
+    assert.ok(bytes <= 48 << 10, `${tcTileName(t)}: ${bytes} bytes`);
+  }
+  assert.throws(() => validateTcTile({ ...T_2X1, bk: 12 }), /unsupported tensor-core tile/);
+});
+
+Deno.test("tc matmul (emulated): E·Cᵀ layout, bf16, vector and scalar loads", EMULATE, async () => {
+  const kernel = {
+    tile: T_2X1,
+    aDtype: "bf16",
+    bDtype: "bf16",
+    aTrans: false,
+    bTrans: false,
+  } as const;
+  await check(ctx0, { kernel, m: 70, n: 45, k: 40, seed: 1 }, [true, true]);
+  await check(ctx0, { kernel, m: 37, n: 29, k: 37, sa: 3e4, sb: 1e-5, seed: 2 }, [false, false]);
+});
+
+Deno.test("tc matmul (emulated): Gᵀ·E layout, split f32 A, sharded", EMULATE, async () => {
+  const ctx = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+  try {
+    const kernel = {
+      tile: T_1X2,
+      aDtype: "f32",
+      bDtype: "bf16",
+      aTrans: true,
+      bTrans: true,
+      split: true,
+    } as const;
+    await check(ctx, { kernel, m: 66, n: 72, k: 99, sa: 1e-4, seed: 3 });
+  } finally {
+    ctx.destroy();
+  }
+});
+
+Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULATE, async () => {
+  const kernel = {
+    tile: T_1X2,
+    aDtype: "f32",
+    bDtype: "f16",
+    aTrans: false,
+    bTrans: true,
+    split: true,
+  } as const;
+  await check(ctx0, {
+    kernel,
+    m: 43,
+    n: 80,
+    k: 200,
+    accumulate: true,
+    alpha: -0.75,
+    splitK: 3,
+    seed: 4,
+  });
+  await check(ctx0, { kernel: { ...kernel, split: false }, m: 21, n: 17, k: 48, seed: 5 }, [
+    true,
+    false,
+  ]);
+});

@@ -1,0 +1,215 @@
+/**
+ * WGSL of the tensor-core product kernel: out = alpha·A·Bᵀ·unscale (+ out), f32 output, with the
+ * split-K slices of the GEMM core (kernels/matmul_wgsl.ts: slice 0 into the output, the others
+ * into dense partials added afterwards in slice order by its splitKReduceWgsl). The launcher is
+ * tc_matmul.ts.
+ *
+ * Operand scales: where an operand is scaled (bf16 and f32 inputs), each value is multiplied by
+ * its power-of-two scale scales[P.aSc] (scales[P.bSc]) before its conversion to f16, and the
+ * accumulators by 1/(scale_a·scale_b) when stored (exact: powers of two).
+ *
+ * Stores: a tile wholly inside the output, not accumulating, stores each accumulator straight to
+ * the output with subgroupMatrixStore (scaled by subgroupMatrixScalarMultiply); other tiles (edges,
+ * accumulation) go one matrix per subgroup at a time through a workgroup scratch of f32, from
+ * which each invocation writes its elements with bounds tests.
+ * @module
+ */
+import { dtypeHelpers } from "../wgsl_common.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
+import {
+  tcAccs,
+  tcEnables,
+  tcEntryParams,
+  tcLanePrelude,
+  tcMainloop,
+  type TcMainloopOptions,
+  type TcMode,
+  tcModuleDecls,
+  type TcOperand,
+  tcStorageType,
+  tcStoreAcc,
+  tcSubgroupCoords,
+} from "./tc_codegen.ts";
+import { tcThreads, type TcTile, tileCols, tileMma, tileRows, tileSubgroups } from "./tc_tiles.ts";
+
+/** Generator options of the product kernel. */
+export interface TcMatmulKernelOptions {
+  tile: TcTile;
+  sgSize: number;
+  a: TcOperand;
+  b: TcOperand;
+  /** Operands multiplied by their scale before conversion (else taken as they are). */
+  scaleA: boolean;
+  scaleB: boolean;
+  /** Bench diagnostics (see TcMainloopOptions.diag). */
+  diag?: TcMainloopOptions["diag"];
+  /** Native subgroup matrices or their emulation (tc_codegen.ts). */
+  mode?: TcMode;
+  /**
+   * Full tiles store their accumulators straight into the output with subgroupMatrixStore where
+   * the rows are 16-byte aligned (default true). Without it every tile goes through the
+   * workgroup scratch, and `outp` and `part` take no matrix store: Dawn then asks no minimum
+   * binding size of them beyond one element (tc_bindings.ts), which tiny outputs need.
+   */
+  straight?: boolean;
+}
+
+/**
+ * The product kernel's signature: M×N output from A (offset aOff, row stride lda) and B (bOff,
+ * ldb) over depth K, into outp at cOff with row stride ldc (accumulate: add to it), times alpha;
+ * split-K slices of kPer with `first` as in the GEMM core (kernels/matmul_wgsl.ts); the operands'
+ * scales at scales[aSc] and scales[bSc].
+ */
+export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b">) {
+  return signature({
+    params: {
+      ...u32s("M N K aOff lda bOff ldb cOff ldc accumulate"),
+      alpha: "f32",
+      ...u32s("kPer first aSc bSc"),
+    },
+    bindings: {
+      a: { elem: tcStorageType(o.a), access: "read" },
+      b: { elem: tcStorageType(o.b), access: "read" },
+      outp: { elem: "f32", access: "read_write" },
+      part: { elem: "f32", access: "read_write" },
+      scales: { elem: "f32", access: "read" },
+    },
+    layout: { pad: ["_p"] },
+  });
+}
+
+/**
+ * Stores of every accumulator into `buf` (outp or part): straight ones for a full tile, or
+ * through the scratch. `base` is the element of the tile's first row and column, `ld` the row
+ * stride, `f` the factor, `acc` whether to add the old value (WGSL bool expression).
+ */
+function _stores(
+  o: TcMatmulKernelOptions,
+  main: TcMainloopOptions,
+  x: { buf: string; base: string; ld: string; f: string; acc: string; straight?: string },
+): string {
+  const t = o.tile, mma = tileMma(t), e = mma.m * mma.n;
+  const accs = tcAccs(t);
+  const straight = accs.map((a) =>
+    tcStoreAcc(
+      main,
+      a,
+      x.buf,
+      `${x.base} + (m0 + sr + ${a.i * mma.m}u) * ${x.ld} + n0 + sc + ${a.j * mma.n}u`,
+      x.ld,
+      x.f,
+    )
+  );
+  // the scratch path serves edge tiles and accumulation only: a loop, not unrolled
+  const rounds = accs.map((a) =>
+    `${tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`)}
+      workgroupBarrier();
+      for (var el = sl; el < ${e}u; el += ${o.sgSize}u) {
+        let m = m0 + sr + ${a.i * mma.m}u + el / ${mma.n}u;
+        let n = n0 + sc + ${a.j * mma.n}u + el % ${mma.n}u;
+        if (m < P.M && n < P.N) {
+          let i = ${x.base} + m * ${x.ld} + n;
+          var v = ${x.f} * scr[sg * ${e}u + el];
+          if (${x.acc}) { v = v + ${x.buf}[i]; }
+          ${x.buf}[i] = v;
+        }
+      }
+      workgroupBarrier();`
+  );
+  // without straight stores none is emitted: a matrix store in dead code still sets the binding's
+  // minimum size
+  if (x.straight === undefined) return rounds.join("\n      ");
+  return `if (${x.straight}) {
+      ${straight.join("\n      ")}
+    } else {
+      ${rounds.join("\n      ")}
+    }`;
+}
+
+/**
+ * WGSL of the product kernel. Params: {@link TC_MATMUL_PARAMS}; bindings
+ * {@link TC_MATMUL_BINDINGS}. Grid: (column tiles, row tiles, slices); workgroup z takes the K
+ * range [z·kPer, min(K, (z+1)·kPer)), stored as the GEMM core's split-K stores it.
+ */
+export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
+  const t = o.tile, mma = tileMma(t);
+  const bm = tileRows(t), bn = tileCols(t);
+  const ka = o.a.contig === "k" ? "1u" : "P.lda", kb = o.b.contig === "k" ? "1u" : "P.ldb";
+  const main: TcMainloopOptions = {
+    tile: t,
+    sgSize: o.sgSize,
+    a: o.a,
+    b: o.b,
+    aBuf: "a",
+    bBuf: "b",
+    M: "P.M",
+    N: "P.N",
+    K: "kn",
+    m0: "m0",
+    n0: "n0",
+    aOff: `(P.aOff + ks * ${ka})`,
+    lda: "P.lda",
+    bOff: `(P.bOff + ks * ${kb})`,
+    ldb: "P.ldb",
+    aScale: o.scaleA ? "sa" : undefined,
+    bScale: o.scaleB ? "sb" : undefined,
+    diag: o.diag,
+    mode: o.mode,
+  };
+  // element readers for scalar loads (vector loads read whole registers)
+  const helpers = dtypeHelpers(
+    [{ name: "a", ...o.a }, { name: "b", ...o.b }].filter((x) => !x.vec),
+  );
+  // a matrix store needs its pointer and row stride 16-byte aligned (4 f32): Vulkan's rule for
+  // cooperative-matrix loads and stores, which an emulation never meets
+  const straight = o.straight !== false;
+  const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
+  const outAligned = `${full} && (P.cOff % 4u) == 0u && (P.ldc % 4u) == 0u`;
+  const partAligned = `${full} && (P.N % 4u) == 0u`;
+  return `${tcEnables(o.mode)}
+${tcMatmulSignature(o).wgsl}
+${helpers}
+${tcModuleDecls(main, ["outp", "part", "scr"])}
+var<workgroup> scr: array<f32, ${tileSubgroups(t) * mma.m * mma.n}>;
+@compute @workgroup_size(${tcThreads(t, o.sgSize)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
+    tcEntryParams(o.mode)
+  }) {
+  ${tcLanePrelude(o.mode, o.sgSize)}
+  let m0 = wg.y * ${bm}u;
+  let n0 = wg.x * ${bn}u;
+  let ks = wg.z * P.kPer;
+  let kn = min(P.K - ks, P.kPer);
+  ${tcSubgroupCoords(t)}
+  let sa = scales[P.aSc];
+  let sb = scales[P.bSc];
+  ${tcMainloop(main)}
+  let unscale = 1.0 / ((${o.scaleA ? "sa" : "1.0"}) * (${o.scaleB ? "sb" : "1.0"}));
+  if (wg.z == 0u && P.first == 1u) {
+    let f = P.alpha * unscale;
+    ${
+    _stores(o, main, {
+      buf: "outp",
+      base: "P.cOff",
+      ld: "P.ldc",
+      f: "f",
+      acc: "P.accumulate != 0u",
+      straight: straight ? `${outAligned} && P.accumulate == 0u` : undefined,
+    })
+  }
+  } else {
+    let pb = (wg.z - P.first) * P.M * P.N;
+    ${
+    _stores(o, main, {
+      buf: "part",
+      base: "pb",
+      ld: "P.N",
+      f: "unscale",
+      acc: "false",
+      straight: straight ? partAligned : undefined,
+    })
+  }
+  }
+}
+`;
+}

@@ -1,0 +1,191 @@
+/**
+ * The tensor-core fused rows. Where the adapter offers no f16 subgroup matrices (Deno's wgpu,
+ * lavapipe) the registered rows are unsupported with the reason; the same rows built on the
+ * emulated kernels (kernels/tc/tc_codegen.ts: every line of the native kernels but the
+ * subgroup-matrix builtins) run here against float64. The emulation runs under Deno's WebGPU
+ * only: under Dawn its shaders take minutes each to compile through lavapipe within `deno test`
+ * (Dawn's own WGSL is validated for every kernel by kernels/tc/tc_null_test.ts).
+ */
+import assert from "node:assert/strict";
+import { METHODS } from "./mod.ts";
+import { runMethod } from "./run.ts";
+import { fused, fusedTileMap } from "./fused.ts";
+import { fusedTc, fusedTcMethod, fusedTileMapTc, tcUnsupported } from "./fused_tc.ts";
+import { assertParity } from "../testing/parity.ts";
+import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
+import { GPU_TEST, testContext } from "../testing/gpu.ts";
+import { methodPeaks } from "../testing/method_peaks.ts";
+import { prepareTcForward } from "../kernels/tc/tc_forward.ts";
+import { prepareFusedForward } from "../kernels/fused/forward.ts";
+import { tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
+import { GpuContext } from "../gpu/context.ts";
+import { resolveOptions } from "../core/options.ts";
+import { makeFixture } from "../fixtures/mod.ts";
+import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
+
+const ctx0 = await testContext();
+/** The emulated kernels run under Deno's WebGPU (see the module doc). */
+const EMULATE = { ...GPU_TEST, ignore: ctx0.engine !== "deno" };
+
+const emulatedTc = fusedTcMethod({
+  name: "fused-tc-emulated",
+  label: "x",
+  description: "x",
+  sort: true,
+  tileMap: false,
+  mode: "emulated",
+});
+const emulatedMap = fusedTcMethod({
+  name: "fused-tilemap-tc-emulated",
+  label: "x",
+  description: "x",
+  sort: false,
+  tileMap: true,
+  mode: "emulated",
+});
+
+Deno.test(
+  "fused-tc rows: registered; unsupported here with the reason; f32 refused",
+  GPU_TEST,
+  () => {
+    const names = METHODS.map((m) => m.name);
+    for (const n of ["baseline-tc", "fused-tc", "fused-tilemap-tc"]) {
+      assert.ok(
+        names.includes(n),
+        n,
+      );
+    }
+    const spec = { n: 8, v: 16, d: 8, dtype: "bf16" as const };
+    const o = resolveOptions({});
+    for (const m of [fusedTc, fusedTileMapTc]) {
+      const why = m.unsupported!(ctx0, spec, o);
+      if (ctx0.engine === "deno") assert.match(why ?? "", /need Dawn's subgroup-matrix extension/);
+      else assert.match(why ?? "", /subgroup-matrix|does not offer/);
+      assert.match(m.unsupported!(ctx0, { ...spec, dtype: "f32" }, o) ?? "", /f32 inputs/);
+    }
+    assert.equal(
+      tcUnsupported(ctx0, spec, "emulated"),
+      ctx0.hasF16 ? undefined : "the emulation needs shader-f16",
+    );
+    assert.throws(
+      () => fusedTcMethod({ name: "x", label: "x", description: "x", sort: true, tileMap: true }),
+      /the tile map needs no sorting/,
+    );
+  },
+);
+
+Deno.test({
+  name: "fused-tc (emulated): parity at odd shapes, every β, softcap, reductions, ignored rows",
+  ...EMULATE,
+  async fn() {
+    const base = { ignoreFraction: 0.2 };
+    await assertParity(ctx0, emulatedTc, {
+      ...base,
+      n: 37,
+      v: 131,
+      d: 29,
+      dtype: "bf16",
+      beta: 0.1,
+      seed: 1,
+    });
+    await assertParity(ctx0, emulatedTc, {
+      ...base,
+      n: 70,
+      v: 300,
+      d: 48,
+      dtype: "f16",
+      beta: 1,
+      softcap: 20,
+      reduction: "sum",
+      seed: 2,
+    });
+    await assertParity(ctx0, emulatedTc, {
+      ...base,
+      n: 33,
+      v: 200,
+      d: 40,
+      dtype: "bf16",
+      beta: 0,
+      reduction: "none",
+      gradOutput: "vector",
+      seed: 3,
+    });
+  },
+});
+
+Deno.test({
+  name: "fused-tilemap-tc (emulated): parity, also with sharded E, C, dE and dC",
+  ...EMULATE,
+  async fn() {
+    await assertParity(ctx0, emulatedMap, {
+      n: 45,
+      v: 177,
+      d: 32,
+      dtype: "f16",
+      beta: 0.1,
+      softcap: 5,
+      ignoreFraction: 0.2,
+      seed: 4,
+    });
+    const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      await assertParity(sharded, emulatedMap, {
+        n: 70,
+        v: 257,
+        d: 33,
+        dtype: "bf16",
+        beta: 1,
+        ignoreFraction: 0.2,
+        seed: 5,
+      });
+    } finally {
+      sharded.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "fused-tc (emulated): on the cce recipe its filter keeps the FMA filter's tiles; deterministic",
+  ...EMULATE,
+  async fn() {
+    const n = 200, v = 700, d = 512;
+    const x = makeFixture("cce", { n, v, d, dtype: "bf16", seed: 9, ignoreFraction: 0.1 });
+    const o = resolveOptions({ beta: 0.1 });
+    const g = 1.3;
+    const tc = await runMethod(ctx0, emulatedTc, x, o, { dtype: "bf16", gradOutput: g });
+    const fma = await runMethod(ctx0, fused, x, o, { dtype: "bf16", gradOutput: g });
+    const s = tc.stats!, e = fma.stats!;
+    console.log(`cce: skipped ${s.tilesSkipped} (FMA filter ${e.tilesSkipped}) of ${s.tilesTotal}`);
+    assert.equal(s.tilesTotal, e.tilesTotal);
+    assert.ok(s.tilesSkipped! > 0, "the tensor-core filter skips tiles");
+    assert.equal(s.tilesSkipped, e.tilesSkipped, "the same tiles as the FMA filter");
+    const tol = methodTolerance(fusedTc, { n, v, d, dtype: "bf16", beta: 0.1 });
+    assertMatchesReference(tc, x, o, g, tol, defaultFilterEps("bf16"));
+    const again = await runMethod(ctx0, emulatedTc, x, o, { dtype: "bf16", gradOutput: g });
+    for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(again[k], tc[k], k);
+  },
+});
+
+Deno.test({
+  name: "fused tensor-core rows (emulated): memory of the FMA rows plus the two scales",
+  ...EMULATE,
+  async fn() {
+    const c = { n: 70, v: 257, d: 32, dtype: "bf16" as const, beta: 0.1, seed: 6 };
+    const opts = resolveOptions({ beta: 0.1 });
+    // the forwards' vocab splits (their tiles differ): the split workspace is n·S·4 bytes
+    const spec = { n: c.n, v: c.v, d: c.d, dtype: c.dtype };
+    const tcFwd = await prepareTcForward(ctx0, { spec, opts, mode: "emulated" });
+    const fmaFwd = await prepareFusedForward(ctx0, { spec, opts });
+    const splits = c.n * 4 * (tcFwd.vocabSplits - fmaFwd.vocabSplits);
+    const map = (t: { bm: number; bn: number }) => tileMapBytes(tileMapLayout([c.n], [c.v], t));
+    for (const [tc, fma] of [[emulatedTc, fused], [emulatedMap, fusedTileMap]] as const) {
+      const a = await methodPeaks(ctx0, tc, c, opts), b = await methodPeaks(ctx0, fma, c, opts);
+      console.log(`${tc.name}: fwd ${a.fwd} (${fma.name} ${b.fwd}), bwd ${a.bwd} (${b.bwd})`);
+      // plus E's and C's scales and maxima (16 bytes each), the splits' and the maps' differences
+      const maps = tc === emulatedMap ? map(tcFwd.tile) - map(fmaFwd.tile) : 0;
+      assert.equal(a.fwd, b.fwd + 32 + splits + maps, `${tc.name}: fwd`);
+      assert.equal(a.bwd, b.bwd, `${tc.name}: bwd`);
+    }
+  },
+});

@@ -1,0 +1,212 @@
+/**
+ * `deno run -A scripts/tc_check.ts [--out FILE.json]`: the correctness run of the tensor-core rows
+ * on a GPU, whose log is committed. Dawn distrusts f16 on NVIDIA drivers older than 615.71 and
+ * enables it here only by a toggle, so the tensor-core numbers count once this passes on the card:
+ *
+ * 1. the semantics probe (kernels/tc/tc_probe.ts: the subgroup-matrix builtins' layouts,
+ *    strides, operand roles and f16 conversions against what the emulation assumes), then every
+ *    tensor-core kernel compiled for the adapter (kernels/tc/tc_catalog.ts);
+ * 2. the products of the methods (E·Cᵀ, G·C and Gᵀ·E with G split, split-K, accumulation) against
+ *    float64 products at odd shapes (kernels/tc/tc_product_check.ts);
+ * 3. each tensor-core method against the float64 reference (reference/lce_reference.ts) with the
+ *    parity tolerances of testing/parity.ts: odd shapes over bf16/f16, β ∈ {0, 0.1, 1}, softcap,
+ *    every reduction and ignored rows, a filtered case on the cce recipe, and (unless --small) the
+ *    vocabularies of GPT-2 (50,257 × 768) and Llama 3 (128,256 × 4096) at a few tokens;
+ * 4. bitwise determinism: each method twice on the filtered case.
+ *
+ * One line per check on stdout; exit 1 when any fails (the lines say which and by how much).
+ * @module
+ */
+import { ADAPTER_FLAG, defineCommand, parseList, runCli, WEBGPU_FLAG } from "../core/cli.ts";
+import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
+import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
+import { parseEngine } from "../gpu/engine.ts";
+import { methodByName } from "../methods/mod.ts";
+import type { LceMethod } from "../methods/types.ts";
+import { baselineTcMethod } from "../methods/baseline_tc.ts";
+import { fusedTcMethod } from "../methods/fused_tc.ts";
+import { InputError } from "../core/errors.ts";
+import type { TcMode } from "../kernels/tc/tc_codegen.ts";
+import { compileCatalog } from "../kernels/tc/tc_catalog.ts";
+import { runProbe } from "../kernels/tc/tc_probe.ts";
+import { checkProduct, type ProductCheck } from "../kernels/tc/tc_product_check.ts";
+import { TC_BENCH_TILES, tcSupport } from "../kernels/tc/tc_tiles.ts";
+import {
+  checkCases,
+  checkDeterminism,
+  tcCheckCases,
+  type TcCheckLine,
+} from "../testing/tc_gpu_check.ts";
+
+/** The command line of `tc_check.ts`. */
+export const TC_CHECK_COMMAND = defineCommand({
+  name: "deno run -A scripts/tc_check.ts",
+  summary: "Compiles every tensor-core kernel for the adapter and checks the tensor-core " +
+    "products and methods against float64 (odd shapes, every β, softcap, ignore_index, real " +
+    "vocabularies) and for bitwise determinism.",
+  flags: {
+    methods: {
+      type: "string",
+      arg: "M1,M2",
+      help: "methods to check",
+      default: "baseline-tc,fused-tc,fused-tilemap-tc",
+    },
+    small: { type: "boolean", help: "leave out the real-vocabulary cases" },
+    emulate: {
+      type: "boolean",
+      help: "run the emulated kernels (to try the check itself where no tensor cores are)",
+    },
+    out: { type: "string", arg: "FILE", help: "write the lines as JSON here" },
+    webgpu: { ...WEBGPU_FLAG, default: "dawn" },
+    adapter: ADAPTER_FLAG,
+  },
+});
+
+const SPLIT = { ...TC_BENCH_TILES.t128_k32_db, dbuf: false };
+/** The emulation's tile (32 KiB of workgroup memory on lavapipe). */
+const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
+
+/** A tensor-core method by name, native or emulated. */
+function _method(name: string, mode: TcMode): LceMethod {
+  if (mode === "native") return methodByName(name);
+  if (name === "baseline-tc") return baselineTcMethod({ name, mode });
+  if (name === "fused-tc" || name === "fused-tilemap-tc") {
+    const map = name === "fused-tilemap-tc";
+    return fusedTcMethod({ name, label: name, description: name, sort: !map, tileMap: map, mode });
+  }
+  throw new InputError(`--methods: '${name}' is not a tensor-core method (--emulate)`);
+}
+
+/** The products of the methods at odd shapes (see baseline-tc's tiles). */
+function _products(): (ProductCheck & { name: string })[] {
+  const logits = { tile: TC_BENCH_TILES.t128_k32_db, aTrans: false, bTrans: false } as const;
+  const dE = { tile: SPLIT, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
+  const dC = { tile: SPLIT, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
+  return [
+    {
+      name: "E·Cᵀ bf16 197×133×77",
+      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
+      m: 197,
+      n: 133,
+      k: 77,
+    },
+    {
+      name: "E·Cᵀ bf16 264×520×136 split-K 3",
+      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
+      m: 264,
+      n: 520,
+      k: 136,
+      splitK: 3,
+    },
+    {
+      name: "E·Cᵀ f16 300×257×264 C of 1e-3",
+      kernel: { ...logits, aDtype: "f16", bDtype: "f16" },
+      m: 300,
+      n: 257,
+      k: 264,
+      sa: 1,
+      sb: 1e-3,
+    },
+    {
+      name: "G·C f32/bf16 split 129×264×300 accumulate",
+      kernel: { ...dE, bDtype: "bf16" },
+      m: 129,
+      n: 264,
+      k: 300,
+      accumulate: true,
+      sa: 1e-4,
+    },
+    {
+      name: "Gᵀ·E f32/bf16 split 300×264×129 alpha",
+      kernel: { ...dC, bDtype: "bf16" },
+      m: 300,
+      n: 264,
+      k: 129,
+      alpha: -0.5,
+    },
+    { name: "Gᵀ·E f32/f16 split 77×91×45", kernel: { ...dC, bDtype: "f16" }, m: 77, n: 91, k: 45 },
+  ];
+}
+
+/** Runs the command with `args`. */
+export async function tcCheckMain(args: string[]): Promise<number> {
+  const parsed = TC_CHECK_COMMAND.parse(args);
+  if (!parsed) return 0;
+  const v = parsed.values;
+  const mode = v.emulate ? "emulated" as const : "native" as const;
+  const methods = parseList("--methods", v.methods).map((n) => _method(n, mode));
+  if (v.out !== undefined) checkOutputs([v.out]);
+  const ctx = await GpuContext.create({
+    engine: parseEngine(v.webgpu),
+    adapter: v.adapter as AdapterChoice,
+    poison: true,
+  });
+  const rep = ctx.report, sup = tcSupport(ctx);
+  console.log(
+    `adapter: ${rep.description} (${rep.engineVersion}), subgroup size ${sup.sgSize}, ` +
+      `features ${rep.features.filter((f) => /f16|subgroup/.test(f)).join(" ")}`,
+  );
+  const lines: TcCheckLine[] = [];
+  const log = (l: TcCheckLine) => {
+    lines.push(l);
+    console.log(
+      `${l.ok ? "PASS" : "FAIL"} ${l.method.padEnd(18)} ${l.case}: ${l.detail} (${
+        (l.ms / 1000).toFixed(1)
+      } s)`,
+    );
+  };
+  if (sup.reason && !v.emulate) {
+    log({ method: "tensor cores", case: "support", ok: false, detail: sup.reason, ms: 0 });
+  } else {
+    if (!v.emulate) {
+      for (const r of (await runProbe(ctx)).results) {
+        log({ method: "probe", case: r.name, ok: r.ok, detail: r.line, ms: 0 });
+      }
+    }
+    for (const k of v.emulate ? [] : await compileCatalog(ctx)) {
+      log({ method: "compile", case: k.name, ok: !k.error, detail: k.error ?? "ok", ms: k.ms });
+    }
+    for (const p of _products()) {
+      const t0 = performance.now();
+      try {
+        const r = await checkProduct(
+          ctx,
+          v.emulate ? { ...p, kernel: { ...p.kernel, mode, tile: EMULATED } } : p,
+        );
+        log({
+          method: "product",
+          case: p.name,
+          ok: r.ok,
+          detail: `worst ${r.worst.toFixed(3)} of the bound ${JSON.stringify(r.variant)}`,
+          ms: performance.now() - t0,
+        });
+      } catch (e) {
+        log({
+          method: "product",
+          case: p.name,
+          ok: false,
+          detail: `error: ${(e as Error).message.split("\n")[0]}`,
+          ms: performance.now() - t0,
+        });
+      }
+    }
+  }
+  const cases = tcCheckCases({ large: !v.small });
+  await checkCases(ctx, methods, cases, log);
+  await checkDeterminism(ctx, methods, cases.find((c) => c.recipe === "cce")!, log);
+  ctx.destroy();
+  const failed = lines.filter((l) => !l.ok).length;
+  console.log(`${lines.length - failed} passed, ${failed} failed`);
+  if (v.out !== undefined) {
+    const env = {
+      adapter: rep.description,
+      engine: rep.engineVersion,
+      sgSize: sup.sgSize,
+      date: new Date().toISOString(),
+    };
+    await writeAllOrNothing([{ path: v.out, bytes: JSON.stringify({ env, lines }, null, 1) }]);
+  }
+  return failed > 0 ? 1 : 0;
+}
+
+if (import.meta.main) await runCli(() => tcCheckMain(Deno.args));
