@@ -284,7 +284,7 @@ export class GpuContext {
     const report: AdapterReport = {
       engine,
       engineVersion: version,
-      description: info.description || "(no description)",
+      description: adapterName(info),
       vendor: info.vendor,
       architecture: info.architecture,
       device: info.device,
@@ -630,6 +630,18 @@ export class GpuContext {
     this.releaseCache();
     if (this.#ownsDevice) this.device.destroy();
   }
+}
+
+/**
+ * The adapter's name for reports. Dawn's Vulkan backend on NVIDIA describes an adapter by its
+ * driver ("NVIDIA: 580.159.04 580.159.4.0") and names the card in `device`
+ * ("nvidia-h100-80gb-hbm3"): the card's name is taken there, so that both engines' reports of one
+ * card carry one adapter name.
+ */
+export function adapterName(info: { description?: string; device?: string }): string {
+  const d = info.description ?? "";
+  if (/^[A-Za-z][\w .-]*: \d+(\.\d+)+/.test(d) && info.device) return info.device;
+  return d || "(no description)";
 }
 
 /** The device's subgroup-matrix configurations, read from the adapter's info (Dawn only). */

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { adapterFromEnv, bindingConflict, GpuContext } from "./context.ts";
+import { adapterFromEnv, adapterName, bindingConflict, GpuContext } from "./context.ts";
 import { Recorder } from "./recorder.ts";
 import { createTensor, download } from "./tensor.ts";
 import { GpuError, type GpuErrorKind } from "../core/errors.ts";
@@ -470,4 +470,16 @@ Deno.test({
     t.destroy();
     buf.destroy();
   },
+});
+
+Deno.test("context: an adapter described by its driver is named by its device", () => {
+  assert.equal(
+    adapterName({ description: "NVIDIA: 580.159.04 580.159.4.0", device: "nvidia-h100-80gb-hbm3" }),
+    "nvidia-h100-80gb-hbm3",
+  );
+  assert.equal(
+    adapterName({ description: "NVIDIA H100 80GB HBM3", device: "0x2330" }),
+    "NVIDIA H100 80GB HBM3",
+  );
+  assert.equal(adapterName({ description: "", device: "" }), "(no description)");
 });
