@@ -18,10 +18,21 @@ Deno.test({
     const failed = runs.filter((r) => r.skipped?.startsWith("error"));
     assert.deepEqual(failed.map((r) => `${r.key}: ${r.skipped}`), []);
     const ran = runs.filter((r) => r.skipped === undefined);
-    assert.equal(new Set(ran.map((r) => r.key.split(" ")[1])).size, METHODS.length);
-    // the unsupported ones: the Fused Version with a per-token upstream gradient only
+    // the tensor-core rows need Dawn's subgroup matrices, which the emulated adapter lacks (their
+    // kernels are compiled from the catalog by the tensor-core tests); every other row ran
+    const plain = METHODS.filter((m) => !m.name.endsWith("-tc"));
+    assert.deepEqual(
+      [...new Set(ran.map((r) => r.key.split(" ")[1]))].sort(),
+      plain.map((m) => m.name).sort(),
+    );
+    // the unsupported ones: the Fused Version with a per-token upstream gradient, and the
+    // tensor-core rows without subgroup matrices (or on f32 inputs)
     for (const r of runs.filter((x) => x.skipped !== undefined)) {
-      assert.match(r.key, / fused-fb(-nofilter)? .* none$/);
+      if (/ [a-z-]+-tc /.test(r.key)) {
+        assert.match(r.skipped!, /subgroup-matrix|f32 inputs would be rounded/, r.key);
+      } else {
+        assert.match(r.key, / fused-fb(-nofilter)? .* none$/);
+      }
     }
     const ctx = await testContext();
     const labels = new Map<string, string>();
