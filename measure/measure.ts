@@ -63,6 +63,8 @@ export interface MeasureRow {
   method: string;
   /** Method label (table). */
   label: string;
+  /** The arithmetic of its products ({@link LceMethod.arithmetic}); absent: fp32 FMA (WGSL). */
+  arithmetic?: string;
   /** Label smoothing. */
   beta: number;
   mode: Mode;
@@ -377,6 +379,7 @@ function _row(
   const row: MeasureRow = {
     method: method.name,
     label: method.label,
+    ...(method.arithmetic !== undefined ? { arithmetic: method.arithmetic } : {}),
     beta: o.opts.beta,
     mode,
     peakBytes: m.error ? null : m.peakBytes ?? null,

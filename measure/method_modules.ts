@@ -28,7 +28,8 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 
 /**
  * Why `m` is not an LceMethod (a name matching {@link NAME}, a label and a description that are
- * non-empty strings, a prepare function, and unsupported/estimateBytes functions when present),
+ * non-empty strings, a prepare function, unsupported/estimateBytes functions and a non-empty
+ * arithmetic string when present),
  * or undefined when it is one.
  */
 export function notAMethod(m: unknown): string | undefined {
@@ -43,6 +44,9 @@ export function notAMethod(m: unknown): string | undefined {
     if (typeof o[k] !== "string" || o[k] === "") {
       return `${k} must be a non-empty string (got ${_show(o[k])})`;
     }
+  }
+  if (o.arithmetic !== undefined && (typeof o.arithmetic !== "string" || o.arithmetic === "")) {
+    return `arithmetic must be a non-empty string when given (got ${_show(o.arithmetic)})`;
   }
   if (typeof o.prepare !== "function") {
     return `prepare must be a function (got ${_show(o.prepare)})`;

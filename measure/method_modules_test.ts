@@ -83,4 +83,7 @@ Deno.test("method modules: every bad module is refused with one line naming it",
     });
   }
   assert.equal(notAMethod({ name: "m", label: "l", description: "d", prepare() {} }), undefined);
+  const withArith = { name: "m", label: "l", description: "d", arithmetic: "x", prepare() {} };
+  assert.equal(notAMethod(withArith), undefined);
+  assert.match(notAMethod({ ...withArith, arithmetic: 3 })!, /^arithmetic must be/);
 });

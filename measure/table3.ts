@@ -265,7 +265,7 @@ async function _measureOne(
 
 /** An error row of `method` for a cell that was not measured at all (refused or failed early). */
 export function refusedRow(
-  method: Pick<LceMethod, "name" | "label">,
+  method: Pick<LceMethod, "name" | "label" | "arithmetic">,
   beta: number,
   mode: Mode,
   r: Pick<Repetitions, "reps" | "warmup">,
@@ -274,6 +274,7 @@ export function refusedRow(
   return {
     method: method.name,
     label: method.label,
+    ...(method.arithmetic !== undefined ? { arithmetic: method.arithmetic } : {}),
     beta,
     mode,
     peakBytes: null,

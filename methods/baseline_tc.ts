@@ -54,6 +54,9 @@ export function baselineTcMethod(o: { name: string; mode?: TcMode }): LceMethod 
     label: "Baseline (tensor cores)",
     description: `f32 logits and their gradient materialised, three products on ${TC_ARITHMETIC} ` +
       "(G as hi and lo f16 parts)",
+    arithmetic: mode === "native"
+      ? `${TC_ARITHMETIC}; G split hi/lo`
+      : "tensor cores emulated in fp32 FMA (WGSL)",
     unsupported: (ctx: GpuContext, spec) => tcUnsupported(ctx, spec, mode),
     estimateBytes: (spec, opts) => _estimate(spec, opts, ESTIMATE_SLACK_BYTES),
     prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, mode),

@@ -69,6 +69,9 @@ export function fusedTcMethod(f: FusedTcVariant): LceMethod {
     name: f.name,
     label: f.label,
     description: f.description,
+    arithmetic: (f.mode ?? "native") === "native"
+      ? `${TC_ARITHMETIC}; kept tiles fp32 FMA`
+      : "tensor cores emulated in fp32 FMA (WGSL)",
     unsupported: (ctx, spec) => tcUnsupported(ctx, spec, f.mode),
     prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f),
   };

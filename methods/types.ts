@@ -130,6 +130,11 @@ export interface LceMethod {
   readonly label: string;
   /** One sentence on what it does. */
   readonly description: string;
+  /**
+   * The arithmetic of its products, for the table's arithmetic column; absent: fp32 FMA in WGSL
+   * (16-bit inputs widened), what every row without tensor cores does.
+   */
+  readonly arithmetic?: string;
   /** Why it cannot run on this context and problem, or undefined when it can. */
   unsupported?(ctx: GpuContext, spec: ProblemSpec, opts: LceOptions): string | undefined;
   /**

@@ -18,6 +18,7 @@ import { adapterSlug, driverVersion, nvidiaDriver } from "../measure/host.ts";
 import { type GitInfo, gitInfo } from "./provenance.ts";
 import { DTYPE_BYTES, type Reduction } from "../core/options.ts";
 import {
+  failedAtRunTime,
   IDLE_GPU_WARMUP_MS,
   type MeasureRow,
   type Mode,
@@ -151,9 +152,15 @@ export function lowerBoundBytes(shape: Table3Shape, mode: Mode, reduction: Reduc
   return (shape.n + shape.v) * shape.d * DTYPE_BYTES[shape.dtype];
 }
 
-/** One table cell: "X MB, Y ms", or `failed: <why>`. */
+/**
+ * One table cell: "X MB, Y ms", `not run here: <why>` for a cell the method does not support on
+ * this adapter or shape, or `failed: <why>`.
+ */
 export function formatCell(row: MeasureRow | undefined): string {
   if (!row) return "–";
+  if (row.error !== undefined && !failedAtRunTime(row)) {
+    return `not run here: ${row.error.replace(/^unsupported: /, "")}`;
+  }
   if (row.error !== undefined) return `failed: ${row.error}`;
   return `${formatMB(row.peakBytes ?? NaN)}, ${formatMs(row.timeMs ?? NaN)}`;
 }
@@ -296,12 +303,23 @@ export function formatMarkdown(r: Table3Report): string {
       lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(checkText(x))}`);
     }
   }
-  const failed = r.rows.filter((x) => x.error !== undefined);
+  const failed = r.rows.filter(failedAtRunTime);
   if (failed.length > 0) {
     lines.push("", `## Failed rows (${failed.length})`, "");
     for (const x of failed) {
       lines.push(`- ${x.method}, β = ${x.beta}, ${x.mode}: ${_md(x.error!)}`);
     }
+  }
+  // cells a method does not support here (tensor cores without subgroup matrices, ...): one line
+  // per method and reason
+  const notRun = new Map<string, string[]>();
+  for (const x of r.rows.filter((x) => x.error !== undefined && !failedAtRunTime(x))) {
+    const key = `${x.method}: ${x.error!.replace(/^unsupported: /, "")}`;
+    notRun.set(key, [...(notRun.get(key) ?? []), `β = ${x.beta} ${x.mode}`]);
+  }
+  if (notRun.size > 0) {
+    lines.push("", "## Not run on this adapter", "");
+    for (const [key, cells] of notRun) lines.push(`- ${_md(key)} (${cells.join(", ")})`);
   }
   lines.push("", "## Details", "", ..._detailLines(r), ..._passLines(r));
   return lines.join("\n") + "\n";
@@ -429,7 +447,8 @@ function _tableLines(r: Table3Report, modes: readonly Mode[]): string[] {
       const cells = modes.map((mode) =>
         _md(formatCellVsBaseline(r, rows.find((x) => x.mode === mode)))
       );
-      lines.push(`| ${_md(label)} | ${WEBGPU_ARITHMETIC} | ${cells.join(" | ")} |`);
+      const arith = rows[0]?.arithmetic ?? WEBGPU_ARITHMETIC;
+      lines.push(`| ${_md(label)} | ${_md(arith)} | ${cells.join(" | ")} |`);
     }
   }
   return lines;

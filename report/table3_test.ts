@@ -121,9 +121,41 @@ Deno.test("formatting: MiB as the paper's MB, ms with one decimal, failed cells 
   assert.equal(formatCell(_row("fused", 0, "fwd")), "1.1 MB, 24.3 ms");
   assert.equal(
     formatCell(_row("x", 0, "fwd", { error: "unsupported: no f16" })),
-    "failed: unsupported: no f16",
+    "not run here: no f16",
+  );
+  assert.equal(
+    formatCell(_row("x", 0, "fwd", { error: "OOM: needs 9 MiB" })),
+    "failed: OOM: needs 9 MiB",
   );
   assert.equal(formatCell(undefined), "–");
+});
+
+Deno.test("formatMarkdown: a method's own arithmetic; cells it cannot run here apart from failures", () => {
+  const r = _report();
+  for (const beta of [0.1, 0]) {
+    for (const mode of ["fwd", "bwd", "fwd+bwd"] as Mode[]) {
+      r.rows.push(_row("fused-tc", beta, mode, {
+        label: "Ours (tensor cores)",
+        arithmetic: "f16 tensor cores (WGSL, Dawn)",
+        error: "unsupported: no subgroup matrices",
+        peakBytes: null,
+        timeMs: null,
+      }));
+    }
+  }
+  const md = formatMarkdown(r);
+  const row = md.split("\n").find((l) => l.startsWith("| Ours (tensor cores) |"))!;
+  assert.equal(
+    row,
+    "| Ours (tensor cores) | f16 tensor cores (WGSL, Dawn) | not run here: no subgroup matrices | " +
+      "not run here: no subgroup matrices | not run here: no subgroup matrices |",
+  );
+  // the failures count only the run-time failure; the unsupported cells are one line
+  assert.match(md, /## Failed rows \(2\)\n/);
+  assert.match(
+    md,
+    /## Not run on this adapter\n\n- fused-tc: no subgroup matrices \(β = 0.1 fwd, β = 0.1 bwd, β = 0.1 fwd\+bwd, β = 0 fwd, β = 0 bwd, β = 0 fwd\+bwd\)\n/,
+  );
 });
 
 Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in the paper's order", () => {
@@ -160,6 +192,7 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
     md,
     /## Failed rows \(2\)\n\n- baseline, β = 0.1, fwd\+bwd: OOM: needs 28,000 MiB\n/,
   );
+  assert.doesNotMatch(md, /## Not run on this adapter/);
   assert.match(md, /median GPU time \(timestamp queries\) of 5 repetitions after 1 warm-up\./);
   // a first cell warmed up longer (IDLE_GPU_WARMUP_MS) is said so
   const r0 = _report();
