@@ -319,7 +319,11 @@ export function formatMarkdown(r: Table3Report): string {
   }
   if (notRun.size > 0) {
     lines.push("", "## Not run on this adapter", "");
-    for (const [key, cells] of notRun) lines.push(`- ${_md(key)} (${cells.join(", ")})`);
+    for (const [key, cells] of notRun) {
+      const m = key.slice(0, key.indexOf(":"));
+      const which = _notRunAnywhere(r, m) ? "every cell; left out of the table" : cells.join(", ");
+      lines.push(`- ${_md(key)} (${which})`);
+    }
   }
   lines.push("", "## Details", "", ..._detailLines(r), ..._passLines(r));
   return lines.join("\n") + "\n";
@@ -430,6 +434,12 @@ function _measuredLine(r: Table3Report): string {
     `paper's "MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`;
 }
 
+/** Whether every cell of method `m` is one it does not support on this adapter. */
+function _notRunAnywhere(r: Table3Report, m: string): boolean {
+  const rows = r.rows.filter((x) => x.method === m);
+  return rows.length > 0 && rows.every((x) => x.error !== undefined && !failedAtRunTime(x));
+}
+
 /** The table in the paper's layout: the lower bound, then a section per β. */
 function _tableLines(r: Table3Report, modes: readonly Mode[]): string[] {
   const lines = [
@@ -443,6 +453,9 @@ function _tableLines(r: Table3Report, modes: readonly Mode[]): string[] {
     lines.push(`| ${_sectionTitle(beta)} | | ${modes.map(() => "").join(" | ")} |`);
     for (const m of sectionMethods(r, beta)) {
       const rows = r.rows.filter((x) => x.beta === beta && x.method === m);
+      // a method that could run no cell on this adapter is one line under "Not run on this
+      // adapter" instead of a row of reasons
+      if (_notRunAnywhere(r, m)) continue;
       const label = rows[0]?.label ?? m;
       const cells = modes.map((mode) =>
         _md(formatCellVsBaseline(r, rows.find((x) => x.mode === mode)))
@@ -516,7 +529,10 @@ function _passLines(r: Table3Report): string[] {
   return lines;
 }
 
-/** The arithmetic of every WebGPU row: WGSL reaches no tensor cores; 16-bit inputs are widened. */
+/**
+ * The arithmetic of a WebGPU row without its own ({@link LceMethod.arithmetic}): fp32 FMA, 16-bit
+ * inputs widened; only the tensor-core rows (Dawn's subgroup matrices) differ.
+ */
 export const WEBGPU_ARITHMETIC = "fp32 FMA (WGSL)";
 
 /**
@@ -553,7 +569,7 @@ export function formatSameArithmetic(r: Table3Report): string[] {
   return [
     "## Same arithmetic: WebGPU against PyTorch fp32 (TF32 off) on the same card",
     "",
-    "Both sides multiply in fp32 FMA (WGSL cannot reach tensor cores), so these ratios carry the " +
+    "Both sides multiply in fp32 FMA (these WGSL rows use no tensor cores), so these ratios carry the " +
     "cost of the implementation, not of the arithmetic. Times in ms (medians).",
     "",
     "| row | β | mode | WebGPU ms | PyTorch fp32 ms | ratio |",
