@@ -492,7 +492,7 @@ function _detailLines(r: Table3Report): string[] {
           } | ${num(x.timeMs)} | ${num(x.timeMsMin)} | ${num(x.timeMsMax)} | ${
             num(x.timeMsIqr)
           } | ${num(x.wallMsMedian)} | ${_md(roles)} | ${_md(checkText(x))} | ${
-            _md(x.error ? `failed: ${x.error}` : stats)
+            _md(x.error ? formatCell(x) : stats)
           } |`,
         );
       }

@@ -186,14 +186,14 @@ type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "hot" | "H
  * kept tiles' bits set in the mask and counted, from the workgroup's `s_any` (and `s_hot`), for a
  * filter tile of bm tokens × bn vocabulary entries at corner (t0, v0). Shared with the
  * tensor-core filter pass (kernels/tc/tc_filter_wgsl.ts), which declares the same workgroup
- * variables and parameters.
+ * variables and parameters (its `s_any` the first word of an array: `any` names it).
  */
 export function filterFlushWgsl(
-  o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean },
+  o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean; any?: string },
 ): string {
   const TT = o.tile.tokens, VT = o.tile.vocab;
   const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, hot: o.entryBits, HW: o.bn / 32 + 1 };
-  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s)}`;
+  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s, o.any ?? "s_any")}`;
 }
 
 /** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
@@ -210,9 +210,9 @@ function _entryBitsFlush(s: _FlushShape): string {
 }
 
 /** The kept backward tiles' bits set in the mask and counted (thread 0). */
-function _keptTilesFlush(s: _FlushShape): string {
+function _keptTilesFlush(s: _FlushShape, any = "s_any"): string {
   return `if (lid == 0u) {
-    let flags = atomicLoad(&s_any);
+    let flags = atomicLoad(&${any});
     var kept = 0u;
     for (var a = 0u; a < ${s.subT}u; a++) {
       let ts = t0 + a * ${s.TT}u;

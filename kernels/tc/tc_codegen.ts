@@ -175,6 +175,16 @@ export function tcSharedBytes(
   return (a + elems(tileCols(t), o.bContig)) * copies * 2;
 }
 
+/**
+ * `words` (4-byte) rounded up to whole 16 bytes. Every workgroup variable of a kernel with
+ * subgroup matrices is a multiple of 16 bytes, so each starts 16-byte aligned wherever the driver
+ * places it: subgroup-matrix loads and stores into workgroup memory need it (on an H100 and H200
+ * through Dawn, a lone 4-byte atomic beside the scratch shifted the stored matrices by a word).
+ */
+export function wgWords(words: number): number {
+  return Math.ceil(words / 4) * 4;
+}
+
 /** Workgroup declarations of the staging arrays (f16; enable f16 is the kernel's). */
 export function tcShared(o: TcMainloopOptions): string {
   const copies = o.tile.dbuf ? 2 : 1;

@@ -27,6 +27,7 @@ import {
   tcModuleDecls,
   tcStoreAcc,
   tcSubgroupCoords,
+  wgWords,
 } from "./tc_codegen.ts";
 import { tcEpilogueShape } from "./tc_forward_wgsl.ts";
 import { tcThreads, type TcTile, tileCols, tileMma, tileRows } from "./tc_tiles.ts";
@@ -126,6 +127,7 @@ export function tcFilterWgsl(o: TcFilterKernelOptions): string {
   // this pass as it binds the FMA one
   const sig = filterPassSignature(o);
   const hotWords = (bm / TT) * (bn / 32 + 1);
+  // s_any is the first of four words and s_hot whole 16 bytes: see wgWords
   const rowVals = [...Array(t.mt).keys()].map((i) =>
     `let rr${i} = sr + ${i * mma.m}u + lr; let tk${i} = t0 + rr${i};
   let tw_${i} = select(0.0, w[min(tk${i}, P.tE - 1u)], tk${i} < P.tE); let tl_${i} = lse[min(tk${i}, P.tE - 1u)];`
@@ -139,9 +141,9 @@ const EPS: f32 = ${f32Lit(o.eps)};
 ${sig.wgsl}
 ${helpers}
 ${tcModuleDecls(main, ["scr"])}
-var<workgroup> scr: array<f32, ${ep.scratch}>;
-var<workgroup> s_any: atomic<u32>;
-${o.entryBits ? `var<workgroup> s_hot: array<atomic<u32>, ${hotWords}>;` : ""}
+var<workgroup> scr: array<f32, ${wgWords(ep.scratch)}>;
+var<workgroup> s_any: array<atomic<u32>, 4>;
+${o.entryBits ? `var<workgroup> s_hot: array<atomic<u32>, ${wgWords(hotWords)}>;` : ""}
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
@@ -153,7 +155,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let rot = lr >> 1u;
   let t0 = P.tS + wg.x * ${bm}u;
   let v0 = P.vS + wg.y * ${bn}u;
-  if (lid == 0u) { atomicStore(&s_any, 0u); }
+  if (lid == 0u) { atomicStore(&s_any[0], 0u); }
   ${o.entryBits ? `if (lid < ${hotWords}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   let sa = scales[${TC_FILTER_SCALE_E}];
   let sb = scales[${TC_FILTER_SCALE_C}];
@@ -162,9 +164,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${tcMainloop(main)}
   var bits = 0u;
   ${tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % 2)).join("\n  ")}
-  if (bits != 0u) { atomicOr(&s_any, bits); }
+  if (bits != 0u) { atomicOr(&s_any[0], bits); }
   workgroupBarrier();
-  ${filterFlushWgsl({ bm, bn, tile: o.tile, entryBits: o.entryBits === true })}
+  ${filterFlushWgsl({ bm, bn, tile: o.tile, entryBits: o.entryBits === true, any: "s_any[0]" })}
 }
 `;
 }

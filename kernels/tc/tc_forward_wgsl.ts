@@ -21,7 +21,7 @@
 import type { Dtype } from "../../core/options.ts";
 import { dtypeHelpers, LSE_MERGE } from "../wgsl_common.ts";
 import { softcapFn, treeSum } from "../fused/forward_epilogue.ts";
-import { tileMapForwardWgsl } from "../fused/tile_map.ts";
+import { tileMapForwardWgsl16 as tileMap } from "../fused/tile_map.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
@@ -35,6 +35,7 @@ import {
   tcStorageType,
   tcStoreAcc,
   tcSubgroupCoords,
+  wgWords,
 } from "./tc_codegen.ts";
 import { tcThreads, type TcTile, tileCols, tileMma, tileRows, tileSubgroups } from "./tc_tiles.ts";
 
@@ -232,8 +233,8 @@ ${LSE_MERGE}
 ${tcForwardSignature(o).wgsl}
 ${o.vecLoads ? "" : dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 ${tcModuleDecls(main, ["scr"])}
-var<workgroup> scr: array<f32, ${Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2))}>;
-${o.tileMax ? tileMapForwardWgsl.decls : ""}
+var<workgroup> scr: array<f32, ${wgWords(Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2)))}>;
+${o.tileMax ? tileMap.decls : ""}
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
@@ -260,10 +261,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
   for (var it = tBegin; it < tEnd; it++) {
     let n0 = it * ${bn}u;
-    ${o.tileMax ? tileMapForwardWgsl.init : ""}
+    ${o.tileMax ? tileMap.init : ""}
     ${tcMainloop(main, false)}
     ${rounds.join("\n    ")}
-    ${o.tileMax ? tileMapForwardWgsl.store : ""}
+    ${o.tileMax ? tileMap.store : ""}
   }
   ${_finish(o)}
 }
