@@ -10,7 +10,7 @@
  * cost. Times are GPU times from timestamp queries (median of R reps after W warm-ups) of the
  * whole forward (column sum, tiles, merge); effective TFLOP/s = 2·n·v·d / time. Last, the best
  * configuration's lse and loss rows are checked against the materialised path (plain logits +
- * row_softmax_stats). Prints a table and writes `reports/tune_forward_<adapter-slug>.json|md`.
+ * row_softmax_stats). Prints a table and writes `tune_forward_<adapter-slug>.json|md` into --out.
  * The candidates, the timing and the phases: tuning/forward_tuner.ts.
  *
  * Defaults: the paper's shape (n 8192, |V| 256000, d 2304, bf16, β 0.1) on a hardware adapter, a
@@ -47,7 +47,7 @@ import { fillRandom } from "../tuning/fill_random.ts";
 export const TUNE_FORWARD_COMMAND = defineCommand({
   name: "deno task tune-forward",
   summary: "Times the fused forward's tile configurations on this adapter and writes " +
-    "reports/tune_forward_<adapter>.json|md. The JSON is rewritten after every timed " +
+    "tune_forward_<adapter>.json|md into --out. The JSON is rewritten after every timed " +
     'configuration ("complete": false until the end); --resume FILE.json re-uses the ' +
     "configurations it holds and times only the others.",
   flags: {
