@@ -10,11 +10,14 @@
  *    float64 products at odd shapes (kernels/tc/tc_product_check.ts);
  * 3. each tensor-core method against the float64 reference (reference/lce_reference.ts) with the
  *    parity tolerances of testing/parity.ts: odd shapes over bf16/f16, β ∈ {0, 0.1, 1}, softcap,
- *    every reduction and ignored rows, a filtered case on the cce recipe, and (unless --small) the
- *    vocabularies of GPT-2 (50,257 × 768) and Llama 3 (128,256 × 4096) at a few tokens;
- * 4. bitwise determinism: each method twice on the filtered case.
+ *    every reduction and ignored rows, a filtered case on the cce recipe;
+ * 4. bitwise determinism: each method twice on the filtered case;
+ * 5. (unless --small) the vocabularies of GPT-2 (50,257 × 768) and Llama 3 (128,256 × 4096) at a
+ *    few tokens, last since they take a minute or two each (most of it the float64 reference).
  *
  * One line per check on stdout; exit 1 when any fails (the lines say which and by how much).
+ * `--out` is rewritten after each step, "complete": false until the end, so a run stopped by a
+ * time limit keeps the lines it reached.
  * @module
  */
 import { ADAPTER_FLAG, defineCommand, parseList, runCli, WEBGPU_FLAG } from "../core/cli.ts";
@@ -191,21 +194,37 @@ export async function tcCheckMain(args: string[]): Promise<number> {
       }
     }
   }
-  const cases = tcCheckCases({ large: !v.small });
-  await checkCases(ctx, methods, cases, log);
-  await checkDeterminism(ctx, methods, cases.find((c) => c.recipe === "cce")!, log);
+  // the lines so far, rewritten after each step ("complete": false until the end), so a run
+  // stopped by a time limit keeps what it checked
+  const env = {
+    adapter: rep.description,
+    engine: rep.engineVersion,
+    sgSize: sup.sgSize,
+    date: new Date().toISOString(),
+  };
+  const save = async (complete: boolean) => {
+    if (v.out === undefined) return;
+    const bytes = JSON.stringify({ env, complete, lines }, null, 1);
+    await writeAllOrNothing([{ path: v.out, bytes }]);
+  };
+  await save(false);
+  // the small cases and determinism first; the real vocabularies (a minute or two each, most of
+  // it the float64 reference) last
+  const small = tcCheckCases({ large: false });
+  await checkCases(ctx, methods, small, log);
+  await checkDeterminism(ctx, methods, small.find((c) => c.recipe === "cce")!, log);
+  await save(false);
+  const large = v.small
+    ? []
+    : tcCheckCases({ large: true }).filter((c) => !small.some((s) => s.name === c.name));
+  for (const c of large) {
+    await checkCases(ctx, methods, [c], log);
+    await save(false);
+  }
   ctx.destroy();
   const failed = lines.filter((l) => !l.ok).length;
   console.log(`${lines.length - failed} passed, ${failed} failed`);
-  if (v.out !== undefined) {
-    const env = {
-      adapter: rep.description,
-      engine: rep.engineVersion,
-      sgSize: sup.sgSize,
-      date: new Date().toISOString(),
-    };
-    await writeAllOrNothing([{ path: v.out, bytes: JSON.stringify({ env, lines }, null, 1) }]);
-  }
+  await save(true);
   return failed > 0 ? 1 : 0;
 }
 
