@@ -6,8 +6,11 @@ import { GATE_THRESHOLDS, type GateResult, type GateRun } from "../measure/gate_
 import { formatBaseline, readBaseline } from "../measure/gate_baseline.ts";
 import { writeAtomic } from "../io/outputs.ts";
 import { readUntil, runScript, spawnScript } from "../testing/run_script.ts";
+import { engineFromEnv } from "../gpu/engine.ts";
 
 const SCRIPT = new URL("./gate.ts", import.meta.url).pathname;
+/** The engine the gate runs on in these tests: the suite's (LCE_WEBGPU), which the script inherits. */
+const ENGINE = engineFromEnv();
 
 const _run = (args: string[]) => runScript(SCRIPT, args);
 
@@ -148,7 +151,7 @@ Deno.test({
       assert.match(same.stdout, /\ngate: passed: memory, parity and time of 1 result\n$/);
       assert.equal(readBaseline(out).rounds, 5);
       assert.match(b.adapter.driver ?? "", /^Mesa \d/, "the baseline records the driver");
-      assert.equal(b.adapter.engine, "deno");
+      assert.equal(b.adapter.engine, ENGINE);
 
       // the same baseline as from another CPU: memory and parity compared, time not, said so
       const otherHost = join(dir, "other_host.json");
@@ -157,7 +160,10 @@ Deno.test({
       assert.equal(o.code, 0, o.stdout + o.stderr);
       assert.match(
         o.stdout,
-        /\ngate: passed: memory and parity of 1 result; time not compared: baseline from CPU X \(Mesa [^,]+, deno\), this host .+ \(Mesa [^,]+, deno\)\n$/,
+        new RegExp(
+          "\\ngate: passed: memory and parity of 1 result; time not compared: baseline from CPU X " +
+            `\\(Mesa [^,]+, ${ENGINE}\\), this host .+ \\(Mesa [^,]+, ${ENGINE}\\)\\n$`,
+        ),
       );
 
       // a regressed tree, seen from this baseline: edit the baseline the other way round (less
@@ -263,7 +269,7 @@ Deno.test({
       const up = await run([...common, "--update"]);
       assert.equal(up.code, 0, up.stderr);
       const [own] = readdirSync(join(cwd, "reports"));
-      assert.match(own, /^gate_baseline_[a-z0-9-]+_deno_mesa-[a-z0-9-]+\.json$/);
+      assert.match(own, new RegExp(`^gate_baseline_[a-z0-9-]+_${ENGINE}_mesa-[a-z0-9-]+\\.json$`));
       const b = readBaseline(join(cwd, "reports", own));
       const otherName = "gate_baseline_other-host.json";
       writeFileSync(
