@@ -2,7 +2,8 @@
  * Compares a gate run with a baseline (pure: no GPU, no files): memory, parity and time ratios
  * per result and mode, into findings and a per-method summary (rules in measure/gate.ts's module
  * documentation). A run and a baseline with no result in common are bad input (nothing would be
- * compared); a result on one side only fails unless its method is optional; times are compared
+ * compared); a result on one side only fails unless its method is optional (or, new, it is one
+ * the adapter cannot run: nothing to compare on either side); times are compared
  * only with a baseline of the same host (gate_suites.ts timeHostKey), and the comparison says
  * what it checked.
  * @module
@@ -234,6 +235,18 @@ function _compareResult(acc: _Acc, cur: GateResult, b: GateResult | undefined): 
   acc.perMethod.set(cur.method, pm);
   pm.r++;
   if (!b) {
+    if (cur.error?.startsWith("unsupported:")) {
+      // not run on this adapter (tensor cores without subgroup matrices, ...): a baseline of
+      // this adapter could hold no measurement of it either, so there is nothing to miss
+      add({
+        check: "new",
+        status: "info",
+        baseline: "–",
+        current: "not run",
+        detail: `not in the baseline and not run on this adapter (${cur.error})`,
+      });
+      return;
+    }
     const optional = acc.optional.has(cur.method);
     add({
       check: "new",

@@ -161,12 +161,14 @@ Deno.test("gate: a result on one side only fails unless its method is optional",
     _result("nu", { error: "unsupported: no shader-f16" }),
   ]);
   const c = compareRuns(cur, base);
+  // a new result the adapter cannot run has no measurement on either side: said, not failed
   assert.deepEqual(c.findings.map((f) => [f.method, f.check, f.status]), [
     ["a", "error", "fail"],
     ["new", "new", "fail"],
-    ["nu", "new", "fail"],
+    ["nu", "new", "info"],
     ["gone", "missing", "fail"],
   ]);
+  assert.match(c.findings[2].detail, /not run on this adapter \(unsupported: no shader-f16\)/);
   assert.equal(c.passed, false);
   assert.equal(c.compared, 2);
   // the suite's optional methods may be on one side only
