@@ -9,6 +9,7 @@
 import { readFileSync } from "node:fs";
 import { check, InputError } from "../core/errors.ts";
 import type { MeasureRow, Mode } from "../measure/measure.ts";
+import { isIncorrect } from "./check_format.ts";
 
 /** One external cell (same units as the harness: bytes and milliseconds). */
 export interface ExternalRow {
@@ -183,6 +184,13 @@ export const PEER_PAIRS: readonly (readonly [string, string])[] = [
   ["fused-tilemap", "cce"],
   ["fused-nofilter", "cce-nofilter"],
   ["liger", "liger"],
+  // the tensor-core rows (Dawn) against the same systems, on tensor cores on both sides
+  ["fused-tc", "paper-ours"],
+  ["fused-tilemap-tc", "paper-ours"],
+  ["fused-tc", "paper-filter"],
+  ["fused-tilemap-tc", "paper-filter"],
+  ["fused-tc", "cce"],
+  ["fused-tilemap-tc", "cce"],
 ];
 
 function _md(s: string): string {
@@ -350,7 +358,8 @@ function _accuracyTable(acc: ExternalAccuracy): string[] {
 }
 
 function _ratioCell(o: MeasureRow | undefined, t: ExternalRow | undefined): string | undefined {
-  if (!o || o.timeMs === null || typeof t?.timeMs !== "number") return undefined;
+  // a cell that failed its correctness check gets no ratio
+  if (!o || o.timeMs === null || isIncorrect(o) || typeof t?.timeMs !== "number") return undefined;
   return `${_ms(o.timeMs)} / ${_ms(t.timeMs)} = ${(o.timeMs / t.timeMs).toFixed(2)}×`;
 }
 
@@ -411,8 +420,9 @@ export function formatPeers(
     lines.push("No row of ours and of a system was measured at the same β and mode.");
   } else {
     lines.push(
-      "Our WGSL rows (fp32 FMA, no tensor cores) against the system each follows, same β and " +
-        "mode: our time / theirs = the ratio (above 1: ours is slower). Medians.",
+      "Our WGSL rows (fp32 FMA; the tensor-core rows on f16 tensor cores through Dawn) against " +
+        "the system each follows, same β and mode: our time / theirs = the ratio (above 1: ours " +
+        "is slower). Medians; a cell that failed its correctness check has none.",
       "",
       `| our row | system | β | ${modes.join(" | ")} |`,
       `| --- | --- | --- | ${modes.map(() => "---").join(" | ")} |`,

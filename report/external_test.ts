@@ -70,7 +70,12 @@ Deno.test("external: the systems' section — cells, accuracy and our time over 
     ..._ours("fused", "Ours", 0.1, [223.5, 211.6, 435.2]),
     ..._ours("fused-fb", "Fused Version", 0.1, [400, 1, 401]),
     ..._ours("liger", "Liger-style (WGSL)", 0, [700, 2, 702]),
+    ..._ours("fused-tilemap-tc", "Ours + tile map (tensor cores)", 0.1, [105.5, 3.1, 108.6]),
+    ..._ours("fused-tc", "Ours (tensor cores)", 0.1, [99.8, 139.3, 239.3]),
   ];
+  // a tensor-core cell that failed its correctness check: no ratio for it
+  const wrong = ours.find((r) => r.method === "fused-tc" && r.mode === "bwd")!;
+  wrong.check = { ok: false } as NonNullable<MeasureRow["check"]>;
   const md = formatPeers(x, ours, PAPER, MODES).join("\n");
   assert.match(md, /^\n## The seeds' systems on this card \(external: torch_peers_stub\.json\)/);
   assert.match(
@@ -97,6 +102,14 @@ Deno.test("external: the systems' section — cells, accuracy and our time over 
   // ratios, computed from the file's own medians
   const t = _row(x, "paper-ours", 0.1, "fwd+bwd").timeMs!;
   assert.ok(md.includes(`435.2 ms / ${t.toFixed(1)} ms = ${(435.2 / t).toFixed(2)}×`));
+  assert.ok(md.includes(`108.6 ms / ${t.toFixed(1)} ms = ${(108.6 / t).toFixed(2)}×`));
+  const tcRow = md.split("\n").find((l) =>
+    l.startsWith("| Ours (tensor cores) | ") && /paper-ours/.test(l)
+  )!;
+  assert.match(
+    tcRow,
+    /^\| Ours \(tensor cores\) \| .* \| 0\.1 \| 99\.8 ms \/ [^|]+ \| – \| 239\.3 ms \/ /,
+  );
   assert.match(md, /### Our rows against the seeds' systems/);
   // paper-fused failed and liger at β = 0 was never measured: no ratio rows for them
   assert.doesNotMatch(md, /\| Fused Version \|/);
