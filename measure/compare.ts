@@ -17,6 +17,7 @@
  * @module
  */
 import { check } from "../core/errors.ts";
+import { slug } from "../core/slug.ts";
 import { Rng } from "../fixtures/rng.ts";
 import { cellKey, type ReportCell, type ReportCells } from "./compare_cells.ts";
 import { median } from "./timing.ts";
@@ -134,7 +135,9 @@ export function compareReports(a: ReportCells, b: ReportCells, o: CompareOptions
   check(threshold >= 0 && Number.isFinite(threshold), `threshold must be ≥ 0, got ${threshold}`);
   const across = [...new Set(o.across ?? [])];
   check(
-    a.adapter === b.adapter || across.includes("adapter"),
+    // one card under two engines may be described two ways ("NVIDIA H200", "nvidia-h200"): the
+    // adapter is the one its report file is named by
+    slug(a.adapter) === slug(b.adapter) || across.includes("adapter"),
     `the reports come from different adapters (${a.adapter}; ${b.adapter}): give --across ` +
       "adapter to compare them",
   );

@@ -115,6 +115,13 @@ Deno.test("compare: adapters and engines must match unless --across says; keys m
     return true;
   });
   assert.equal(compareReports(a, other, { across: ["adapter"] }).cells.length, 4);
+  // one card as wgpu and as Dawn describe it: the same adapter
+  const h200 = reportCells(_report(() => jitter(10, 1), { adapter: "NVIDIA H200" }), "A.json");
+  const h200Dawn = reportCells(
+    _report(() => jitter(10, 1), { adapter: "nvidia-h200", engine: "dawn" }),
+    "B.json",
+  );
+  assert.equal(compareReports(h200, h200Dawn, { across: ["engine"] }).cells.length, 4);
   assert.equal(a.engine, "deno", "a report without the engine field is deno's");
   const dawn = reportCells(_report(() => jitter(10, 1), { engine: "dawn" }), "B.json");
   assert.throws(
