@@ -158,9 +158,8 @@ export function lowerBoundBytes(shape: Table3Shape, mode: Mode, reduction: Reduc
  */
 export function formatCell(row: MeasureRow | undefined): string {
   if (!row) return "–";
-  if (row.error !== undefined && !failedAtRunTime(row)) {
-    return `not run here: ${row.error.replace(/^unsupported: /, "")}`;
-  }
+  const why = _notRunReason(row);
+  if (why !== undefined) return `not run here: ${why}`;
   if (row.error !== undefined) return `failed: ${row.error}`;
   return `${formatMB(row.peakBytes ?? NaN)}, ${formatMs(row.timeMs ?? NaN)}`;
 }
@@ -312,17 +311,21 @@ export function formatMarkdown(r: Table3Report): string {
   }
   // cells a method does not support here (tensor cores without subgroup matrices, ...): one line
   // per method and reason
-  const notRun = new Map<string, string[]>();
-  for (const x of r.rows.filter((x) => x.error !== undefined && !failedAtRunTime(x))) {
-    const key = `${x.method}: ${x.error!.replace(/^unsupported: /, "")}`;
-    notRun.set(key, [...(notRun.get(key) ?? []), `β = ${x.beta} ${x.mode}`]);
+  const notRun = new Map<string, { method: string; why: string; cells: string[] }>();
+  for (const x of r.rows) {
+    const why = _notRunReason(x);
+    if (why === undefined) continue;
+    const e = notRun.get(`${x.method}\n${why}`) ?? { method: x.method, why, cells: [] };
+    e.cells.push(`β = ${x.beta} ${x.mode}`);
+    notRun.set(`${x.method}\n${why}`, e);
   }
   if (notRun.size > 0) {
     lines.push("", "## Not run on this adapter", "");
-    for (const [key, cells] of notRun) {
-      const m = key.slice(0, key.indexOf(":"));
-      const which = _notRunAnywhere(r, m) ? "every cell; left out of the table" : cells.join(", ");
-      lines.push(`- ${_md(key)} (${which})`);
+    for (const { method, why, cells } of notRun.values()) {
+      const which = _notRunAnywhere(r, method)
+        ? "every cell; left out of the table"
+        : cells.join(", ");
+      lines.push(`- ${_md(`${method}: ${why}`)} (${which})`);
     }
   }
   lines.push("", "## Details", "", ..._detailLines(r), ..._passLines(r));
@@ -434,10 +437,17 @@ function _measuredLine(r: Table3Report): string {
     `paper's "MB"). Time: ${timeWhat} of ${repsWhat} after ${warmWhat}.`;
 }
 
+/** Why the method does not run `row`'s cell on this adapter, or undefined (ran, or failed). */
+function _notRunReason(row: MeasureRow): string | undefined {
+  return row.error !== undefined && !failedAtRunTime(row)
+    ? row.error.replace(/^unsupported: /, "")
+    : undefined;
+}
+
 /** Whether every cell of method `m` is one it does not support on this adapter. */
 function _notRunAnywhere(r: Table3Report, m: string): boolean {
   const rows = r.rows.filter((x) => x.method === m);
-  return rows.length > 0 && rows.every((x) => x.error !== undefined && !failedAtRunTime(x));
+  return rows.length > 0 && rows.every((x) => _notRunReason(x) !== undefined);
 }
 
 /** The table in the paper's layout: the lower bound, then a section per β. */

@@ -193,7 +193,7 @@ export function filterFlushWgsl(
 ): string {
   const TT = o.tile.tokens, VT = o.tile.vocab;
   const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, hot: o.entryBits, HW: o.bn / 32 + 1 };
-  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s, o.any ?? "s_any")}`;
+  return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s, o.any)}`;
 }
 
 /** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
