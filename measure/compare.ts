@@ -14,12 +14,20 @@
  * 1 + threshold, `faster` only when it lies below 1 and the ratio is under 1 − threshold, else
  * `within noise`; a cell that passed the correctness check in A and fails it in B is `incorrect`.
  * Cells with fewer than two samples on a side, or failed on a side, are listed as not compared.
+ * A cell whose ratio exceeds a target (default 1.15) also gets each pass of its per-pass
+ * breakdown in both runs, sorted by B − A (measure/compare_passes.ts): where the difference is.
  * @module
  */
 import { check } from "../core/errors.ts";
 import { slug } from "../core/slug.ts";
 import { Rng } from "../fixtures/rng.ts";
 import { cellKey, type ReportCell, type ReportCells } from "./compare_cells.ts";
+import {
+  COMPARE_EXPLAIN_ABOVE,
+  formatPassSection,
+  type PassDiff,
+  passDiffs,
+} from "./compare_passes.ts";
 import { median } from "./timing.ts";
 
 /** Resamples of the bootstrap. */
@@ -56,6 +64,11 @@ export interface CellComparison {
   lo: number;
   hi: number;
   verdict: Verdict;
+  /**
+   * Only for a cell whose ratio exceeds the comparison's `explainAbove`: each pass in A and B,
+   * sorted by B − A descending (empty when neither run has a per-pass breakdown).
+   */
+  passes?: PassDiff[];
 }
 
 /** Where a report came from, as the comparison shows it. */
@@ -80,6 +93,8 @@ export interface Comparison {
   interval: string;
   /** What was allowed to differ. */
   across: Across[];
+  /** Cells whose B/A exceeds this get their passes listed (0: none). */
+  explainAbove: number;
   cells: CellComparison[];
   /** Cells matched but not compared, and why. */
   notCompared: { key: string; why: string }[];
@@ -96,6 +111,11 @@ export interface CompareOptions {
   across?: readonly Across[];
   /** Bootstrap resamples (default {@link COMPARE_RESAMPLES}). */
   resamples?: number;
+  /**
+   * List the passes of every cell whose B/A exceeds this ratio (default
+   * {@link COMPARE_EXPLAIN_ABOVE}; 0: none).
+   */
+  explainAbove?: number;
 }
 
 /**
@@ -133,6 +153,11 @@ function _side(r: ReportCells): CompareSide {
 export function compareReports(a: ReportCells, b: ReportCells, o: CompareOptions = {}): Comparison {
   const threshold = o.threshold ?? COMPARE_THRESHOLD;
   check(threshold >= 0 && Number.isFinite(threshold), `threshold must be ≥ 0, got ${threshold}`);
+  const explainAbove = o.explainAbove ?? COMPARE_EXPLAIN_ABOVE;
+  check(
+    explainAbove >= 0 && Number.isFinite(explainAbove),
+    `the per-pass target must be ≥ 0, got ${explainAbove}`,
+  );
   const across = [...new Set(o.across ?? [])];
   check(
     // one card under two engines may be described two ways ("NVIDIA H200", "nvidia-h200"): the
@@ -163,6 +188,7 @@ export function compareReports(a: ReportCells, b: ReportCells, o: CompareOptions
       o.resamples ?? COMPARE_RESAMPLES
     } resamples of each side's per-repetition samples, seeded)`,
     across,
+    explainAbove,
     cells: [],
     notCompared: [],
     onlyA: [...mapA.keys()].filter((k) => !mapB.has(k)),
@@ -203,6 +229,9 @@ export function compareReports(a: ReportCells, b: ReportCells, o: CompareOptions
       lo,
       hi,
       verdict,
+      ...(explainAbove > 0 && ratio > explainAbove
+        ? { passes: passDiffs(ca.passMs, cb.passMs) }
+        : {}),
     });
   });
   return out;
@@ -232,7 +261,10 @@ function _sideLine(name: string, s: CompareSide): string {
   return `- ${name}: \`${s.path}\` (${s.kind}; ${s.adapter}, ${s.engine}; ${commit}; ${s.date})`;
 }
 
-/** The comparison as Markdown: both sides, the rule, a table of every cell, the leftovers. */
+/**
+ * The comparison as Markdown: both sides, the rule, a table of every cell, the passes of the
+ * cells past the per-pass target, the leftovers.
+ */
 export function formatComparison(c: Comparison): string {
   const pct = `${+(c.threshold * 100).toFixed(3)}%`;
   const lines = [
@@ -257,6 +289,7 @@ export function formatComparison(c: Comparison): string {
         `${verdict} |`,
     );
   }
+  lines.push(...formatPassSection(c.cells, c.explainAbove));
   if (c.notCompared.length > 0) {
     lines.push("", `## Not compared (${c.notCompared.length})`, "");
     for (const x of c.notCompared) lines.push(`- ${x.key.replaceAll("|", " ")}: ${x.why}`);

@@ -28,6 +28,8 @@ export interface ReportCell {
   timeSource: string;
   /** Peak bytes above the inputs (null when failed). */
   peakBytes: number | null;
+  /** Median GPU ms of each pass label, when the report has a per-pass breakdown. */
+  passMs?: Record<string, number>;
   /** Why the cell failed, when it did. */
   error?: string;
   /** The correctness check's verdict and error, when the report has one. */
@@ -148,6 +150,10 @@ function _cell(
     peakBytes: _num(x.peakBytes) ? x.peakBytes : null,
   };
   if (typeof x.error === "string") cell.error = x.error;
+  if (x.passMs !== null && typeof x.passMs === "object") {
+    const passes = Object.entries(x.passMs as Record<string, unknown>).filter(([, ms]) => _num(ms));
+    if (passes.length > 0) cell.passMs = Object.fromEntries(passes) as Record<string, number>;
+  }
   if (ck && typeof ck.ok === "boolean") {
     cell.check = {
       ok: ck.ok,

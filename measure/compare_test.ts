@@ -2,17 +2,24 @@ import assert from "node:assert/strict";
 import { InputError } from "../core/errors.ts";
 import { reportCells } from "./compare_cells.ts";
 import { compareReports, comparisonExitCode, formatComparison, ratioInterval } from "./compare.ts";
+import { passDiffs, passTotals } from "./compare_passes.ts";
 
 /** A table3-like report whose cells' samples are `samples(method, mode)`. */
 function _report(
   samples: (method: string, mode: string) => number[] | undefined,
-  o: { adapter?: string; engine?: string; shape?: [number, number, number]; check?: boolean } = {},
+  o: {
+    adapter?: string;
+    engine?: string;
+    shape?: [number, number, number];
+    check?: boolean;
+    passMs?: (method: string, mode: string) => Record<string, number> | undefined;
+  } = {},
 ) {
   const [n, v, d] = o.shape ?? [256, 4096, 128];
   const rows = [];
   for (const method of ["baseline", "fused"]) {
     for (const mode of ["fwd", "bwd"]) {
-      const s = samples(method, mode);
+      const s = samples(method, mode), passMs = o.passMs?.(method, mode);
       rows.push({
         method,
         label: method,
@@ -23,6 +30,7 @@ function _report(
         peakBytes: s ? 100 : null,
         ...(s ? {} : { error: "OOM: needs 9 MiB" }),
         ...(o.check === undefined ? {} : { check: { ok: o.check, error: o.check ? 1e-6 : null } }),
+        ...(passMs ? { passMs } : {}),
       });
     }
   }
@@ -159,4 +167,108 @@ Deno.test("compare: sweep reports give their cells with each cell's shape", () =
     [2, 2],
   ]]);
   assert.equal(r.commit, null);
+});
+
+Deno.test("compare: per-chunk passes are summed under one label, matched by name", () => {
+  const t = passTotals({
+    "logits[0] = E[chunk]·Cᵀ": 2,
+    "logits[1] = E[chunk]·Cᵀ": 3,
+    "dC[chunk 0]": 1,
+  });
+  assert.deepEqual([...t], [
+    ["logits[chunk] = E[chunk]·Cᵀ", { ms: 5, count: 2 }],
+    ["dC[chunk]", { ms: 1, count: 1 }],
+  ]);
+  const d = passDiffs({ "x[0]": 1, "x[1]": 1, y: 4 }, { "x[0]": 2, "x[1]": 2, "x[2]": 2, y: 3 });
+  assert.deepEqual(d.map((p) => [p.pass, p.aMs, p.bMs, p.diffMs]), [
+    ["x[chunk ×2 in A, ×3 in B]", 2, 6, 4],
+    ["y", 4, 3, -1],
+  ]);
+  assert.deepEqual(passDiffs(undefined, undefined), []);
+});
+
+Deno.test("compare: a cell past the per-pass target lists its passes by B − A; others do not", () => {
+  // fused fwd 1.5× slower (past 1.15), every other cell 1.01× (within it)
+  type Passes = Record<string, number> | undefined;
+  const passesA = (m: string, mode: string): Passes =>
+    m === "fused" && mode === "fwd"
+      ? { "tiles[0]": 8, "tiles[1]": 8, merge: 2, "old pass": 1, tiny: 0.5 }
+      : { "logits = E·Cᵀ": 49, stats: 1 };
+  const passesB = (m: string, mode: string): Passes =>
+    m === "fused" && mode === "fwd"
+      ? { "tiles[0]": 11, "tiles[1]": 12, merge: 2.5, tiny: 0.5, "new pass": 4 }
+      : m === "baseline" && mode === "bwd"
+      ? undefined
+      : { "logits = E·Cᵀ": 49.5, stats: 1 };
+  const k = (m: string, mode: string) => (m === "fused" && mode === "fwd" ? 1.5 : 1.01);
+  const a = reportCells(
+    _report((m) => jitter(m === "fused" ? 20 : 50, 1), { passMs: passesA }),
+    "A",
+  );
+  const b = reportCells(
+    _report((m, mode) => jitter(m === "fused" ? 20 : 50, k(m, mode)), { passMs: passesB }),
+    "B",
+  );
+  assert.deepEqual(a.cells[2].passMs, passesA("fused", "fwd"), "passMs read from the report");
+  const c = compareReports(a, b);
+  assert.equal(c.explainAbove, 1.15);
+  const fwd = c.cells.find((x) => x.method === "fused" && x.mode === "fwd")!;
+  assert.deepEqual(fwd.passes!.map((p) => [p.pass, p.aMs, p.bMs, p.diffMs]), [
+    ["tiles[chunk ×2]", 16, 23, 7],
+    ["new pass", null, 4, 4],
+    ["merge", 2, 2.5, 0.5],
+    ["tiny", 0.5, 0.5, 0],
+    ["old pass", 1, null, -1],
+  ]);
+  assert.equal(fwd.passes![0].ratio, 23 / 16);
+  assert.equal(fwd.passes![1].ratio, null, "no ratio for a pass of one run");
+  assert.deepEqual(
+    c.cells.filter((x) => x.passes !== undefined).map((x) => `${x.method} ${x.mode}`),
+    ["fused fwd"],
+    "cells within the target have no passes",
+  );
+  const md = formatComparison(c);
+  const section = md.slice(md.indexOf("## Where the difference is (per pass)"));
+  assert.ok(section.length < md.length, md);
+  assert.match(section, /Each cell whose B\/A exceeds 1\.15/);
+  assert.match(
+    section,
+    /\*\*fused, β = 0\.1, fwd\*\* \(256×4096×128 bf16; 20\.00 → 30\.00 ms, B\/A 1\.500\)/,
+  );
+  const rows = section.split("\n").filter((l) => l.startsWith("| ") && !/^\| (pass|---) /.test(l));
+  assert.deepEqual(rows, [
+    "| tiles[chunk ×2] | 16.00 | 23.00 | 1.438 | +7.00 |",
+    "| new pass | – | 4.00 | – | +4.00 |",
+    "| merge | 2.00 | 2.50 | 1.250 | +0.50 |",
+    "| tiny | 0.50 | 0.50 | 1.000 | ±0 |",
+    "| old pass | 1.00 | – | – | −1.00 |",
+  ]);
+  assert.doesNotMatch(section, /baseline|stats/, "no cell within the target is listed");
+  // a lower target lists every cell; baseline bwd has a breakdown in A only
+  const all = compareReports(a, b, { explainAbove: 1.001 });
+  assert.equal(all.cells.filter((x) => x.passes).length, 4);
+  const bwd = all.cells.find((x) => x.method === "baseline" && x.mode === "bwd")!;
+  assert.deepEqual(bwd.passes!.map((p) => [p.pass, p.bMs]), [["stats", null], [
+    "logits = E·Cᵀ",
+    null,
+  ]]);
+  // 0 turns it off: no field, no section
+  const off = compareReports(a, b, { explainAbove: 0 });
+  assert.ok(off.cells.every((x) => x.passes === undefined));
+  assert.doesNotMatch(formatComparison(off), /per pass/);
+  assert.throws(() => compareReports(a, b, { explainAbove: -1 }), /per-pass target must be ≥ 0/);
+});
+
+Deno.test("compare: a cell past the target without a breakdown on either side says so", () => {
+  const a = reportCells(_report(() => jitter(10, 1)), "A");
+  const b = reportCells(_report((m) => jitter(10, m === "fused" ? 2 : 1)), "B");
+  const c = compareReports(a, b);
+  assert.deepEqual(c.cells.map((x) => x.passes), [undefined, undefined, [], []]);
+  const md = formatComparison(c);
+  assert.match(
+    md,
+    /\n\*\*fused, β = 0\.1, bwd\*\* \(.*\): neither run has a per-pass breakdown\.\n/,
+  );
+  const same = compareReports(a, reportCells(_report(() => jitter(10, 1.01)), "B"));
+  assert.match(formatComparison(same), /No compared cell's B\/A exceeds 1\.15\./);
 });

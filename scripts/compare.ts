@@ -1,9 +1,11 @@
 /**
- * `deno task compare A.json B.json [--threshold PCT] [--across adapter|engine] [--out FILE.json]`:
- * two table3 or sweep runs compared cell by cell (measure/compare.ts): for every cell both
- * measured (method, β, mode, shape, dtype, fixture, reduction), B's median time over A's with a
- * bootstrap interval from the stored samples, and a verdict (faster, slower, within noise).
- * Markdown on stdout, JSON with --out. Exit 0; 1 when a cell is slower past the threshold (or
+ * `deno task compare A.json B.json [--threshold PCT] [--across adapter|engine]
+ * [--explain-above RATIO] [--out FILE.json]`: two table3 or sweep runs compared cell by cell
+ * (measure/compare.ts): for every cell both measured (method, β, mode, shape, dtype, fixture,
+ * reduction), B's median time over A's with a bootstrap interval from the stored samples, and a
+ * verdict (faster, slower, within noise); for every cell whose B/A exceeds RATIO (default 1.15,
+ * 0: off), each pass in both runs sorted by B − A (measure/compare_passes.ts). Markdown on
+ * stdout, JSON with --out. Exit 0; 1 when a cell is slower past the threshold (or
  * fails the correctness check it passed in A); 2 for bad input (a file that is not a report, no
  * cell in common, different adapters or engines without --across), with nothing written.
  * @module
@@ -19,6 +21,7 @@ import {
   comparisonExitCode,
   formatComparison,
 } from "../measure/compare.ts";
+import { COMPARE_EXPLAIN_ABOVE } from "../measure/compare_passes.ts";
 
 /** The command line of `compare`. */
 export const COMPARE_COMMAND = defineCommand({
@@ -41,6 +44,15 @@ export const COMPARE_COMMAND = defineCommand({
       arg: "adapter,engine",
       help: "what may differ between the reports (default: nothing)",
     },
+    "explain-above": {
+      type: "number",
+      min: 0,
+      max: 1000,
+      arg: "RATIO",
+      help: "list each pass, in both runs and sorted by B − A, of every cell whose B/A exceeds " +
+        "RATIO (0: off)",
+      default: COMPARE_EXPLAIN_ABOVE,
+    },
     out: { type: "string", arg: "FILE.json", help: "also write the comparison as JSON" },
   },
 });
@@ -60,7 +72,11 @@ export async function compareMain(args: string[]): Promise<number> {
   });
   if (f.out !== undefined) checkOutputs([f.out], parsed.positionals);
   const [a, b] = parsed.positionals.map(readReportCells);
-  const c = compareReports(a, b, { threshold: f.threshold / 100, across });
+  const c = compareReports(a, b, {
+    threshold: f.threshold / 100,
+    across,
+    explainAbove: f["explain-above"],
+  });
   if (f.out !== undefined) {
     await writeAllOrNothing([{ path: f.out, bytes: JSON.stringify(c, null, 2) + "\n" }]);
   }

@@ -4,7 +4,13 @@ import { join } from "node:path";
 import { runScript } from "../testing/run_script.ts";
 
 /** A table3-like report file with every cell's samples scaled by `k`. */
-async function _write(dir: string, name: string, k: number, adapter = "llvmpipe") {
+async function _write(
+  dir: string,
+  name: string,
+  k: number,
+  adapter = "llvmpipe",
+  passMs?: Record<string, number>,
+) {
   const rows = ["fwd", "bwd"].map((mode) => ({
     method: "fused",
     label: "Ours",
@@ -12,6 +18,7 @@ async function _write(dir: string, name: string, k: number, adapter = "llvmpipe"
     mode,
     timeMs: 10 * k,
     timeMsSamples: [10, 10.3, 9.8, 10.1].map((x) => x * k),
+    ...(passMs ? { passMs } : {}),
   }));
   const r = {
     env: { adapter: { description: adapter, engine: "deno" }, date: "2026-11-25", git: {} },
@@ -62,6 +69,7 @@ Deno.test("compare command: bad input is one line, exit 2, nothing written", asy
     [[a, h100], /different adapters \(llvmpipe; NVIDIA H100\): give --across adapter/],
     [[a, a, "--threshold", "-1"], /--threshold must be a number in \[0, 1000\]/],
     [[a, a, "--across", "gpu"], /--across must list adapter or engine, got 'gpu'/],
+    [[a, a, "--explain-above", "-1"], /--explain-above must be a number in \[0, 1000\]/],
     [[a, a, "--out", dir], /output path is a directory/],
   ];
   for (const [args, re] of cases) {
@@ -74,4 +82,27 @@ Deno.test("compare command: bad input is one line, exit 2, nothing written", asy
   }
   const ok = await runScript("scripts/compare.ts", [a, h100, "--across", "adapter"]);
   assert.equal(ok.code, 0, ok.stderr);
+});
+
+Deno.test("compare command: --explain-above lists the passes of cells past it (default 1.15)", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lce_compare_" });
+  const a = await _write(dir, "a.json", 1, "llvmpipe", { "dC[0]": 4, "dC[1]": 4, stats: 2 });
+  const b = await _write(dir, "b.json", 1.3, "llvmpipe", { "dC[0]": 5, "dC[1]": 6, stats: 2.1 });
+  const out = join(dir, "cmp.json");
+  const r = await runScript("scripts/compare.ts", [a, b, "--out", out]);
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(
+    r.stdout,
+    /## Where the difference is \(per pass\)[^]*\*\*fused, β = 0\.1, fwd\*\*[^]*\| dC\[chunk ×2\] \| 8\.00 \| 11\.00 \| 1\.375 \| \+3\.00 \|\n\| stats \|/,
+  );
+  const json = JSON.parse(await Deno.readTextFile(out));
+  assert.equal(json.explainAbove, 1.15);
+  assert.deepEqual(json.cells[0].passes.map((p: { pass: string }) => p.pass), [
+    "dC[chunk ×2]",
+    "stats",
+  ]);
+  const high = await runScript("scripts/compare.ts", [a, b, "--explain-above", "1.5"]);
+  assert.match(high.stdout, /No compared cell's B\/A exceeds 1\.5\./);
+  const off = await runScript("scripts/compare.ts", [a, b, "--explain-above", "0"]);
+  assert.doesNotMatch(off.stdout, /per pass/);
 });
