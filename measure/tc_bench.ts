@@ -41,7 +41,12 @@ export async function timeShapes(
 ) {
   const times: Row["times"] = [];
   for (const s of o.shapes) {
-    const x = () => inputs.get(s, k?.aDtype === "f16" ? "f16" : "bf16");
+    const x = () =>
+      inputs.get(
+        s,
+        k?.aDtype === "f16" || k?.aDtype === "f32" ? k.aDtype : "bf16",
+        k?.bDtype === "f16" ? "f16" : "bf16",
+      );
     const flop = 2 * s.m * s.n * s.k;
     times.push(
       await _timed(

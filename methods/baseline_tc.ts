@@ -23,7 +23,7 @@ import { gradientOutputs } from "../kernels/gradient_outputs.ts";
 import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { prepareTcMatmul } from "../kernels/tc/tc_matmul.ts";
 import { prepareTcScales } from "../kernels/tc/tc_scale.ts";
-import { TC_TILE_128, type TcTile } from "../kernels/tc/tc_tiles.ts";
+import { BASELINE_TC_TILES, type TcTile } from "../kernels/tc/tc_tiles.ts";
 import type { LceMethod, PreparedMethod, ProblemSpec } from "./types.ts";
 import type { LceOptions } from "../core/options.ts";
 import {
@@ -35,11 +35,6 @@ import {
 } from "./_common.ts";
 import { TC_ARITHMETIC, tcUnsupported } from "./fused_tc.ts";
 
-/** The products' tiles: the logits double-buffered, the split products single-buffered. */
-export const BASELINE_TC_TILES: { logits: TcTile; split: TcTile } = {
-  logits: TC_TILE_128,
-  split: { ...TC_TILE_128, dbuf: false },
-};
 /** The emulation's tiles (software adapters: 32 KiB of workgroup memory). */
 const EMULATED_TILE: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 

@@ -17,28 +17,42 @@ import { TC_BENCH_TILES, type TcTile } from "./tc_tiles.ts";
 
 /**
  * The E·Cᵀ kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
- * inputs) or a diagnostic `:copy-only` / `:mma-only`. InputError for an unknown name.
+ * inputs), `:split` (E in f32, staged as hi and lo f16 parts, as the baseline's gradient
+ * products take G) or a diagnostic `:copy-only` / `:mma-only`. InputError for an unknown name.
  */
 export function tcBenchVariant(v: string): TcMatmulKernel & { name: string } {
   const [tile, opt, ...rest] = v.split(":");
   const ok = Object.hasOwn(TC_BENCH_TILES, tile) && rest.length === 0 &&
-    [undefined, "f16", "copy-only", "mma-only"].includes(opt);
+    [undefined, "f16", "split", "copy-only", "mma-only"].includes(opt);
   if (!ok) {
     throw new InputError(
       `--variants: unknown '${v}' (tiles: ${Object.keys(TC_BENCH_TILES).join(", ")}; ` +
-        "suffixes :f16, :copy-only, :mma-only)",
+        "suffixes :f16, :split, :copy-only, :mma-only)",
     );
   }
   const dt = opt === "f16" ? "f16" : "bf16";
   const diag = opt === "copy-only" || opt === "mma-only" ? opt : undefined;
   const t = TC_BENCH_TILES[tile];
+  if (opt === "split") {
+    return {
+      name: v,
+      tile: t,
+      aDtype: "f32",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: false,
+      split: true,
+    };
+  }
   return { name: v, tile: t, aDtype: dt, bDtype: dt, aTrans: false, bTrans: false, diag };
 }
 
 /** E, C and the f32 output of one product. */
 export type TcInputs = { e: DeviceTensor; c: DeviceTensor; out: DeviceTensor };
 
-/** E (m×k), C (n×k) in each dtype and the f32 output of each shape, made once per context. */
+/**
+ * E (m×k) in `aDt`, C (n×k) in `bDt` and the f32 output of each shape, made once per context.
+ */
 export function tcInputCache(ctx: GpuContext) {
   const made = new Map<string, TcInputs>();
   const mk = (rows: number, cols: number, dtype: "bf16" | "f16" | "f32", label: string) =>
@@ -49,11 +63,16 @@ export function tcInputCache(ctx: GpuContext) {
     upload(ctx, t, h);
   };
   return {
-    get(s: { m: number; n: number; k: number }, dt: "bf16" | "f16"): TcInputs {
-      const key = `${s.m}x${s.n}x${s.k}${dt}`;
+    get(
+      s: { m: number; n: number; k: number },
+      aDt: "bf16" | "f16" | "f32",
+      bDt: "bf16" | "f16" = aDt === "f32" ? "bf16" : aDt,
+    ): TcInputs {
+      const key = `${s.m}x${s.n}x${s.k}${aDt}${bDt}`;
       let x = made.get(key);
       if (!x) {
-        x = { e: mk(s.m, s.k, dt, "E"), c: mk(s.n, s.k, dt, "C"), out: mk(s.m, s.n, "f32", "out") };
+        const e = mk(s.m, s.k, aDt, "E"), c = mk(s.n, s.k, bDt, "C");
+        x = { e, c, out: mk(s.m, s.n, "f32", "out") };
         fill(x.e, 0);
         fill(x.c, 1);
         made.set(key, x);
@@ -91,13 +110,14 @@ export async function tcProductRecorder(
 
 /**
  * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
- * methods' TC_FORWARD_TILE): K-step 32 in one copy, 16 in two, 8 subgroups of 4×2, and 128×256.
+ * methods' TC_FORWARD_TILE): 128×256 in one copy and in two, K-step 32, and 128×128 tiles.
  */
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile> = {
-  f128_k32: TC_FORWARD_TILE,
-  f128_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
+  f128x256_k16: TC_FORWARD_TILE,
+  f128x256_k16_db: { ...TC_FORWARD_TILE, dbuf: true },
+  f128x256_k32: { ...TC_FORWARD_TILE, bk: 32 },
+  f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
-  f128x256_k16: { sgRows: 2, sgCols: 4, mt: 4, nt: 4, bk: 16 },
 };
 
 /** The tensor-core fused forward (β = 0.1, mean) on `x`, ready to record; `done` frees it. */

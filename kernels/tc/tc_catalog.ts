@@ -17,7 +17,7 @@ import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE } from "./tc_forward.ts";
 import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
-import { TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
+import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
 
 /** One kernel of the catalog. */
@@ -29,9 +29,6 @@ export interface CatalogKernel {
   /** Bindings that take subgroup-matrix loads or stores (kernels/tc/tc_bindings.ts). */
   matrices: string[];
 }
-
-/** The split products' tile of methods/baseline_tc.ts (single-buffered: hi and lo staged). */
-const SPLIT_TILE: TcTile = { ...TC_BENCH_TILES.t128_k32_db, dbuf: false };
 
 /** The catalog for subgroups of `sgSize` (32 on NVIDIA). */
 export function tcCatalog(sgSize: number): CatalogKernel[] {
@@ -67,6 +64,13 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
   for (const [name, tile] of Object.entries(TC_BENCH_TILES)) {
     mm(name, tile, "bf16", "bf16", { vecA: true, vecB: true });
   }
+  for (const name of ["t128_k32", "t128x256_k16"]) {
+    mm(`${name} split`, TC_BENCH_TILES[name], "f32", "bf16", {
+      split: true,
+      vecA: true,
+      vecB: true,
+    });
+  }
   for (const name of ["t128_k32_db", "t128x256_k16_db"]) {
     const tile = TC_BENCH_TILES[name];
     mm(name, tile, "f16", "f16", { vecA: true, vecB: true });
@@ -76,12 +80,13 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
   }
   for (const dt of ["bf16", "f16"] as const) {
     for (const [vecA, vecB] of [[true, true], [false, true], [true, false], [false, false]]) {
-      mm("logits", TC_BENCH_TILES.t128_k32_db, dt, dt, { vecA, vecB });
-      mm("dE", SPLIT_TILE, "f32", dt, { bTrans: true, split: true, vecA, vecB });
-      mm("dC", SPLIT_TILE, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
+      const { logits, split } = BASELINE_TC_TILES;
+      mm("logits", logits, dt, dt, { vecA, vecB });
+      mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB });
+      mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
     }
     // the variant of outputs smaller than one matrix (no matrix stores into storage)
-    mm("logits", TC_BENCH_TILES.t128_k32_db, dt, dt, { vecA: false, vecB: false, straight: false });
+    mm("logits", BASELINE_TC_TILES.logits, dt, dt, { vecA: false, vecB: false, straight: false });
   }
   for (const dtype of ["bf16", "f16"] as const) {
     for (const vecLoads of [true, false]) {

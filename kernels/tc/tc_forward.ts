@@ -28,10 +28,20 @@ import { type TcMode, tcSharedBytes } from "./tc_codegen.ts";
 import { tcEpilogueShape, tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { tcResidency } from "./tc_matmul.ts";
 import { type PreparedTcScales, prepareTcScales, type TcScaleBuffers } from "./tc_scale.ts";
-import { tcSupport, type TcTile, tcTileName, tileCols, tileRows } from "./tc_tiles.ts";
+import {
+  TC_TILE_128X256_K16,
+  tcSupport,
+  type TcTile,
+  tcTileName,
+  tileCols,
+  tileRows,
+} from "./tc_tiles.ts";
 
-/** The forward's tile on hardware: 128×128, 4 subgroups of 4×4 matrices, K-step 32, one copy. */
-export const TC_FORWARD_TILE: TcTile = { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 };
+/**
+ * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 16, one copy (the
+ * fastest of TC_FORWARD_BENCH_TILES at the paper's shape; docs/tensor_cores.md).
+ */
+export const TC_FORWARD_TILE: TcTile = TC_TILE_128X256_K16;
 /** The emulation's tile (tests on software adapters: 32 KiB of workgroup memory). */
 export const TC_FORWARD_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 

@@ -75,6 +75,8 @@ export const STAGE_PAD = 8;
 export const TC_TILE_128: TcTile = { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true };
 /** 128×256, 2×4 subgroups of 4×4 matrices, K-step 16, double-buffered. */
 export const TC_TILE_128X256: TcTile = { sgRows: 2, sgCols: 4, mt: 4, nt: 4, bk: 16, dbuf: true };
+/** 128×256, 2×4 subgroups of 4×4 matrices, K-step 16, one copy: the fused forward's and filter's. */
+export const TC_TILE_128X256_K16: TcTile = { ...TC_TILE_128X256, dbuf: false };
 /** 64×64, 2×2 subgroups of 2×2 matrices: small problems. */
 export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 32, dbuf: true };
 
@@ -171,6 +173,7 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128_4x1sg_2x8: { sgRows: 4, sgCols: 1, mt: 2, nt: 8, bk: 32, dbuf: true },
   t128_1x4sg_8x2: { sgRows: 1, sgCols: 4, mt: 8, nt: 2, bk: 32, dbuf: true },
   t128x256_k16_db: TC_TILE_128X256,
+  t128x256_k16: TC_TILE_128X256_K16,
   t128x256_k32: { ...TC_TILE_128X256, bk: 32, dbuf: false },
   t256x128_k16_db: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 16, dbuf: true },
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
@@ -179,11 +182,24 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
 };
 
 /**
+ * The products of the materialised baseline on tensor cores (methods/baseline_tc.ts): the logits
+ * on the double-buffered 128×256 tile, the gradient products (A = G in f32, staged as hi and lo
+ * f16 parts) on one copy of a tile, as `:split` in scripts/bench_tc.ts measures them.
+ */
+export const BASELINE_TC_TILES: { logits: TcTile; split: TcTile } = {
+  logits: TC_TILE_128X256,
+  split: TC_TILE_128X256_K16,
+};
+
+/**
  * The variants scripts/bench_tc.ts runs by default: every tile of {@link TC_BENCH_TILES} on bf16,
- * two on f16 (no conversion), and their staging alone and arithmetic alone (diagnostics).
+ * the gradient products' split A on two (`:split`), two on f16 (no conversion), and their staging
+ * alone and arithmetic alone (diagnostics).
  */
 export const TC_BENCH_VARIANTS: readonly string[] = [
   ...Object.keys(TC_BENCH_TILES),
+  "t128_k32:split",
+  "t128x256_k16:split",
   "t128_k32_db:f16",
   "t128x256_k16_db:f16",
   "t128_k32_db:copy-only",
