@@ -33,7 +33,7 @@ import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { compileCatalog } from "../kernels/tc/tc_catalog.ts";
 import { runProbe } from "../kernels/tc/tc_probe.ts";
 import { checkProduct, type ProductCheck } from "../kernels/tc/tc_product_check.ts";
-import { TC_BENCH_TILES, tcSupport } from "../kernels/tc/tc_tiles.ts";
+import { BASELINE_TC_TILES, tcSupport } from "../kernels/tc/tc_tiles.ts";
 import {
   checkCases,
   checkDeterminism,
@@ -65,7 +65,6 @@ export const TC_CHECK_COMMAND = defineCommand({
   },
 });
 
-const SPLIT = { ...TC_BENCH_TILES.t128_k32_db, dbuf: false };
 /** The emulation's tile (32 KiB of workgroup memory on lavapipe). */
 const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 
@@ -82,9 +81,10 @@ function _method(name: string, mode: TcMode): LceMethod {
 
 /** The products of the methods at odd shapes (see baseline-tc's tiles). */
 function _products(): (ProductCheck & { name: string })[] {
-  const logits = { tile: TC_BENCH_TILES.t128_k32_db, aTrans: false, bTrans: false } as const;
-  const dE = { tile: SPLIT, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
-  const dC = { tile: SPLIT, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
+  const { logits: lt, split } = BASELINE_TC_TILES;
+  const logits = { tile: lt, aTrans: false, bTrans: false } as const;
+  const dE = { tile: split, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
+  const dC = { tile: split, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
   return [
     {
       name: "E·Cᵀ bf16 197×133×77",
