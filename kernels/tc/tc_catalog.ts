@@ -16,6 +16,7 @@ import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./t
 import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE } from "./tc_forward.ts";
+import { tcFilterDispatchTile } from "./tc_filter.ts";
 import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
 import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
@@ -117,7 +118,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       ) {
         const fo: TcFilterKernelOptions = {
           tile: BACKWARD_TILE_LARGE,
-          filterTile: { bm: 128, bn: 128, bk: 32, tm: 4, tn: 4, vec: true },
+          filterTile: tcFilterDispatchTile(TC_FORWARD_TILE),
           dtype,
           opts: resolveOptions({ beta, softcap }),
           v: 256000,

@@ -15,6 +15,17 @@ import { tcSupport, type TcTile, tileCols, tileRows } from "./tc_tiles.ts";
 /** The filter's tile when emulated: 64×64, the software adapters' backward tile. */
 export const TC_FILTER_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 16 };
 
+/**
+ * The FMA-core tile shape the backward dispatches a tensor-core filter tile by: its bm × bn and
+ * K-step; tm × tn only make the shape a valid GEMM tile (at most 1,024 threads), since the
+ * kernel's own workgroup is the tile's subgroups.
+ */
+export function tcFilterDispatchTile(tcTile: TcTile): GemmTile {
+  const bm = tileRows(tcTile), bn = tileCols(tcTile);
+  const tn = (bm / 4) * (bn / 4) > 1024 ? 8 : 4;
+  return { bm, bn, bk: tcTile.bk, tm: 4, tn, vec: true };
+}
+
 /** The filter kernel of the tensor-core backward (the forward's tile on hardware). */
 export function tcFilterKernel(
   ctx: GpuContext,
@@ -24,13 +35,6 @@ export function tcFilterKernel(
   const tcTile = o.tile ?? (mode === "native" ? TC_FORWARD_TILE : TC_FILTER_TILE_EMULATED);
   const sgSize = mode === "native" ? tcSupport(ctx).sgSize : 32;
   // the dispatch shape; vec with the K-step lets the backward enable 16-byte loads where d allows
-  const tile: GemmTile = {
-    bm: tileRows(tcTile),
-    bn: tileCols(tcTile),
-    bk: tcTile.bk,
-    tm: 4,
-    tn: 4,
-    vec: true,
-  };
+  const tile = tcFilterDispatchTile(tcTile);
   return { tile, wgsl: (f) => tcFilterWgsl({ ...f, tcTile, sgSize, mode }) };
 }
