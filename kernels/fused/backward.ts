@@ -35,8 +35,9 @@
  *    storage, no mask, dESplits/dERowSlices given): pass `dE` (kept_tiles.ts), the kept tiles'
  *    P·C into dE's rows tile by tile, split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
- * 6. dC's exact terms, with the filter pass `dC order` (dc_order.ts: vocab tiles by their kept
- *    token tiles, most first), then pass `dC` (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile.
+ * 6. dC's smoothing row, with the filter pass `dC order` (dc_order.ts: vocab tiles by their kept
+ *    token tiles, most first), then pass `dC` (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile,
+ *    the kept tiles' target terms included; then the other target terms (corrections.ts).
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the two
@@ -100,22 +101,18 @@ import {
   sortedMaskWgsl,
   sortedOrderWins,
 } from "./filter.ts";
-import {
-  recordDCPass,
-  recordDEPass,
-  type TilePassKernelOptions,
-  tilePassSignature,
-  tilePassWgsl,
-} from "./kept_tiles.ts";
+import { type TilePassKernelOptions, tilePassSignature, tilePassWgsl } from "./kept_tiles.ts";
+import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
 import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";
 import { compileKernel } from "../../gpu/signature.ts";
 import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
 import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
 import { prepareDCOrder } from "./dc_order.ts";
-import type {
-  FusedBackwardArgs,
-  FusedBackwardOptions,
-  PreparedFusedBackward,
+import {
+  checkBackwardArgs,
+  type FusedBackwardArgs,
+  type FusedBackwardOptions,
+  type PreparedFusedBackward,
 } from "./backward_types.ts";
 export type {
   FusedBackwardArgs,
@@ -273,6 +270,7 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     out16: p.dCInPlace,
     vecLoads: tileVec("dC", tile),
     ordered: p.dCOrder,
+    foldTargets: opts.targetTerm,
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
@@ -295,7 +293,11 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     )
     : undefined;
   const sorter = p.sort ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts }) : undefined;
-  const corrections = await prepareGradCorrections(ctx, { ...problem, dC16: p.dCInPlace });
+  const corrections = await prepareGradCorrections(ctx, {
+    ...problem,
+    dC16: p.dCInPlace,
+    foldTargets: opts.targetTerm,
+  });
   const gathered = p.gather
     ? await prepareGatheredDE(ctx, {
       ...base,
@@ -308,31 +310,6 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     })
     : undefined;
   return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered };
-}
-
-/** Checks the record's tensors against the prepared problem. */
-function _checkArgs(p: _Plan, a: FusedBackwardArgs): void {
-  const { spec } = p;
-  const { e, c } = a;
-  const { n, v, d } = spec;
-  if (
-    e.rows !== n || e.cols !== d || c.rows !== v || c.cols !== d || e.dtype !== spec.dtype ||
-    c.dtype !== spec.dtype
-  ) {
-    throw new RangeError(
-      `fused backward: E ${e.rows}×${e.cols} ${e.dtype}, C ${c.rows}×${c.cols} ${c.dtype}, prepared for ${
-        JSON.stringify(spec)
-      }`,
-    );
-  }
-  for (const [name, t] of [["targets", a.targets], ["lse", a.lse], ["w", a.w]] as const) {
-    if (t.rows !== n || t.shards.length !== 1) {
-      throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
-    }
-  }
-  if (p.mapTile && p.eps !== null && !a.tileMap) {
-    throw new RangeError("fused backward: the map filter needs the forward's tile map");
-  }
 }
 
 /** The state of one record. */
@@ -499,6 +476,11 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
   pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC", coefficients });
+  const folded = coefficients
+    ? r.ctx.createBuffer({ size: paddedBytes(p.spec.n * 4), role: "workspace", label: "folded" })
+    : undefined;
+  r.release.push(folded);
+  if (folded) rec.clear(folded);
   let order: TrackedBuffer | undefined;
   if (pipes.dCOrder && m.mask) {
     const size = dCOrderBytes(r.vTotal);
@@ -513,7 +495,11 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
       vTotal: r.vTotal,
     });
   }
-  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order });
+  const fold = coefficients && folded
+    ? { targets: targets.shards[0].buffer, coef: coefficients.shards[0].buffer, folded }
+    : undefined;
+  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold });
+  pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
 
@@ -572,7 +558,7 @@ export async function prepareFusedBackward(
       return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
     },
     record(rec, a) {
-      _checkArgs(p, a);
+      checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);
       const release: (TrackedBuffer | undefined)[] = [];
       const g = allocateGradients(ctx, { ...p, release });
       const tok = tileSegments(spec.n, tile.tokens, [
@@ -587,7 +573,7 @@ export async function prepareFusedBackward(
       const tTotal = tok.reduce((s, t) => s + t.tiles, 0);
       const vTotal = voc.reduce((s, t) => s + t.tiles, 0);
       lastTotal = tTotal * vTotal;
-      roundings.dC = p.dCInPlace ? 1 + tTotal : p.out16 ? 1 : 0;
+      roundings.dC = p.dCInPlace ? (p.opts.targetTerm ? 2 : 1) + tTotal : p.out16 ? 1 : 0;
       const cb = counter?.shards[0].buffer;
       const r = { ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release };
       const m = _recordSortAndMasks(r);

@@ -3,28 +3,26 @@
  * row slices, the segments its passes work on, where dE's f32 slabs live, and its workspace, in
  * bytes, exactly.
  *
- * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; at the paper's shape, bf16, β = 0.1,
- * with the filter and sorting: 1.77 MiB): the mask (1 bit per tile: 32 KB for 64 × 4001 tiles)
- * and the sorted order's mask of the order decision (its entry bits, 2 MB, sit in dC's storage),
- * the split bounds (tT·(S + 1) u32), the vocab order (|V| u32, 1 MB) in which the sort also works
- * (kernels/fused/vocab_order.ts), one buffer of E's column partials shared by the sort's Ē and the
- * corrections' Σ_n w_n·E_n, the corrections' target coefficients and pairs, and C's column-sum
- * partials for β > 0 (kernels/column_sum.ts), the dC pass's order (3 u32 a vocab tile); dE's f32
- * slabs only where dC's storage cannot hold them.
- *
- * Peak of the backward at the paper's shape (bf16, β = 0.1, 128×64 tiles, S = 4; gradients +
- * workspace + row weights): fused 1,161 + 1.80 MiB (f32 gradients: 2,322 + 1.80), fused-nosort
- * 1,161 + 0.78 (fused 1,161 + 73.7 on the H200 before dE's accumulator moved into dC's storage).
+ * Workspace ({@link fusedBackwardWorkspaceBytes}, exact; paper's shape, bf16, β = 0.1, filter
+ * and sorting: 1.80 MiB): the mask (1 bit a tile: 32 KB for 64 × 4001 tiles), the order decision's
+ * sorted mask (its entry bits, 2 MB, sit in dC's storage), the split bounds (tT·(S + 1) u32), the
+ * vocab order (|V| u32, 1 MB, kernels/fused/vocab_order.ts), E's column partials (shared by the
+ * sort's Ē and the corrections' Σ_n w_n·E_n), the corrections' target coefficients and pairs, C's
+ * column-sum partials (β > 0), the dC pass's order (3 u32 a vocab tile) and target flags (a u32 a
+ * token, β < 1); dE's f32 slabs only where dC's storage cannot hold them. Peak of the backward
+ * there (128×64 tiles, S = 4; gradients + workspace + row weights): fused 1,161 + 1.83 MiB (f32
+ * gradients: 2,322 + 1.83), fused-nosort 1,161 + 0.81.
  *
  * Gradient dtype (FusedBackwardOptions.gradDtype of kernels/fused/backward.ts). "f32" (the
  * kernel's default): dE and dC are f32 outputs, accumulated in place. "input" with bf16/f16
  * inputs returns both in the input dtype (half the output memory):
- * - dC, d even: packed 16-bit, accumulated in place. The exact terms are added in f32 and
- *   rounded once (kernels/fused/corrections.ts); each kept tile's f32 contribution Pᵀ·E is
- *   added by a read-modify-write of the 16-bit words (round to nearest even). A thread owns both halves of
- *   every word it writes (its columns come in aligned groups of 4, rows start at even elements),
- *   so ownership and bitwise reproducibility are kept. An element sees 1 + (kept token tiles of
- *   its vocab tile) roundings: ~3 at the paper's shape with the filter and sorting.
+ * - dC, d even: packed 16-bit, accumulated in place: the smoothing row first, each kept tile's
+ *   f32 Pᵀ·E (its target terms folded in: kernels/fused/kept_tiles.ts) by a read-modify-write of
+ *   the 16-bit words (round to nearest even), the other target terms last, each rounded once
+ *   (kernels/fused/corrections.ts). A thread owns both halves of every word it writes (its
+ *   columns come in aligned groups of 4, rows start at even elements), so ownership and bitwise
+ *   reproducibility are kept. An element sees 2 + (kept token tiles of
+ *   its vocab tile) roundings: ~4 at the paper's shape with the filter and sorting.
  * - dC, d odd: rows straddle words, so dC is accumulated in an f32 scratch (v·d·4 bytes of
  *   workspace) and cast once at the end.
  * - dE: a token tile walks ~125 kept vocab tiles at the paper's shape, so in-place 16-bit
@@ -36,15 +34,16 @@
  *   fit (small |V|, or many splits) do they get buffers of their own ("slabs", counted as
  *   workspace). The same holds for the S split partials of f32 gradients (in dC's f32 storage
  *   when |V| ≥ S·n; they are added to dE at the end). The errors are those of one f32
- *   accumulation and one rounding, as before the move (at the gate's shape, bf16, β = 0.1: dE
- *   2.45e-3, dC 4.71e-3 of the max |value|, the committed baseline's figures).
+ *   accumulation and one rounding.
  * Measured against float64 (kernels/fused/backward_test.ts, max |error| / max |value|, 70×257,
- * 64×64 tiles): bf16 dE 2.6e-3 – 3.1e-3, dC 2.1e-3 (1 rounding) – 4.5e-3 (3); f16 dE 2.3e-4 –
- * 4.3e-4, dC 2.5e-4 – 5.9e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
- * token tile is added: at n = 640 (10 token tiles, 11 roundings) bf16 dC reaches 8.9e-3 (2.0e-3
- * with the f32 scratch and one rounding), f16 1.2e-3; at the paper's 64 token tiles the growth
- * (about √R) would give ~2% of the scale for bf16. So the no-filter methods (methods/fused.ts)
- * keep f32 gradients; "input" stays available to them with that error.
+ * 64×64 tiles): bf16 dE 2.7e-3 – 3.3e-3, dC 2.0e-3 (1 rounding) – 4.6e-3 (4); f16 dE 2.5e-4 –
+ * 4.2e-4, dC 2.6e-4 – 4.4e-4; the f32 mode stays at 1e-7 – 5e-7. Without the filter every
+ * token tile is added: at n = 640 (10 token tiles, 12 roundings) bf16 dC reaches 5.6e-3 (8.9e-3
+ * before the target terms were folded into the tiles; 2.6e-3 with the f32 scratch and one
+ * rounding), f16 9.1e-4; the growth is about √R. So the no-filter methods (methods/fused.ts)
+ * keep f32 gradients; "input" stays available to them with that error. On data whose frequent
+ * targets carry most of dC (the llm fixture, 4096 × 24,576 × 64 on the software adapter, 33
+ * token tiles) folding took bf16 dC from 0.14 to 2.4e-3 of the scale (f32 gradients: 1.3e-3).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
@@ -521,6 +520,7 @@ export function fusedBackwardWorkspaceBytes(o: {
   if (o.sort) bytes += spec.v * 4 + vocabSortWorkspaceBytes(eRows, spec.d, false);
   const cs = opts.smoothing ? columnSumPlan(cRows, spec.d, limit).workspaceBytes : 0;
   const cSum = layout.colsum ? "given" : cs;
+  if (opts.targetTerm) bytes += paddedBytes(spec.n * 4); // the dC pass's folded-target flags
   return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cSum, false);
 }
 

@@ -63,14 +63,15 @@ Deno.test("fused backward plan: workspace ≤ 2 MiB at the paper's shape with th
   const MiB = 2 ** 20, rowWeights = 8192 * 4; // the method's backward also makes w (n f32)
   const eParts = 32 * 2304 * 4, cParts = 32 * 2304 * 4, vec = 2304 * 4;
   const mask = Math.ceil((64 * (3641 + 360)) / 32) * 4 + 8; // 256,064 bits, 16-byte padded
-  const target = 8192 * 4 + 8192 * 8; // coefficients, (target, token) pairs
+  // coefficients, (target, token) pairs, the dC pass's folded-target flags
+  const target = 8192 * 4 + 8192 * 8 + 8192 * 4;
   // the dC pass's order: count, rank and tile of each vocab tile (u32 each), 16-byte padded
   const order = Math.ceil((4001 * 12) / 16) * 16;
   // sort: order (|V| u32), Ē, key range, the sorted order's mask (the order decision; its entry
   // bits, 64 × 8000 words, live in dC's storage); smoothing: ΣC, Σw·E, C's column-sum partials
   const fused = 256000 * 4 + eParts + vec + 16 + 2 * mask + order + target + 2 * vec + cParts;
   assert.equal(ws(0.1, true, true), fused);
-  assert.equal(fused, 1_851_840);
+  assert.equal(fused, 1_884_608);
   assert.equal(ws(0, true, true), 256000 * 4 + eParts + vec + 16 + 2 * mask + order + target);
   assert.equal(ws(0.1, true, false), eParts + mask + order + target + 2 * vec + cParts);
   assert.equal(ws(0, true, false), mask + order + target);

@@ -1,6 +1,6 @@
 /**
  * The public types of the fused backward (kernels/fused/backward.ts): its options, the tensors of a
- * record, the filter statistics and the prepared backward.
+ * record and their check, the filter statistics and the prepared backward.
  * @module
  */
 import type { DeviceTensor } from "../../gpu/tensor.ts";
@@ -134,4 +134,35 @@ export interface PreparedFusedBackward {
    * of `layout` (default: as createTensor makes them on this context).
    */
   workspaceBytes(layout?: WorkspaceLayout): number;
+}
+
+/**
+ * Checks a record's tensors against the prepared problem (`mapFilter`: the backward reads the
+ * forward's tile map).
+ */
+export function checkBackwardArgs(
+  spec: Shape & { dtype: Dtype },
+  mapFilter: boolean,
+  a: FusedBackwardArgs,
+): void {
+  const { e, c } = a;
+  const { n, v, d } = spec;
+  if (
+    e.rows !== n || e.cols !== d || c.rows !== v || c.cols !== d || e.dtype !== spec.dtype ||
+    c.dtype !== spec.dtype
+  ) {
+    throw new RangeError(
+      `fused backward: E ${e.rows}×${e.cols} ${e.dtype}, C ${c.rows}×${c.cols} ${c.dtype}, prepared for ${
+        JSON.stringify(spec)
+      }`,
+    );
+  }
+  for (const [name, t] of [["targets", a.targets], ["lse", a.lse], ["w", a.w]] as const) {
+    if (t.rows !== n || t.shards.length !== 1) {
+      throw new RangeError(`fused backward: ${name} must be n×1 in one shard`);
+    }
+  }
+  if (mapFilter && !a.tileMap) {
+    throw new RangeError("fused backward: the map filter needs the forward's tile map");
+  }
 }

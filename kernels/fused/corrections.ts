@@ -65,12 +65,20 @@ export interface GradCorrectionArgs {
   /**
    * Which outputs to write (default both, needing dE and dC): "dE" or "dC" records only the passes
    * of that gradient (the target coefficients, needed by both, are then computed by each call), so
-   * that a caller can form dE completely before dC's storage is written.
+   * that a caller can form dE completely before dC's storage is written. Prepared with
+   * `foldTargets`, "dC" writes the smoothing row only and "dC-scatter" adds the target terms of the
+   * tokens not flagged in `folded`, after the dC pass.
    */
-  part?: "dE" | "dC";
+  part?: "dE" | "dC" | "dC-scatter";
+  /**
+   * "dC-scatter" only: one word per token, nonzero where the dC pass added the token's target term
+   * (kernels/fused/kept_tiles.ts, foldTargets).
+   */
+  folded?: TrackedBuffer;
   /**
    * The target coefficients returned by the "dE" part's record, handed to the "dC" part so that
-   * they are computed and held once (the "dC" part releases them).
+   * they are computed and held once (the "dC" part releases them; prepared with `foldTargets`, the
+   * "dC-scatter" part does).
    */
   coefficients?: DeviceTensor;
   /**
@@ -142,6 +150,13 @@ export interface GradCorrectionsOptions {
    * bindings).
    */
   dC16?: Dtype16;
+  /**
+   * The dC pass adds the target terms of the tiles it keeps and flags their tokens
+   * (kernels/fused/kept_tiles.ts): the "dC" part then writes the smoothing row only, and the
+   * "dC-scatter" part, recorded after the dC pass, adds the others (to what is stored: with a
+   * 16-bit dC one more rounding of a target row).
+   */
+  foldTargets?: boolean;
 }
 
 /** The compiled pieces of the corrections (undefined where the terms do not exist). */
@@ -173,19 +188,20 @@ async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
   const fill = target
     ? await compileKernel(ctx, TARGET_PAIRS_SIG, targetPairsWgsl(opts), "target_pairs")
     : undefined;
+  const fold = target && o.foldTargets === true;
   const scatter = target && !dc16
     ? await compileKernel(
       ctx,
-      targetScatterSignature(o.dtype),
-      targetScatterWgsl(o.dtype),
+      targetScatterSignature(o.dtype, fold),
+      targetScatterWgsl(o.dtype, fold),
       "target_scatter",
     )
     : undefined;
   const scatter16 = target && dc16
     ? await compileKernel(
       ctx,
-      targetScatter16Signature(o.dtype),
-      targetScatter16Wgsl(o.dtype, dc16, smooth),
+      targetScatter16Signature(o.dtype, fold),
+      targetScatter16Wgsl(o.dtype, dc16, smooth, fold),
       `target_scatter→${dc16}`,
     )
     : undefined;
@@ -198,7 +214,7 @@ async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
       ignoreIndex: opts.ignoreIndex,
     })
     : undefined;
-  const k = { o, target, smooth, softcap, deInit, dcInit };
+  const k = { o, target, smooth, softcap, fold, deInit, dcInit };
   return { ...k, coef, coefCapped, fill, scatter, scatter16, sort, colsum, wsum };
 }
 
@@ -304,10 +320,18 @@ function _recordScatter(
     e.shards.forEach((es, ei) => {
       for (const ds of dC!.shards) {
         const params = { eRows: es.rows, eR0: es.rowStart, dRows: ds.rows, dR0: ds.rowStart, d, n };
-        const common = { pairs, a: a.shards[0].buffer, e: es.buffer, dc: ds.buffer };
+        const common = {
+          pairs,
+          a: a.shards[0].buffer,
+          e: es.buffer,
+          dc: ds.buffer,
+          folded: x.folded,
+        };
         const grid = [Math.min(n, 65535), Math.ceil(d / scatterColumnsPerGroup(!!k.scatter16))];
         if (k.scatter16) {
-          const bg = k.scatter16.bind(rec, { ...params, first: ei === 0 ? 1 : 0 }, {
+          // after the dC pass (fold) the stored value is added to, else the smoothing row
+          const first = ei === 0 && !k.fold ? 1 : 0;
+          const bg = k.scatter16.bind(rec, { ...params, first }, {
             ...common,
             rvec: t.rvec?.shards[0].buffer ?? dummy,
           });
@@ -340,7 +364,8 @@ function _recordDCInit(k: _Kernels, rec: Recorder, x: GradCorrectionArgs, t: _Ve
 function _checkOutputs(k: _Kernels, x: GradCorrectionArgs): void {
   const { dE, dC } = x;
   const d = x.e.cols, dc16 = k.o.dC16;
-  const doE = x.part !== "dC", doC = x.part !== "dE";
+  const doE = x.part === undefined || x.part === "dE";
+  const doC = x.part !== "dE";
   if (
     (doE && dE?.dtype !== "f32") || (doC && dC?.dtype !== (dc16 ?? "f32")) ||
     (dc16 && d % 2 !== 0)
@@ -364,7 +389,9 @@ function _record(
   const { e, c, w, dE, dC } = x;
   const { target, smooth, o } = k;
   const n = e.rows, d = e.cols;
-  const doE = x.part !== "dC", doC = x.part !== "dE";
+  if (x.part === "dC-scatter") return _recordFoldedScatter(k, ctx, rec, x);
+  const doE = x.part === undefined || x.part === "dE";
+  const doC = x.part === undefined || x.part === "dC";
   const vec = (rows: number, label: string) =>
     createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
   const t: _Vectors = {
@@ -386,8 +413,31 @@ function _record(
     return { coefficients: t.a };
   }
   _recordDCInit(k, rec, x, t);
+  if (k.fold) {
+    // the target terms come after the dC pass ("dC-scatter"), which takes the coefficients
+    for (const v of [t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);
+    return { coefficients: t.a };
+  }
   if (t.a && k.fill && k.sort && (k.scatter || k.scatter16)) _recordScatter(k, ctx, rec, x, t);
   for (const v of [t.a, t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);
+  return {};
+}
+
+/** The "dC-scatter" part: the target terms of the tokens the dC pass did not fold. */
+function _recordFoldedScatter(
+  k: _Kernels,
+  ctx: GpuContext,
+  rec: Recorder,
+  x: GradCorrectionArgs,
+): { coefficients?: DeviceTensor } {
+  if (!k.target) return {};
+  if (!k.fold || !x.folded || !x.coefficients || !x.dC) {
+    throw new RangeError(
+      "grad corrections: the dC-scatter part needs foldTargets, folded, coefficients and dC",
+    );
+  }
+  _recordScatter(k, ctx, rec, x, { a: x.coefficients });
+  rec.release(x.coefficients.shards[0].buffer);
   return {};
 }
 

@@ -16,6 +16,7 @@ function _reference(
   v: number,
   d: number,
   o: LceOptions,
+  folded?: (i: number) => boolean,
 ) {
   const dE = new Float64Array(n * d), dC = new Float64Array(v * d);
   const csum = new Float64Array(d), r = new Float64Array(d);
@@ -31,7 +32,7 @@ function _reference(
     const a = -w[i] * (1 - o.beta) * fp, b = (-o.beta / v) * w[i];
     for (let k = 0; k < d; k++) {
       dE[i * d + k] = a * c[t[i] * d + k] + b * csum[k];
-      dC[t[i] * d + k] += a * e[i * d + k];
+      if (!folded?.(i)) dC[t[i] * d + k] += a * e[i * d + k];
     }
   }
   return { dE, dC };
@@ -120,6 +121,74 @@ Deno.test({
       assert.deepEqual(again.dE, got.dE, "dE bitwise reproducible");
       assert.deepEqual(again.dC, got.dC, "dC bitwise reproducible");
       for (const x of [et, ct, tt, wt]) x.destroy();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "grad corrections: with foldTargets, dC's smoothing row first and the unflagged targets after",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const n = 70, v = 61, d = 34;
+    for (const [ci, cs] of [{ dtype: "f32", beta: 0.1 }, { dtype: "bf16", beta: 0.2 }].entries()) {
+      const dtype = cs.dtype as Dtype;
+      const o = resolveOptions({ beta: cs.beta });
+      const e = roundArray(randomArray(n * d, 30 + ci), dtype);
+      const c = roundArray(randomArray(v * d, 31 + ci, 0.8), dtype);
+      const t = Int32Array.from(
+        randomArray(n, 32 + ci),
+        (u) => u < -0.8 ? IGNORE_INDEX : Math.floor((u + 1) * 4) * 7,
+      );
+      const w = Float32Array.from(randomArray(n, 33 + ci), (x, i) => t[i] === IGNORE_INDEX ? 0 : x);
+      // as a dC pass would flag them: every third token, runs of one target partly flagged
+      const flag = (i: number) => i % 3 === 0;
+      const et = fromHost(ctx, { dtype, rows: n, cols: d, role: "input", label: "E" }, e);
+      const ct = fromHost(ctx, { dtype, rows: v, cols: d, role: "input", label: "C" }, c);
+      const tt = columnVector(ctx, t, "t"), wt = columnVector(ctx, w, "w");
+      const folded = columnVector(
+        ctx,
+        Int32Array.from({ length: n }, (_, i) => flag(i) ? 1 : 0),
+        "f",
+      );
+      const dc16 = dtype === "bf16" ? "bf16" as const : undefined;
+      const corr = await prepareGradCorrections(ctx, {
+        dtype,
+        opts: o,
+        v,
+        dC16: dc16,
+        foldTargets: true,
+      });
+      const dE = createTensor(ctx, { dtype: "f32", rows: n, cols: d, role: "output", label: "dE" });
+      const dC = createTensor(ctx, {
+        dtype: dc16 ?? "f32",
+        rows: v,
+        cols: d,
+        role: "output",
+        label: "dC",
+      });
+      const x = { e: et, c: ct, targets: tt, w: wt, dE, dC };
+      const rec = new Recorder(ctx);
+      const { coefficients } = corr.record(rec, { ...x, part: "dE" });
+      const mid = corr.record(rec, { ...x, part: "dC", coefficients });
+      assert.equal(mid.coefficients, coefficients, "the dC part hands the coefficients on");
+      corr.record(rec, { ...x, part: "dC-scatter", coefficients, folded: folded.shards[0].buffer });
+      await rec.finish();
+      const got = await download(ctx, dC);
+      const want = _reference(e, c, t, w, n, v, d, o, flag).dC;
+      const all = _reference(e, c, t, w, n, v, d, o).dC;
+      let scale = 0, diff = 0, diffAll = 0;
+      for (let i = 0; i < want.length; i++) {
+        scale = Math.max(scale, Math.abs(want[i]));
+        diff = Math.max(diff, Math.abs(got[i] - want[i]));
+        diffAll = Math.max(diffAll, Math.abs(got[i] - all[i]));
+      }
+      // f32: one accumulation; bf16: the smoothing row's rounding and the scatter's
+      const tol = dc16 ? 2 * 2 ** -8 : 1e-5;
+      assert.ok(diff <= tol * scale, `${dtype}: dC error ${diff / scale} > ${tol}`);
+      assert.ok(diffAll > 10 * tol * scale, `${dtype}: the flagged tokens' terms were added`);
+      for (const b of [et, ct, tt, wt, folded, dE, dC]) b.destroy();
     }
   },
 });

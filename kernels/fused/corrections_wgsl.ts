@@ -88,12 +88,17 @@ export const TARGET_PAIRS_SIG = signature({
   },
 });
 
-/** The bindings both target scatters share: the sorted (target, token) pairs, a, E's shard. */
-function _scatterBindings(dtype: Dtype) {
+/**
+ * The bindings both target scatters share: the sorted (target, token) pairs, a, E's shard, and
+ * with `skipFolded` the tokens' flags of a dC pass that added their target terms itself
+ * (kernels/fused/kept_tiles.ts, foldTargets): a flagged token adds nothing.
+ */
+function _scatterBindings(dtype: Dtype, skipFolded: boolean) {
   return {
     pairs: { elem: "vec2<u32>", access: "read" },
     a: { elem: "f32", access: "read" },
     e: { elem: wgslStorageType(dtype), access: "read" },
+    folded: { elem: "u32", access: "read", when: skipFolded },
   } as const;
 }
 
@@ -101,19 +106,19 @@ function _scatterBindings(dtype: Dtype) {
  * The f32 target scatter's signature: the E shard's eRows rows from eR0, the dC shard's dRows from
  * dR0, d, n pairs; the pairs, a, E, dC.
  */
-export function targetScatterSignature(dtype: Dtype) {
+export function targetScatterSignature(dtype: Dtype, skipFolded = false) {
   return signature({
     params: { eRows: "u32", eR0: "u32", dRows: "u32", dR0: "u32", d: "u32", n: "u32" },
-    bindings: { ..._scatterBindings(dtype), dc: { elem: "f32", access: "read_write" } },
+    bindings: { ..._scatterBindings(dtype, skipFolded), dc: { elem: "f32", access: "read_write" } },
   });
 }
 
 /** The 16-bit target scatter's: as {@link targetScatterSignature} with first, and r. */
-export function targetScatter16Signature(dtype: Dtype) {
+export function targetScatter16Signature(dtype: Dtype, skipFolded = false) {
   return signature({
     params: u32s("eRows eR0 dRows dR0 d n first"),
     bindings: {
-      ..._scatterBindings(dtype),
+      ..._scatterBindings(dtype, skipFolded),
       rvec: { elem: "f32", access: "read" },
       dc: { elem: "u32", access: "read_write" },
     },
@@ -304,9 +309,12 @@ export function scatterColumnsPerGroup(dc16: boolean): number {
  * (a zero weight: E is finite); `hit` tells whether any token was inside. SCATTER_UNROLL tokens'
  * loads are issued before their additions.
  */
-function _scatterRunLoop(dtype: Dtype, cols: string[]): string {
+function _scatterRunLoop(dtype: Dtype, cols: string[], skipFolded: boolean): string {
+  const flag = (u: number) => skipFolded ? ` && folded[p${u}.y] == 0u` : "";
   const tok = (u: number, j: string) =>
-    `let p${u} = pairs[${j}]; let in${u} = p${u}.y >= P.eR0 && p${u}.y < P.eR0 + P.eRows; ` +
+    `let p${u} = pairs[${j}]; let in${u} = p${u}.y >= P.eR0 && p${u}.y < P.eR0 + P.eRows${
+      flag(u)
+    }; ` +
     `let w${u} = select(0.0, a[p${u}.y], in${u}); ` +
     `let eo${u} = select(0u, (p${u}.y - P.eR0) * P.d, in${u}); hit = hit || in${u};`;
   const loads = (u: number) =>
@@ -349,9 +357,9 @@ function _laneCols(count: number): string[] {
  * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
  * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t.
  */
-export function targetScatterWgsl(dtype: Dtype): string {
+export function targetScatterWgsl(dtype: Dtype, skipFolded = false): string {
   return `${enableDirectives([dtype])}
-${targetScatterSignature(dtype).wgsl}
+${targetScatterSignature(dtype, skipFolded).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 @compute @workgroup_size(${SCATTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
@@ -361,7 +369,7 @@ ${_SCATTER_RUNS}
       let kb = wg.y * ${scatterColumnsPerGroup(false)}u;
       ${_lanes(SCATTER_LANES, (c) => `kb + lid + ${c * SCATTER_WG}u`)}
       var hit = false;
-      ${_scatterRunLoop(dtype, _laneCols(SCATTER_LANES))}
+      ${_scatterRunLoop(dtype, _laneCols(SCATTER_LANES), skipFolded)}
       if (hit) {
         ${
     [...Array(SCATTER_LANES).keys()].map((c) =>
@@ -381,9 +389,14 @@ ${_SCATTER_RUNS}
  * the f32 smoothing row r instead of the stored value, so a target row is rounded once (with E in
  * one binding).
  */
-export function targetScatter16Wgsl(dtype: Dtype, out: Dtype16, smooth: boolean): string {
+export function targetScatter16Wgsl(
+  dtype: Dtype,
+  out: Dtype16,
+  smooth: boolean,
+  skipFolded = false,
+): string {
   return `${enableDirectives([dtype])}
-${targetScatter16Signature(dtype).wgsl}
+${targetScatter16Signature(dtype, skipFolded).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 ${wgslTo16(out)}${wgslFrom16(out)}
 @compute @workgroup_size(${SCATTER_WG})
@@ -394,7 +407,7 @@ ${_SCATTER_RUNS}
       let kb = wg.y * ${scatterColumnsPerGroup(true)}u;
       ${_lanes(2 * SCATTER_LANES, (c) => `kb + 2u * lid + ${(c >> 1) * 2 * SCATTER_WG + (c & 1)}u`)}
       var hit = false;
-      ${_scatterRunLoop(dtype, _laneCols(2 * SCATTER_LANES))}
+      ${_scatterRunLoop(dtype, _laneCols(2 * SCATTER_LANES), skipFolded)}
       if (hit) {
         ${
     [...Array(SCATTER_LANES).keys()].map((q) => {

@@ -26,27 +26,19 @@
  *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks of TT columns (read-modify-write: the
  *   rows belong to this workgroup only).
  *
- * Parallelism of the dE pass. The dE pass has only n/TT token tiles (64 at the paper's shape with
- * 128-token tiles: half an H200's 132 SMs). S splits give S times the workgroups and need n·d·4
- * bytes of partials per split (302 MB at the paper's shape for S = 4), which live in dC's storage
- * while dE is formed (see "Gradient dtype" in kernels/fused/backward.ts), so they cost no workspace
- * where |V| ≥ 2·S·n ({@link dESlabsFitDC}).
- * Cutting token tiles into R row slices gives R times the workgroups with no workspace at all: the
- * slices own disjoint dE rows, read the same mask bit, and do the same flops in all (each slice
- * recomputes only its own rows' logits); what they lose is reuse: each kept C tile is read by R
- * workgroups instead of one, and a slice's threads hold 4×4 logits (not 8×4) so a workgroup has
- * fewer threads (128 for 32-row slices of the 128×64 tile). The other way to cut the work,
- * splitting P·C's d columns over workgroups, would recompute every kept tile's full logits once per
- * column group (1.5× to 2.5× the flops), so it is not used. Defaults: with the filter the splits
- * first ({@link defaultFilteredDESplits}: S = 4, R = 1 at the paper's shape, 256 workgroups of the
- * full 8×4-per-thread tile; before the slabs moved into dC's storage it was S = 1, R = 4, measured
- * 64.9 ms on the H200), as many as dC's storage holds, then row slices
- * ({@link defaultDERowSlices}); without the filter S = 4 (R = 1, {@link defaultDESplits}).
+ * The passes' records: kernels/fused/kept_tiles_record.ts.
+ *
+ * Parallelism of the dE pass (n/TT token tiles: 64 at the paper's shape, half an H200's SMs): S
+ * splits give S times the workgroups and need n·d·4 bytes of partials per split, which live in
+ * dC's storage while dE is formed, so they cost no workspace where |V| ≥ 2·S·n
+ * ({@link dESlabsFitDC}); R row slices give R times the workgroups with no workspace (disjoint dE
+ * rows, the same mask bit and flops) but each kept C tile is read R times and a thread holds 4×4
+ * logits. Splitting P·C's d columns instead would recompute every kept tile once per column group,
+ * so it is not used. Defaults: with the filter the splits first ({@link defaultFilteredDESplits}:
+ * S = 4, R = 1 at the paper's shape), as many as dC's storage holds, then row slices
+ * ({@link defaultDERowSlices}); without the filter S = 4, R = 1 ({@link defaultDESplits}).
  * @module
  */
-import type { TrackedBuffer } from "../../gpu/context.ts";
-import type { Recorder } from "../../gpu/recorder.ts";
-import type { DeviceTensor } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions } from "../../core/options.ts";
 import {
   accSlots,
@@ -64,19 +56,18 @@ import {
   backwardGradTiles,
   backwardStaging,
   type BackwardTile,
-  type DESlab,
   dESliceTile,
-  type TileSegment,
 } from "./backward_plan.ts";
 import {
   colKey,
   gradValue,
+  type Lane,
   laneValues,
   logitsMainloop,
   rowKey,
   tileLanes,
 } from "./backward_wgsl.ts";
-import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -131,6 +122,16 @@ export interface TilePassKernelOptions {
    * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
    */
   out16?: Dtype16;
+  /**
+   * dC only: the tile's epilogue adds each token's target coefficient a_n (the exact target term
+   * −w_n(1−β)·f'(z_t), kernels/fused/corrections.ts) to the gradient of its target logit when the
+   * target lies in the tile, and sets the token's word in `folded` to 1; the target scatter then
+   * adds only the tokens not folded. A kept tile's update is then the gradient's own sum, whose
+   * partial sums stay near the final row instead of starting from the rows' large target sums
+   * (with a 16-bit dC rounded at every update, that cancellation cost most of its accuracy). The
+   * kernel binds `targets`, `coef` and `folded` last.
+   */
+  foldTargets?: boolean;
 }
 
 /** What the tile pass's pieces are decided from (one place per switch). */
@@ -155,6 +156,8 @@ interface _TileShape {
   tokTile: string;
   /** dC: the owned vocab tile comes from `order` ({@link TilePassKernelOptions.ordered}). */
   ordered: boolean;
+  /** dC: the target terms of kept tiles are added here ({@link TilePassKernelOptions.foldTargets}). */
+  fold: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -190,6 +193,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     wordWalk: filter && dE,
     tokTile: dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it",
     ordered: !dE && filter && o.ordered === true,
+    fold: !dE && o.foldTargets === true,
   };
 }
 
@@ -200,7 +204,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
  * slices, lo and hi (the walked tiles; dE: 0 and the segment's tiles, cut by the splits), sRows
  * (dE: rows between the splits' slab parts). Bindings: E, C, the output, lse, the row weights w,
  * [perm], [mask] (one bit per backward tile, from the filter pass), [bounds] (balanced splits),
- * [order] (the dC pass's tile order).
+ * [order] (the dC pass's tile order), [targets, coef, folded] (dC with foldTargets).
  */
 function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
@@ -216,6 +220,9 @@ function _tileSignature(s: _TileShape) {
       mask: { elem: "u32", access: "read", when: s.filter },
       bounds: { elem: "u32", access: "read", when: s.balanced },
       order: { elem: "u32", access: "read", when: s.ordered },
+      targets: { elem: "i32", access: "read", when: s.fold },
+      coef: { elem: "f32", access: "read", when: s.fold },
+      folded: { elem: "u32", access: "read_write", when: s.fold },
     },
     layout: { pad: ["_b"], breaks: [8] },
   });
@@ -244,19 +251,38 @@ function _vocabRows(s: _TileShape) {
 }
 
 /** Lane values, w_n·g per logit, and P staged in workgroup memory. */
-function _tileEpilogue(s: _TileShape): string {
+function _tileEpilogue(s: _TileShape, vrow: (x: string) => string): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
   const [tok, voc] = s.dE ? [lanes.rows, lanes.cols] : [lanes.cols, lanes.rows];
   const [tokKey, vocKey] = s.dE ? [rowKey, colKey] : [colKey, rowKey];
   const epilogue = slots.map((x) => {
     const tk = tokKey(x), vk = vocKey(x);
+    const fold = s.fold
+      ? `\n        if (vv_${vk} && u32(tt_${tk}) == vr_${vk}) { ${x.expr} = ${x.expr} + ta_${tk}; folded[tk_${tk}] = 1u; }`
+      : "";
     return `{ let z = softcap(${x.expr}); var g = 0.0;
         if (tw_${tk} != 0.0 && vv_${vk}) { g = ${gradValue(s.o.opts, "z", `tl_${tk}`)}; }
-        ${x.expr} = tw_${tk} * g; }`;
+        ${x.expr} = tw_${tk} * g;${fold} }`;
   });
   const stage = slots.map((x) => `Ps[${x.row} * ${s.t.bn}u + ${x.col}] = ${x.expr};`);
-  return [...laneValues(tok, voc), ...epilogue, ...stage].join("\n      ");
+  return [...laneValues(tok, voc), ..._foldLanes(s, tok, voc, vrow), ...epilogue, ...stage].join(
+    "\n      ",
+  );
+}
+
+/**
+ * dC with foldTargets: per token lane its target tt_ (−1 past P.tE) and coefficient ta_, per
+ * vocabulary lane its classifier row vr_ (see {@link TilePassKernelOptions.foldTargets}).
+ */
+function _foldLanes(s: _TileShape, tok: Lane[], voc: Lane[], vrow: (x: string) => string) {
+  if (!s.fold) return [];
+  return [
+    ...tok.map((l) =>
+      `let tt_${l.key} = select(-1, targets[min(tk_${l.key}, P.tE - 1u)], tk_${l.key} < P.tE); let ta_${l.key} = coef[min(tk_${l.key}, P.tE - 1u)];`
+    ),
+    ...voc.map((l) => `let vr_${l.key} = ${vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)};`),
+  ];
 }
 
 /** Per output row lane: ov_ (inside the segment) and ob_ (its offset in the output binding). */
@@ -433,7 +459,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       {
       ${logits}
       }
-      ${_tileEpilogue(s)}
+      ${_tileEpilogue(s, vrow)}
       workgroupBarrier();
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
@@ -448,141 +474,4 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
 }
 `;
-}
-
-/** What the records of the tile passes share. */
-export interface TileRecordOptions {
-  rec: Recorder;
-  kernel: KernelOf<ReturnType<typeof tilePassSignature>>;
-  e: DeviceTensor;
-  c: DeviceTensor;
-  /** Token and vocabulary segments, and the vocab tiles in all. */
-  tok: TileSegment[];
-  voc: TileSegment[];
-  vTotal: number;
-  d: number;
-  /** The bindings after the output: lse, w, [perm], [mask]. */
-  tail: { lse: TrackedBuffer; w: TrackedBuffer; perm?: TrackedBuffer; mask?: TrackedBuffer };
-}
-
-/** The params block of a tile pass's dispatch (see {@link tilePassWgsl}). */
-function _tileParams(o: TileRecordOptions, x: {
-  ts: TileSegment;
-  eR0: number;
-  vs: TileSegment;
-  cR0: number;
-  oR0: number;
-  nOuter: number;
-  lo: number;
-  hi: number;
-  sRows?: number;
-}) {
-  const { ts, vs } = x;
-  return {
-    tS: ts.start,
-    tE: ts.end,
-    eR0: x.eR0,
-    vS: vs.start,
-    vE: vs.end,
-    cR0: x.cR0,
-    oR0: x.oR0,
-    d: o.d,
-    tBase: ts.base,
-    vBase: vs.base,
-    vTotal: o.vTotal,
-    nOuter: x.nOuter,
-    lo: x.lo,
-    hi: x.hi,
-    sRows: x.sRows ?? 0,
-  };
-}
-
-/**
- * Records pass `dE`: per (token segment, vocab segment) one dispatch of the owned row slices ×
- * the splits. Split s (workgroup_id.y) accumulates into slab part s at row offset s·rows (oR0
- * wraps around in u32: the kernel's (row − oR0 + s·rows)·d is then the offset), or, with an f32
- * output and one split (no slabs), into dE itself.
- */
-export function recordDEPass(
-  o: TileRecordOptions & {
-    /** Tokens per row slice. */
-    sliceRows: number;
-    splits: number;
-    slabs: DESlab[];
-    dEOut: DeviceTensor;
-    /** Balanced splits' bounds. */
-    bounds?: TrackedBuffer;
-  },
-): void {
-  const { rec, kernel, e, c, slabs } = o;
-  const slabOf = (row: number) => slabs.find((sl) => row < sl.r0 + sl.rows)!;
-  rec.pass("fused backward dE", (p) => {
-    for (const ts of o.tok) {
-      const es = e.shardOf(ts.start);
-      const owned = Math.ceil((ts.end - ts.start) / o.sliceRows);
-      // one split into an f32 output: dE itself; else the slab holding the segment
-      const sl = slabs.length === 0 ? undefined : slabOf(ts.start);
-      const os = sl ? undefined : o.dEOut.shardOf(ts.start);
-      const [buffer, oR0, sRows] = sl ? [sl.buffer, sl.r0, sl.rows] : [os!.buffer, os!.rowStart, 0];
-      for (const vs of o.voc) {
-        const cs = c.shardOf(vs.start);
-        const params = _tileParams(o, {
-          ts,
-          eR0: es.rowStart,
-          vs,
-          cR0: cs.rowStart,
-          oR0,
-          nOuter: owned,
-          lo: 0,
-          hi: vs.tiles,
-          sRows,
-        });
-        const bg = kernel.bind(rec, params, {
-          e: es.buffer,
-          c: cs.buffer,
-          outp: buffer,
-          ...o.tail,
-          bounds: o.bounds,
-        });
-        p.dispatch(kernel.pipeline, bg, Math.min(owned, 65535), o.splits);
-      }
-    }
-  });
-}
-
-/** Records pass `dC`: per (vocab segment, token segment) one dispatch of the owned vocab tiles. */
-export function recordDCPass(
-  o: TileRecordOptions & {
-    dC: DeviceTensor;
-    /** The vocab tiles' order (kernels/fused/dc_order.ts), for a pass compiled `ordered`. */
-    order?: TrackedBuffer;
-  },
-): void {
-  const { rec, kernel, e, c, dC } = o;
-  rec.pass("fused backward dC", (p) => {
-    for (const vs of o.voc) {
-      const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
-      for (const ts of o.tok) {
-        const es = e.shardOf(ts.start);
-        const params = _tileParams(o, {
-          ts,
-          eR0: es.rowStart,
-          vs,
-          cR0: cs.rowStart,
-          oR0: os.rowStart,
-          nOuter: vs.tiles,
-          lo: 0,
-          hi: ts.tiles,
-        });
-        const bg = kernel.bind(rec, params, {
-          e: es.buffer,
-          c: cs.buffer,
-          outp: os.buffer,
-          ...o.tail,
-          order: o.order,
-        });
-        p.dispatch(kernel.pipeline, bg, Math.min(vs.tiles, 65535));
-      }
-    }
-  });
 }
