@@ -21,7 +21,7 @@ import { check } from "../core/errors.ts";
 import { f32ToBf16Bits, f32ToF16Bits } from "../core/dtype.ts";
 import { checkShape, type Dtype, DTYPE_BYTES, IGNORE_INDEX, type Shape } from "../core/options.ts";
 import type { MemoryNeed } from "./memory.ts";
-import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
+import { makeFixture, parseFixture } from "../fixtures/mod.ts";
 import { counterKey, counterU32 } from "../fixtures/rng.ts";
 import type { MethodInputs } from "../methods/types.ts";
 import { uploadInputs } from "../methods/run.ts";
@@ -83,7 +83,7 @@ export async function makeDeviceInputs(
   o: DeviceInputOptions,
 ): Promise<DeviceInputs> {
   const t0 = performance.now();
-  const name = parseFixtureName(o.fixture);
+  const name = parseFixture(o.fixture).name;
   checkShape(o);
   let inputs: MethodInputs;
   let generator: DeviceInputs["generator"];

@@ -29,7 +29,7 @@ import { join } from "node:path";
 import { ADAPTER_FLAG, defineCommand, runCli, WEBGPU_FLAG } from "../core/cli.ts";
 import { check } from "../core/errors.ts";
 import { checkInputs, type HostInputs, parseDtype, resolveOptions } from "../core/options.ts";
-import { makeFixture, parseFixtureName } from "../fixtures/mod.ts";
+import { makeFixture, parseFixture } from "../fixtures/mod.ts";
 import { readInputFiles } from "../io/npy_inputs.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
@@ -158,7 +158,7 @@ async function _parse(args: string[]): Promise<_Job | "help"> {
   let source: Record<string, unknown>;
   if (v.fixture !== undefined) {
     check(inputs.length === 0, "give either --fixture or --e/--c/--targets, not both");
-    const fixture = parseFixtureName(v.fixture);
+    const fixture = parseFixture(v.fixture).spec;
     const seed = v.seed ?? 0;
     const shape = {
       n: v.n ?? FIXTURE_DEFAULTS.n,

@@ -18,7 +18,7 @@ import { deviceFlags, GpuContext } from "../gpu/context.ts";
 import { deviceSummary, type Engine, engineName, parseEngine } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { writeAtomic } from "../io/outputs.ts";
-import { parseFixtureName } from "../fixtures/mod.ts";
+import { parseFixture } from "../fixtures/mod.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { IDLE_GPU_WARMUP_MS, measureMethod } from "../measure/measure.ts";
 import { sampleSmClocks } from "../measure/nvidia_clocks.ts";
@@ -198,7 +198,7 @@ export async function engineProbeMain(args: string[]): Promise<void> {
   const engines = parseList("--engines", f.engines).map((e) => parseEngine(e, "--engines entries"));
   const methods = parseMethods(f.methods);
   parseDtype(f.dtype);
-  parseFixtureName(f.fixture);
+  parseFixture(f.fixture).spec;
   const runs: _EngineRun[] = [];
   for (const engine of engines) runs.push(await _probeEngine(engine, f, methods));
   console.log(

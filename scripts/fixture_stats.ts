@@ -10,7 +10,7 @@
 import { defineCommand, exitCodeOf } from "../core/cli.ts";
 import { check, InputError, oneLine } from "../core/errors.ts";
 import { parseDtype } from "../core/options.ts";
-import { type FixtureName, FIXTURES, makeFixture, parseFixtureName } from "../fixtures/mod.ts";
+import { FIXTURES, makeFixture, parseFixture } from "../fixtures/mod.ts";
 import { fixtureStats } from "../fixtures/stats.ts";
 
 /** The command line of `fixture-stats`. */
@@ -53,7 +53,7 @@ function _formatThreshold(p: number): string {
 
 /** Parsed command line. */
 interface Args {
-  fixtures: FixtureName[];
+  fixtures: string[];
   n: number;
   v: number;
   d: number;
@@ -68,7 +68,7 @@ function _parse(argv: string[]): Args | "help" {
   if (!parsed) return "help";
   const values = parsed.values;
   return {
-    fixtures: values.fixture === "all" ? [...FIXTURES] : [parseFixtureName(values.fixture)],
+    fixtures: values.fixture === "all" ? [...FIXTURES] : [parseFixture(values.fixture).spec],
     n: values.n,
     v: values.v,
     d: values.d,

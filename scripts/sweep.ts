@@ -35,7 +35,7 @@ import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { parseMethods } from "../methods/mod.ts";
 import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import { checkHistoryPath, HISTORY_FLAG } from "../measure/history.ts";
-import { parseFixtureName } from "../fixtures/mod.ts";
+import { parseFixture } from "../fixtures/mod.ts";
 import { parseModes } from "../measure/measure.ts";
 import { SWEEP_AXES, type SweepAxis } from "../measure/sweep.ts";
 import { readExternalRows } from "../report/external.ts";
@@ -68,7 +68,7 @@ export const SWEEP_COMMAND = defineCommand({
     modes: { type: "string", arg: "fwd,bwd,fwd+bwd", help: "modes", defaultText: "all three" },
     fixture: {
       type: "string",
-      help: "input data (fixtures/mod.ts)",
+      help: "input data (fixtures/mod.ts; llm takes parameters: llm:spread=2,zipf=1.5)",
       default: "cce",
       arg: "cce|llm|uniform|nonzero-mean",
     },
@@ -151,7 +151,7 @@ async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
     external,
     methods,
     modes,
-    fixture: parseFixtureName(f.fixture),
+    fixture: parseFixture(f.fixture).spec,
     seed: f.seed,
     reduction,
     reps: f.reps,

@@ -30,7 +30,7 @@ import { type AdapterChoice, GpuContext } from "../gpu/context.ts";
 import { type Engine, parseEngine } from "../gpu/engine.ts";
 import { methodByName, parseMethods } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
-import { parseFixtureName } from "../fixtures/mod.ts";
+import { parseFixture } from "../fixtures/mod.ts";
 import { parseModes, type TimeSource } from "../measure/measure.ts";
 import { allMethods, METHOD_MODULE_FLAG } from "../measure/method_modules.ts";
 import { checkHistoryPath, HISTORY_FLAG } from "../measure/history.ts";
@@ -70,7 +70,7 @@ export const TABLE3_COMMAND = defineCommand({
     modes: { type: "string", arg: "fwd,bwd,fwd+bwd", help: "modes", defaultText: "all three" },
     fixture: {
       type: "string",
-      help: "input data (fixtures/mod.ts)",
+      help: "input data (fixtures/mod.ts; llm takes parameters: llm:spread=2,zipf=1.5)",
       default: "cce",
       arg: "cce|llm|uniform|nonzero-mean",
     },
@@ -135,7 +135,7 @@ async function _parseFlags(args: string[]): Promise<_Flags | undefined> {
     external: f.external === undefined ? undefined : readExternalRows(f.external),
     methods: parseMethods(f.methods, all),
     modes: parseModes(f.modes),
-    fixture: parseFixtureName(f.fixture),
+    fixture: parseFixture(f.fixture).spec,
     seed: f.seed,
     reduction: f.reduction as Reduction,
     reps: f.reps,
