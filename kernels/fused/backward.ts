@@ -17,12 +17,11 @@
  * of a filtered gradient is bounded by |ΔdE_nk| ≤ ε·|w_n|·Σ_{v skipped} |C_vk| and
  * |ΔdC_vk| ≤ ε·Σ_{n skipped} |w_n·E_nk|. Ignored tokens (w_n = 0) never keep a tile alive.
  *
- * Accumulation: ownership, no atomics on floats, so gradients are bitwise reproducible (every
- * output element is written by one workgroup, its terms added in a fixed order; the only atomics
- * are integer ones: OR into the mask, counts, ranks, max of the sort keys' range).
+ * Accumulation: each output element written by one workgroup, its terms in a fixed order, no
+ * float atomics (integer ones only: mask ORs, counts, ranks, the sort keys' range): bitwise
+ * reproducible gradients.
  *
- * The record, in order (dE is formed completely before dC's storage is first written: see
- * "Gradient dtype" for why):
+ * The record, in order (dE formed before dC's storage is first written: backward_plan.ts):
  *
  * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts).
  * 2. With a filter, pass `filter`, then with the order decision the `order decision` pass, and
@@ -30,35 +29,28 @@
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
- * 4. With the filter, by default, pass `dE plan`, then passes `kept g` and `dE`
- *    (kernels/fused/gathered_de.ts) in rounds of token tiles: the kept tiles' g stored in dC's not
- *    yet written storage, then each token tile's dE as one dense product over its kept tiles.
- *    Where that does not apply (sharded tensors, too little storage), without the filter's mask
- *    or with dESplits/dERowSlices given: pass `dE` (kernels/fused/kept_tiles.ts), the kept tiles'
+ * 4. With the filter, by default, pass `dE plan`, then `kept g` and `dE` (gathered_de.ts) in
+ *    rounds of token tiles: the kept tiles' g in dC's not yet written storage, then each token
+ *    tile's dE as one dense product over its kept tiles. Otherwise (sharded tensors, too little
+ *    storage, no mask, dESplits/dERowSlices given): pass `dE` (kept_tiles.ts), the kept tiles'
  *    P·C into dE's rows tile by tile, split by S.
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
- * 6. dC's exact terms, then with the filter pass `dC order` (kernels/fused/dc_order.ts: the vocab
- *    tiles by their kept token tiles, most first), then pass `dC` (kernels/fused/kept_tiles.ts):
- *    the kept tiles' Pᵀ·E, one workgroup a vocab tile, in that order.
+ * 6. dC's exact terms, with the filter pass `dC order` (dc_order.ts: vocab tiles by their kept
+ *    token tiles, most first), then pass `dC` (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile.
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
- * more; a skipped tile costs one mask read in each gradient pass. Without the filter the mask is
- * not used and the two gradient passes recompute every tile (4 GEMM-equivalents in all). The plan
- * (tiles, splits, row slices, segments, slabs, workspace, peak memory): backward_plan.ts.
+ * more; a skipped tile costs one mask read in each gradient pass. Without the filter the two
+ * gradient passes recompute every tile (4 GEMM-equivalents in all). The plan (tiles, splits, row
+ * slices, segments, slabs, workspace, peak memory) and the gradient dtype
+ * ({@link FusedBackwardOptions.gradDtype}): backward_plan.ts. Vocabulary sorting: a permutation
+ * of C's rows; vocab tiles are ranges of positions in it, C/dC rows addressed through it (whether
+ * it is used: "Order decision" in kernels/fused/filter.ts).
  *
- * Gradient dtype ({@link FusedBackwardOptions.gradDtype}: f32, or the input's 16-bit dtype, dE
- * accumulated in f32 inside dC's not yet written storage): kernels/fused/backward_plan.ts.
- *
- * Vocabulary sorting (kernels/fused/vocab_order.ts) gives a permutation of the classifier rows; vocab
- * tiles are ranges of positions in that order, and C/dC rows are addressed through it (whether
- * the sorted order is used: "Order decision" in kernels/fused/filter.ts).
- *
- * Sharding: E, dE (tokens) and C, dC (vocabulary) may each be split into several bindings. The
- * passes work on *segments*: row ranges inside one binding of each tensor of the pair (the union of
- * both tensors' shard boundaries), and tiles never straddle segments. One dispatch per (vocab
- * segment, token segment) pair; the sort permutes rows within each vocab segment only. (With
- * bindings of a few rows, as in the forced-sharding tests, tiles shrink to a few elements, and the
- * filter decides per element: still within the bound above.)
+ * Sharding: E, dE and C, dC may each span several bindings. The passes work on *segments*, row
+ * ranges inside one binding of each tensor of the pair (the union of both tensors' shard
+ * boundaries); tiles never straddle them, one dispatch per (vocab, token) segment pair, the sort
+ * permutes rows within a vocab segment. (Bindings of a few rows, as in the forced-sharding tests,
+ * shrink tiles to a few elements: still within the bound above.)
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
