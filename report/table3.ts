@@ -26,6 +26,7 @@ import {
   type TimeSource,
 } from "../measure/measure.ts";
 import { PAPER_SHAPE, type Table3Plan, type Table3Shape } from "../measure/table3.ts";
+import { passTotals } from "../measure/compare_passes.ts";
 import { SPEED_RATIO_LEGEND, timesFaster } from "../measure/timing.ts";
 import { formatDetail, formatMB, formatMs, formatSaving, formatSpeedup } from "./units.ts";
 import type { CheckSummary } from "../measure/check.ts";
@@ -525,13 +526,7 @@ function _passLines(r: Table3Report): string[] {
   for (const x of withPasses) {
     // per-chunk passes ("logits[3]", "dE[chunk 3]": chunked, liger) summed under one label
     // "… [chunk ×8]"
-    const sums = new Map<string, { ms: number; count: number }>();
-    for (const [k, ms] of Object.entries(x.passMs!)) {
-      const key = k.replace(/\[(?:chunk )?\d+\]/g, "[chunk]");
-      const e = sums.get(key) ?? { ms: 0, count: 0 };
-      sums.set(key, { ms: e.ms + ms, count: e.count + 1 });
-    }
-    const parts = [...sums].map(([k, e]) =>
+    const parts = [...passTotals(x.passMs!)].map(([k, e]) =>
       `${e.count > 1 ? k.replace("[chunk]", `[chunk ×${e.count}]`) : k} ${formatDetail(e.ms)}`
     );
     lines.push(`| ${x.method} | ${x.beta} | ${x.mode} | ${_md(parts.join("; "))} |`);

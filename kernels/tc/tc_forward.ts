@@ -38,8 +38,9 @@ import {
 } from "./tc_tiles.ts";
 
 /**
- * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 16, one copy (the
- * fastest of TC_FORWARD_BENCH_TILES at the paper's shape; docs/tensor_cores.md).
+ * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 16, one copy
+ * (within 2% of the fastest of TC_FORWARD_BENCH_TILES at the paper's shape on an H100, the same
+ * tile with K-step 32; docs/tensor_cores.md).
  */
 export const TC_FORWARD_TILE: TcTile = TC_TILE_128X256_K16;
 /** The emulation's tile (tests on software adapters: 32 KiB of workgroup memory). */
