@@ -8,6 +8,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import { timeRecorder, timeRepetitions } from "./timing.ts";
 import { makeDeviceInputs } from "./inputs.ts";
+import { IDLE_GPU_BUSY_MS, IDLE_GPU_WARMUP_MS } from "./measure.ts";
+import { prepareBusyLoad } from "../gpu/busy_load.ts";
 import { tcTileName } from "../kernels/tc/tc_tiles.ts";
 import type { TcMatmulKernel } from "../kernels/tc/tc_matmul.ts";
 import {
@@ -60,7 +62,11 @@ export async function timeShapes(
   return times;
 }
 
-/** The median GPU time of a prepared recorder (300 ms of warm-up first), or the error. */
+/**
+ * The median GPU time of a prepared recorder, or the error: the GPU held at full load first
+ * (IDLE_GPU_BUSY_MS, as table3 does after its inputs and compilations idled it: each variant's
+ * float64 check leaves it idle for seconds) and IDLE_GPU_WARMUP_MS of the recorder's own calls.
+ */
 async function _timed(
   ctx: GpuContext,
   reps: number,
@@ -69,8 +75,9 @@ async function _timed(
 ): Promise<Row["times"][number]> {
   try {
     const p = await prepare();
+    await (await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
     const r = await timeRepetitions(
-      { warmup: 1, warmupMs: 300, reps },
+      { warmup: 1, warmupMs: IDLE_GPU_WARMUP_MS, reps },
       () => ctx.scoped(() => timeRecorder(ctx, p.record)),
     );
     p.done();
