@@ -177,18 +177,32 @@ fn tmap_value(k: u32) -> f32 {
  * index expression in the tile) and the store after the epilogue (`it` the vocab tile of the C
  * shard, wg.y the token block of the E shard; Params mapRow0, mapCol0, mapCols).
  */
-export const tileMapForwardWgsl = {
-  decls: `var<workgroup> s_tmax: atomic<u32>;\n${TILE_MAP_KEY_WGSL}`,
-  init: "var tmx = NEG_INF;",
-  row: (row: string) => `tmx = max(tmx, select(NEG_INF, mx, m0 + ${row} < P.rows));`,
-  // s_tmax starts at 0 (workgroup memory is zeroed) and is reset by the exchange; the next
-  // tile's atomics come after the next GEMM's barriers, so after the exchange
-  store: `atomicMax(&s_tmax, tmap_key(tmx));
+export const tileMapForwardWgsl = _tileMapForward(false);
+
+/**
+ * {@link tileMapForwardWgsl} for kernels with subgroup matrices in workgroup memory: the key is the
+ * first of four words (16 bytes), so with every other workgroup variable a multiple of 16 bytes
+ * each one starts 16-byte aligned wherever the driver places it, as subgroup-matrix loads and
+ * stores need (a lone 4-byte atomic let the driver shift the matrix scratch by one word).
+ */
+export const tileMapForwardWgsl16 = _tileMapForward(true);
+
+function _tileMapForward(pad16: boolean) {
+  const key = pad16 ? "s_tmax[0]" : "s_tmax";
+  const type = pad16 ? "array<atomic<u32>, 4>" : "atomic<u32>";
+  return {
+    decls: `var<workgroup> s_tmax: ${type};\n${TILE_MAP_KEY_WGSL}`,
+    init: "var tmx = NEG_INF;",
+    row: (row: string) => `tmx = max(tmx, select(NEG_INF, mx, m0 + ${row} < P.rows));`,
+    // s_tmax starts at 0 (workgroup memory is zeroed) and is reset by the exchange; the next
+    // tile's atomics come after the next GEMM's barriers, so after the exchange
+    store: `atomicMax(&${key}, tmap_key(tmx));
   workgroupBarrier();
   if (lid == 0u) {
-    tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it] = atomicExchange(&s_tmax, 0u);
+    tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it] = atomicExchange(&${key}, 0u);
   }`,
-};
+  };
+}
 
 /** Options of {@link mapFilterWgsl}. */
 export interface MapFilterKernelOptions {

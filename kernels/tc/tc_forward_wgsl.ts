@@ -21,7 +21,7 @@
 import type { Dtype } from "../../core/options.ts";
 import { dtypeHelpers, LSE_MERGE } from "../wgsl_common.ts";
 import { softcapFn, treeSum } from "../fused/forward_epilogue.ts";
-import { TILE_MAP_KEY_WGSL } from "../fused/tile_map.ts";
+import { tileMapForwardWgsl16 as tileMap } from "../fused/tile_map.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
@@ -103,7 +103,7 @@ export function tcForwardSignature(
       ws: { elem: "f32", access: "read_write" },
       wsz: { elem: "f32", access: "read_write", when: o.sumZ },
       zt: { elem: "f32", access: "read_write" },
-      tmap: { elem: "atomic<u32>", access: "read_write", when: o.tileMax },
+      tmap: { elem: "u32", access: "read_write", when: o.tileMax },
       scales: { elem: "f32", access: "read" },
     },
     layout: { breaks: [7] },
@@ -153,21 +153,6 @@ function _round(
       let vlim = i32(P.vRows) - i32(cb);
       ${lines.join("\n      ")}
     }`;
-}
-
-/**
- * The tile map's entry of the tile just finished (kernels/fused/tile_map.ts: the order-preserving
- * key of its largest capped logit; the record zeroes the map, and each entry belongs to one
- * workgroup): an integer atomicMax straight into the map, which is order independent and so
- * deterministic, and needs no barrier: natively one per subgroup after a subgroupMax, emulated one
- * per invocation (the same maximum). A workgroup-wide atomic and an exchange by one invocation
- * cost the H100 10.7 ms of the paper shape's 73.6 ms tiles pass.
- */
-function _tileMapStore(mode: TcMode | undefined): string {
-  const at = "&tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it]";
-  return mode === "emulated"
-    ? `atomicMax(${at}, tmap_key(tmx));`
-    : `{ let sgmx = subgroupMax(tmx); if (sl == 0u) { atomicMax(${at}, tmap_key(sgmx)); } }`;
 }
 
 /** The final merge of each row's partial states (sgCols × invocations per row) in fixed order. */
@@ -249,7 +234,7 @@ ${tcForwardSignature(o).wgsl}
 ${o.vecLoads ? "" : dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 ${tcModuleDecls(main, ["scr"])}
 var<workgroup> scr: array<f32, ${wgWords(Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2)))}>;
-${o.tileMax ? TILE_MAP_KEY_WGSL : ""}
+${o.tileMax ? tileMap.decls : ""}
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
@@ -276,10 +261,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
   for (var it = tBegin; it < tEnd; it++) {
     let n0 = it * ${bn}u;
-    ${o.tileMax ? "var tmx = NEG_INF;" : ""}
+    ${o.tileMax ? tileMap.init : ""}
     ${tcMainloop(main, false)}
     ${rounds.join("\n    ")}
-    ${o.tileMax ? _tileMapStore(o.mode) : ""}
+    ${o.tileMax ? tileMap.store : ""}
   }
   ${_finish(o)}
 }
