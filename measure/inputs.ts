@@ -127,7 +127,7 @@ export async function makeDeviceInputs(
       `fixture '${name}' is generated on the host in float64 and (n + v)·d = ${values} values ` +
         `exceeds ${HOST_FIXTURE_MAX_VALUES}; use --fixture cce (fast generator) or a smaller shape`,
     );
-    const x = makeFixture(name, {
+    const x = makeFixture(o.fixture, {
       n: o.n,
       v: o.v,
       d: o.d,

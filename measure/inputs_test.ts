@@ -92,6 +92,12 @@ Deno.test({
       assert.equal(y.generator, "fixtures");
       assert.deepEqual(await download(ctx, y.inputs.c), makeFixture("llm", f).c);
       y.destroy();
+      // a fixture's parameters reach its generator
+      const spread = await makeDeviceInputs(ctx, { ...f, fixture: "llm:spread=3" });
+      const e = await download(ctx, spread.inputs.e);
+      assert.deepEqual(e, makeFixture("llm:spread=3", f).e);
+      assert.notDeepEqual(e, makeFixture("llm", f).e);
+      spread.destroy();
       assert.equal(ctx.memory().liveBytes, 0);
 
       await assert.rejects(
