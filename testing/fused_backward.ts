@@ -28,6 +28,7 @@ export interface BackwardCase {
   gradDtype?: "f32" | "input";
   dEGather?: FusedBackwardOptions["dEGather"];
   dCOrder?: boolean;
+  dCRowSlices?: number;
 }
 
 /**
