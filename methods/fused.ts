@@ -80,20 +80,13 @@ export interface FusedVariant {
 /**
  * Kernel options no shipped row sets, for tests and the tuning tools (tuning/): the filtered
  * backward's (kernels/fused/backward.ts: its tile, the filter pass's tile, the dE splits and row
- * slices, the gathered dE, the dC order and row slices, the order decision), and the vocabulary rows per chunk of
+ * slices, the gathered dE, the dC order, the order decision), and the vocabulary rows per chunk of
  * the no-filter rows' dense backward (methods/_dense_backward.ts).
  */
 export interface FusedKernelOptions {
   backward?: Pick<
     FusedBackwardOptions,
-    | "tile"
-    | "filterTile"
-    | "dESplits"
-    | "dERowSlices"
-    | "dEGather"
-    | "dCOrder"
-    | "dCRowSlices"
-    | "decideOrder"
+    "tile" | "filterTile" | "dESplits" | "dERowSlices" | "dEGather" | "dCOrder" | "decideOrder"
   >;
   denseChunkRows?: number;
 }

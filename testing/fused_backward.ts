@@ -28,7 +28,6 @@ export interface BackwardCase {
   gradDtype?: "f32" | "input";
   dEGather?: FusedBackwardOptions["dEGather"];
   dCOrder?: boolean;
-  dCRowSlices?: number;
 }
 
 /**

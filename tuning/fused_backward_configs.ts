@@ -6,7 +6,7 @@
  *   order), `always-sort` (sorted order always: the paper's rule), `nosort` (`fused-nosort`),
  *   `f32grad` (`fused-f32grad`);
  * - `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices), `s8r1` (8 balanced
- *   splits), and any `s<S>r<R>` (S dE splits, R row slices) and `dcr<R>` (R dC row slices);
+ *   splits), and any `s<S>r<R>` (S dE splits, R row slices);
  * - `widefilter` (the filter pass on the 128×256 product tile), `pertile` (dE by the per-tile
  *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first);
@@ -73,8 +73,6 @@ export function benchConfig(name: string): ((ctx: GpuContext) => BenchConfig) | 
   if (BENCH_CONFIGS[name]) return BENCH_CONFIGS[name];
   const m = /^s(\d+)r(\d+)$/.exec(name);
   if (m) return () => backward({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
-  const c = /^dcr(\d+)$/.exec(name);
-  if (c) return () => backward({ dCRowSlices: Number(c[1]) });
   const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
   if (!g) return undefined;
   const [bn, bk, tm, tn] = g.slice(1, 5).map(Number);

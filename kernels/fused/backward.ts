@@ -101,12 +101,7 @@ import {
   sortedMaskWgsl,
   sortedOrderWins,
 } from "./filter.ts";
-import {
-  defaultDCRowSlices,
-  type TilePassKernelOptions,
-  tilePassSignature,
-  tilePassWgsl,
-} from "./kept_tiles.ts";
+import { type TilePassKernelOptions, tilePassSignature, tilePassWgsl } from "./kept_tiles.ts";
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
 import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";
 import { compileKernel } from "../../gpu/signature.ts";
@@ -156,8 +151,6 @@ interface _Plan {
   gather?: GatheredDETuning;
   /** The dC pass takes its vocab tiles most kept first (kernels/fused/dc_order.ts). */
   dCOrder: boolean;
-  /** Workgroups per vocab tile in the dC pass. */
-  dCSlices: number;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -213,7 +206,6 @@ function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
     balanced: eps !== null && splits > 1,
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),
-    dCSlices: o.dCRowSlices ?? defaultDCRowSlices(ctx, tile),
   };
 }
 
@@ -278,7 +270,6 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
     out16: p.dCInPlace,
     vecLoads: tileVec("dC", tile),
     ordered: p.dCOrder,
-    rowSlices: p.dCSlices,
     foldTargets: opts.targetTerm,
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
@@ -507,7 +498,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   const fold = coefficients && folded
     ? { targets: targets.shards[0].buffer, coef: coefficients.shards[0].buffer, folded }
     : undefined;
-  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, slices: p.dCSlices });
+  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold });
   pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }

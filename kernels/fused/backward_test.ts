@@ -89,25 +89,6 @@ Deno.test({
         beta: 0,
         b: { filterEps: 2 ** -28, sort: false, filterTile: TILE_HW },
       },
-      {
-        // dC row slices: sorted rows, the dC order, E and C sharded
-        dtype: "bf16",
-        beta: 0.1,
-        b: { filterEps: 2 ** -12, sort: true, dCRowSlices: 2, shardRows: 50 },
-      },
-      {
-        // dC row slices without the filter (every tile), softcap
-        dtype: "f32",
-        beta: 0.1,
-        softcap: 4,
-        b: { filterEps: null, sort: false, dCRowSlices: 4 },
-      },
-      {
-        // dC row slices of the tall tile (16 rows each) in the vocabulary's order
-        dtype: "f32",
-        beta: 0,
-        b: { filterEps: 2 ** -28, sort: false, tile: tall, dCOrder: false, dCRowSlices: 2 },
-      },
     ];
     for (const [i, cs] of cases.entries()) {
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "sum" });

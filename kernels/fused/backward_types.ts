@@ -48,11 +48,6 @@ export interface FusedBackwardOptions {
    * kernels/fused/dc_order.ts), else in the vocabulary's (sorted) order.
    */
   dCOrder?: boolean;
-  /**
-   * Row slices of the dC pass (default `defaultDCRowSlices`): a vocab tile is walked by this many
-   * workgroups, each owning VT/slices of its rows (kernels/fused/kept_tiles.ts `dCSliceTile`).
-   */
-  dCRowSlices?: number;
   /** GEMM tile of the filter pass (default `defaultFilterTile`). */
   filterTile?: GemmTile;
   /**

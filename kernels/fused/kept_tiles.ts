@@ -68,7 +68,6 @@ import {
   tileLanes,
 } from "./backward_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
-import type { GpuContext } from "../../gpu/context.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -79,11 +78,8 @@ export interface TilePassKernelOptions {
   kind: "dC" | "dE";
   tile: BackwardTile;
   /**
-   * Row slices per backward tile (default 1). dE: a workgroup owns TT/rowSlices tokens
-   * ({@link dESliceTile}); dC: VT/rowSlices vocabulary entries ({@link dCSliceTile}), so that a
-   * vocab tile kept by many token tiles (a frequent token's) is walked by rowSlices workgroups side
-   * by side. Either way a workgroup reads the mask bit of the backward tile holding its rows
-   * (exact: the bit is conservative for the slice) and recomputes only its own rows' logits.
+   * dE only: row slices per TT-token backward tile (default 1): a workgroup owns TT/rowSlices
+   * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
    */
   rowSlices?: number;
   /**
@@ -138,50 +134,13 @@ export interface TilePassKernelOptions {
   foldTargets?: boolean;
 }
 
-/**
- * The dC pass's tile for `slices` vocab row slices: VT/slices vocabulary entries, VPT/slices of
- * them per thread (at least 4), the tokens unchanged. RangeError where the tile cannot be cut so.
- */
-export function dCSliceTile(bt: BackwardTile, slices: number): BackwardTile {
-  if (!Number.isInteger(slices) || slices < 1) {
-    throw new RangeError(`dC row slices must be a positive integer, got ${slices}`);
-  }
-  if (slices === 1) return bt;
-  const vocab = bt.vocab / slices;
-  const vocabPerThread = Math.max(4, bt.vocabPerThread / slices);
-  const s = { ...bt, vocab, vocabPerThread };
-  const ok = Number.isInteger(vocab) && Number.isInteger(vocabPerThread) &&
-    vocab % vocabPerThread === 0;
-  try {
-    if (!ok) throw new RangeError();
-    validateTile(backwardGemmTiles(s).dC);
-    validateTile(backwardGradTiles(s).dC);
-  } catch {
-    throw new RangeError(
-      `the dC pass cannot cut tile ${JSON.stringify(bt)} into ${slices} row slices`,
-    );
-  }
-  return s;
-}
-
-/**
- * The dC pass's default row slices: 1 (on the H100 at 4,096 × 24,576 × 2,304 with 38% of tiles
- * kept, the pass is bound by the vocab tiles kept by every token tile, walked by one workgroup
- * each; docs/performance.md).
- */
-export function defaultDCRowSlices(_ctx: GpuContext, _tile: BackwardTile): number {
-  return 1;
-}
-
 /** What the tile pass's pieces are decided from (one place per switch). */
 interface _TileShape {
   o: TilePassKernelOptions;
   dE: boolean;
   slices: number;
   TT: number;
-  /** Vocabulary entries of the (sliced) tile, and of the backward tile (the mask's). */
   VT: number;
-  VTfull: number;
   /** Logits and gradient-product GEMM tiles. */
   t: GemmTile;
   gt: GemmTile;
@@ -203,8 +162,8 @@ interface _TileShape {
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
   const dE = o.kind === "dE";
-  const slices = o.rowSlices ?? 1;
-  const tile = dE ? dESliceTile(o.tile, slices) : dCSliceTile(o.tile, slices);
+  const slices = dE ? o.rowSlices ?? 1 : 1;
+  const tile = dE ? dESliceTile(o.tile, slices) : o.tile;
   const t = backwardGemmTiles(tile)[o.kind];
   const gt = backwardGradTiles(tile)[o.kind];
   validateTile(t);
@@ -221,7 +180,6 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     slices,
     TT: tile.tokens,
     VT: tile.vocab,
-    VTfull: o.tile.vocab,
     t,
     gt,
     filter,
@@ -405,7 +363,7 @@ function _splitRange(s: _TileShape): string {
 /** The walk over the tiles of the owned row or column, up to the kept tile's first line. */
 function _tileWalk(s: _TileShape, loadRows: string): string {
   const { dE, filter, VT, TT } = s;
-  const vocTile = dE ? "it" : "vt";
+  const vocTile = dE ? "it" : s.ordered ? "vt" : "ot";
   const maskIndex = `let mi = (P.tBase + ${s.tokTile}) * P.vTotal + P.vBase + ${vocTile};`;
   if (s.wordWalk) {
     return `${_splitRange(s)}
@@ -444,16 +402,12 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
  */
 function _ownedTile(s: _TileShape): string {
   if (s.dE) return `let t0 = P.tS + ot * ${s.TT}u;`;
-  const R = s.slices;
-  // vocab tile vt of the mask, slice ot % R of it
-  const rank = R === 1 ? "ot" : `ot / ${R}u`;
-  const slice = R === 1 ? "" : ` + (ot % ${R}u) * ${s.VT}u`;
-  if (!s.ordered) return `let vt = ${rank};\n    let v0 = P.vS + ot * ${s.VT}u;`;
-  return `let vt = order[P.vBase + ${rank}];
+  if (!s.ordered) return `let v0 = P.vS + ot * ${s.VT}u;`;
+  return `let vt = order[P.vBase + ot];
     if (lid == 0u) { s_keep = order[P.vTotal + P.vBase + vt]; }
     if (workgroupUniformLoad(&s_keep) == 0u) { break; }
     workgroupBarrier(); // s_keep is rewritten by the walk
-    let v0 = P.vS + vt * ${s.VTfull}u${slice};`;
+    let v0 = P.vS + vt * ${s.VT}u;`;
 }
 
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */

@@ -119,8 +119,6 @@ export function recordDCPass(
     order?: TrackedBuffer;
     /** For a pass compiled `foldTargets`: targets (n i32), a_n (n f32), the tokens' flags. */
     fold?: { targets: TrackedBuffer; coef: TrackedBuffer; folded: TrackedBuffer };
-    /** The row slices the pass was compiled with (default 1): workgroups per vocab tile. */
-    slices?: number;
   },
 ): void {
   const { rec, kernel, e, c, dC } = o;
@@ -135,7 +133,7 @@ export function recordDCPass(
           vs,
           cR0: cs.rowStart,
           oR0: os.rowStart,
-          nOuter: vs.tiles * (o.slices ?? 1),
+          nOuter: vs.tiles,
           lo: 0,
           hi: ts.tiles,
         });
@@ -147,7 +145,7 @@ export function recordDCPass(
           order: o.order,
           ...o.fold,
         });
-        p.dispatch(kernel.pipeline, bg, Math.min(vs.tiles * (o.slices ?? 1), 65535));
+        p.dispatch(kernel.pipeline, bg, Math.min(vs.tiles, 65535));
       }
     }
   });
