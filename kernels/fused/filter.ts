@@ -157,33 +157,25 @@ export function filterPassSignature(o: FilterPassKernelOptions) {
   return _filterSignature(_filterShape(o));
 }
 
-/** The entry bit of slot `x` in the workgroup's bit set. */
+/** The entry bit of slot `x` in the workgroup's bit set (with entry bits only). */
 function _entryBit(s: _FilterShape, x: AccSlot): string {
-  return `let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
+  if (!s.hot) return "";
+  return ` let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
 }
 
-/**
- * The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). With
- * entry bits, a thread that kept some element tests its elements once more and sets their bits:
- * almost no thread does, so the common path carries no atomics (inline in every element's test
- * they cost the H100 2.5 ms of the paper shape's 207 ms filter).
- */
+/** The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). */
 function _filterTest(s: _FilterShape): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
-  const passes = (x: AccSlot, then: string) => {
+  const test = slots.map((x) => {
     const r = rowKey(x), c = colKey(x);
     return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
       gradValue(s.o.opts, "z", `tl_${r}`)
-    }; if (g >= EPS) { ${then} } }`;
-  };
-  const test = slots.map((x) =>
-    passes(x, `bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));`)
-  );
-  const entry = s.hot
-    ? [`if (bits != 0u) {\n    ${slots.map((x) => passes(x, _entryBit(s, x))).join("\n    ")}\n  }`]
-    : [];
-  return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test, ...entry].join("\n  ");
+    }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));${
+      _entryBit(s, x)
+    } } }`;
+  });
+  return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test].join("\n  ");
 }
 
 /** What the flushes of a filter pass depend on. */

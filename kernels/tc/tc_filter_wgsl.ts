@@ -61,25 +61,21 @@ function _round(
     `${mma.n}u`,
     "unscale",
   );
-  const test = (q: number, then: string) =>
+  const tests = [...Array(ep.cols).keys()].map((q) =>
     `{ let cq = (${q}u + rot) % ${ep.cols}u; let col = c0 + cq;
         if (tw_${i} != 0.0 && v0 + col < P.vE) {
           let z = softcap(scr[base + cq]);
-          if (${gradValue(o.opts, "z", `tl_${i}`)} >= EPS) { ${then} }
-        } }`;
-  const qs = [...Array(ep.cols).keys()];
-  const tests = qs.map((q) =>
-    test(q, `bits |= 1u << ((rr${i} / ${TT}u) * ${subV}u + col / ${VT}u);`)
+          if (${gradValue(o.opts, "z", `tl_${i}`)} >= EPS) {
+            bits |= 1u << ((rr${i} / ${TT}u) * ${subV}u + col / ${VT}u);${
+      o.entryBits
+        ? `\n            let hv = v0 + col; atomicOr(&s_hot[(rr${i} / ${TT}u) * ${
+          tileCols(t) / 32 + 1
+        }u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`
+        : ""
+    }
+          }
+        } }`
   );
-  // entry bits: only a thread that kept some element tests again and sets them (as the FMA filter)
-  if (o.entryBits) {
-    const hw = tileCols(t) / 32 + 1;
-    const bit =
-      `let hv = v0 + col; atomicOr(&s_hot[(rr${i} / ${TT}u) * ${hw}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
-    tests.push(
-      `if (bits != 0u) {\n        ${qs.map((q) => test(q, bit)).join("\n        ")}\n      }`,
-    );
-  }
   return `${store}
     workgroupBarrier();
     {
