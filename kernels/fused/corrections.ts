@@ -7,7 +7,9 @@
  *
  * - dE_n = a_n·C_{t_n} + b_n·Σ_v C_v   (written: this initialises dE);
  * - dC_v = −(β/|V|)·Σ_n w_n·E_n         (written: initialises dC), then
- * - dC_{t_n} += a_n·E_n                  (the target scatter).
+ * - dC_{t_n} += a_n·E_n                  (the target scatter; prepared with `foldTargets`, after
+ *                                          the dC pass and only for the tokens it did not fold
+ *                                          into a kept tile: kernels/fused/kept_tiles.ts).
  *
  * With softcap, z_{n,t_n} is recomputed per token as softcap(E_n·C_{t_n}) (a tree-reduced dot
  * product). Σ_v C_v comes from kernels/column_sum.ts, Σ_n w_n·E_n from the weighted column sum of
