@@ -20,6 +20,7 @@ const SCRIPTS = [
   "scripts/fuzz.ts",
   "scripts/gpu_smoke.ts",
   "scripts/table3_merge.ts",
+  "scripts/kept_fraction.ts",
   "scripts/engine_probe.ts",
   "scripts/compare.ts",
   "scripts/history.ts",
