@@ -22,6 +22,9 @@ import {
   vectorBytes,
 } from "./_common.ts";
 
+/** Label of the baseline forward's product pass: P, the plain product E·Cᵀ, in reports. */
+export const BASELINE_PRODUCT_PASS = "logits = E·Cᵀ";
+
 /**
  * K slices the backward's dE = G·C (f32 G, K = |V|) may take past the split rule's byte limit on
  * a GPU (kernels/matmul.ts, autoSplitK): each slice past the first costs n·d·4 bytes of partials
@@ -66,7 +69,7 @@ export const baseline: LceMethod = {
           a: { tensor: x.e, trans: false },
           b: { tensor: x.c, trans: false },
           out: logits,
-          label: "logits = E·Cᵀ",
+          label: BASELINE_PRODUCT_PASS,
         });
         return Promise.resolve(
           recordLossFromLogits(ctx, rec, { stats, reduce, logits, targets: x.targets, opts }),

@@ -16,15 +16,13 @@
  * with F(k) and the aim drawn as lines.
  * @module
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { writeAllOrNothing } from "../io/outputs.ts";
 import type { Mode } from "../measure/measure.ts";
 import { check } from "../core/errors.ts";
 import { lineChart, type LineSeries } from "./svg.ts";
-import { engineTag, reportSlug, type Table3Report } from "./table3.ts";
-
-/** The pass of the baseline's forward that is the plain product P. */
-export const PRODUCT_PASS = "logits = E·Cᵀ";
+import { engineTag, plainProductMs, reportSlug, type Table3Report } from "./table3.ts";
+import { BASELINE_PRODUCT_PASS } from "../methods/baseline.ts";
 
 /** One method's times at one point (ms; absent where not measured or failed). */
 export interface KeptFractionTimes {
@@ -82,10 +80,10 @@ export function keptFractionPoints(reports: readonly Table3Report[]): KeptFracti
       total > 0 && skipped >= 0,
       `report of fixture ${r.fixture}: no fused backward with its filter counts`,
     );
-    const pMs = row("baseline", "fwd")?.passMs?.[PRODUCT_PASS];
+    const pMs = plainProductMs(r, beta);
     check(
       pMs !== undefined && pMs > 0,
-      `report of fixture ${r.fixture}: no baseline forward with its '${PRODUCT_PASS}' pass`,
+      `report of fixture ${r.fixture}: no baseline forward with its '${BASELINE_PRODUCT_PASS}' pass`,
     );
     const k = 1 - skipped / total;
     const [floorMs, aimMs] = keptFloors(k, pMs);
@@ -205,7 +203,7 @@ export interface KeptFractionPaths {
 
 /**
  * Reads `reports` ({@link keptFractionPoints}) and writes the Markdown, JSON and SVG under `dir`
- * (created if missing), each to a temporary name first and renamed once all are written.
+ * (created if missing), all or nothing (io/outputs.ts).
  */
 export async function writeKeptFractionReport(
   reports: readonly Table3Report[],
@@ -229,20 +227,10 @@ export async function writeKeptFractionReport(
     ) + "\n",
     svg: await keptFractionSvg(r, points),
   };
-  mkdirSync(dir, { recursive: true });
   const base = join(dir, keptFractionBaseName(r));
   const paths = { md: `${base}.md`, json: `${base}.json`, svg: `${base}.svg` };
-  const temps: [string, string][] = [];
-  try {
-    for (const ext of ["md", "json", "svg"] as const) {
-      const tmp = `${base}.${ext}.tmp-${Deno.pid}`;
-      temps.push([tmp, paths[ext]]);
-      writeFileSync(tmp, contents[ext]);
-    }
-    for (const [tmp, final] of temps) renameSync(tmp, final);
-  } catch (e) {
-    for (const [tmp] of temps) rmSync(tmp, { force: true });
-    throw e;
-  }
+  await writeAllOrNothing(
+    (["md", "json", "svg"] as const).map((ext) => ({ path: paths[ext], bytes: contents[ext] })),
+  );
   return paths;
 }

@@ -6,11 +6,12 @@ import { InputError } from "../core/errors.ts";
 import type { MeasureRow, Mode } from "../measure/measure.ts";
 import { assertWellFormedXml, svgTexts } from "./svg_xml.ts";
 import type { Table3Report } from "./table3.ts";
+import { testReportEnv } from "../testing/report_env.ts";
+import { BASELINE_PRODUCT_PASS } from "../methods/baseline.ts";
 import {
   keptFloors,
   keptFractionMarkdown,
   keptFractionPoints,
-  PRODUCT_PASS,
   writeKeptFractionReport,
 } from "./kept_fraction.ts";
 
@@ -39,26 +40,11 @@ function _row(method: string, mode: Mode, timeMs: number, o: Partial<MeasureRow>
 function _report(fixture: string, kept: number, p: number, ours: number): Table3Report {
   const stats = { tilesSkipped: 1000 - kept, tilesTotal: 1000 };
   return {
-    env: {
-      adapter: {
-        engine: "deno",
-        engineVersion: "wgpu",
-        description: "NVIDIA H100 | test",
-        vendor: "nvidia",
-        architecture: "hopper",
-        device: "",
-        isFallbackAdapter: false,
-        features: [],
-        limits: {},
-        maxBindingBytes: 2 ** 31,
-        subgroupMatrixConfigs: [],
-      },
-      deno: { deno: "2.9.6", v8: "x", typescript: "y" },
-      os: "linux",
-      date: "2026-01-01T00:00:00.000Z",
+    env: testReportEnv({
+      description: "NVIDIA H100 | test",
       driver: { version: "580.1", name: "H100" },
       git: { commit: "0123456789abcdef", dirty: false },
-    },
+    }),
     shape: { n: 4096, v: 24576, d: 2304, dtype: "bf16" },
     fixture,
     betas: [0.1, 0],
@@ -71,7 +57,7 @@ function _report(fixture: string, kept: number, p: number, ours: number): Table3
       _row("fused", "fwd", 11),
       _row("fused", "bwd", ours - 11, { stats }),
       _row("fused", "fwd+bwd", ours, { stats, check: { ok: kept < 900 } as MeasureRow["check"] }),
-      _row("baseline", "fwd", p + 0.5, { passMs: { [PRODUCT_PASS]: p, softmax: 0.5 } }),
+      _row("baseline", "fwd", p + 0.5, { passMs: { [BASELINE_PRODUCT_PASS]: p, softmax: 0.5 } }),
       _row("baseline", "bwd", 2 * p),
       _row("baseline", "fwd+bwd", 3 * p),
       // another β's rows are not read

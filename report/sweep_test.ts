@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { testReportEnv } from "../testing/report_env.ts";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { tmpdir } from "node:os";
@@ -77,26 +78,11 @@ function _report(): SweepReport {
     }
   }
   return {
-    env: {
-      adapter: {
-        engine: "deno",
-        engineVersion: "wgpu (Deno 2.9.6)",
-        description: "NVIDIA H200",
-        vendor: "nvidia",
-        architecture: "hopper",
-        device: "",
-        isFallbackAdapter: false,
-        features: [],
-        limits: {},
-        maxBindingBytes: 2 ** 31,
-        subgroupMatrixConfigs: [],
-      },
-      deno: { deno: "2.9.6", v8: "x", typescript: "y" },
-      os: "linux",
-      date: "2026-01-01T00:00:00.000Z",
+    env: testReportEnv({
+      description: "NVIDIA H200",
       driver: { version: "580.1", name: "NVIDIA H200" },
       git: { commit: "0".repeat(40), dirty: false },
-    },
+    }),
     over: "v",
     values: VALUES,
     base: { n: 8192, v: 32000, d: 2304, dtype: "bf16" },

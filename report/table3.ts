@@ -31,6 +31,7 @@ import { SPEED_RATIO_LEGEND, timesFaster } from "../measure/timing.ts";
 import { formatDetail, formatMB, formatMs, formatSaving, formatSpeedup } from "./units.ts";
 import type { CheckSummary } from "../measure/check.ts";
 import { checkText, formatCheckSummary, isIncorrect, withCheck } from "./check_format.ts";
+import { BASELINE_PRODUCT_PASS } from "../methods/baseline.ts";
 
 export { formatMB, formatMs, formatSaving, formatSpeedup };
 
@@ -175,6 +176,17 @@ function _baselineOf(r: Table3Report, row: MeasureRow): MeasureRow | undefined {
 
 /** Name of the method every section's ratios are taken against. */
 export const BASELINE_METHOD = "baseline";
+
+/**
+ * P, the plain product E·Cᵀ of a run: the baseline forward's product pass (ms), at `beta` (default
+ * the first β that has it), or undefined where the report has no such pass.
+ */
+export function plainProductMs(r: Pick<Table3Report, "rows">, beta?: number): number | undefined {
+  return r.rows.find((q) =>
+    q.method === BASELINE_METHOD && q.mode === "fwd" && q.passMs &&
+    (beta === undefined || q.beta === beta)
+  )?.passMs?.[BASELINE_PRODUCT_PASS];
+}
 
 /**
  * Speed ({@link timesFaster}: × faster than the baseline) and memory saving (1 − this peak / baseline peak) of a row
@@ -562,8 +574,7 @@ export function formatSameArithmetic(r: Table3Report): string[] {
     }
   }
   const mm = x.rows.find((e) => e.method === "torch-matmul-fp32" && e.timeMs);
-  const plain = r.rows.find((q) => q.method === BASELINE_METHOD && q.mode === "fwd" && q.passMs)
-    ?.passMs?.["logits = E·Cᵀ"];
+  const plain = plainProductMs(r);
   if (mm?.timeMs && plain !== undefined) {
     out.push(
       `| plain product E·Cᵀ (the baseline's logits pass) | | fwd | ${plain.toFixed(1)} | ` +

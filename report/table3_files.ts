@@ -3,7 +3,8 @@
  * `table3_<adapter-slug>_<n>x<v>x<d>_<dtype>.{md,json,csv,svg}`, atomically.
  * @module
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { InputError } from "../core/errors.ts";
 import { join } from "node:path";
 import { formatMarkdown, reportBaseName, type Table3Report } from "./table3.ts";
 import { formatCsv } from "./table3_csv.ts";
@@ -12,6 +13,15 @@ import { renderSvg } from "./table3_svg.ts";
 /** The JSON report (pretty-printed, long format). */
 export function formatJson(r: Table3Report): string {
   return JSON.stringify(r, null, 2) + "\n";
+}
+
+/** Reads a Table 3 JSON report; InputError naming the file when it cannot be read or parsed. */
+export function readReportJson(path: string): Table3Report {
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as Table3Report;
+  } catch (e) {
+    throw new InputError(`${path}: ${(e as Error).message.split("\n")[0]}`);
+  }
 }
 
 /** Paths written by {@link writeReport}. */

@@ -6,6 +6,7 @@ import { assertWellFormedXml, svgTexts } from "./svg_xml.ts";
 import type { MeasureRow, Mode } from "../measure/measure.ts";
 import { CSV_COLUMNS, formatCsv } from "./table3_csv.ts";
 import { writeReport } from "./table3_files.ts";
+import { testReportEnv } from "../testing/report_env.ts";
 import {
   filterNotes,
   formatCell,
@@ -67,25 +68,12 @@ function _report(): Table3Report {
     }
   }
   return {
-    env: {
-      adapter: {
-        engine: "deno",
-        engineVersion: "wgpu (Deno 2.9.6)",
-        description: "NVIDIA H200 | test",
-        vendor: "nvidia",
-        architecture: "hopper",
-        device: "",
-        isFallbackAdapter: false,
-        features: ["timestamp-query"],
-        limits: {},
-        maxBindingBytes: 2 ** 31,
-        subgroupMatrixConfigs: [],
-      },
-      deno: { deno: "2.9.6", v8: "x", typescript: "y" },
-      os: "linux x86_64",
-      date: "2026-01-01T00:00:00.000Z",
+    env: testReportEnv({
+      description: "NVIDIA H200 | test",
       driver: { version: "570.1", name: "NVIDIA H200" },
-    },
+      features: ["timestamp-query"],
+      os: "linux x86_64",
+    }),
     shape: PAPER_SHAPE,
     fixture: "cce",
     betas: [0.1, 0],

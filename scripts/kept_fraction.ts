@@ -6,10 +6,9 @@
  * for several S (docs/performance.md, "Time against the kept fraction").
  * @module
  */
-import { readFileSync } from "node:fs";
 import { defineCommand, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
-import type { Table3Report } from "../report/table3.ts";
+import { check } from "../core/errors.ts";
+import { readReportJson } from "../report/table3_files.ts";
 import { writeKeptFractionReport } from "../report/kept_fraction.ts";
 import { checkOutputDir } from "../io/outputs.ts";
 
@@ -30,13 +29,7 @@ await runCli(async () => {
   if (!parsed) return;
   const { values, positionals } = parsed;
   check(positionals.length >= 1, "give at least one table3 JSON report");
-  const reports = positionals.map((p) => {
-    try {
-      return JSON.parse(readFileSync(p, "utf8")) as Table3Report;
-    } catch (e) {
-      throw new InputError(`${p}: ${(e as Error).message.split("\n")[0]}`);
-    }
-  });
+  const reports = positionals.map(readReportJson);
   checkOutputDir(values.out, `--out ${values.out}`);
   const paths = await writeKeptFractionReport(reports, values.out);
   console.log(`kept_fraction: wrote ${paths.md}, ${paths.json}, ${paths.svg}`);

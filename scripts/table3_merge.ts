@@ -6,11 +6,10 @@
  * re-measurement of some methods can be laid over a full table.
  * @module
  */
-import { readFileSync } from "node:fs";
 import { defineCommand, runCli } from "../core/cli.ts";
-import { check, InputError } from "../core/errors.ts";
+import { check } from "../core/errors.ts";
 import type { Table3Report } from "../report/table3.ts";
-import { writeReport } from "../report/table3_files.ts";
+import { readReportJson, writeReport } from "../report/table3_files.ts";
 import { readExternalRows } from "../report/external.ts";
 import { checkOutputDir } from "../io/outputs.ts";
 
@@ -31,13 +30,7 @@ await runCli(async () => {
   if (!parsed) return;
   const { values, positionals } = parsed;
   check(positionals.length >= 1, "give at least one table3 JSON report to merge");
-  const reports = positionals.map((p) => {
-    try {
-      return JSON.parse(readFileSync(p, "utf8")) as Table3Report;
-    } catch (e) {
-      throw new InputError(`${p}: ${(e as Error).message.split("\n")[0]}`);
-    }
-  });
+  const reports = positionals.map(readReportJson);
   checkOutputDir(values.out, `--out ${values.out}`);
   const [first] = reports;
   for (const [i, r] of reports.entries()) {
