@@ -64,6 +64,7 @@ const dbuf = (t: GemmTile) => withLayout(t, { dbuf: true });
 export const FORWARD_TILES_HW: GemmTile[] = [
   TILE_HW_WIDE,
   { ...T(128, 128, 16, 8, 8), vec: true, stage2d: true },
+  { ...T(128, 128, 16, 8, 8), vec: true, stage2d: true, kSplit: 8 },
   { ...T(128, 128, 16, 8, 8), vec: true },
   { ...T(128, 128, 32, 8, 8), vec: true },
   { ...T(128, 128, 32, 8, 8), vec: true, stage2d: true },
@@ -89,7 +90,7 @@ export const FORWARD_TILES_SW: GemmTile[] = [
 export function forwardTileName(t: GemmTile): string {
   return `${t.bm}x${t.bn}x${t.bk} ${t.tm}x${t.tn} (${tileThreads(t)}t)${t.vec ? " vec" : ""}${
     tileLayout(t).dbuf ? " dbuf" : ""
-  }${t.stage2d ? " 2d" : ""}`;
+  }${t.stage2d ? " 2d" : ""}${t.kSplit ? ` ks${t.kSplit}` : ""}`;
 }
 
 /** The candidates a device can run: valid, within its workgroup memory and threads. */

@@ -157,25 +157,52 @@ export function filterPassSignature(o: FilterPassKernelOptions) {
   return _filterSignature(_filterShape(o));
 }
 
-/** The entry bit of slot `x` in the workgroup's bit set (with entry bits only). */
-function _entryBit(s: _FilterShape, x: AccSlot): string {
+/**
+ * Where a kept element's entry bit goes: nowhere without entry bits; where the filter tile is one
+ * token tile tall, a bit of the thread's column register `cb` (one bit per column lane, flushed by
+ * {@link _columnBitsFlush}), so the unrolled test holds no atomics; else straight into `s_hot`.
+ */
+function _entryBit(s: _FilterShape, x: AccSlot, lane: number): string {
   if (!s.hot) return "";
+  if (s.subT === 1) return ` cb |= ${1 << lane}u;`;
   return ` let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
+}
+
+/** The column register's bits ORed into the workgroup's entry bits (one token tile a filter tile). */
+function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]): string {
+  if (!s.hot || s.subT !== 1) return "";
+  const sets = cols.map((l, j) =>
+    `if ((cb & ${
+      1 << j
+    }u) != 0u) { let hv = v0 + ${l.expr}; atomicOr(&s_hot[(hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u)); }`
+  );
+  return `if (cb != 0u) {\n    ${sets.join("\n    ")}\n  }`;
 }
 
 /** The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). */
 function _filterTest(s: _FilterShape): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
+  if (s.hot && s.subT === 1 && lanes.cols.length > 32) {
+    throw new RangeError(`filter tile ${JSON.stringify(s.t)}: more than 32 column lanes a thread`);
+  }
+  const laneOf = new Map(lanes.cols.map((l, j) => [l.key, j]));
   const test = slots.map((x) => {
     const r = rowKey(x), c = colKey(x);
     return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
       gradValue(s.o.opts, "z", `tl_${r}`)
     }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));${
-      _entryBit(s, x)
+      _entryBit(s, x, laneOf.get(c)!)
     } } }`;
   });
-  return [...laneValues(lanes.rows, lanes.cols), "var bits = 0u;", ...test].join("\n  ");
+  const cb = s.hot && s.subT === 1 ? ["var cb = 0u;"] : [];
+  return [
+    ...laneValues(lanes.rows, lanes.cols),
+    "var bits = 0u;",
+    ...cb,
+    ...test,
+    _columnBitsFlush(s, lanes.cols),
+  ].join("\n  ");
 }
 
 /** What the flushes of a filter pass depend on. */

@@ -30,6 +30,13 @@ Deno.test("fused backward filter: the WGSL's switches", () => {
   assert.doesNotMatch(plain, /s_hot|perm/);
   const entry = filterPassWgsl({ ...base, entryBits: true });
   assert.match(entry, /var<storage, read_write> hot: array<atomic<u32>>/);
+  // one token tile a filter tile: a kept element sets a bit of the thread's column register, and
+  // each of the thread's 8 columns is flushed after the test; taller filter tiles set s_hot inline
+  assert.equal(entry.match(/cb \|= /g)?.length, 64);
+  assert.equal(entry.match(/atomicOr\(&s_hot/g)?.length, 8);
+  const tall = filterPassWgsl({ ...base, tile: BACKWARD_TILE_SMALL, entryBits: true });
+  assert.doesNotMatch(tall, /cb \|= /);
+  assert.equal(tall.match(/atomicOr\(&s_hot/g)?.length, 64);
   assert.match(filterPassWgsl({ ...base, sort: true }), /var<storage, read> perm/);
   // a filter tile covers whole backward tiles, entry bits are taken in the own order
   assert.throws(

@@ -8,9 +8,10 @@
  * - Ē: a weighted column sum (kernels/column_sum.ts, also used for Σ_n w_n·E_n by
  *   kernels/fused/corrections.ts), blocked into row chunks summed in a fixed order, then chunk
  *   partials added in order;
- * - keys: one 64-thread workgroup per classifier row, a tree-reduced dot product, written as f32
- *   bits into the permutation buffer; the largest and smallest key are kept with integer atomics
- *   (max of an order-preserving u32 image: order-independent, so deterministic);
+ * - keys (kernels/fused/sort_keys.ts): each classifier row's dot product with Ē, summed in a
+ *   fixed order and written as f32 bits into the permutation buffer; the largest and smallest key
+ *   are kept with integer atomics (max of an order-preserving u32 image: order-independent, so
+ *   deterministic);
  * - packing: each key is quantised linearly between the smallest and the largest key to the
  *   32 − b high bits of a u32 (largest key → 0) whose b low bits hold the row's index in its
  *   segment (b = ⌈log₂ of the longest segment⌉: 18 bits of index and 14 of key, 16,384 levels, at
@@ -40,9 +41,9 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, type TensorDtype } from "../../gpu/tensor.ts";
 import type { LceOptions } from "../../core/options.ts";
-import { dtypeHelpers, enableDirectives, loadF32, wgslStorageType } from "../wgsl_common.ts";
 import { columnPartialsBytes, prepareWeightedColumnSum } from "../column_sum.ts";
 import { compileKernel, signature } from "../../gpu/signature.ts";
+import { ASC, prepareSortKeys } from "./sort_keys.ts";
 
 /** Pairs per workgroup in the local (workgroup-memory) bitonic stages. */
 export const SORT_BLOCK = 512;
@@ -310,28 +311,6 @@ export async function prepareU32Sort(ctx: GpuContext): Promise<PreparedU32Sort> 
 // ---------------------------------------------------------------------------------------------
 // Keys and the vocabulary sort.
 
-const KEY_WG = 64;
-/** Workgroups of the keys pass (each walks rows; one pair of atomics per workgroup). */
-const KEY_GRID = 8192;
-
-/** The order-preserving u32 image of an f32 (ascending float ↔ ascending u32), in WGSL. */
-const ASC = `fn asc(b: u32) -> u32 { return select(b ^ 0x80000000u, ~b, (b & 0x80000000u) != 0u); }
-fn unasc(a: u32) -> f32 { return bitcast<f32>(select(~a, a ^ 0x80000000u, (a & 0x80000000u) != 0u)); }
-`;
-
-/** The keys' signature: a C shard (`rows` rows from `rowStart`, d wide), Ē, perm, range. */
-function _keysSignature(dtype: TensorDtype) {
-  return signature({
-    params: { rows: "u32", rowStart: "u32", d: "u32" },
-    bindings: {
-      c: { elem: wgslStorageType(dtype), access: "read" },
-      ebar: { elem: "f32", access: "read" },
-      perm: { elem: "u32", access: "read_write" },
-      range: { elem: "atomic<u32>", count: 2, access: "read_write" },
-    },
-  });
-}
-
 /** Packing's signature: the segment [start, start + len), shift, qmax; perm, the key range. */
 const PACK_SIG = signature({
   params: { start: "u32", len: "u32", shift: "u32", qmax: "u32" },
@@ -346,48 +325,6 @@ const UNPACK_SIG = signature({
   params: { start: "u32", len: "u32", mask: "u32" },
   bindings: { perm: { elem: "u32", access: "read_write" } },
 });
-
-/**
- * WGSL of the sort keys: perm[rowStart + r] = the f32 bits of Ē·C_r, and
- * range = (max asc(key), max ~asc(key)) by atomics (one pair per workgroup).
- */
-export function sortKeysWgsl(dtype: TensorDtype): string {
-  return `${enableDirectives([dtype])}
-${_keysSignature(dtype).wgsl}
-${dtypeHelpers([{ name: "c", dtype }])}
-${ASC}
-var<workgroup> red: array<f32, ${KEY_WG}>;
-@compute @workgroup_size(${KEY_WG})
-fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-  var hi = 0u;
-  var lo = 0u;
-  for (var r = wg.x; r < P.rows; r += nwg.x) {
-    var acc = 0.0;
-    for (var k = lid; k < P.d; k += ${KEY_WG}u) {
-      acc = fma(${loadF32("c", dtype, "r * P.d + k")}, ebar[k], acc);
-    }
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var w = ${KEY_WG / 2}u; w > 0u; w >>= 1u) {
-      if (lid < w) { red[lid] += red[lid + w]; }
-      workgroupBarrier();
-    }
-    if (lid == 0u) {
-      let b = bitcast<u32>(red[0] + 0.0);
-      perm[P.rowStart + r] = b;
-      hi = max(hi, asc(b));
-      lo = max(lo, ~asc(b));
-    }
-    workgroupBarrier();
-  }
-  if (lid == 0u && wg.x < P.rows) {
-    atomicMax(&range[0], hi);
-    atomicMax(&range[1], lo);
-  }
-}
-`;
-}
 
 /**
  * WGSL packing a segment's keys in place: perm[start + i] = (q << shift) | i with q the key's
@@ -488,12 +425,7 @@ export async function prepareVocabSort(
     weights: "validMean",
     ignoreIndex: o.opts.ignoreIndex,
   });
-  const keys = await compileKernel(
-    ctx,
-    _keysSignature(o.dtype),
-    sortKeysWgsl(o.dtype),
-    "vocab_sort_keys",
-  );
+  const keys = await prepareSortKeys(ctx, o.dtype);
   const pack = await compileKernel(ctx, PACK_SIG, packKeysWgsl(), "vocab_sort_pack");
   const unpack = await compileKernel(ctx, UNPACK_SIG, unpackPermWgsl(), "vocab_sort_unpack");
   const sort = await prepareU32Sort(ctx);
@@ -522,17 +454,7 @@ export async function prepareVocabSort(
       });
       const range = ctx.createBuffer({ size: RANGE_BYTES, role: "workspace", label: "key range" });
       rec.clear(range);
-      rec.pass("vocab sort keys", (p) => {
-        for (const s of c.shards) {
-          const bg = keys.bind(rec, { rows: s.rows, rowStart: s.rowStart, d }, {
-            c: s.buffer,
-            ebar: ebar.shards[0].buffer,
-            perm: a.perm,
-            range,
-          });
-          p.dispatch(keys.pipeline, bg, Math.min(s.rows, KEY_GRID));
-        }
-      });
+      keys.record(rec, { c, ebar: ebar.shards[0].buffer, perm: a.perm, range });
       const bits = sortIndexBits(Math.max(...segs.map((g) => g.end - g.start)));
       const grid = (len: number) => Math.max(1, Math.min(Math.ceil(len / 256), 65535));
       for (const seg of segs) {

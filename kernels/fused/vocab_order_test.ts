@@ -13,6 +13,9 @@ import {
   sortIndexBits,
   vocabSortWorkspaceBytes,
 } from "./vocab_order.ts";
+import { sortKeysVecFits } from "./sort_keys.ts";
+import type { Dtype } from "../../core/options.ts";
+import type { GpuContext } from "../../gpu/context.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
 
 Deno.test({
@@ -83,23 +86,41 @@ Deno.test({
 });
 
 Deno.test({
-  name: "vocab sort: permutation of each segment, by decreasing mean logit, deterministic",
+  name: "vocab sort: permutation of each segment, by decreasing mean logit, deterministic " +
+    "(both keys kernels, every dtype)",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const n = 45, v = 1100, d = 19;
+    // depths the vector keys kernel reads (d a multiple of 16 bytes) and the scalar one reads
+    const cases: { dtype: Dtype; d: number; vec: boolean }[] = [
+      { dtype: "f32", d: 19, vec: false },
+      { dtype: "f32", d: 12, vec: true },
+      { dtype: "bf16", d: 40, vec: true },
+      { dtype: "bf16", d: 27, vec: false },
+      { dtype: "f16", d: 264, vec: true },
+    ];
+    for (const k of cases) {
+      assert.equal(sortKeysVecFits(k.dtype, k.d), k.vec);
+      await _checkVocabSort(ctx, k.dtype, k.d);
+    }
+  },
+});
+
+async function _checkVocabSort(ctx: GpuContext, dtype: Dtype, d: number): Promise<void> {
+  {
+    const n = 45, v = 1100;
     const opts = resolveOptions({});
-    const e = roundArray(randomArray(n * d, 11), "f32");
-    const c = roundArray(randomArray(v * d, 12), "f32");
+    const e = roundArray(randomArray(n * d, 11), dtype);
+    const c = roundArray(randomArray(v * d, 12), dtype);
     const targets = Int32Array.from(
       randomArray(n, 13),
       (u, i) => (u < -0.6 ? IGNORE_INDEX : (i * 7) % v),
     );
     let valid = 0;
     for (const t of targets) if (t !== IGNORE_INDEX) valid++;
-    const et = fromHost(ctx, { dtype: "f32", rows: n, cols: d, role: "input", label: "E" }, e);
+    const et = fromHost(ctx, { dtype, rows: n, cols: d, role: "input", label: "E" }, e);
     const cs = fromHost(ctx, {
-      dtype: "f32",
+      dtype,
       rows: v,
       cols: d,
       role: "input",
@@ -109,7 +130,7 @@ Deno.test({
     const tt = columnVector(ctx, targets, "t");
     const ct = columnVector(ctx, Float32Array.of(valid), "count");
     const segments = [{ start: 0, end: 400 }, { start: 400, end: 800 }, { start: 800, end: v }];
-    const sorter = await prepareVocabSort(ctx, { dtype: "f32", opts });
+    const sorter = await prepareVocabSort(ctx, { dtype, opts });
     const runOnce = async () => {
       const perm = createTensor(ctx, {
         dtype: "u32",
@@ -158,13 +179,13 @@ Deno.test({
       for (let i = 1; i < slice.length; i++) {
         assert(
           key(slice[i - 1]) >= key(slice[i]) - level - 1e-5,
-          `segment ${seg.start}: order at ${i}`,
+          `${dtype} d ${d}, segment ${seg.start}: order at ${i}`,
         );
       }
     }
     assert.deepEqual(await runOnce(), perm);
-  },
-});
+  }
+}
 
 Deno.test({
   name: "vocab sort: equal keys keep row order, largest first; the workspace is exact",
