@@ -122,7 +122,7 @@ Deno.test({
       const opts = resolveOptions({ beta: 0.1 });
       const map = await methodPeaks(ctx, fusedTileMap, c, opts);
       const plain = await methodPeaks(ctx, fusedNoSort, c, opts);
-      const l = tileMapLayout([c.n], [c.v], defaultFusedTile(ctx));
+      const l = tileMapLayout([c.n], [c.v], defaultFusedTile(ctx, { tileMax: true }));
       assert.equal(map.fwd, plain.fwd + bufferBytes(l.rows * l.cols, 4), `${dtype}: fwd`);
       assert.equal(map.bwd, plain.bwd, `${dtype}: bwd`);
     }

@@ -36,7 +36,13 @@ import type { GpuContext } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { type GemmTile, TILE_SMALL, validateTile, vecLoadsFit } from "../gemm_codegen.ts";
+import {
+  type GemmTile,
+  TILE_HW_WIDE,
+  TILE_SMALL,
+  validateTile,
+  vecLoadsFit,
+} from "../gemm_codegen.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import {
   defaultRoundRows,
@@ -70,7 +76,7 @@ export type SmoothingMode = "identity" | "in-kernel";
 export interface FusedForwardOptions {
   spec: FusedForwardSpec;
   opts: LceOptions;
-  /** GEMM tile (default {@link defaultFusedTile}: 128×128×8 on hardware, 64×64×16 on software). */
+  /** GEMM tile (default {@link defaultFusedTile}: 128×256 on hardware, 64×64 on software). */
   tile?: GemmTile;
   /** Smoothing term variant (default `identity`). */
   smoothing?: SmoothingMode;
@@ -197,15 +203,23 @@ export function defaultVocabSplits(
 }
 
 /**
- * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
- * staging: the fused forward's tile on hardware adapters (at the paper's shape it runs at the
- * plain GEMM's speed with the same tile). The GEMM core's 128×256 tile (TILE_HW_WIDE), 5% faster
- * as a plain product, was faster here only with S = 64 (2 MiB of split partials, past
- * {@link SPLIT_WORKSPACE_BUDGET}), and it coarsened the tile map of `fused-tilemap` (a slower
- * backward): not adopted (docs/performance.md). Where d is not a multiple of the vector width the
- * kernel falls back to scalar loads.
+ * The fused forward's tile on hardware adapters: the GEMM core's 128×256 tile
+ * ({@link TILE_HW_WIDE}: 256 threads of 8×16, K-step 16, 16-byte loads, [k slot][k in slot][row]
+ * staging), the tile of the plain product P, with 2 rows a reduction round. At the paper's shape
+ * on an H100 it ran the forward in 216.6 ms at S = 64 against 223.7 for the 128×128 tile
+ * ({@link FUSED_MAP_TILE_HW}), with 2 rows a round (4 rows: 231.8, 1 row: 218.6); see
+ * docs/performance.md. Where d is not a multiple of the vector width the kernel falls back to
+ * scalar loads.
  */
-export const FUSED_TILE_HW: GemmTile = {
+export const FUSED_TILE_HW: GemmTile = TILE_HW_WIDE;
+
+/**
+ * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
+ * staging: the forward's tile where it keeps a tile map (`fused-tilemap`), whose entries are one
+ * per forward tile: a map of 128×256 tiles bounds the backward's tiles more loosely (on the `cce`
+ * recipe it would keep twice the tiles of the exact filter).
+ */
+export const FUSED_MAP_TILE_HW: GemmTile = {
   bm: 128,
   bn: 128,
   bk: 16,
@@ -215,9 +229,13 @@ export const FUSED_TILE_HW: GemmTile = {
   stage2d: true,
 };
 
-/** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
-export function defaultFusedTile(ctx: GpuContext): GemmTile {
-  return ctx.report.isFallbackAdapter ? TILE_SMALL : FUSED_TILE_HW;
+/**
+ * The tile used when none is given: on hardware adapters {@link FUSED_TILE_HW}, or
+ * {@link FUSED_MAP_TILE_HW} for a forward that keeps a tile map; TILE_SMALL on software ones.
+ */
+export function defaultFusedTile(ctx: GpuContext, o: { tileMax?: boolean } = {}): GemmTile {
+  if (ctx.report.isFallbackAdapter) return TILE_SMALL;
+  return o.tileMax ? FUSED_MAP_TILE_HW : FUSED_TILE_HW;
 }
 
 const bytes4 = (b: number) => Math.max(4, Math.ceil(b / 4) * 4);
@@ -238,7 +256,7 @@ interface ForwardPlan {
 /** Resolves the options against the context; throws where they cannot run. */
 function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   const { spec, opts } = o;
-  const tile = o.tile ?? defaultFusedTile(ctx);
+  const tile = o.tile ?? defaultFusedTile(ctx, { tileMax: o.tileMax });
   validateTile(tile);
   const stats = o.tokenStats ?? false;
   const smoothing: SmoothingPlan = !opts.smoothing

@@ -118,15 +118,15 @@ export function tileRowsPerRound(t: GemmTile): number {
 }
 
 /** Most rows per round of the default for threads of 16 columns ({@link defaultRoundRows}). */
-export const WIDE_ROUND_ROWS = 4;
+export const WIDE_ROUND_ROWS = 2;
 
 /**
  * The default rows per round of `tile` state: the largest power of two dividing TM whose
  * workgroup memory fits `limitBytes` (all TM rows in one round needs one barrier pair per tile
  * instead of TM, which ran faster than 2 rows per round on an H200 at the paper's shape), at
  * least {@link tileRowsPerRound}'s choice's smaller neighbour 1. Threads of 16 columns (the
- * 128×256 tile) take at most {@link WIDE_ROUND_ROWS} rows per round, the fastest of 2, 4 and 8 on
- * an H100 (docs/performance.md).
+ * 128×256 tile) take at most {@link WIDE_ROUND_ROWS} rows per round, the fastest of 1, 2, 4 and 8
+ * on an H100 with that tile's k-slot staging (docs/performance.md).
  */
 export function defaultRoundRows(
   t: GemmTile,
