@@ -5,11 +5,11 @@
  * Accuracy without compensated arithmetic: Kahan/Neumaier summation relies on the compiler keeping
  * `(t − s) − y` as written, and SPIR-V lets a driver reassociate float additions (naga emits no
  * NoContraction), so the sum is blocked instead. Pass 1 splits the rows into at most
- * {@link MAX_CHUNKS} chunks per shard (plus one per shard boundary); within a chunk, 4 lanes per
+ * {@link MAX_CHUNKS} chunks per shard (plus one per shard boundary); within a chunk, 16 lanes per
  * column each sum a contiguous run of rows in nested blocks of 16 and 16·16 rows, and the lanes
  * are added as a tree. Pass 2 adds a column's chunk partials as a 256-way tree. The rounding error
- * is then bounded by about (16 + 16 + L/256 + 2 + 8)·ε·Σ|C[v][k]| with L the rows per lane
- * (2000 at |V| = 256000), against (|V| − 1)·ε for a plain running sum, and the order of every
+ * is then bounded by about (16 + 16 + L/256 + 4 + 8)·ε·Σ|C[v][k]| with L the rows per lane
+ * (500 at |V| = 256000), against (|V| − 1)·ε for a plain running sum, and the order of every
  * addition is fixed, so the result is bitwise reproducible.
  *
  * Weighted column sums out = scale·Σ_r ω_r·X_r ({@link prepareWeightedColumnSum}: Ē for the
@@ -33,8 +33,8 @@ import { compileKernel, signature } from "../gpu/signature.ts";
 
 /** Most chunks (pass-1 partials per column) of one shard. */
 export const MAX_CHUNKS = 32;
-const COLS = 64; // columns per pass-1 workgroup
-const LANES = 4; // row lanes per column in pass 1
+const COLS = 16; // columns (or column vectors) per pass-1 workgroup
+const LANES = 16; // row lanes per column in pass 1
 const WG2 = 256; // threads per column in pass 2
 
 /** Pass 1's signature: a C shard (as `elem`), partials (column-major: col·chunks + chunk). */
@@ -87,12 +87,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
   red[lid] = s;
   workgroupBarrier();
-  if (lid < ${COLS * 2}u) { red[lid] += red[lid + ${COLS * 2}u]; }
-  workgroupBarrier();
-  if (lid < ${COLS}u) {
-    let total = red[lid] + red[lid + ${COLS}u];
-    if (col < P.d) { partials[col * P.chunks + P.chunkBase + wg.y] = total; }
-  }
+  ${_laneTree((h) => `red[lid] += red[lid + ${h}u];`)}
+  if (lid < ${COLS}u && col < P.d) { partials[col * P.chunks + P.chunkBase + wg.y] = red[lid]; }
 }
 `;
 }
@@ -101,8 +97,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
  * WGSL of pass 1 with 16-byte loads (d and so every row start a multiple of the vector width W:
  * {@link vecWidth}): each thread sums W adjacent columns, one vector per row, with the scalar
  * kernel's order per column (blocks of 16 and 256 rows per lane, lanes added as a tree), so the
- * partials are bitwise those of {@link columnSumPartialWgsl}; a warp reads 512 contiguous bytes
- * per row instead of 64 (on an H100 the scalar kernel read C at about a third of the memory rate).
+ * partials are bitwise those of {@link columnSumPartialWgsl}; the 16 threads of a lane read 256
+ * contiguous bytes of a row (on an H100 the scalar kernel read C at about a third of the memory
+ * rate). 16 lanes a column and 16 column vectors a workgroup: at the paper's shape 18 × 32
+ * workgroups (64 columns and 4 lanes gave 5 × 32 workgroups, too few to keep the reads in flight:
+ * 0.92 ms for C's 1.1 GiB).
  */
 export function columnSumPartialVecWgsl(dtype: Dtype): string {
   const w = vecWidth(dtype);
@@ -150,21 +149,29 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   }
   ${each((j) => `red[${j}][lid] = s${j};`)}
   workgroupBarrier();
-  if (lid < ${COLS * 2}u) {
-    ${each((j) => `red[${j}][lid] += red[${j}][lid + ${COLS * 2}u];`)}
-  }
-  workgroupBarrier();
+  ${_laneTree((h) => each((j) => `red[${j}][lid] += red[${j}][lid + ${h}u];`))}
   if (lid < ${COLS}u && col0 < P.d) {
     ${
     each(
-      (j) =>
-        `partials[(col0 + ${j}u) * P.chunks + P.chunkBase + wg.y] = red[${j}][lid] + red[${j}][lid + ${COLS}u];`,
+      (j) => `partials[(col0 + ${j}u) * P.chunks + P.chunkBase + wg.y] = red[${j}][lid];`,
       "\n    ",
     )
   }
   }
 }
 `;
+}
+
+/**
+ * The lanes of pass 1 added as a tree (lane l += lane l + h for h = LANES/2 … 1, in columns-fastest
+ * thread order), a barrier after each level: `add(h)` is the statement for a half-width of h lanes.
+ */
+function _laneTree(add: (h: number) => string): string {
+  const out: string[] = [];
+  for (let h = LANES / 2; h >= 1; h /= 2) {
+    out.push(`if (lid < ${COLS * h}u) { ${add(COLS * h)} }\n  workgroupBarrier();`);
+  }
+  return out.join("\n  ");
 }
 
 /** WGSL of pass 2. */

@@ -158,34 +158,23 @@ export function filterPassSignature(o: FilterPassKernelOptions) {
 }
 
 /**
- * Whether the entry bits go through the thread's column register `cb` (one bit per column lane of
- * the thread): where the filter tile is one token tile tall, so a column's bit is the entry bit of
- * the tile's (only) token tile. The unrolled test then sets one register bit per kept element, as
- * without entry bits, and `bits` and the entry bits are formed from `cb` after the test
- * ({@link _columnBitsFlush}); taller filter tiles set `bits` and `s_hot` inline.
+ * Where a kept element's entry bit goes: nowhere without entry bits; where the filter tile is one
+ * token tile tall, a bit of the thread's column register `cb` (one bit per column lane, flushed by
+ * {@link _columnBitsFlush}), so the unrolled test holds no atomics; else straight into `s_hot`.
  */
-function _columnRegister(s: _FilterShape): boolean {
-  return s.hot && s.subT === 1;
+function _entryBit(s: _FilterShape, x: AccSlot, lane: number): string {
+  if (!s.hot) return "";
+  if (s.subT === 1) return ` cb |= ${1 << lane}u;`;
+  return ` let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
 }
 
-/** What a kept element sets: its backward tile's bit of `bits`, and its entry bit. */
-function _keep(s: _FilterShape, x: AccSlot, lane: number): string {
-  if (_columnRegister(s)) return `cb |= ${1 << lane}u;`;
-  const bit = `bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));`;
-  if (!s.hot) return bit;
-  return `${bit} let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
-}
-
-/**
- * With the column register: each kept column lane's backward tile bit set in `bits`, and its entry
- * bit ORed into the workgroup's `s_hot` (rare: only threads that kept an element).
- */
+/** The column register's bits ORed into the workgroup's entry bits (one token tile a filter tile). */
 function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]): string {
-  if (!_columnRegister(s)) return "";
+  if (!s.hot || s.subT !== 1) return "";
   const sets = cols.map((l, j) =>
     `if ((cb & ${
       1 << j
-    }u) != 0u) { let hv = v0 + ${l.expr}; bits |= 1u << (${l.expr} / ${s.VT}u); atomicOr(&s_hot[(hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u)); }`
+    }u) != 0u) { let hv = v0 + ${l.expr}; atomicOr(&s_hot[(hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u)); }`
   );
   return `if (cb != 0u) {\n    ${sets.join("\n    ")}\n  }`;
 }
@@ -194,7 +183,7 @@ function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]
 function _filterTest(s: _FilterShape): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
-  if (_columnRegister(s) && lanes.cols.length > 32) {
+  if (s.hot && s.subT === 1 && lanes.cols.length > 32) {
     throw new RangeError(`filter tile ${JSON.stringify(s.t)}: more than 32 column lanes a thread`);
   }
   const laneOf = new Map(lanes.cols.map((l, j) => [l.key, j]));
@@ -202,12 +191,15 @@ function _filterTest(s: _FilterShape): string {
     const r = rowKey(x), c = colKey(x);
     return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
       gradValue(s.o.opts, "z", `tl_${r}`)
-    }; if (g >= EPS) { ${_keep(s, x, laneOf.get(c)!)} } }`;
+    }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));${
+      _entryBit(s, x, laneOf.get(c)!)
+    } } }`;
   });
+  const cb = s.hot && s.subT === 1 ? ["var cb = 0u;"] : [];
   return [
     ...laneValues(lanes.rows, lanes.cols),
     "var bits = 0u;",
-    ...(_columnRegister(s) ? ["var cb = 0u;"] : []),
+    ...cb,
     ...test,
     _columnBitsFlush(s, lanes.cols),
   ].join("\n  ");
