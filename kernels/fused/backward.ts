@@ -92,15 +92,17 @@ import {
   filterPassWgsl,
   KEPT_BOUNDS_SIG,
   keptBoundsWgsl,
-  ORDER_SELECT_SIG,
-  orderSelectWgsl,
   recordFilterPass,
   recordKeptBounds,
+} from "./filter.ts";
+import {
+  ORDER_SELECT_SIG,
+  orderSelectWgsl,
   recordOrderDecision,
   SORTED_MASK_SIG,
   sortedMaskWgsl,
   sortedOrderWins,
-} from "./filter.ts";
+} from "./order_decision.ts";
 import { type TilePassKernelOptions, tilePassSignature, tilePassWgsl } from "./kept_tiles.ts";
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
 import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import { TILE_HW, TILE_SMALL } from "../gemm_codegen.ts";
 import { BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE } from "./backward_plan.ts";
-import { filterPassWgsl, keptBoundsWgsl, sortedOrderWins } from "./filter.ts";
+import { filterPassWgsl, keptBoundsWgsl } from "./filter.ts";
+import { sortedOrderWins } from "./order_decision.ts";
 
 Deno.test("fused backward filter: the order decision's margin", () => {
   // the order decision's margin: sorted only with at least 5% fewer kept tiles
