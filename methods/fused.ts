@@ -50,9 +50,13 @@ import {
 import type { Gradients, LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { type PreparedDenseBackward, prepareDenseBackward } from "./_dense_backward.ts";
 import { ESTIMATE_SLACK_BYTES, lossTensor, vector } from "./_common.ts";
-import { createTileMap, tileMapBytes, tileMapLayout } from "../kernels/fused/tile_map.ts";
+import {
+  createTileMap,
+  tileMapBytes,
+  tileMapLayout,
+  type TileMapTile,
+} from "../kernels/fused/tile_map.ts";
 import { rowsPerBinding } from "../gpu/tensor.ts";
-import type { GemmTile } from "../kernels/gemm_codegen.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -119,7 +123,7 @@ function _prepareBackward(
   opts: LceOptions,
   f: FusedVariant,
   k: FusedKernelOptions,
-  forwardTile: GemmTile,
+  mapTile: TileMapTile,
 ): Promise<PreparedFusedBackward | PreparedDenseBackward> {
   if (!f.filter) return prepareDenseBackward(ctx, { spec, opts, chunkRows: k.denseChunkRows });
   return prepareFusedBackward(ctx, {
@@ -129,7 +133,7 @@ function _prepareBackward(
     filterEps: defaultFilterEps(spec.dtype),
     sort: f.sort ?? false,
     gradDtype: f.gradDtype,
-    mapFilter: f.tileMap ? { tile: forwardTile } : undefined,
+    mapFilter: f.tileMap ? { tile: mapTile } : undefined,
   });
 }
 
@@ -142,7 +146,7 @@ async function _prepare(
 ): Promise<PreparedMethod> {
   const fwd = await prepareFusedForward(ctx, { spec, opts, tileMax: f.tileMap });
   const reduce = await prepareLossReduce(ctx, opts);
-  const bwd = await _prepareBackward(ctx, spec, opts, f, k, fwd.tile);
+  const bwd = await _prepareBackward(ctx, spec, opts, f, k, fwd.mapTile);
   // Roundings of a gradient element to its 16-bit output (0 for f32): the backward's, plus the
   // fused forward-backward's scaling by the upstream gradient.
   const extra = f.fusedForwardBackward && bwd.gradDtype !== "f32" ? 1 : 0;
@@ -163,14 +167,14 @@ async function _prepare(
         : (bwd as PreparedDenseBackward).workspaceBytes(),
       keepColsum,
       gradDtype: bwd.gradDtype,
-      tile: fwd.tile,
+      mapTile: fwd.mapTile,
     });
   if (!f.fusedForwardBackward) {
     const weights = await prepareRowWeights(ctx, opts);
     return {
       forward(rec, x) {
         // the tile map (fused-tilemap) lives from the forward to the backward, like the LSE
-        const tileMax = f.tileMap ? createTileMap(ctx, x.e, x.c, fwd.tile) : undefined;
+        const tileMax = f.tileMap ? createTileMap(ctx, x.e, x.c, fwd.mapTile) : undefined;
         const lse = vector(ctx, spec.n, "workspace", "lse");
         const lossRows = vector(ctx, spec.n, "workspace", "loss rows");
         const count = vector(ctx, 1, "workspace", "count");
@@ -282,7 +286,8 @@ export function fusedEstimate(
     keepColsum: boolean;
     /** The gradients' dtype: f32, or a 16-bit dtype. */
     gradDtype: string;
-    tile: { bm: number; bn: number };
+    /** The tile map's entries (kernels/fused/tile_map.ts forwardMapTile). */
+    mapTile: TileMapTile;
   },
 ): { fwd: number; bwd: number; "fwd+bwd": number } {
   const vec = (x: number) => Math.ceil(Math.max(x, 1) * 4 / 16) * 16;
@@ -293,7 +298,7 @@ export function fusedEstimate(
   const loss = vec(opts.reduction === "none" ? spec.n : 1);
   const inPer = rowsPerBinding(ctx, spec.dtype, spec.d);
   const tileMap = f.tileMap
-    ? tileMapBytes(tileMapLayout(_shards(spec.n, inPer), _shards(spec.v, inPer), k.tile))
+    ? tileMapBytes(tileMapLayout(_shards(spec.n, inPer), _shards(spec.v, inPer), k.mapTile))
     : 0;
   // uniform parameter blocks are left out of the kernels' workspace: ESTIMATE_SLACK_BYTES each call
   const fwd = 2 * vec(spec.n) + vec(1) + (k.keepColsum ? vec(spec.d) : 0) + tileMap + loss +

@@ -104,7 +104,7 @@ async function _prepare(
       bwdWorkspace: bwd.workspaceBytes({ colsum: keepColsum }),
       keepColsum,
       gradDtype: bwd.gradDtype,
-      tile: fwd.tile,
+      mapTile: fwd.tile,
     });
     return e;
   };

@@ -11,7 +11,7 @@ import { resolveOptions } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { defaultFusedTile } from "../kernels/fused/forward.ts";
-import { tileMapLayout } from "../kernels/fused/tile_map.ts";
+import { forwardMapTile, tileMapLayout } from "../kernels/fused/tile_map.ts";
 
 Deno.test("fused-tilemap: registered, labelled, after the other fused rows; bad variants refused", () => {
   const names = METHODS.map((m) => m.name);
@@ -122,7 +122,7 @@ Deno.test({
       const opts = resolveOptions({ beta: 0.1 });
       const map = await methodPeaks(ctx, fusedTileMap, c, opts);
       const plain = await methodPeaks(ctx, fusedNoSort, c, opts);
-      const l = tileMapLayout([c.n], [c.v], defaultFusedTile(ctx, { tileMax: true }));
+      const l = tileMapLayout([c.n], [c.v], forwardMapTile(defaultFusedTile(ctx)));
       assert.equal(map.fwd, plain.fwd + bufferBytes(l.rows * l.cols, 4), `${dtype}: fwd`);
       assert.equal(map.bwd, plain.bwd, `${dtype}: bwd`);
     }

@@ -58,7 +58,7 @@ import {
   recordMergePass,
   type SmoothingPlan,
 } from "./forward_merge.ts";
-import { checkTileMap } from "./tile_map.ts";
+import { checkTileMap, forwardMapTile, type TileMapTile } from "./tile_map.ts";
 import { compileKernel } from "../../gpu/signature.ts";
 
 /** Shape and storage dtype of the problem. */
@@ -124,6 +124,8 @@ export interface FusedForwardArgs {
 export interface PreparedFusedForward {
   /** Tile in use. */
   readonly tile: GemmTile;
+  /** The tile map's entries ({@link forwardMapTile}: 128×128 entries for the 128×256 tile). */
+  readonly mapTile: TileMapTile;
   /** How the smoothing term is computed (`none` when β = 0). */
   readonly smoothing: SmoothingPlan;
   /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
@@ -206,36 +208,16 @@ export function defaultVocabSplits(
  * The fused forward's tile on hardware adapters: the GEMM core's 128×256 tile
  * ({@link TILE_HW_WIDE}: 256 threads of 8×16, K-step 16, 16-byte loads, [k slot][k in slot][row]
  * staging), the tile of the plain product P, with 2 rows a reduction round. At the paper's shape
- * on an H100 it ran the forward in 216.6 ms at S = 64 against 223.7 for the 128×128 tile
- * ({@link FUSED_MAP_TILE_HW}), with 2 rows a round (4 rows: 231.8, 1 row: 218.6); see
- * docs/performance.md. Where d is not a multiple of the vector width the kernel falls back to
- * scalar loads.
+ * on an H100 it ran the forward in 211.2 ms at S = 4 against 223.7 for the 128×128 tile
+ * (the tile before), with 2 rows a round (4 rows: 233.3, 1 row: 216.1); see docs/performance.md.
+ * With a tile map it keeps two 128-column entries a tile (kernels/fused/tile_map.ts). Where d is
+ * not a multiple of the vector width the kernel falls back to scalar loads.
  */
 export const FUSED_TILE_HW: GemmTile = TILE_HW_WIDE;
 
-/**
- * 128×128 output tile, 256 threads, 8×8 per thread, K-step 16, 16-byte vector loads, [k][row]
- * staging: the forward's tile where it keeps a tile map (`fused-tilemap`), whose entries are one
- * per forward tile: a map of 128×256 tiles bounds the backward's tiles more loosely (on the `cce`
- * recipe it would keep twice the tiles of the exact filter).
- */
-export const FUSED_MAP_TILE_HW: GemmTile = {
-  bm: 128,
-  bn: 128,
-  bk: 16,
-  tm: 8,
-  tn: 8,
-  vec: true,
-  stage2d: true,
-};
-
-/**
- * The tile used when none is given: on hardware adapters {@link FUSED_TILE_HW}, or
- * {@link FUSED_MAP_TILE_HW} for a forward that keeps a tile map; TILE_SMALL on software ones.
- */
-export function defaultFusedTile(ctx: GpuContext, o: { tileMax?: boolean } = {}): GemmTile {
-  if (ctx.report.isFallbackAdapter) return TILE_SMALL;
-  return o.tileMax ? FUSED_MAP_TILE_HW : FUSED_TILE_HW;
+/** The tile used when none is given: {@link FUSED_TILE_HW} on hardware adapters, TILE_SMALL else. */
+export function defaultFusedTile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : FUSED_TILE_HW;
 }
 
 const bytes4 = (b: number) => Math.max(4, Math.ceil(b / 4) * 4);
@@ -256,7 +238,7 @@ interface ForwardPlan {
 /** Resolves the options against the context; throws where they cannot run. */
 function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   const { spec, opts } = o;
-  const tile = o.tile ?? defaultFusedTile(ctx, { tileMax: o.tileMax });
+  const tile = o.tile ?? defaultFusedTile(ctx);
   validateTile(tile);
   const stats = o.tokenStats ?? false;
   const smoothing: SmoothingPlan = !opts.smoothing
@@ -383,6 +365,7 @@ export async function prepareFusedForward(
     : undefined;
   return {
     tile,
+    mapTile: forwardMapTile(tile),
     smoothing,
     vocabSplits: splits,
     roundRows: p.roundRows,
@@ -398,7 +381,10 @@ export async function prepareFusedForward(
     record(rec, a) {
       _checkArgs(spec, p, a);
       const map = a.tileMax
-        ? { buffer: a.tileMax.shards[0].buffer, layout: checkTileMap(a.tileMax, a.e, a.c, tile) }
+        ? {
+          buffer: a.tileMax.shards[0].buffer,
+          layout: checkTileMap(a.tileMax, a.e, a.c, forwardMapTile(tile)),
+        }
         : undefined;
       if (map) rec.clear(map.buffer);
       const { e, c, targets } = a;

@@ -58,7 +58,7 @@ import {
   treeSum,
 } from "./forward_epilogue.ts";
 import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
-import { tileMapForwardWgsl, type TileMapLayout } from "./tile_map.ts";
+import { tileMapForwardWgsl, type TileMapLayout, tileMapWidth } from "./tile_map.ts";
 
 /**
  * Where the tiles kernel keeps the running (max, sumexp) state of its rows across its vocab tiles:
@@ -148,7 +148,7 @@ export function fusedTilesWorkgroupBytes(
   o: { sumZ: boolean; stats: boolean; state?: TileState; roundRows?: number; tileMax?: boolean },
 ): number {
   const threads = tileThreads(t);
-  const staging = gemmSharedBytes(t) + (o.tileMax ? 4 : 0);
+  const staging = gemmSharedBytes(t) + (o.tileMax ? 4 * (t.bn / tileMapWidth(t)) : 0);
   const perPartial = rowTerms(o).reduce((b, term) => b + term.partialBytes, 8);
   if ((o.state ?? "tile") === "registers") return staging + threads * perPartial;
   return staging + t.bm * 4 + (o.roundRows ?? tileRowsPerRound(t)) * threads * perPartial;
@@ -287,7 +287,7 @@ ${_signature(v).wgsl}
 ${dtypeHelpers(ops)}
 ${gemmShared({ tile: v.tile })}
 ${s.decls}
-${v.tileMax ? tileMapForwardWgsl.decls : ""}`;
+${v.tileMax ? tileMapForwardWgsl(v.tile).decls : ""}`;
 }
 
 /** `main`: the workgroup's vocab tiles in order, each a GEMM then the state's epilogue. */
@@ -327,9 +327,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let vlim = P.vRows - n0;
     let vcap = min(vlim, ${t.bn}u);
     let lim = i32(vlim) - i32(4u * tn);
-  ${v.tileMax ? tileMapForwardWgsl.init : ""}
+  ${v.tileMax ? tileMapForwardWgsl(t).init : ""}
   ${s.epilogue}
-  ${v.tileMax ? tileMapForwardWgsl.store : ""}
+  ${v.tileMax ? tileMapForwardWgsl(t).store : ""}
   }
   ${s.finish}
 }
@@ -359,7 +359,7 @@ function _registersInit(v: TilesVariant, { i, row }: ThreadRow): string {
 function _registersTile(v: TilesVariant, { i, row, slots: ss }: ThreadRow): string {
   const hooks = v.terms.map((term) => term.registers);
   const lines = rowValues(v.tile, ss);
-  if (v.tileMax) lines.push(tileMapForwardWgsl.row(row));
+  if (v.tileMax) lines.push(tileMapForwardWgsl(v.tile).row(row, ss));
   lines.push(`if (mx > st_m_${i}) {
       let sc = exp(st_m_${i} - mx);${_each(hooks.map((h) => h.rescale(i)), "\n      ")}
       st_s_${i} *= sc;
@@ -435,7 +435,7 @@ function _tileInit(v: TilesVariant): string {
 function _tileRoundRow(v: TilesVariant, { row, slots: ss }: ThreadRow, k: number): string {
   const at = `${k * v.threads}u + lid`;
   const lines = rowValues(v.tile, ss);
-  if (v.tileMax) lines.push(tileMapForwardWgsl.row(row));
+  if (v.tileMax) lines.push(tileMapForwardWgsl(v.tile).row(row, ss));
   // q = NEG_INF off the vocab edge; mf keeps exp(q − mf) = 0 there when no column is valid
   lines.push("let mf = max(mx, -1.0e30);");
   ss.forEach((_, j) => lines.push(`let p${j} = exp(q${j} - mf);`));

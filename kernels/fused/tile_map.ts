@@ -53,7 +53,12 @@ import { createTensor, type DeviceTensor } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { LceOptions } from "../../core/options.ts";
 import { f32Lit } from "../wgsl_common.ts";
+import type { AccSlot, GemmTile } from "../gemm_codegen.ts";
+import { tree } from "./forward_epilogue.ts";
 import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
+
+/** Vocabulary columns of a map entry where the forward tile is wider ({@link tileMapWidth}). */
+export const TILE_MAP_BN = 128;
 
 /** Absolute part of the map filter's rounding slack δ on M (see the module doc). */
 export const MAP_SLACK_ABS = 2 ** -5;
@@ -171,38 +176,75 @@ fn tmap_value(k: u32) -> f32 {
 `;
 
 /**
- * WGSL pieces of the forward tiles kernel (kernels/fused/forward_tiles.ts) with a tile map (bound
- * as `tmap`, one u32 per tile): the workgroup key, the per-row line (inside a row's block of the epilogue, where
- * `mx` is the row's max over the thread's columns, NEG_INF off the vocab edge; `row` the row's
- * index expression in the tile) and the store after the epilogue (`it` the vocab tile of the C
- * shard, wg.y the token block of the E shard; Params mapRow0, mapCol0, mapCols).
+ * Vocabulary columns of a map entry for a forward tile t: {@link TILE_MAP_BN} where t is a whole
+ * number of such entries wider than one and each thread's column groups (4·bn/tn columns each,
+ * kernels/gemm_codegen.ts accSlots) lie inside one entry, so that a thread's maxima split by entry
+ * without a cross-thread step; else t's own width. The 128×256 forward tile keeps two 128-column
+ * entries: the map of the 128×128 tile, whose bound the backward needs (a 256-column entry bounds
+ * twice the backward tiles on the `cce` recipe).
  */
-export const tileMapForwardWgsl = _tileMapForward(false);
+export function tileMapWidth(t: { bn: number; tn: number }): number {
+  const group = t.bn / (t.tn / 4);
+  const w = TILE_MAP_BN;
+  return t.bn > w && t.bn % w === 0 && w % group === 0 ? w : t.bn;
+}
+
+/** The map's tile for a forward tile: its rows, {@link tileMapWidth} columns. */
+export function forwardMapTile(t: { bm: number; bn: number; tn: number }): TileMapTile {
+  return { bm: t.bm, bn: tileMapWidth(t) };
+}
 
 /**
- * {@link tileMapForwardWgsl} for kernels with subgroup matrices in workgroup memory: the key is the
- * first of four words (16 bytes), so with every other workgroup variable a multiple of 16 bytes
- * each one starts 16-byte aligned wherever the driver places it, as subgroup-matrix loads and
- * stores need (a lone 4-byte atomic let the driver shift the matrix scratch by one word).
+ * WGSL pieces of the FMA forward tiles kernel (kernels/fused/forward_tiles.ts) with a tile map
+ * (bound as `tmap`, one u32 per entry of {@link forwardMapTile}: `split` entries a forward tile):
+ * the workgroup keys (one a entry), the per-row line (inside a row's block of the epilogue, where
+ * `q{j}` is the thread's j-th column of the row, NEG_INF off the vocab edge; `row` the row's index
+ * expression in the tile) and the store after the epilogue (`it` the vocab tile of the C shard,
+ * wg.y the token block of the E shard; Params mapRow0, mapCol0, mapCols; an entry past the shard's
+ * rows, the second half of a ragged last tile, is not stored).
  */
-export const tileMapForwardWgsl16 = _tileMapForward(true);
-
-function _tileMapForward(pad16: boolean) {
-  const key = pad16 ? "s_tmax[0]" : "s_tmax";
-  const type = pad16 ? "array<atomic<u32>, 4>" : "atomic<u32>";
+export function tileMapForwardWgsl(t: GemmTile) {
+  const w = tileMapWidth(t), split = t.bn / w, group = t.bn / (t.tn / 4);
+  const parts = [...Array(split).keys()];
+  const keys = parts.map((h) => `atomicMax(&s_tmax[${h}], tmap_key(tmx_${h}));`).join(" ");
   return {
-    decls: `var<workgroup> s_tmax: ${type};\n${TILE_MAP_KEY_WGSL}`,
-    init: "var tmx = NEG_INF;",
-    row: (row: string) => `tmx = max(tmx, select(NEG_INF, mx, m0 + ${row} < P.rows));`,
+    decls: `var<workgroup> s_tmax: array<atomic<u32>, ${split}>;\n${TILE_MAP_KEY_WGSL}`,
+    init: parts.map((h) => `var tmx_${h} = NEG_INF;`).join(" "),
+    row: (row: string, ss: AccSlot[]) =>
+      parts.map((h) => {
+        const qs = ss.flatMap((s, j) => Math.floor((s.h * group) / w) === h ? [`q${j}`] : []);
+        const mx = tree(qs, (a, b) => `max(${a}, ${b})`);
+        return `tmx_${h} = max(tmx_${h}, select(NEG_INF, ${mx}, m0 + ${row} < P.rows));`;
+      }).join("\n    "),
     // s_tmax starts at 0 (workgroup memory is zeroed) and is reset by the exchange; the next
     // tile's atomics come after the next GEMM's barriers, so after the exchange
-    store: `atomicMax(&${key}, tmap_key(tmx));
+    store: `${keys}
   workgroupBarrier();
-  if (lid == 0u) {
-    tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it] = atomicExchange(&${key}, 0u);
+  if (lid < ${split}u) {
+    let mc = it * ${split}u + lid;
+    let key = atomicExchange(&s_tmax[lid], 0u);
+    if (mc * ${w}u < P.vRows) { tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + mc] = key; }
   }`,
   };
 }
+
+/**
+ * The tile map pieces for kernels with subgroup matrices in workgroup memory (the tensor-core
+ * forward, one entry a tile, `mx` the row's max over the thread's columns): the key is the first
+ * of four words (16 bytes), so with every other workgroup variable a multiple of 16 bytes each
+ * one starts 16-byte aligned wherever the driver places it, as subgroup-matrix loads and stores
+ * need (a lone 4-byte atomic let the driver shift the matrix scratch by one word).
+ */
+export const tileMapForwardWgsl16 = {
+  decls: `var<workgroup> s_tmax: array<atomic<u32>, 4>;\n${TILE_MAP_KEY_WGSL}`,
+  init: "var tmx = NEG_INF;",
+  row: (row: string) => `tmx = max(tmx, select(NEG_INF, mx, m0 + ${row} < P.rows));`,
+  store: `atomicMax(&s_tmax[0], tmap_key(tmx));
+  workgroupBarrier();
+  if (lid == 0u) {
+    tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it] = atomicExchange(&s_tmax[0], 0u);
+  }`,
+};
 
 /** Options of {@link mapFilterWgsl}. */
 export interface MapFilterKernelOptions {

@@ -11,7 +11,7 @@ import {
   resolveOptions,
 } from "../../core/options.ts";
 import { makeFixture } from "../../fixtures/mod.ts";
-import { type GemmTile, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
+import { type GemmTile, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
 import { prepareFusedForward } from "./forward.ts";
 import type { TileState } from "./forward_tiles.ts";
 import {
@@ -84,22 +84,29 @@ async function _forward(
     const vec = (label: string) =>
       createTensor(ctx, { dtype: "f32", rows: x.n, cols: 1, role: "output", label });
     const lse = vec("lse"), lossRows = vec("loss rows");
-    const map = tileMax ? createTileMap(ctx, e, c, fwd.tile) : undefined;
+    const map = tileMax ? createTileMap(ctx, e, c, fwd.mapTile) : undefined;
     const rec = new Recorder(ctx);
     fwd.record(rec, { e, c, targets, lse, lossRows, tileMax: map });
     await rec.finish();
     const layout = tileMapLayout(
       e.shards.map((s) => s.rows),
       c.shards.map((s) => s.rows),
-      fwd.tile,
+      fwd.mapTile,
     );
-    const words = map
-      ? await readWords(ctx, map.shards[0].buffer.buffer, layout.rows * layout.cols)
+    // the map's buffer is padded to 16 bytes: the padding (cleared by the record) must stay 0,
+    // so an entry stored past the last one (a ragged tile's second 128 columns) shows there
+    const entries = layout.rows * layout.cols;
+    const all = map
+      ? await readWords(ctx, map.shards[0].buffer.buffer, Math.ceil(entries / 4) * 4)
       : null;
+    if (all) {
+      assert.deepEqual(Array.from(all.subarray(entries)), new Array(all.length - entries).fill(0));
+    }
+    const words = all ? all.subarray(0, entries) : null;
     const out = { lse: await download(ctx, lse), loss: await download(ctx, lossRows) };
     lse.destroy();
     lossRows.destroy();
-    return { ...out, words, layout, map, tile: fwd.tile };
+    return { ...out, words, layout, map, tile: fwd.mapTile };
   };
   const withMap = await run(true), plain = await run(false);
   return { withMap, plain, e, c, targets };
@@ -166,6 +173,10 @@ Deno.test({
         },
         // E in 2 bindings, C in 5 (62 rows each): map rows and columns per shard
         { ctx: sharded, dtype: "bf16", beta: 0.1, softcap: 4 },
+        // the 128×256 tile keeps two 128-column entries a tile; the ragged last tile's second
+        // entry lies past the vocabulary (and past each 62-row shard's first) and is not stored
+        { ctx, dtype: "bf16", beta: 0.1, tile: TILE_HW_WIDE, vocabSplits: 2 },
+        { ctx: sharded, dtype: "f32", beta: 0, softcap: 6, tile: TILE_HW_WIDE },
       ];
       for (const [i, cs] of cases.entries()) {
         const x = caseInputs({
@@ -323,6 +334,8 @@ Deno.test({
       // 128×128 forward tiles over 64×64 backward tiles: each of the 2 diagonal forward tiles
       // keeps the 4 backward tiles it covers
       { dtype: "bf16", beta: 0.1, reduction: "mean", d: 512, most: 8, fwdTile: TILE_LARGE },
+      // 128×256 forward tiles keep 128×128 entries: the same 8 as the 128×128 tile, not 16
+      { dtype: "bf16", beta: 0.1, reduction: "mean", d: 512, most: 8, fwdTile: TILE_HW_WIDE },
     ];
     let strict = 0;
     for (const cs of cases) {
