@@ -5,8 +5,9 @@
  * The fused backward's gradient filter (kernels/fused/backward.ts, pass `filter`) recomputes every
  * logit tile (one forward's worth of products) only to decide which (token tile, vocab tile)
  * pairs hold some g = p·f' + (β/|V|)(z/s)² ≥ ε. The forward has already computed every tile, so
- * it can leave behind what that decision needs: one value per forward tile (token block BM ×
- * vocab tile BN), the tile's largest capped logit M. Then for a backward tile,
+ * it can leave behind what that decision needs: one value per map entry (token block BM × BN
+ * vocabulary columns: a forward tile, or a 128-column part of a wider one, {@link tileMapWidth}),
+ * the entry's largest capped logit M. Then for a backward tile,
  *
  *   p_nv = exp(z_nv − LSE_n) ≤ exp(M − L_min),   L_min = min of LSE_n over its rows with w_n ≠ 0,
  *
@@ -42,9 +43,10 @@
  * on LLM-like data sorting would keep fewer.
  *
  * Layout ({@link tileMapLayout}): rows are the forward's token blocks, E shard after E shard
- * (ceil(rows/BM) each), columns its vocab tiles, C shard after C shard (ceil(rows/BN) each).
- * At the paper's shape with 128×128 forward tiles: 64 × 2,000 entries, 500 KiB, kept from
- * the forward to the backward (the row counts it in the forward's memory).
+ * (ceil(rows/BM) each), columns its entries' vocabulary ranges, C shard after C shard
+ * (ceil(rows/BN) each). At the paper's shape with 128×128 entries (the 128×256 forward tile keeps
+ * two): 64 × 2,000 entries, 500 KiB, kept from the forward to the backward (the row counts it in
+ * the forward's memory).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
