@@ -24,8 +24,8 @@
  * at the paper's shape, held in dC's output storage, which is written only after dE). A small
  * pass forms the sorted order's tile mask from these bits (a tile is kept when any of its rows
  * perm[p] is) and counts its kept tiles; the sorted order is used when it keeps at least 5% fewer
- * tiles than the own order (SORT_MARGIN in kernels/fused/order_decision.ts: C read through the permutation costs a little
- * per tile), else the order is reset to the identity. The dE and dC
+ * tiles than the own order (SORT_MARGIN in kernels/fused/order_decision.ts: C read through the
+ * permutation costs a little per tile), else the order is reset to the identity. The dE and dC
  * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
  * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
  * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
@@ -82,7 +82,8 @@ export interface FilterPassKernelOptions {
    * Also record, per token tile and vocabulary row, whether any of the tile's tokens keeps the
    * entry (g ≥ ε): one bit per (token tile, row) in `hot` (row-major, P.hotWords words per token
    * tile, zeroed beforehand; integer atomicOr). The pass then works in the vocabulary's own order
-   * (`sort` must be false): the order decision (kernels/fused/order_decision.ts) derives the sorted order's mask from the bits.
+   * (`sort` must be false): the order decision (kernels/fused/order_decision.ts) derives the
+   * sorted order's mask from the bits.
    */
   entryBits?: boolean;
   /**
@@ -108,6 +109,12 @@ interface _FilterShape {
   subV: number;
   /** Entry bits recorded ({@link FilterPassKernelOptions.entryBits}). */
   hot: boolean;
+  /**
+   * Entry bits through the thread's column register `cb` (one bit per column lane): with entry
+   * bits where the filter tile is one token tile tall, so a column's bit is the entry bit of the
+   * tile's only token tile and the unrolled test holds no atomics ({@link _columnBitsFlush}).
+   */
+  colReg: boolean;
   vec: boolean;
   /** Words of the workgroup's entry bits per token sub-tile (columns v0 … v0 + bn − 1). */
   HW: number;
@@ -123,7 +130,8 @@ function _filterShape(o: FilterPassKernelOptions): _FilterShape {
   }
   const hot = o.entryBits === true;
   if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
-  return { o, t, TT, VT, subT, subV, hot, vec: o.vecLoads === true, HW: t.bn / 32 + 1 };
+  const colReg = hot && subT === 1;
+  return { o, t, TT, VT, subT, subV, hot, colReg, vec: o.vecLoads === true, HW: t.bn / 32 + 1 };
 }
 
 /**
@@ -157,25 +165,26 @@ export function filterPassSignature(o: FilterPassKernelOptions) {
   return _filterSignature(_filterShape(o));
 }
 
+/** Sets the workgroup's entry bit of tile column `col` in the words of token sub-tile `sub`. */
+function _setHot(s: _FilterShape, sub: string, col: string): string {
+  const word = `${sub === "0u" ? "" : `${sub} * ${s.HW}u + `}(hv >> 5u) - (v0 >> 5u)`;
+  return `let hv = v0 + ${col}; atomicOr(&s_hot[${word}], 1u << (hv & 31u));`;
+}
+
 /**
- * Where a kept element's entry bit goes: nowhere without entry bits; where the filter tile is one
- * token tile tall, a bit of the thread's column register `cb` (one bit per column lane, flushed by
- * {@link _columnBitsFlush}), so the unrolled test holds no atomics; else straight into `s_hot`.
+ * Where a kept element's entry bit goes: nowhere without entry bits, a bit of the column register
+ * ({@link _FilterShape.colReg}), else straight into `s_hot`.
  */
 function _entryBit(s: _FilterShape, x: AccSlot, lane: number): string {
   if (!s.hot) return "";
-  if (s.subT === 1) return ` cb |= ${1 << lane}u;`;
-  return ` let hv = v0 + ${x.col}; atomicOr(&s_hot[(${x.row} / ${s.TT}u) * ${s.HW}u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
+  if (s.colReg) return ` cb |= ${1 << lane}u;`;
+  return ` ${_setHot(s, `(${x.row} / ${s.TT}u)`, x.col)}`;
 }
 
-/** The column register's bits ORed into the workgroup's entry bits (one token tile a filter tile). */
+/** The column register's bits ORed into the workgroup's entry bits. */
 function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]): string {
-  if (!s.hot || s.subT !== 1) return "";
-  const sets = cols.map((l, j) =>
-    `if ((cb & ${
-      1 << j
-    }u) != 0u) { let hv = v0 + ${l.expr}; atomicOr(&s_hot[(hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u)); }`
-  );
+  if (!s.colReg) return "";
+  const sets = cols.map((l, j) => `if ((cb & ${1 << j}u) != 0u) { ${_setHot(s, "0u", l.expr)} }`);
   return `if (cb != 0u) {\n    ${sets.join("\n    ")}\n  }`;
 }
 
@@ -183,7 +192,7 @@ function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]
 function _filterTest(s: _FilterShape): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
-  if (s.hot && s.subT === 1 && lanes.cols.length > 32) {
+  if (s.colReg && lanes.cols.length > 32) {
     throw new RangeError(`filter tile ${JSON.stringify(s.t)}: more than 32 column lanes a thread`);
   }
   const laneOf = new Map(lanes.cols.map((l, j) => [l.key, j]));
@@ -195,11 +204,10 @@ function _filterTest(s: _FilterShape): string {
       _entryBit(s, x, laneOf.get(c)!)
     } } }`;
   });
-  const cb = s.hot && s.subT === 1 ? ["var cb = 0u;"] : [];
   return [
     ...laneValues(lanes.rows, lanes.cols),
     "var bits = 0u;",
-    ...cb,
+    ...(s.colReg ? ["var cb = 0u;"] : []),
     ...test,
     _columnBitsFlush(s, lanes.cols),
   ].join("\n  ");

@@ -174,8 +174,8 @@ interface TilesVariant {
   terms: RowTerm[];
   /** Split partials kept as (max, Σexp) pairs rather than max + log Σexp. */
   pairs: boolean;
-  /** Keep the tile map (each tile's largest capped logit). */
-  tileMax: boolean;
+  /** The tile map's pieces (kernels/fused/tile_map.ts), when the kernel keeps the map. */
+  map?: ReturnType<typeof tileMapForwardWgsl>;
   threads: number;
   /** Threads sharing a row (BN/TN). */
   tx: number;
@@ -224,7 +224,7 @@ function _variant(o: FusedTilesKernelOptions): TilesVariant {
     roundRows,
     terms,
     pairs: terms.some((term) => term.keepsPairs),
-    tileMax: o.tileMax === true,
+    map: o.tileMax === true ? tileMapForwardWgsl(t) : undefined,
     threads,
     tx: t.bn / t.tn,
     rows,
@@ -261,7 +261,7 @@ function _signature(v: TilesVariant) {
       wsz: { elem: "f32", access: "read_write", when: v.terms.includes(SUM_Z_TERM) },
       wsx: { elem: "vec2<f32>", access: "read_write", when: v.terms.includes(STATS_TERM) },
       zt: { elem: "f32", access: "read_write" },
-      tmap: { elem: "u32", access: "read_write", when: v.tileMax },
+      tmap: { elem: "u32", access: "read_write", when: v.map !== undefined },
     },
     layout: { breaks: [7] },
   });
@@ -287,7 +287,7 @@ ${_signature(v).wgsl}
 ${dtypeHelpers(ops)}
 ${gemmShared({ tile: v.tile })}
 ${s.decls}
-${v.tileMax ? tileMapForwardWgsl(v.tile).decls : ""}`;
+${v.map?.decls ?? ""}`;
 }
 
 /** `main`: the workgroup's vocab tiles in order, each a GEMM then the state's epilogue. */
@@ -327,9 +327,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let vlim = P.vRows - n0;
     let vcap = min(vlim, ${t.bn}u);
     let lim = i32(vlim) - i32(4u * tn);
-  ${v.tileMax ? tileMapForwardWgsl(t).init : ""}
+  ${v.map?.init ?? ""}
   ${s.epilogue}
-  ${v.tileMax ? tileMapForwardWgsl(t).store : ""}
+  ${v.map?.store ?? ""}
   }
   ${s.finish}
 }
@@ -359,7 +359,7 @@ function _registersInit(v: TilesVariant, { i, row }: ThreadRow): string {
 function _registersTile(v: TilesVariant, { i, row, slots: ss }: ThreadRow): string {
   const hooks = v.terms.map((term) => term.registers);
   const lines = rowValues(v.tile, ss);
-  if (v.tileMax) lines.push(tileMapForwardWgsl(v.tile).row(row, ss));
+  if (v.map) lines.push(v.map.row(row, ss));
   lines.push(`if (mx > st_m_${i}) {
       let sc = exp(st_m_${i} - mx);${_each(hooks.map((h) => h.rescale(i)), "\n      ")}
       st_s_${i} *= sc;
@@ -435,7 +435,7 @@ function _tileInit(v: TilesVariant): string {
 function _tileRoundRow(v: TilesVariant, { row, slots: ss }: ThreadRow, k: number): string {
   const at = `${k * v.threads}u + lid`;
   const lines = rowValues(v.tile, ss);
-  if (v.tileMax) lines.push(tileMapForwardWgsl(v.tile).row(row, ss));
+  if (v.map) lines.push(v.map.row(row, ss));
   // q = NEG_INF off the vocab edge; mf keeps exp(q − mf) = 0 there when no column is valid
   lines.push("let mf = max(mx, -1.0e30);");
   ss.forEach((_, j) => lines.push(`let p${j} = exp(q${j} - mf);`));
