@@ -344,12 +344,13 @@ export const ADAPTER_FLAG = {
 
 /**
  * The `--webgpu` flag every GPU command takes (environment fallback LCE_WEBGPU): `deno`, Deno's
- * built-in WebGPU (wgpu), or `dawn`, Chrome's (npm:webgpu, loaded only when chosen).
+ * built-in WebGPU (wgpu), `dawn`, Chrome's (npm:webgpu, loaded only when chosen), or
+ * `dawn-unchecked`, Dawn with its robustness off (gpu/engine.ts).
  */
 export const WEBGPU_FLAG = {
   type: "string",
   help: "which WebGPU implementation to run on",
-  choices: ["deno", "dawn"],
+  choices: ["deno", "dawn", "dawn-unchecked"],
   env: "LCE_WEBGPU",
   default: "deno",
 } as const satisfies FlagDef;

@@ -5,7 +5,14 @@
  * @module
  */
 import { GpuError } from "../core/errors.ts";
-import { type Engine, engineFromEnv, loadEngine, noAdapterHint, parseEngine } from "./engine.ts";
+import {
+  type Engine,
+  engineFromEnv,
+  isDawn,
+  loadEngine,
+  noAdapterHint,
+  parseEngine,
+} from "./engine.ts";
 import {
   bindingConflict,
   bindingRange,
@@ -248,7 +255,7 @@ export class GpuContext {
     const want = [
       "shader-f16",
       "timestamp-query",
-      ...(engine === "dawn" ? ["subgroups", "chromium-experimental-subgroup-matrix"] : []),
+      ...(isDawn(engine) ? ["subgroups", "chromium-experimental-subgroup-matrix"] : []),
     ] as GPUFeatureName[];
     const requiredFeatures = want.filter((f) => adapter!.features.has(f));
     let device: GPUDevice;
@@ -477,7 +484,7 @@ export class GpuContext {
         const desc = this.#descriptor(code, label, module);
         // Dawn's asynchronous creation leaves garbage that V8 takes seconds to collect (see
         // docs/engines.md); the synchronous one reports its errors to the scope opened above
-        p = this.engine === "dawn"
+        p = isDawn(this.engine)
           ? this.device.createComputePipeline(desc)
           : await this.device.createComputePipelineAsync(desc);
       } catch (e) {

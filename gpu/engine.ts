@@ -14,11 +14,19 @@ import v8 from "node:v8";
 import vm from "node:vm";
 import { GpuError, InputError } from "../core/errors.ts";
 
-/** A WebGPU implementation. */
-export type Engine = "deno" | "dawn";
+/**
+ * A WebGPU implementation: `deno`, `dawn`, or `dawn-unchecked`, Dawn with its robustness off
+ * ({@link DAWN_UNCHECKED_TOGGLE}).
+ */
+export type Engine = "deno" | "dawn" | "dawn-unchecked";
 
 /** Every engine, in the order usage lines list them. */
-export const ENGINES: readonly Engine[] = ["deno", "dawn"];
+export const ENGINES: readonly Engine[] = ["deno", "dawn", "dawn-unchecked"];
+
+/** Whether `engine` is Dawn, with or without its robustness. */
+export function isDawn(engine: Engine | undefined): boolean {
+  return engine === "dawn" || engine === "dawn-unchecked";
+}
 
 /** The npm package that brings Dawn (pinned: reports name this version). */
 export const DAWN_PACKAGE = "npm:webgpu@0.6.2";
@@ -38,6 +46,25 @@ export const DAWN_INSTANCE_TOGGLES: readonly string[] = [
   "disable-dawn-features=timestamp_quantization",
 ];
 
+/**
+ * The toggle of the `dawn-unchecked` engine: `disable_robustness` drops Tint's robustness
+ * transform (the clamping of every array index, storage and workgroup alike) and Vulkan's
+ * robustBufferAccess. The WGSL and every result stay the same as long as no access falls outside
+ * its array; an access that does is undefined behaviour instead of a clamped one. The kernels'
+ * own bounds tests are what keep them inside: the parity tests and `scripts/tc_check.ts` run on it
+ * (docs/engines.md). What it is worth: the H200 tables of both Dawn engines.
+ */
+export const DAWN_UNCHECKED_TOGGLE = "disable_robustness";
+
+/** The toggles of a Dawn engine's instance (every enabled one in one entry). */
+export function dawnToggles(engine: Engine): string[] {
+  const [enable, ...rest] = DAWN_INSTANCE_TOGGLES;
+  return engine === "dawn-unchecked" ? [`${enable},${DAWN_UNCHECKED_TOGGLE}`, ...rest] : [
+    enable,
+    ...rest,
+  ];
+}
+
 /** The engine named by the environment (LCE_WEBGPU), default `deno`. */
 export function engineFromEnv(): Engine {
   let v: string | undefined;
@@ -53,7 +80,7 @@ export function engineFromEnv(): Engine {
 /** `value` as an engine, or an InputError naming `what` and the choices. */
 export function parseEngine(value: string, what = "--webgpu"): Engine {
   if ((ENGINES as readonly string[]).includes(value)) return value as Engine;
-  throw new InputError(`${what} must be ${ENGINES.join(" or ")}, got '${value}'`);
+  throw new InputError(`${what} must be deno, dawn or dawn-unchecked, got '${value}'`);
 }
 
 /** A loaded engine: its GPU object and the words reports use for it. */
@@ -69,9 +96,12 @@ export interface LoadedEngine {
   requestAdapter(options: GPURequestAdapterOptions): Promise<GPUAdapter | null>;
 }
 
-/** The name reports give an engine: `wgpu` (Deno's) or `Dawn`; old reports without one are wgpu. */
+/**
+ * The name reports give an engine: `wgpu` (Deno's), `Dawn`, or `Dawn, robustness off`; old
+ * reports without one are wgpu.
+ */
 export function engineName(engine: Engine | undefined): string {
-  return engine === "dawn" ? "Dawn" : "wgpu";
+  return engine === "dawn" ? "Dawn" : engine === "dawn-unchecked" ? "Dawn, robustness off" : "wgpu";
 }
 
 /**
@@ -82,7 +112,7 @@ export function engineName(engine: Engine | undefined): string {
 export const DAWN_NOTICE =
   /^Warning: maxDynamic(?:Uniform|Storage)BuffersPerPipelineLayout artificially reduced from \d+ to \d+ to fit dynamic offset allocation limit\.$/;
 
-let _dawn: Promise<LoadedEngine> | undefined;
+const _dawn = new Map<Engine, Promise<LoadedEngine>>();
 
 /** The GPU object of `engine` (Dawn's module is imported, and its instance made, on first use). */
 export function loadEngine(engine: Engine): Promise<LoadedEngine> {
@@ -100,14 +130,18 @@ export function loadEngine(engine: Engine): Promise<LoadedEngine> {
       requestAdapter: (o) => gpu.requestAdapter(o),
     });
   }
-  _dawn ??= _loadDawn().catch((e) => {
-    _dawn = undefined;
-    throw e;
-  });
-  return _dawn;
+  let p = _dawn.get(engine);
+  if (!p) {
+    p = _loadDawn(engine).catch((e) => {
+      _dawn.delete(engine);
+      throw e;
+    });
+    _dawn.set(engine, p);
+  }
+  return p;
 }
 
-async function _loadDawn(): Promise<LoadedEngine> {
+async function _loadDawn(engine: Engine): Promise<LoadedEngine> {
   let mod: { create: (flags: string[]) => GPU };
   try {
     mod = await import(DAWN_PACKAGE);
@@ -121,7 +155,7 @@ async function _loadDawn(): Promise<LoadedEngine> {
   throttleDawnPolling();
   let gpu: GPU;
   try {
-    gpu = mod.create([...DAWN_INSTANCE_TOGGLES]);
+    gpu = mod.create(dawnToggles(engine));
   } catch (e) {
     throw new GpuError(
       "internal",
@@ -129,9 +163,9 @@ async function _loadDawn(): Promise<LoadedEngine> {
     );
   }
   return {
-    engine: "dawn",
+    engine,
     gpu,
-    version: `Dawn (${DAWN_PACKAGE})`,
+    version: `Dawn (${DAWN_PACKAGE}${engine === "dawn-unchecked" ? ", robustness off" : ""})`,
     requestAdapter: (o) => _requestDawnAdapter(gpu, o),
   };
 }

@@ -3,21 +3,26 @@ import { InputError } from "../core/errors.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import {
   captureStderr,
+  DAWN_INSTANCE_TOGGLES,
   DAWN_NOTICE,
   DAWN_PACKAGE,
+  DAWN_UNCHECKED_TOGGLE,
+  dawnToggles,
   deviceSummary,
   engineFromEnv,
   engineName,
+  isDawn,
   parseEngine,
 } from "./engine.ts";
 import { Recorder } from "./recorder.ts";
 
-Deno.test("engine: parseEngine and LCE_WEBGPU accept deno and dawn, and name the choices otherwise", () => {
+Deno.test("engine: parseEngine and LCE_WEBGPU accept deno, dawn and dawn-unchecked, and name the choices otherwise", () => {
   assert.equal(parseEngine("deno"), "deno");
   assert.equal(parseEngine("dawn"), "dawn");
+  assert.equal(parseEngine("dawn-unchecked"), "dawn-unchecked");
   assert.throws(() => parseEngine("wgpu"), (e: unknown) => {
     assert.ok(e instanceof InputError);
-    assert.equal(e.message, "--webgpu must be deno or dawn, got 'wgpu'");
+    assert.equal(e.message, "--webgpu must be deno, dawn or dawn-unchecked, got 'wgpu'");
     return true;
   });
   const old = Deno.env.get("LCE_WEBGPU");
@@ -27,7 +32,10 @@ Deno.test("engine: parseEngine and LCE_WEBGPU accept deno and dawn, and name the
     Deno.env.set("LCE_WEBGPU", "dawn");
     assert.equal(engineFromEnv(), "dawn");
     Deno.env.set("LCE_WEBGPU", "chrome");
-    assert.throws(() => engineFromEnv(), /^InputError: LCE_WEBGPU must be deno or dawn/);
+    assert.throws(
+      () => engineFromEnv(),
+      /^InputError: LCE_WEBGPU must be deno, dawn or dawn-unchecked/,
+    );
   } finally {
     if (old === undefined) Deno.env.delete("LCE_WEBGPU");
     else Deno.env.set("LCE_WEBGPU", old);
@@ -57,6 +65,7 @@ Deno.test("engine: deviceSummary names the engine and each kernel feature the de
   );
   assert.equal(engineName(undefined), "wgpu");
   assert.equal(engineName("dawn"), "Dawn");
+  assert.equal(engineName("dawn-unchecked"), "Dawn, robustness off");
 });
 
 Deno.test("engine: Dawn's limit notices are recognised exactly, nothing else is", () => {
@@ -108,7 +117,16 @@ Deno.test({
     const ctx = await testContext();
     assert.equal(ctx.engine, engineFromEnv());
     assert.equal(ctx.report.engine, ctx.engine);
-    assert.match(ctx.report.engineVersion, ctx.engine === "dawn" ? /^Dawn \(npm:webgpu@/ : /^wgpu/);
+    assert.match(
+      ctx.report.engineVersion,
+      {
+        deno: /^wgpu/,
+        dawn: /^Dawn \(npm:webgpu@[^,]*\)$/,
+        "dawn-unchecked": /, robustness off\)$/,
+      }[
+        ctx.engine
+      ],
+    );
     if (ctx.report.isFallbackAdapter) {
       assert.ok(ctx.hasF16, `${ctx.engine}: no shader-f16 (${ctx.report.features})`);
       assert.ok(ctx.hasTimestamps, `${ctx.engine}: no timestamp-query`);
@@ -148,4 +166,14 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {
     });
     assert.ok(off.length >= t.passes.length / 2, `${off.length} of ${t.passes.length} off-grid`);
   },
+});
+
+Deno.test("engine: dawn-unchecked adds disable_robustness to the one enable entry of Dawn's toggles", () => {
+  assert.deepEqual(dawnToggles("dawn"), [...DAWN_INSTANCE_TOGGLES]);
+  const t = dawnToggles("dawn-unchecked");
+  assert.equal(t.filter((x) => x.startsWith("enable-dawn-features=")).length, 1);
+  assert.equal(t[0], `${DAWN_INSTANCE_TOGGLES[0]},${DAWN_UNCHECKED_TOGGLE}`);
+  assert.deepEqual(t.slice(1), DAWN_INSTANCE_TOGGLES.slice(1));
+  assert.ok(!DAWN_INSTANCE_TOGGLES.join(",").includes(DAWN_UNCHECKED_TOGGLE));
+  assert.ok(isDawn("dawn") && isDawn("dawn-unchecked") && !isDawn("deno") && !isDawn(undefined));
 });

@@ -21,6 +21,7 @@ import { writeAllOrNothing } from "../io/outputs.ts";
 import type { Mode } from "../measure/measure.ts";
 import { check } from "../core/errors.ts";
 import { lineChart, type LineSeries } from "./svg.ts";
+import { engineName, isDawn } from "../gpu/engine.ts";
 import { engineTag, plainProductMs, reportSlug, type Table3Report } from "./table3.ts";
 import { BASELINE_PRODUCT_PASS } from "../methods/baseline.ts";
 
@@ -114,7 +115,7 @@ export function keptFractionMarkdown(
   const { n, v, d, dtype } = r.shape;
   const lines = [
     `# Time against the kept fraction: ${r.env.adapter.description}${
-      r.env.adapter.engine === "dawn" ? " (Dawn)" : ""
+      isDawn(r.env.adapter.engine) ? ` (${engineName(r.env.adapter.engine)})` : ""
     }, ${n.toLocaleString("en-US")} × ${v.toLocaleString("en-US")} × ${
       d.toLocaleString("en-US")
     }, ${dtype}, β = ${r.betas[0]}`,
@@ -179,7 +180,7 @@ export async function keptFractionSvg(
     title: "Time against the kept fraction",
     subtitle: [
       `${n} × ${v} × ${d} ${dtype}, β = ${r.betas[0]}; ${r.env.adapter.description}${
-        r.env.adapter.engine === "dawn" ? " (Dawn)" : ""
+        isDawn(r.env.adapter.engine) ? ` (${engineName(r.env.adapter.engine)})` : ""
       }`,
       `fixtures: ${points.map((p) => p.fixture).join(", ")}`,
     ],

@@ -262,10 +262,10 @@ export const reportSlug = adapterSlug;
 
 /**
  * What file names add for an engine: nothing for Deno's built-in one (the names reports have
- * always had), `_dawn` for Dawn.
+ * always had), `_dawn` for Dawn, `_dawn-unchecked` for Dawn with its robustness off.
  */
 export function engineTag(engine: Engine | undefined): string {
-  return engine === "dawn" ? "_dawn" : "";
+  return engine === "dawn" ? "_dawn" : engine === "dawn-unchecked" ? "_dawn-unchecked" : "";
 }
 
 /** `table3_<adapter-slug>[_dawn]_<n>x<v>x<d>_<dtype>` for a report. */

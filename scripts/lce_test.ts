@@ -4,6 +4,7 @@ import { encodeNpy, writeNpy } from "../io/npy.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { parseNpy } from "../io/npy.ts";
 import { runScript } from "../testing/run_script.ts";
+import { engineFromEnv, engineName } from "../gpu/engine.ts";
 
 const dir = await Deno.makeTempDir({ prefix: "lce_test_" });
 const n = 6, v = 11, d = 5;
@@ -15,7 +16,7 @@ await writeNpy(join(dir, "C.npy"), c, [v, d]);
 await writeNpy(join(dir, "T.npy"), t, [n]);
 
 /** The engine's name in the output line: the scripts run on the engine LCE_WEBGPU names. */
-const ENGINE = Deno.env.get("LCE_WEBGPU") === "dawn" ? "Dawn" : "wgpu";
+const ENGINE = engineName(engineFromEnv());
 
 const lce = (args: string[]) => runScript("scripts/lce.ts", args, { trimStderr: true });
 

@@ -35,18 +35,24 @@ const _lines = (stderr: string) =>
 Deno.test("every device command: --webgpu foo and LCE_WEBGPU=foo exit 2 naming the choices", async () => {
   for (const script of DEVICE_SCRIPTS) {
     const h = await runScript(script, ["--help"]);
-    assert.match(h.stdout, /--webgpu deno\|dawn +which WebGPU implementation to run on/, script);
+    assert.match(
+      h.stdout,
+      /--webgpu deno\|dawn\|dawn-unchecked\s+which WebGPU implementation to run on/,
+      script,
+    );
     const bad = await runScript(script, [...(REQUIRED[script] ?? []), "--webgpu", "foo"]);
     assert.equal(bad.code, 2, `${script}: ${bad.stderr}`);
     assert.deepEqual(
       _lines(bad.stderr),
-      ["error: --webgpu must be deno or dawn, got 'foo'"],
+      ["error: --webgpu must be deno, dawn or dawn-unchecked, got 'foo'"],
       script,
     );
   }
   const env = await runScript("scripts/table3.ts", [], { env: { LCE_WEBGPU: "foo" } });
   assert.equal(env.code, 2, env.stderr);
-  assert.deepEqual(_lines(env.stderr), ["error: LCE_WEBGPU must be deno or dawn, got 'foo'"]);
+  assert.deepEqual(_lines(env.stderr), [
+    "error: LCE_WEBGPU must be deno, dawn or dawn-unchecked, got 'foo'",
+  ]);
 });
 
 /** Small .npy inputs of lce (E 2×3, C 4×3, targets 2). */

@@ -12,7 +12,9 @@
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
- *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags.
+ *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
+ * - any `bt<TPT>x<VPT>k<BK>w<W>`: the backward tile (128 tokens × 64 vocabulary entries, the
+ *   mask's) with TPT tokens × VPT vocabulary entries a thread, K-step BK and gradWiden W.
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
@@ -73,6 +75,12 @@ export function benchConfig(name: string): ((ctx: GpuContext) => BenchConfig) | 
   if (BENCH_CONFIGS[name]) return BENCH_CONFIGS[name];
   const m = /^s(\d+)r(\d+)$/.exec(name);
   if (m) return () => backward({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
+  const b = /^bt(\d+)x(\d+)k(\d+)w([12])$/.exec(name);
+  if (b) {
+    const [tokensPerThread, vocabPerThread, bk, gradWiden] = b.slice(1).map(Number);
+    const tile = { tokens: 128, vocab: 64, bk, tokensPerThread, vocabPerThread, gradWiden };
+    return () => backward({ tile });
+  }
   const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
   if (!g) return undefined;
   const [bn, bk, tm, tn] = g.slice(1, 5).map(Number);

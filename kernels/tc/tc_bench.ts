@@ -110,12 +110,13 @@ export async function tcProductRecorder(
 
 /**
  * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
- * methods' TC_FORWARD_TILE): 128×256 in one copy and in two, K-step 32, and 128×128 tiles.
+ * methods' TC_FORWARD_TILE): 128×256 with K-step 32 and 16, in one copy and in two, and 128×128
+ * tiles.
  */
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile> = {
-  f128x256_k16: TC_FORWARD_TILE,
-  f128x256_k16_db: { ...TC_FORWARD_TILE, dbuf: true },
-  f128x256_k32: { ...TC_FORWARD_TILE, bk: 32 },
+  f128x256_k32: TC_FORWARD_TILE,
+  f128x256_k16: { ...TC_FORWARD_TILE, bk: 16 },
+  f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
   f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
 };

@@ -29,7 +29,7 @@ import { tcEpilogueShape, tcForwardSignature, tcForwardWgsl } from "./tc_forward
 import { tcResidency } from "./tc_matmul.ts";
 import { type PreparedTcScales, prepareTcScales, type TcScaleBuffers } from "./tc_scale.ts";
 import {
-  TC_TILE_128X256_K16,
+  TC_TILE_128X256_K32,
   tcSupport,
   type TcTile,
   tcTileName,
@@ -38,11 +38,11 @@ import {
 } from "./tc_tiles.ts";
 
 /**
- * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 16, one copy
- * (within 2% of the fastest of TC_FORWARD_BENCH_TILES at the paper's shape on an H100, the same
- * tile with K-step 32; docs/tensor_cores.md).
+ * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 32, one copy (the
+ * fastest of TC_FORWARD_BENCH_TILES at the paper's shape: 3% ahead of K-step 16 on an H100 with
+ * Dawn's robustness, 10% on an H200 without it; docs/tensor_cores.md).
  */
-export const TC_FORWARD_TILE: TcTile = TC_TILE_128X256_K16;
+export const TC_FORWARD_TILE: TcTile = TC_TILE_128X256_K32;
 /** The emulation's tile (tests on software adapters: 32 KiB of workgroup memory). */
 export const TC_FORWARD_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 

@@ -9,6 +9,7 @@
  * @module
  */
 import type { GpuContext } from "../../gpu/context.ts";
+import { isDawn } from "../../gpu/engine.ts";
 
 /** The subgroup-matrix shape of one multiply-accumulate: left M×K, right K×N, result M×N. */
 export interface MmaShape {
@@ -75,8 +76,10 @@ export const STAGE_PAD = 8;
 export const TC_TILE_128: TcTile = { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true };
 /** 128×256, 2×4 subgroups of 4×4 matrices, K-step 16, double-buffered. */
 export const TC_TILE_128X256: TcTile = { sgRows: 2, sgCols: 4, mt: 4, nt: 4, bk: 16, dbuf: true };
-/** 128×256, 2×4 subgroups of 4×4 matrices, K-step 16, one copy: the fused forward's and filter's. */
+/** 128×256, 2×4 subgroups of 4×4 matrices, K-step 16, one copy: the baseline's split products. */
 export const TC_TILE_128X256_K16: TcTile = { ...TC_TILE_128X256, dbuf: false };
+/** 128×256, 2×4 subgroups of 4×4 matrices, K-step 32, one copy: the fused forward's and filter's. */
+export const TC_TILE_128X256_K32: TcTile = { ...TC_TILE_128X256, bk: 32, dbuf: false };
 /** 64×64, 2×2 subgroups of 2×2 matrices: small problems. */
 export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 32, dbuf: true };
 
@@ -120,7 +123,7 @@ export function tcSupport(ctx: GpuContext): TcSupport {
   if (!ctx.adapter) {
     return { ...base, reason: "the context has no adapter to read its subgroup sizes from" };
   }
-  if (ctx.engine !== "dawn") {
+  if (!isDawn(ctx.engine)) {
     return {
       ...base,
       reason: "tensor cores need Dawn's subgroup-matrix extension (--webgpu dawn, " +
@@ -174,7 +177,7 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128_1x4sg_8x2: { sgRows: 1, sgCols: 4, mt: 8, nt: 2, bk: 32, dbuf: true },
   t128x256_k16_db: TC_TILE_128X256,
   t128x256_k16: TC_TILE_128X256_K16,
-  t128x256_k32: { ...TC_TILE_128X256, bk: 32, dbuf: false },
+  t128x256_k32: TC_TILE_128X256_K32,
   t256x128_k16_db: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 16, dbuf: true },
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
