@@ -1,0 +1,17 @@
+import assert from "node:assert/strict";
+import type { GpuContext } from "../gpu/context.ts";
+import { benchConfig } from "./fused_backward_configs.ts";
+
+Deno.test("fused backward bench: bt<TPT>x<VPT>k<BK>w<W> names the backward tile's thread shape", () => {
+  const ctx = {} as GpuContext;
+  assert.deepEqual(benchConfig("bt4x8k16w2")!(ctx).kernels?.backward?.tile, {
+    tokens: 128,
+    vocab: 64,
+    bk: 16,
+    tokensPerThread: 4,
+    vocabPerThread: 8,
+    gradWiden: 2,
+  });
+  assert.equal(benchConfig("bt8x8k8w1")!(ctx).kernels?.backward?.tile?.bk, 8);
+  for (const bad of ["bt8x8k16w3", "bt8x8k16", "bt8x8"]) assert.equal(benchConfig(bad), undefined);
+});
