@@ -1,11 +1,12 @@
 /**
  * The WebGPU implementation a context runs on: `deno`, Deno's built-in WebGPU (wgpu, also
- * Firefox's), or `dawn`, Chrome's WebGPU from the npm package `webgpu` made by the Dawn team,
- * loaded only when asked for (it needs `--allow-ffi`).
+ * Firefox's), `dawn`, Chrome's WebGPU from the npm package `webgpu` made by the Dawn team,
+ * loaded only when asked for (it needs `--allow-ffi`), or `dawn-unchecked`, Dawn with its
+ * robustness off ({@link DAWN_UNCHECKED_TOGGLE}).
  *
- * Dawn's instance is created once per process with one set of toggles (see
- * {@link DAWN_INSTANCE_TOGGLES}): a second `enable-dawn-features=` entry would replace the first,
- * so every enabled toggle is in one entry. Loading Dawn also bounds the cost of its event polling
+ * Each Dawn engine's instance is created once per process with one set of toggles (see
+ * {@link dawnToggles}): a second `enable-dawn-features=` entry would replace the first, so every
+ * enabled toggle is in one entry. Loading Dawn also bounds the cost of its event polling
  * ({@link throttleDawnPolling}), and its adapter request keeps two known notices off stderr
  * ({@link DAWN_NOTICE}). docs/engines.md tells why.
  * @module
@@ -59,10 +60,8 @@ export const DAWN_UNCHECKED_TOGGLE = "disable_robustness";
 /** The toggles of a Dawn engine's instance (every enabled one in one entry). */
 export function dawnToggles(engine: Engine): string[] {
   const [enable, ...rest] = DAWN_INSTANCE_TOGGLES;
-  return engine === "dawn-unchecked" ? [`${enable},${DAWN_UNCHECKED_TOGGLE}`, ...rest] : [
-    enable,
-    ...rest,
-  ];
+  const extra = engine === "dawn-unchecked" ? `,${DAWN_UNCHECKED_TOGGLE}` : "";
+  return [enable + extra, ...rest];
 }
 
 /** The engine named by the environment (LCE_WEBGPU), default `deno`. */
@@ -80,7 +79,8 @@ export function engineFromEnv(): Engine {
 /** `value` as an engine, or an InputError naming `what` and the choices. */
 export function parseEngine(value: string, what = "--webgpu"): Engine {
   if ((ENGINES as readonly string[]).includes(value)) return value as Engine;
-  throw new InputError(`${what} must be deno, dawn or dawn-unchecked, got '${value}'`);
+  const choices = `${ENGINES.slice(0, -1).join(", ")} or ${ENGINES[ENGINES.length - 1]}`;
+  throw new InputError(`${what} must be ${choices}, got '${value}'`);
 }
 
 /** A loaded engine: its GPU object and the words reports use for it. */

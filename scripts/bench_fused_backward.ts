@@ -1,7 +1,7 @@
 /**
  * `deno run -A scripts/bench_fused_backward.ts [--fixture cce|llm] [--n N --v V --d D]
  * [--dtype bf16|f16|f32] [--beta B] [--reps R] [--warmup W] [--configs a,b,…]
- * [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the fused
+ * [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]`: the fused
  * backward's configurations side by side, with the per-pass breakdown (GPU ms from timestamp
  * queries, median over R reps after W warm-ups; each rep's forward runs untimed before it), the
  * kept tiles and the peak bytes above the inputs and the forward's state. The configurations

@@ -10,7 +10,7 @@
  *
  *   ./dev task beta-curve [--betas 0,0.05,0.1,0.2,0.3] [--n 10240]
  *     [--held-out 2048] [--v 256] [--d 64] [--seed 0] [--steps 300] [--lr 0.1] [--batch 128]
- *     [--bins 15] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn]
+ *     [--bins 15] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]
  *
  * Writes OUT/beta_curve.svg (held-out ECE, NLL and entropy gap against β, before and after
  * temperature scaling) and OUT/beta_curve.json (settings, adapter, one row per β and the initial

@@ -9,7 +9,7 @@
  *
  * Options: [--beta B] [--softcap S] [--bins M] [--dtype bf16|f16|f32] [--ignore-index I]
  * [--temperature T] [--fit-temperature] [--json FILE] [--out DIR [--name NAME]] [--adapter
- * auto|software|hardware] [--webgpu deno|dawn]. Prints the metrics and the non-empty bins, then
+ * auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]. Prints the metrics and the non-empty bins, then
  * entropy calibration (mean entropy against mean NLL, overall and per confidence bin); every
  * statistic is of the logits divided by T (default 1; calibration/temperature.ts: the fused forward
  * on E/T, softcap s/T). --fit-temperature also finds the NLL-optimal T* (one fused forward per

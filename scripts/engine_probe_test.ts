@@ -32,7 +32,10 @@ Deno.test("engine-probe: both engines in one run, a row per engine and method, u
     }
     const bad = await runScript("scripts/engine_probe.ts", ["--engines", "deno,chrome"]);
     assert.equal(bad.code, 2);
-    assert.match(bad.stderr, /^error: --engines entries must be deno or dawn, got 'chrome'$/m);
+    assert.match(
+      bad.stderr,
+      /^error: --engines entries must be deno, dawn or dawn-unchecked, got 'chrome'$/m,
+    );
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -1,6 +1,6 @@
 /**
  * `./dev run -A scripts/fuzz.ts [--cases N] [--seed S] [--method NAME] [--max-dim D]
- * [--max-work W] [--verbose] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the shape
+ * [--max-work W] [--verbose] [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]`: the shape
  * fuzzer of testing/fuzz.ts run for longer than CI does.
  * Case i has seed S + i; every failure prints its seed, the whole case, what differed and the
  * command that replays it (`--seed S --cases 1`). Ends with `N passed, F failed` (and the skipped

@@ -1,6 +1,6 @@
 /**
  * `./dev task gate [--update] [--baseline FILE] [--suite ci|tiny] [--methods a,b] [--rounds R]
- * [--out FILE] [--adapter auto|software|hardware] [--webgpu deno|dawn] [--resume FILE]`: the
+ * [--out FILE] [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked] [--resume FILE]`: the
  * regression gate (measure/gate.ts).
  *
  * Measures the suite on every method of the registry and compares with the committed baseline of

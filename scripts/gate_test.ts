@@ -97,7 +97,10 @@ Deno.test("gate script: bad flags and bad baselines exit 2 with one line", async
       [["--baseline", join(dir, "missing.json")], /^error: cannot read baseline .*missing\.json/],
       [["--baseline", notJson], /^error: baseline .*bad\.json is not JSON/],
       [["--baseline", other], /^error: baseline .*other\.json: version must be 1, got 2$/],
-      [["--webgpu", "metal"], /^error: --webgpu must be deno or dawn, got 'metal'$/],
+      [
+        ["--webgpu", "metal"],
+        /^error: --webgpu must be deno, dawn or dawn-unchecked, got 'metal'$/,
+      ],
       [
         ["--suite", "tiny", "--methods", "baseline", "--baseline", anotherN],
         /^error: the run and the baseline have no result in common, so nothing can be compared: run 1 \(e\.g\. cce 24x130x16 bf16 baseline β=0\.1\), baseline 1 \(e\.g\. cce 25x130x16/,

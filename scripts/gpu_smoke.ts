@@ -1,5 +1,5 @@
 /**
- * `./dev task gpu-smoke [--n N --v V --d D --dtype bf16] [--adapter …] [--webgpu deno|dawn]`: a
+ * `./dev task gpu-smoke [--n N --v V --d D --dtype bf16] [--adapter …] [--webgpu deno|dawn|dawn-unchecked]`: a
  * quick health check of a GPU host: prints the adapter and its f32 FMA peak through WGSL (gpu/busy_load.ts's
  * register-only loop: the ceiling of every kernel here), then times the plain generated matmul (logits = E·Cᵀ into sharded
  * f32) for each GEMM tile, and one baseline forward+backward, at the given shape (default the

@@ -1,7 +1,7 @@
 /**
  * `./dev task lce --e E.npy --c C.npy --targets T.npy --out DIR [--method NAME] [--beta B]
  * [--softcap S] [--reduction mean|sum|none] [--ignore-index I] [--dtype bf16|f16|f32]
- * [--grad-output G] [--adapter auto|software|hardware] [--webgpu deno|dawn]`: the loss and both
+ * [--grad-output G] [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]`: the loss and both
  * gradients of the user's own tensors with one method, written as float32 `loss.npy`, `dE.npy`,
  * `dC.npy` into DIR.
  *

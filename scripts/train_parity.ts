@@ -9,7 +9,7 @@
  *
  *   ./dev task train-parity [--n 10240] [--held-out 2048] [--v 256] [--d 64]
  *     [--seed 0] [--steps 300] [--lr 0.1] [--batch 128] [--beta 0.1] [--train-e] [--bins 15]
- *     [--tol 1e-5] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn]
+ *     [--tol 1e-5] [--out out] [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]
  *
  * Writes OUT/train_parity_loss.svg (loss, gradient norms and their relative difference per step),
  * OUT/train_parity_loss.json (the curves), OUT/train_parity_calibration.svg (held-out reliability

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { writeNpy } from "../io/npy.ts";
 import { runScript } from "../testing/run_script.ts";
 
-/** Every command that opens a device: each takes `--webgpu deno|dawn` (env LCE_WEBGPU). */
+/** Every command that opens a device: each takes `--webgpu deno|dawn|dawn-unchecked` (env LCE_WEBGPU). */
 const DEVICE_SCRIPTS = [
   "scripts/table3.ts",
   "scripts/sweep.ts",
