@@ -13,13 +13,19 @@
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
- * - any `bt<TPT>x<VPT>k<BK>w<W>`: the backward tile (128 tokens × 64 vocabulary entries, the
- *   mask's) with TPT tokens × VPT vocabulary entries a thread, K-step BK and gradWiden W.
+ * - any `bt<TPT>x<VPT>k<BK>w<W>[-kgwide]`: the backward tile (128 tokens × 64 vocabulary entries,
+ *   the mask's) with TPT tokens × VPT vocabulary entries a thread, K-step BK and gradWiden W; with
+ *   `-kgwide` the `kept g` pass keeps the thread shape it has with BACKWARD_TILE_WIDE, so that
+ *   only the dC pass (and the per-tile dE pass, unused with the gathered dE) changes.
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
 import { type GemmTile, TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
-import { BACKWARD_TILE_WIDE, defaultBackwardTile } from "../kernels/fused/backward_plan.ts";
+import {
+  BACKWARD_TILE_WIDE,
+  backwardGemmTiles,
+  defaultBackwardTile,
+} from "../kernels/fused/backward_plan.ts";
 import type { FusedKernelOptions, FusedVariant } from "../methods/fused.ts";
 import { withLayout } from "./gemm_layouts.ts";
 
@@ -75,11 +81,13 @@ export function benchConfig(name: string): ((ctx: GpuContext) => BenchConfig) | 
   if (BENCH_CONFIGS[name]) return BENCH_CONFIGS[name];
   const m = /^s(\d+)r(\d+)$/.exec(name);
   if (m) return () => backward({ dESplits: Number(m[1]), dERowSlices: Number(m[2]) });
-  const b = /^bt(\d+)x(\d+)k(\d+)w([12])$/.exec(name);
+  const b = /^bt(\d+)x(\d+)k(\d+)w([12])(-kgwide)?$/.exec(name);
   if (b) {
-    const [tokensPerThread, vocabPerThread, bk, gradWiden] = b.slice(1).map(Number);
+    const [tokensPerThread, vocabPerThread, bk, gradWiden] = b.slice(1, 5).map(Number);
     const tile = { tokens: 128, vocab: 64, bk, tokensPerThread, vocabPerThread, gradWiden };
-    return () => backward({ tile });
+    if (!b[5]) return () => backward({ tile });
+    const keptTile = { ...backwardGemmTiles(BACKWARD_TILE_WIDE).dE, stage2d: true };
+    return () => backward({ tile, dEGather: { keptTile } });
   }
   const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
   if (!g) return undefined;
