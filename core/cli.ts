@@ -155,7 +155,8 @@ export function parseList(label: string, value: string): string[] {
   return items;
 }
 
-function _choices(xs: readonly string[]): string {
+/** Choices as usage lines and errors list them: `a`, `a or b`, `a, b or c`. */
+export function choiceList(xs: readonly string[]): string {
   return xs.length === 1 ? xs[0] : `${xs.slice(0, -1).join(", ")} or ${xs[xs.length - 1]}`;
 }
 
@@ -312,7 +313,7 @@ export class Command<F extends Record<string, FlagDef>> {
       else if (d.type === "number") values[name] = parseNumberValue(label, s, d);
       else {
         if (d.choices && !d.choices.includes(s)) {
-          throw new InputError(`${label} must be ${_choices(d.choices)}, got '${s}'`);
+          throw new InputError(`${label} must be ${choiceList(d.choices)}, got '${s}'`);
         }
         if (s === "") throw new InputError(`${label} must not be empty`);
         values[name] = s;

@@ -14,6 +14,7 @@
 import v8 from "node:v8";
 import vm from "node:vm";
 import { GpuError, InputError } from "../core/errors.ts";
+import { choiceList } from "../core/cli.ts";
 
 /**
  * A WebGPU implementation: `deno`, `dawn`, or `dawn-unchecked`, Dawn with its robustness off
@@ -79,8 +80,7 @@ export function engineFromEnv(): Engine {
 /** `value` as an engine, or an InputError naming `what` and the choices. */
 export function parseEngine(value: string, what = "--webgpu"): Engine {
   if ((ENGINES as readonly string[]).includes(value)) return value as Engine;
-  const choices = `${ENGINES.slice(0, -1).join(", ")} or ${ENGINES[ENGINES.length - 1]}`;
-  throw new InputError(`${what} must be ${choices}, got '${value}'`);
+  throw new InputError(`${what} must be ${choiceList(ENGINES)}, got '${value}'`);
 }
 
 /** A loaded engine: its GPU object and the words reports use for it. */
@@ -101,8 +101,14 @@ export interface LoadedEngine {
  * reports without one are wgpu.
  */
 export function engineName(engine: Engine | undefined): string {
-  return engine === "dawn" ? "Dawn" : engine === "dawn-unchecked" ? "Dawn, robustness off" : "wgpu";
+  return _ENGINE_NAMES[engine ?? "deno"];
 }
+
+const _ENGINE_NAMES: Record<Engine, string> = {
+  deno: "wgpu",
+  dawn: "Dawn",
+  "dawn-unchecked": "Dawn, robustness off",
+};
 
 /**
  * A line Dawn's native code prints to stderr when it first enumerates a Vulkan adapter that

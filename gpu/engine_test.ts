@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { InputError } from "../core/errors.ts";
+import { WEBGPU_FLAG } from "../core/cli.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import {
   captureStderr,
@@ -11,6 +12,7 @@ import {
   deviceSummary,
   engineFromEnv,
   engineName,
+  ENGINES,
   isDawn,
   parseEngine,
 } from "./engine.ts";
@@ -176,4 +178,8 @@ Deno.test("engine: dawn-unchecked adds disable_robustness to the one enable entr
   assert.deepEqual(t.slice(1), DAWN_INSTANCE_TOGGLES.slice(1));
   assert.ok(!DAWN_INSTANCE_TOGGLES.join(",").includes(DAWN_UNCHECKED_TOGGLE));
   assert.ok(isDawn("dawn") && isDawn("dawn-unchecked") && !isDawn("deno") && !isDawn(undefined));
+});
+
+Deno.test("engine: the --webgpu flag offers exactly the engines, in their order", () => {
+  assert.deepEqual([...WEBGPU_FLAG.choices], [...ENGINES]);
 });

@@ -265,7 +265,7 @@ export const reportSlug = adapterSlug;
  * always had), `_dawn` for Dawn, `_dawn-unchecked` for Dawn with its robustness off.
  */
 export function engineTag(engine: Engine | undefined): string {
-  return engine === "dawn" ? "_dawn" : engine === "dawn-unchecked" ? "_dawn-unchecked" : "";
+  return engine === undefined || engine === "deno" ? "" : `_${engine}`;
 }
 
 /** `table3_<adapter-slug>[_dawn]_<n>x<v>x<d>_<dtype>` for a report. */

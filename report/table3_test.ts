@@ -8,6 +8,7 @@ import { CSV_COLUMNS, formatCsv } from "./table3_csv.ts";
 import { writeReport } from "./table3_files.ts";
 import { testReportEnv } from "../testing/report_env.ts";
 import {
+  engineTag,
   filterNotes,
   formatCell,
   formatMarkdown,
@@ -415,4 +416,11 @@ Deno.test("table3 markdown: each row's arithmetic, and ratios to PyTorch rows of
   // without fp32 rows there is no such section
   r.external.rows = r.external.rows.slice(0, 1);
   assert.doesNotMatch(formatMarkdown(r), /Same arithmetic/);
+});
+
+Deno.test("table3: file names add the engine but for Deno's own (the names reports always had)", () => {
+  assert.deepEqual(
+    [undefined, "deno", "dawn", "dawn-unchecked"].map((e) => engineTag(e as never)),
+    ["", "", "_dawn", "_dawn-unchecked"],
+  );
 });

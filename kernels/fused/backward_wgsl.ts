@@ -3,11 +3,37 @@
  * kernels/fused/kept_tiles.ts): the logits product of a tile, the per-lane
  * token and vocabulary values, and the unweighted gradient g = p·f' + (β/|V|)(z/s)² that the
  * filter tests and the tile passes multiply by w_n. Each piece decides one switch, so the two
- * passes cannot drift apart.
+ * passes cannot drift apart. Also how a pass that sets tile-mask bits sets and counts them
+ * (the filter, the map filter, the order decision's sorted mask).
  * @module
  */
 import type { Dtype, LceOptions } from "../../core/options.ts";
 import { type AccSlot, gemmMainloop, type GemmTile } from "../gemm_codegen.ts";
+
+/**
+ * WGSL setting bit `mi` (a u32 expression) of the tile mask `mask`: one bit per (token tile, vocab
+ * tile), an integer atomicOr since workgroups share words.
+ */
+export function setMaskBitWgsl(mask: string, mi: string): string {
+  return `atomicOr(&${mask}[${mi} >> 5u], 1u << (${mi} & 31u));`;
+}
+
+/**
+ * A workgroup's kept-tile count: `decl` (zeroed by `lid` 0 before a barrier), `keep` (a tile kept:
+ * its bit `mi` of `mask` set and counted) and `flush` (after a barrier, one integer atomicAdd of
+ * the count into counter[index]), so the statistics cost one storage atomic a workgroup.
+ */
+export const TILE_COUNT = {
+  decl: "var<workgroup> s_count: atomic<u32>;",
+  keep: (mask: string, indent: string) =>
+    `${setMaskBitWgsl(mask, "mi")}\n${indent}atomicAdd(&s_count, 1u);`,
+  flush: (index: number) =>
+    `workgroupBarrier();
+  if (lid == 0u) {
+    let k = atomicLoad(&s_count);
+    if (k != 0u) { atomicAdd(&counter[${index}], k); }
+  }`,
+};
 
 /** One value per distinct row or column of a tile's accumulator slots. */
 export interface Lane {

@@ -63,6 +63,7 @@ import {
   laneValues,
   logitsMainloop,
   rowKey,
+  setMaskBitWgsl,
   tileLanes,
 } from "./backward_wgsl.ts";
 import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
@@ -258,7 +259,7 @@ function _keptTilesFlush(s: _FlushShape, any = "s_any"): string {
         let bit = (flags >> (a * ${s.subV}u + b)) & 1u;
         if (bit != 0u) {
           let mi = (P.tBase + (ts - P.tS) / ${s.TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${s.VT}u;
-          atomicOr(&mask[mi >> 5u], 1u << (mi & 31u));
+          ${setMaskBitWgsl("mask", "mi")}
         }
         kept += bit;
       }

@@ -363,9 +363,10 @@ export async function prepareFusedForward(
   const colsum: PreparedColumnSum | undefined = smoothing === "identity"
     ? await prepareColumnSum(ctx, { dtype: spec.dtype })
     : undefined;
+  const mapTile = forwardMapTile(tile);
   return {
     tile,
-    mapTile: forwardMapTile(tile),
+    mapTile,
     smoothing,
     vocabSplits: splits,
     roundRows: p.roundRows,
@@ -383,7 +384,7 @@ export async function prepareFusedForward(
       const map = a.tileMax
         ? {
           buffer: a.tileMax.shards[0].buffer,
-          layout: checkTileMap(a.tileMax, a.e, a.c, forwardMapTile(tile)),
+          layout: checkTileMap(a.tileMax, a.e, a.c, mapTile),
         }
         : undefined;
       if (map) rec.clear(map.buffer);

@@ -10,6 +10,7 @@
 import type { TrackedBuffer } from "../../gpu/context.ts";
 import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 import type { BackwardTile } from "./backward_plan.ts";
+import { TILE_COUNT } from "./backward_wgsl.ts";
 import type { FilterRecordOptions } from "./filter.ts";
 
 /**
@@ -47,7 +48,7 @@ export const ORDER_SELECT_SIG = signature({
  */
 export function sortedMaskWgsl(tile: BackwardTile): string {
   return `${SORTED_MASK_SIG.wgsl}
-var<workgroup> s_count: atomic<u32>;
+${TILE_COUNT.decl}
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   if (lid == 0u) { atomicStore(&s_count, 0u); }
@@ -64,15 +65,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     if (kept) {
       let mi = r * P.vTotal + P.vBase + j;
-      atomicOr(&maskS[mi >> 5u], 1u << (mi & 31u));
-      atomicAdd(&s_count, 1u);
+      ${TILE_COUNT.keep("maskS", "      ")}
     }
   }
-  workgroupBarrier();
-  if (lid == 0u) {
-    let k = atomicLoad(&s_count);
-    if (k != 0u) { atomicAdd(&counter[1], k); }
-  }
+  ${TILE_COUNT.flush(1)}
 }
 `;
 }

@@ -57,6 +57,7 @@ import type { LceOptions } from "../../core/options.ts";
 import { f32Lit } from "../wgsl_common.ts";
 import type { AccSlot, GemmTile } from "../gemm_codegen.ts";
 import { tree } from "./forward_epilogue.ts";
+import { TILE_COUNT } from "./backward_wgsl.ts";
 import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 
 /** Vocabulary columns of a map entry where the forward tile is wider ({@link tileMapWidth}). */
@@ -304,7 +305,7 @@ const SLACK_ABS: f32 = ${f32Lit(MAP_SLACK_ABS)};
 const SLACK_REL: f32 = ${f32Lit(MAP_SLACK_REL)};
 ${MAP_FILTER_SIG.wgsl}
 var<workgroup> s_lmin: atomic<u32>;
-var<workgroup> s_count: atomic<u32>;
+${TILE_COUNT.decl}
 ${TILE_MAP_KEY_WGSL}
 @compute @workgroup_size(${MAP_FILTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -341,15 +342,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     }
     if (keep) {
       let mi = (P.tBase + wg.y) * P.vTotal + P.vBase + j;
-      atomicOr(&mask[mi >> 5u], 1u << (mi & 31u));
-      atomicAdd(&s_count, 1u);
+      ${TILE_COUNT.keep("mask", "      ")}
     }
   }
-  workgroupBarrier();
-  if (lid == 0u) {
-    let k = atomicLoad(&s_count);
-    if (k != 0u) { atomicAdd(&counter[0], k); }
-  }
+  ${TILE_COUNT.flush(0)}
 }
 `;
 }
