@@ -119,8 +119,6 @@ export const TC_FORWARD_BENCH_TILES: Record<string, TcTile> = {
   f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
   f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
-  f128x256_k32_sp: { ...TC_FORWARD_TILE, spread: true },
-  f128_k32_sp: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, spread: true },
 };
 
 /** The tensor-core fused forward (β = 0.1, mean) on `x`, ready to record; `done` frees it. */

@@ -307,20 +307,7 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
     // staging element of the vector's j-th value
     const at = (j: number) =>
       alongK ? `vr * ${s.stride}u + vk + ${j}u` : `vk * ${s.stride}u + vr + ${j}u`;
-    const shift = t.spread ? _spreadShift(s, t, w, o.sgSize, threads) : undefined;
     out.stashes.push((copy) => {
-      if (shift !== undefined) {
-        return `if (${guard}) { ${pos} let rq = (${idx} >> ${shift}u) & ${w / 2 - 1}u;\n      ${
-          _spreadStash(
-            o,
-            s,
-            reg,
-            copy,
-            w,
-            alongK ? `vr * ${s.stride}u + vk` : `vk * ${s.stride}u + vr`,
-          )
-        } }`;
-      }
       const lines: string[] = [];
       if (direct) {
         for (let q = 0; q < 4; q++) {
@@ -346,98 +333,6 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
     });
   }
   return out;
-}
-
-/**
- * The rotation of a side's spread stores ({@link TcTile.spread}): the pair a lane stores in its
- * s-th store instruction is (s + (idx >> shift)) mod pairs, idx its vector's index. The shift
- * (0–4) that gives the fewest distinct words on one bank in any instruction of any subgroup,
- * found by counting, or undefined where no rotation beats none.
- */
-function _spreadShift(s: _Side, t: TcTile, w: number, sgSize: number, threads: number) {
-  const pairs = w / 2,
-    count = (s.rows * t.bk) / w,
-    per = s.op.contig === "k" ? t.bk / w : s.rows / w;
-  const word = (idx: number, q: number) => {
-    const a = Math.floor(idx / per), b = (idx % per) * w;
-    return ((a * s.stride + b + 2 * q) >> 1) >>> 0;
-  };
-  const worst = (shift: number | undefined) => {
-    let most = 0;
-    for (let i0 = 0; i0 < Math.min(count, threads * 4); i0 += sgSize) {
-      for (let st = 0; st < pairs; st++) {
-        const banks = new Map<number, Set<number>>();
-        for (let idx = i0; idx < Math.min(count, i0 + sgSize); idx++) {
-          const q = shift === undefined ? st : (st + (idx >> shift)) % pairs;
-          const wd = word(idx, q);
-          const set = banks.get(wd % 32) ?? new Set<number>();
-          set.add(wd);
-          banks.set(wd % 32, set);
-        }
-        for (const v of banks.values()) most = Math.max(most, v.size);
-      }
-    }
-    return most;
-  };
-  let best: number | undefined, bestWorst = worst(undefined);
-  for (let shift = 0; shift <= 4; shift++) {
-    const c = worst(shift);
-    if (c < bestWorst) [best, bestWorst] = [shift, c];
-  }
-  return best;
-}
-
-/**
- * The spread stash of one 16-byte register (`rq` its lane's rotation, `base` the staging element
- * of its first value): store instruction st takes the register's pair q = (st + rq) mod pairs,
- * picked by selects (no dynamic register indexing), converted and stored as the plain stash would.
- */
-function _spreadStash(
-  o: TcMainloopOptions,
-  s: _Side,
-  reg: string,
-  copy: number,
-  w: number,
-  base: string,
-): string {
-  const pairs = w / 2, lines: string[] = [];
-  const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
-  for (let st = 0; st < pairs; st++) {
-    const q = `q${st}`;
-    lines.push(`let ${q} = (${st}u + rq) & ${pairs - 1}u;`);
-    let x: string;
-    if (s.op.dtype === "f32") {
-      x = `select(${reg}.xy, ${reg}.zw, ${q} == 1u)`;
-    } else {
-      const wd = `w${st}`;
-      lines.push(
-        `let ${wd} = select(select(${reg}.x, ${reg}.y, ${q} == 1u), select(${reg}.z, ${reg}.w, ${q} == 3u), ${q} >= 2u);`,
-      );
-      if (direct) {
-        const pair = o.mode === "emulated"
-          ? `vec2<f16>(unpack2x16float(${wd}))`
-          : `bitcast<vec2<f16>>(${wd})`;
-        const i0 = _el(s, copy, `${base} + 2u * ${q}`),
-          i1 = _el(s, copy, `${base} + 2u * ${q} + 1u`);
-        lines.push(`let d${st} = ${pair}; ${s.arr}[${i0}] = d${st}.x; ${s.arr}[${i1}] = d${st}.y;`);
-        continue;
-      }
-      x = s.op.dtype === "f16"
-        ? `unpack2x16float(${wd})`
-        : `vec2<f32>(bitcast<f32>(${wd} << 16u), bitcast<f32>(${wd} & 0xffff0000u))`;
-    }
-    const v = s.scale ? `(${x} * ${s.scale})` : x;
-    lines.push(
-      _storePair(
-        s,
-        v,
-        _el(s, copy, `${base} + 2u * ${q}`),
-        _el(s, copy, `${base} + 2u * ${q} + 1u`),
-        `${st}`,
-      ),
-    );
-  }
-  return lines.join("\n      ");
 }
 
 /** Scalar loads: one element per load, (rows·bk)/threads per thread and K-step. */

@@ -94,36 +94,3 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
     false,
   ]);
 });
-
-Deno.test(
-  "tc matmul (emulated): spread staging stores, three layouts and dtypes",
-  EMULATE,
-  async () => {
-    const sp2x1 = { ...T_2X1, spread: true }, sp1x2 = { ...T_1X2, spread: true };
-    const ect = {
-      tile: sp2x1,
-      aDtype: "bf16",
-      bDtype: "bf16",
-      aTrans: false,
-      bTrans: false,
-    } as const;
-    await check(ctx0, { kernel: ect, m: 70, n: 45, k: 40, sa: 3e4, sb: 1e-5, seed: 11 }, [
-      true,
-      true,
-    ]);
-    const gte = {
-      tile: sp1x2,
-      aDtype: "f32",
-      bDtype: "bf16",
-      aTrans: true,
-      bTrans: true,
-      split: true,
-    } as const;
-    await check(ctx0, { kernel: gte, m: 66, n: 72, k: 99, sa: 1e-4, seed: 12 });
-    const gc = { tile: sp1x2, aDtype: "f32", bDtype: "f16", aTrans: false, bTrans: true } as const;
-    await check(ctx0, { kernel: gc, m: 21, n: 17, k: 48, accumulate: true, splitK: 2, seed: 13 }, [
-      true,
-      false,
-    ]);
-  },
-);

@@ -37,14 +37,6 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
-  /**
-   * Spread staging stores: each lane stores its 16-byte vector's pairs of halves in a rotated
-   * order (rotation from its vector index), so the 2-byte stores of one subgroup instruction fall
-   * on distinct banks of workgroup memory instead of 4 lanes a bank (the rows start 16 bytes
-   * apart, so without it every lane of an instruction writes the same offset of its 16 bytes).
-   * Vector loads only; the staged values and their places are the same.
-   */
-  spread?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -103,7 +95,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.spread ? " spread" : ""}`;
+  }`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -190,11 +182,6 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
-  t128_k32_db_sp: { ...TC_TILE_128, spread: true },
-  t128_k32_sp: { ...TC_TILE_128, dbuf: false, spread: true },
-  t128x256_k32_sp: { ...TC_TILE_128X256_K32, spread: true },
-  t128x256_k16_db_sp: { ...TC_TILE_128X256, spread: true },
-  t128x256_k16_sp: { ...TC_TILE_128X256_K16, spread: true },
 };
 
 /**
