@@ -16,7 +16,9 @@
  * - any `bt<TPT>x<VPT>k<BK>w<W>[-kgwide]`: the backward tile (128 tokens × 64 vocabulary entries,
  *   the mask's) with TPT tokens × VPT vocabulary entries a thread, K-step BK and gradWiden W; with
  *   `-kgwide` the `kept g` pass keeps the thread shape it has with BACKWARD_TILE_WIDE, so that
- *   only the dC pass (and the per-tile dE pass, unused with the gathered dE) changes.
+ *   only the dC pass (and the per-tile dE pass, unused with the gathered dE) changes
+ *   (`bt4x8k16w2-kgwide` is `ours` on the WIDE tile; `bt8x4k16w2` is the WIDE tile before its dC
+ *   pass took 4×8, BackwardTile.dCThreads).
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";

@@ -75,6 +75,12 @@ export interface BackwardTile {
    * accumulators and a larger shader (slow to compile on software adapters).
    */
   gradWiden?: number;
+  /**
+   * The dC pass's elements a thread (vocabulary entries × tokens, each a multiple of 4, the same
+   * thread count) where they differ from the tile's; the other passes keep
+   * tokensPerThread × vocabPerThread.
+   */
+  dCThreads?: { vocab: number; tokens: number };
 }
 
 /** 64×64, 256 threads of 4×4, K-step 8 (small shaders): 20.3 KiB of workgroup memory. */
@@ -87,7 +93,9 @@ export const BACKWARD_TILE_SMALL: BackwardTile = {
 };
 /**
  * 128 tokens × 64 vocab, 256 threads of 8×4, gradient products 8×8 per thread: needs 44.5 KiB of
- * workgroup memory.
+ * workgroup memory. The dC pass takes 4 tokens × 8 vocabulary entries a thread (its products
+ * 8×8): 5% faster there than 8×4 on an H200, while the kept g pass is faster on 8×4
+ * (docs/performance.md).
  */
 export const BACKWARD_TILE_WIDE: BackwardTile = {
   tokens: 128,
@@ -96,6 +104,7 @@ export const BACKWARD_TILE_WIDE: BackwardTile = {
   tokensPerThread: 8,
   vocabPerThread: 4,
   gradWiden: 2,
+  dCThreads: { vocab: 8, tokens: 4 },
 };
 /** 128×128, 256 threads of 8×8 (the forward's tile): needs 80 KiB of workgroup memory. */
 export const BACKWARD_TILE_LARGE: BackwardTile = {
@@ -109,9 +118,10 @@ export const BACKWARD_TILE_LARGE: BackwardTile = {
 
 /** The GEMM tiles of the two passes: dE has tokens as rows, dC has vocabulary entries as rows. */
 export function backwardGemmTiles(bt: BackwardTile): { dE: GemmTile; dC: GemmTile } {
+  const c = bt.dCThreads ?? { vocab: bt.vocabPerThread, tokens: bt.tokensPerThread };
   return {
     dE: { bm: bt.tokens, bn: bt.vocab, bk: bt.bk, tm: bt.tokensPerThread, tn: bt.vocabPerThread },
-    dC: { bm: bt.vocab, bn: bt.tokens, bk: bt.bk, tm: bt.vocabPerThread, tn: bt.tokensPerThread },
+    dC: { bm: bt.vocab, bn: bt.tokens, bk: bt.bk, tm: c.vocab, tn: c.tokens },
   };
 }
 
@@ -178,7 +188,8 @@ export function dESliceTile(bt: BackwardTile, slices: number): BackwardTile {
   if (slices === 1) return bt;
   const tokens = bt.tokens / slices;
   const tokensPerThread = Math.max(4, bt.tokensPerThread / slices);
-  const s = { ...bt, tokens, tokensPerThread };
+  const { dCThreads: _dC, ...rest } = bt; // the slice is the dE pass's alone
+  const s = { ...rest, tokens, tokensPerThread };
   const ok = Number.isInteger(tokens) && Number.isInteger(tokensPerThread) &&
     tokens % tokensPerThread === 0;
   try {

@@ -3,6 +3,7 @@ import { resolveOptions } from "../../core/options.ts";
 import {
   BACKWARD_TILE_SMALL,
   BACKWARD_TILE_WIDE,
+  backwardGemmTiles,
   type BackwardTile,
   defaultDERowSlices,
   defaultDESplits,
@@ -20,10 +21,18 @@ Deno.test("fused backward plan: default splits and row slices", () => {
   assert.equal(defaultDERowSlices(paper, BACKWARD_TILE_WIDE, 1), 4);
   assert.equal(defaultDERowSlices(paper, BACKWARD_TILE_WIDE, 4), 1);
   assert.equal(defaultDERowSlices({ n: 70, v: 257, d: 33 }, BACKWARD_TILE_SMALL, 1), 4);
+  // the dE pass's slice: the dC pass's thread shape is not the slice's
   assert.deepEqual(dESliceTile(BACKWARD_TILE_WIDE, 4), {
-    ...BACKWARD_TILE_WIDE,
     tokens: 32,
+    vocab: 64,
+    bk: 16,
     tokensPerThread: 4,
+    vocabPerThread: 4,
+    gradWiden: 2,
+  });
+  assert.deepEqual(backwardGemmTiles(BACKWARD_TILE_WIDE), {
+    dE: { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 },
+    dC: { bm: 64, bn: 128, bk: 16, tm: 8, tn: 4 },
   });
   // with the filter: splits of the kept tiles, their slabs inside dC's storage (|V| ≥ 2·S·n)
   const hw = 2 ** 31 - 4;

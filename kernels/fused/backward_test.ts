@@ -42,6 +42,16 @@ Deno.test({
       tokensPerThread: 4,
       vocabPerThread: 4,
     };
+    // the dC pass on its own thread shape (8 vocabulary entries × 4 tokens a thread), as WIDE's
+    const square: BackwardTile = {
+      tokens: 64,
+      vocab: 64,
+      bk: 16,
+      tokensPerThread: 8,
+      vocabPerThread: 4,
+      gradWiden: 2,
+      dCThreads: { vocab: 8, tokens: 4 },
+    };
     const cases: { dtype: Dtype; beta: number; softcap?: number; d?: number; b: BackwardCase }[] = [
       { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1, dERowSlices: 1 } },
       {
@@ -83,6 +93,13 @@ Deno.test({
         d: 40,
         b: { filterEps: 2 ** -12, sort: true, filterTile: TILE_HW, shardRows: 60 },
       },
+      {
+        dtype: "bf16",
+        beta: 0.1,
+        d: 40,
+        b: { filterEps: 2 ** -12, sort: true, tile: square, filterTile: wideFilter },
+      },
+      { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, tile: square } },
       {
         // the same tile where d does not allow vector loads (scalar loads, [k][row] staging)
         dtype: "f32",
