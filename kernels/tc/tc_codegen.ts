@@ -115,8 +115,18 @@ interface _Side {
   arr: string;
   arrLo?: string;
   stride: number;
-  /** Halves of one staging copy. */
-  copyElems: number;
+  /**
+   * Sub-arrays a copy: one per subgroup row (A) or column (B) of the tile, each holding the rows
+   * that subgroup multiplies (`subRows`), so that every matrix load reads its own sub-array at a
+   * constant offset. Dawn's robustness checks each matrix load's extent against its array: with
+   * constant offsets the check folds away.
+   */
+  subs: number;
+  subRows: number;
+  /** Halves of one sub-array. */
+  subElems: number;
+  /** WGSL u32 expression of the subgroup's sub-array (from `sg`). */
+  subOf: string;
   prefix: string;
 }
 
@@ -129,7 +139,8 @@ function _sides(o: TcMainloopOptions): _Side[] {
     rows: number,
     x: { buf: string; extent: string; first: string; off: string; ld: string; scale?: string },
   ): _Side => {
-    const stride = op.contig === "k" ? t.bk + STAGE_PAD : rows + STAGE_PAD;
+    const subs = name === "A" ? t.sgRows : t.sgCols, subRows = rows / subs;
+    const stride = op.contig === "k" ? t.bk + STAGE_PAD : subRows + STAGE_PAD;
     return {
       name,
       op,
@@ -138,7 +149,10 @@ function _sides(o: TcMainloopOptions): _Side[] {
       arr: `${p}s${name}`,
       arrLo: op.split ? `${p}s${name}lo` : undefined,
       stride,
-      copyElems: op.contig === "k" ? rows * stride : t.bk * stride,
+      subs,
+      subRows,
+      subElems: op.contig === "k" ? subRows * stride : t.bk * stride,
+      subOf: name === "A" ? `(sg / ${t.sgCols}u)` : `(sg % ${t.sgCols}u)`,
       prefix: p,
     };
   };
@@ -169,10 +183,11 @@ export function tcSharedBytes(
 ): number {
   validateTcTile(t);
   const copies = t.dbuf ? 2 : 1;
-  const elems = (rows: number, contig: "k" | "mn") =>
-    contig === "k" ? rows * (t.bk + STAGE_PAD) : t.bk * (rows + STAGE_PAD);
-  const a = elems(tileRows(t), o.aContig) * (o.split ? 2 : 1);
-  return (a + elems(tileCols(t), o.bContig)) * copies * 2;
+  // each subgroup row's (A) or column's (B) sub-array, rows padded (see _Side.subs)
+  const elems = (rows: number, subs: number, contig: "k" | "mn") =>
+    contig === "k" ? rows * (t.bk + STAGE_PAD) : subs * t.bk * (rows / subs + STAGE_PAD);
+  const a = elems(tileRows(t), t.sgRows, o.aContig) * (o.split ? 2 : 1);
+  return (a + elems(tileCols(t), t.sgCols, o.bContig)) * copies * 2;
 }
 
 /**
@@ -190,7 +205,7 @@ export function tcShared(o: TcMainloopOptions): string {
   const copies = o.tile.dbuf ? 2 : 1;
   return _sides(o).flatMap((s) =>
     [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
-      `var<workgroup> ${arr}: array<f16, ${copies * s.copyElems}>;`
+      `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
     )
   ).join("\n");
 }
@@ -241,17 +256,20 @@ interface _Loads {
  */
 const HI_MASK = "0xffffe000u";
 
-/** f16 stores of the f32 pair `x` (vec2) at staging elements i0, i1 (hi, and lo when split). */
+/**
+ * f16 stores of the f32 pair `x` (vec2) at staging places i0, i1 (index suffixes, {@link _el};
+ * hi, and lo when split).
+ */
 function _storePair(s: _Side, x: string, i0: string, i1: string, tag: string): string {
   const hi = `h${tag}`;
   if (!s.arrLo) {
-    return `let ${hi} = vec2<f16>(${x}); ${s.arr}[${i0}] = ${hi}.x; ${s.arr}[${i1}] = ${hi}.y;`;
+    return `let ${hi} = vec2<f16>(${x}); ${s.arr}${i0} = ${hi}.x; ${s.arr}${i1} = ${hi}.y;`;
   }
   return [
     `let x${tag} = ${x};`,
     `let t${tag} = bitcast<vec2<f32>>(bitcast<vec2<u32>>(x${tag}) & vec2<u32>(${HI_MASK}));`,
-    `let ${hi} = vec2<f16>(t${tag}); ${s.arr}[${i0}] = ${hi}.x; ${s.arr}[${i1}] = ${hi}.y;`,
-    `let l${tag} = vec2<f16>(x${tag} - t${tag}); ${s.arrLo}[${i0}] = l${tag}.x; ${s.arrLo}[${i1}] = l${tag}.y;`,
+    `let ${hi} = vec2<f16>(t${tag}); ${s.arr}${i0} = ${hi}.x; ${s.arr}${i1} = ${hi}.y;`,
+    `let l${tag} = vec2<f16>(x${tag} - t${tag}); ${s.arrLo}${i0} = l${tag}.x; ${s.arrLo}${i1} = l${tag}.y;`,
   ].join(" ");
 }
 
@@ -273,8 +291,21 @@ function _pairs(reg: string, dtype: TcDtype): string[] {
   return out;
 }
 
-/** Element `e` (a u32 expression) of staging copy `copy`. */
-const _el = (s: _Side, copy: number, e: string) => copy === 0 ? e : `${copy * s.copyElems}u + ${e}`;
+/**
+ * The index suffix `[sub-array][element]` of the staged value at tile row `r` (0 ≤ r < rows) and
+ * K-step column `k` (u32 expressions) in staging copy `copy`: row r lies in sub-array r / subRows
+ * (see _Side.subs).
+ */
+function _el(s: _Side, copy: number, r: string, k: string, j = 0): string {
+  const one = s.subs === 1;
+  const sub = one ? "0u" : `${r} / ${s.subRows}u`, rr = one ? r : `(${r} % ${s.subRows}u)`;
+  const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
+  const plus = j === 0 ? "" : ` + ${j}u`;
+  const within = s.op.contig === "k"
+    ? `${rr} * ${s.stride}u + ${k}${plus}`
+    : `${k} * ${s.stride}u + ${rr}${plus}`;
+  return `[${outer}][${within}]`;
+}
 
 /** Vector loads: ⌈vectors / threads⌉ 16-byte registers per thread and K-step. */
 function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
@@ -304,9 +335,8 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
       `${reg} = ${ty}(0); if (${guard}) { ${pos} let r = ${s.first} + vr; let k = KB + vk; ` +
         `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
     );
-    // staging element of the vector's j-th value
-    const at = (j: number) =>
-      alongK ? `vr * ${s.stride}u + vk + ${j}u` : `vk * ${s.stride}u + vr + ${j}u`;
+    // staging place of the vector's j-th value (in copy `copy`)
+    const at = (copy: number, j: number) => _el(s, copy, "vr", "vk", j);
     out.stashes.push((copy) => {
       const lines: string[] = [];
       if (direct) {
@@ -316,16 +346,16 @@ function _vectorLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
             ? `vec2<f16>(unpack2x16float(${reg}.${COMP[q]}))`
             : `bitcast<vec2<f16>>(${reg}.${COMP[q]})`;
           lines.push(
-            `let d${q} = ${pair}; ${s.arr}[${_el(s, copy, at(2 * q))}] = d${q}.x; ${s.arr}[${
-              _el(s, copy, at(2 * q + 1))
-            }] = d${q}.y;`,
+            `let d${q} = ${pair}; ${s.arr}${at(copy, 2 * q)} = d${q}.x; ${s.arr}${
+              at(copy, 2 * q + 1)
+            } = d${q}.y;`,
           );
         }
       } else {
         _pairs(reg, s.op.dtype).forEach((x, q) => {
           const v = s.scale ? `(${x} * ${s.scale})` : x;
           lines.push(
-            _storePair(s, v, _el(s, copy, at(2 * q)), _el(s, copy, at(2 * q + 1)), `${q}`),
+            _storePair(s, v, at(copy, 2 * q), at(copy, 2 * q + 1), `${q}`),
           );
         });
       }
@@ -361,15 +391,15 @@ function _scalarLoads(o: TcMainloopOptions, s: _Side, threads: number): _Loads {
       `${reg} = 0.0; if (${guard}) { ${pos} let r = ${s.first} + er; let k = KB + ek; ` +
         `if (r < ${s.extent} && k < KE) { ${reg} = ${loadF32(s.buf, s.op.dtype, addr)}; } }`,
     );
-    const at = alongK ? `er * ${s.stride}u + ek` : `ek * ${s.stride}u + er`;
     out.stashes.push((copy) => {
+      const at = _el(s, copy, "er", "ek");
       const x = s.scale ? `(${reg} * ${s.scale})` : reg;
       const lines = s.arrLo
         ? [
           `let x = ${x}; let t = bitcast<f32>(bitcast<u32>(x) & ${HI_MASK});`,
-          `${s.arr}[${_el(s, copy, at)}] = f16(t); ${s.arrLo}[${_el(s, copy, at)}] = f16(x - t);`,
+          `${s.arr}${at} = f16(t); ${s.arrLo}${at} = f16(x - t);`,
         ]
-        : [`${s.arr}[${_el(s, copy, at)}] = f16(${x});`];
+        : [`${s.arr}${at} = f16(${x});`];
       return `if (${guard}) { ${pos} ${lines.join(" ")} }`;
     });
   }
@@ -383,22 +413,25 @@ function _matrixAt(
   copy: number,
   kk: number,
   idx: number,
-): { off: string; layout: "row_major" | "col_major" } {
+): { sub: string; off: string; layout: "row_major" | "col_major" } {
   const mma = tileMma(t);
-  const base = copy * s.copyElems;
   const along = s.name === "A" ? mma.m : mma.n;
-  const sub = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`;
+  // the subgroup's own sub-array of the copy; the offset inside it is a constant
+  const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
   if (s.op.contig === "k") {
     // staged [row][k]: row-major for A (rows m), column-major for B (element (k, n) at n·stride + k)
-    const c = base + idx * along * s.stride + kk * mma.k;
     return {
-      off: `${sub} * ${s.stride}u + ${c}u`,
+      sub,
+      off: `${idx * along * s.stride + kk * mma.k}u`,
       layout: s.name === "A" ? "row_major" : "col_major",
     };
   }
   // staged [k][row]: column-major for A (element (m, k) at k·stride + m), row-major for B
-  const c = base + kk * mma.k * s.stride + idx * along;
-  return { off: `${sub} + ${c}u`, layout: s.name === "A" ? "col_major" : "row_major" };
+  return {
+    sub,
+    off: `${kk * mma.k * s.stride + idx * along}u`,
+    layout: s.name === "A" ? "col_major" : "row_major",
+  };
 }
 
 /** The arithmetic of one K-step from staging copy `copy`. */
@@ -417,7 +450,7 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
     if (!emu) {
       bs.forEach((m, j) =>
         out.push(
-          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}, ${m.off}, ${B.stride}u);`,
+          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}[${m.sub}], ${m.off}, ${B.stride}u);`,
         )
       );
     }
@@ -428,16 +461,16 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
         const a = `${p}a${tag}_${i}_${h}`;
         if (!emu) {
           out.push(
-            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}, ${m.off}, ${A.stride}u);`,
+            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}[${m.sub}], ${m.off}, ${A.stride}u);`,
           );
         }
         for (let j = 0; j < nt; j++) {
           const acc = `${p}acc_${i}_${j}`;
           if (emu) {
             out.push(
-              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.off}, ${A.stride}u, ${
+              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.sub}, ${m.off}, ${A.stride}u, ${
                 m.layout === "col_major"
-              }, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
+              }, ${bs[j].sub}, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
             );
           } else {
             out.push(`${acc} = subgroupMatrixMultiplyAccumulate(${a}, ${p}b${tag}_${j}, ${acc});`);

@@ -95,12 +95,12 @@ export function emulationDecls(
   const mmaFn = (arr: string) =>
     `fn ${
       emuName(p, "mma", arr)
-    }(slot: u32, ao: u32, ast: u32, acm: bool, bo: u32, bst: u32, bcm: bool, lane: u32) {
+    }(slot: u32, asub: u32, ao: u32, ast: u32, acm: bool, bsub: u32, bo: u32, bst: u32, bcm: bool, lane: u32) {
   ${
       lanes(`var s = ${p}emu_acc[at];
     for (var k = 0u; k < emu_dims.y; k++) {
-      let av = f32(${arr}[ao + select(r * ast + k, k * ast + r, acm)]);
-      let bv = f32(${o.right}[bo + select(k * bst + c, c * bst + k, bcm)]);
+      let av = f32(${arr}[asub][ao + select(r * ast + k, k * ast + r, acm)]);
+      let bv = f32(${o.right}[bsub][bo + select(k * bst + c, c * bst + k, bcm)]);
       s = s + av * bv;
     }
     ${p}emu_acc[at] = s;`)
