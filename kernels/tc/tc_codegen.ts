@@ -119,8 +119,11 @@ interface _Side {
    * Sub-arrays a copy: one per subgroup row (A) or column (B) of the tile, each holding the rows
    * that subgroup multiplies (`subRows`), so that every matrix load reads its own sub-array at a
    * constant offset. Dawn's robustness checks each matrix load's extent against its array: with
-   * constant offsets the check folds away.
+   * constant offsets the check folds away. `flat` (products with a split operand, which ran
+   * slower so on an H200 with robustness on): one array a copy, matrix offsets from the
+   * subgroup's first row, as subs = 1.
    */
+  flat: boolean;
   subs: number;
   subRows: number;
   /** Halves of one sub-array. */
@@ -139,7 +142,8 @@ function _sides(o: TcMainloopOptions): _Side[] {
     rows: number,
     x: { buf: string; extent: string; first: string; off: string; ld: string; scale?: string },
   ): _Side => {
-    const subs = name === "A" ? t.sgRows : t.sgCols, subRows = rows / subs;
+    const flat = _flatStaging(o.a);
+    const subs = flat ? 1 : name === "A" ? t.sgRows : t.sgCols, subRows = rows / subs;
     const stride = op.contig === "k" ? t.bk + STAGE_PAD : subRows + STAGE_PAD;
     return {
       name,
@@ -149,6 +153,7 @@ function _sides(o: TcMainloopOptions): _Side[] {
       arr: `${p}s${name}`,
       arrLo: op.split ? `${p}s${name}lo` : undefined,
       stride,
+      flat,
       subs,
       subRows,
       subElems: op.contig === "k" ? subRows * stride : t.bk * stride,
@@ -176,6 +181,9 @@ function _sides(o: TcMainloopOptions): _Side[] {
   ];
 }
 
+/** Whether a product stages flat (see _Side.flat): where A is split. */
+const _flatStaging = (a: { split?: boolean }) => a.split === true;
+
 /** Bytes of workgroup memory the staging of a product takes. */
 export function tcSharedBytes(
   t: TcTile,
@@ -184,8 +192,11 @@ export function tcSharedBytes(
   validateTcTile(t);
   const copies = t.dbuf ? 2 : 1;
   // each subgroup row's (A) or column's (B) sub-array, rows padded (see _Side.subs)
+  const flat = _flatStaging(o);
   const elems = (rows: number, subs: number, contig: "k" | "mn") =>
-    contig === "k" ? rows * (t.bk + STAGE_PAD) : subs * t.bk * (rows / subs + STAGE_PAD);
+    contig === "k"
+      ? rows * (t.bk + STAGE_PAD)
+      : (flat ? 1 : subs) * t.bk * ((flat ? rows : rows / subs) + STAGE_PAD);
   const a = elems(tileRows(t), t.sgRows, o.aContig) * (o.split ? 2 : 1);
   return (a + elems(tileCols(t), t.sgCols, o.bContig)) * copies * 2;
 }
@@ -205,7 +216,9 @@ export function tcShared(o: TcMainloopOptions): string {
   const copies = o.tile.dbuf ? 2 : 1;
   return _sides(o).flatMap((s) =>
     [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
-      `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
+      s.flat
+        ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
+        : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
     )
   ).join("\n");
 }
@@ -292,18 +305,20 @@ function _pairs(reg: string, dtype: TcDtype): string[] {
 }
 
 /**
- * The index suffix `[sub-array][element]` of the staged value at tile row `r` (0 ≤ r < rows) and
- * K-step column `k` (u32 expressions) in staging copy `copy`: row r lies in sub-array r / subRows
- * (see _Side.subs).
+ * The index suffix `[sub-array][element]` (flat: `[element]`) of the staged value at tile row `r`
+ * (0 ≤ r < rows) and K-step column `k` (u32 expressions) in staging copy `copy`, plus `j` along
+ * the contiguous index (a vector's j-th value): row r lies in sub-array r / subRows (see
+ * _Side.subs).
  */
-function _el(s: _Side, copy: number, r: string, k: string, j = 0): string {
+function _el(s: _Side, copy: number, r: string, k: string, j?: number): string {
   const one = s.subs === 1;
   const sub = one ? "0u" : `${r} / ${s.subRows}u`, rr = one ? r : `(${r} % ${s.subRows}u)`;
-  const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
-  const plus = j === 0 ? "" : ` + ${j}u`;
+  const plus = j === undefined ? "" : ` + ${j}u`;
   const within = s.op.contig === "k"
     ? `${rr} * ${s.stride}u + ${k}${plus}`
     : `${k} * ${s.stride}u + ${rr}${plus}`;
+  if (s.flat) return `[${copy === 0 ? within : `${copy * s.subElems}u + ${within}`}]`;
+  const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
   return `[${outer}][${within}]`;
 }
 
@@ -416,6 +431,21 @@ function _matrixAt(
 ): { sub: string; off: string; layout: "row_major" | "col_major" } {
   const mma = tileMma(t);
   const along = s.name === "A" ? mma.m : mma.n;
+  if (s.flat) {
+    // one array a copy: the offset starts at the subgroup's first row (sr or sc)
+    const first = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`, base = copy * s.subElems;
+    return s.op.contig === "k"
+      ? {
+        sub: "",
+        off: `${first} * ${s.stride}u + ${base + idx * along * s.stride + kk * mma.k}u`,
+        layout: s.name === "A" ? "row_major" : "col_major",
+      }
+      : {
+        sub: "",
+        off: `${first} + ${base + kk * mma.k * s.stride + idx * along}u`,
+        layout: s.name === "A" ? "col_major" : "row_major",
+      };
+  }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
   const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
   if (s.op.contig === "k") {
@@ -434,6 +464,9 @@ function _matrixAt(
   };
 }
 
+/** `[sub]`, or nothing for a flat staging array. */
+const _subIndex = (sub: string) => sub === "" ? "" : `[${sub}]`;
+
 /** The arithmetic of one K-step from staging copy `copy`. */
 function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] {
   const t = o.tile, mma = tileMma(t), p = o.prefix ?? "";
@@ -450,7 +483,9 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
     if (!emu) {
       bs.forEach((m, j) =>
         out.push(
-          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}[${m.sub}], ${m.off}, ${B.stride}u);`,
+          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}${
+            _subIndex(m.sub)
+          }, ${m.off}, ${B.stride}u);`,
         )
       );
     }
@@ -461,16 +496,20 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
         const a = `${p}a${tag}_${i}_${h}`;
         if (!emu) {
           out.push(
-            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}[${m.sub}], ${m.off}, ${A.stride}u);`,
+            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}${
+              _subIndex(m.sub)
+            }, ${m.off}, ${A.stride}u);`,
           );
         }
         for (let j = 0; j < nt; j++) {
           const acc = `${p}acc_${i}_${j}`;
           if (emu) {
             out.push(
-              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.sub}, ${m.off}, ${A.stride}u, ${
-                m.layout === "col_major"
-              }, ${bs[j].sub}, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
+              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${
+                m.sub || "0u"
+              }, ${m.off}, ${A.stride}u, ${m.layout === "col_major"}, ${bs[j].sub || "0u"}, ${
+                bs[j].off
+              }, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
             );
           } else {
             out.push(`${acc} = subgroupMatrixMultiplyAccumulate(${a}, ${p}b${tag}_${j}, ${acc});`);
@@ -491,7 +530,9 @@ export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = [])
   if (o.mode !== "emulated") return staging;
   const [A, B] = _sides(o);
   const left = [A.arr, A.arrLo].filter((x) => x !== undefined);
-  return `${staging}\n${emulationDecls({ ...o, left, right: B.arr, storeTargets })}`;
+  return `${staging}\n${
+    emulationDecls({ ...o, left, right: B.arr, storeTargets, flat: [A.flat, B.flat] })
+  }`;
 }
 
 /**

@@ -83,7 +83,13 @@ export function tcStoreAcc(
  * a multiply-accumulate function per staged left array, zeroing, a store per target array.
  */
 export function emulationDecls(
-  o: TcMainloopOptions & { left: string[]; right: string; storeTargets: string[] },
+  o: TcMainloopOptions & {
+    left: string[];
+    right: string;
+    storeTargets: string[];
+    /** Whether A's and B's staging arrays are flat (else an array of sub-arrays, asub/bsub). */
+    flat: [boolean, boolean];
+  },
 ): string {
   const t = o.tile, mma = tileMma(t), p = o.prefix ?? "", e = mma.m * mma.n;
   const accs = `var<workgroup> ${p}emu_acc: array<f32, ${tileSubgroups(t) * t.mt * t.nt * e}>;`;
@@ -99,8 +105,10 @@ export function emulationDecls(
   ${
       lanes(`var s = ${p}emu_acc[at];
     for (var k = 0u; k < emu_dims.y; k++) {
-      let av = f32(${arr}[asub][ao + select(r * ast + k, k * ast + r, acm)]);
-      let bv = f32(${o.right}[bsub][bo + select(k * bst + c, c * bst + k, bcm)]);
+      let av = f32(${arr}${o.flat[0] ? "" : "[asub]"}[ao + select(r * ast + k, k * ast + r, acm)]);
+      let bv = f32(${o.right}${
+        o.flat[1] ? "" : "[bsub]"
+      }[bo + select(k * bst + c, c * bst + k, bcm)]);
       s = s + av * bv;
     }
     ${p}emu_acc[at] = s;`)
