@@ -119,9 +119,9 @@ interface _Side {
    * Sub-arrays a copy: one per subgroup row (A) or column (B) of the tile, each holding the rows
    * that subgroup multiplies (`subRows`), so that every matrix load reads its own sub-array at a
    * constant offset. Dawn's robustness checks each matrix load's extent against its array: with
-   * constant offsets the check folds away. `flat` (products with a split operand, which ran
-   * slower so on an H200 with robustness on): one array a copy, matrix offsets from the
-   * subgroup's first row, as subs = 1.
+   * constant offsets the check folds away. `flat`: one array a copy (subs = 1), the matrix
+   * offsets from the subgroup's first row; for products with a split operand, which the
+   * sub-arrays made slower (an H200, robustness on).
    */
   flat: boolean;
   subs: number;
@@ -431,37 +431,21 @@ function _matrixAt(
 ): { sub: string; off: string; layout: "row_major" | "col_major" } {
   const mma = tileMma(t);
   const along = s.name === "A" ? mma.m : mma.n;
+  // staged [row][k] (k-contiguous): row-major for A (rows m), column-major for B (element (k, n)
+  // at n·stride + k); staged [k][row]: column-major for A (element (m, k) at k·stride + m),
+  // row-major for B
+  const alongK = s.op.contig === "k";
+  const c = alongK ? idx * along * s.stride + kk * mma.k : kk * mma.k * s.stride + idx * along;
+  const layout = alongK === (s.name === "A") ? "row_major" : "col_major";
   if (s.flat) {
     // one array a copy: the offset starts at the subgroup's first row (sr or sc)
-    const first = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`, base = copy * s.subElems;
-    return s.op.contig === "k"
-      ? {
-        sub: "",
-        off: `${first} * ${s.stride}u + ${base + idx * along * s.stride + kk * mma.k}u`,
-        layout: s.name === "A" ? "row_major" : "col_major",
-      }
-      : {
-        sub: "",
-        off: `${first} + ${base + kk * mma.k * s.stride + idx * along}u`,
-        layout: s.name === "A" ? "col_major" : "row_major",
-      };
+    const first = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`;
+    const at = alongK ? `${first} * ${s.stride}u` : first;
+    return { sub: "", off: `${at} + ${copy * s.subElems + c}u`, layout };
   }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
   const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
-  if (s.op.contig === "k") {
-    // staged [row][k]: row-major for A (rows m), column-major for B (element (k, n) at n·stride + k)
-    return {
-      sub,
-      off: `${idx * along * s.stride + kk * mma.k}u`,
-      layout: s.name === "A" ? "row_major" : "col_major",
-    };
-  }
-  // staged [k][row]: column-major for A (element (m, k) at k·stride + m), row-major for B
-  return {
-    sub,
-    off: `${kk * mma.k * s.stride + idx * along}u`,
-    layout: s.name === "A" ? "col_major" : "row_major",
-  };
+  return { sub, off: `${c}u`, layout };
 }
 
 /** `[sub]`, or nothing for a flat staging array. */
