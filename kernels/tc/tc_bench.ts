@@ -14,6 +14,7 @@ import { TILE_HW_WIDE } from "../gemm_tiles.ts";
 import { prepareTcMatmul, type TcMatmulKernel } from "./tc_matmul.ts";
 import { prepareTcScales } from "./tc_scale.ts";
 import { TC_BENCH_TILES, type TcTile } from "./tc_tiles.ts";
+import { createTileMap } from "../fused/tile_map.ts";
 
 /**
  * The E·Cᵀ kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
@@ -111,32 +112,45 @@ export async function tcProductRecorder(
 /**
  * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
  * methods' TC_FORWARD_TILE): 128×256 with K-step 32 and 16, in one copy and in two, and 128×128
- * tiles.
+ * tiles; `_map`: the same forward keeping the tile map, as Ours + tile map (tensor cores) runs it.
  */
-export const TC_FORWARD_BENCH_TILES: Record<string, TcTile> = {
+export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean }> = {
   f128x256_k32: TC_FORWARD_TILE,
+  f128x256_k32_map: { ...TC_FORWARD_TILE, tileMax: true },
   f128x256_k16: { ...TC_FORWARD_TILE, bk: 16 },
+  f128x256_k16_map: { ...TC_FORWARD_TILE, bk: 16, tileMax: true },
   f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
   f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
+  f128_k32_map: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, tileMax: true },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
 };
 
-/** The tensor-core fused forward (β = 0.1, mean) on `x`, ready to record; `done` frees it. */
+/**
+ * The tensor-core fused forward (β = 0.1, mean) on `x`, ready to record, keeping the tile map with
+ * `tileMax`; `done` frees it.
+ */
 export async function tcForwardRecorder(
   ctx: GpuContext,
-  tile: TcTile,
+  bench: TcTile & { tileMax?: boolean },
   x: { e: DeviceTensor; c: DeviceTensor; targets: DeviceTensor },
 ): Promise<{ record(rec: Recorder): void; done(): void }> {
+  const { tileMax: keepMap, ...tile } = bench;
   const spec = { n: x.e.rows, v: x.c.rows, d: x.e.cols, dtype: x.e.dtype as Dtype };
-  const fwd = await prepareTcForward(ctx, { spec, opts: resolveOptions({ beta: 0.1 }), tile });
+  const fwd = await prepareTcForward(ctx, {
+    spec,
+    opts: resolveOptions({ beta: 0.1 }),
+    tile,
+    tileMax: keepMap,
+  });
   const col = (rows: number, label: string) =>
     createTensor(ctx, { dtype: "f32", rows, cols: 1, role: "workspace", label });
   const lse = col(spec.n, "lse"), lossRows = col(spec.n, "loss rows");
+  const tileMax = keepMap ? createTileMap(ctx, x.e, x.c, fwd.tile) : undefined;
   const scales = fwd.scales.allocate(ctx);
   return {
-    record: (rec) => fwd.record(rec, { ...x, lse, lossRows, scales }),
+    record: (rec) => fwd.record(rec, { ...x, lse, lossRows, scales, tileMax }),
     done() {
-      for (const t of [lse, lossRows]) t.destroy();
+      for (const t of [lse, lossRows, tileMax]) t?.destroy();
       scales.scales.destroy();
       scales.maxBits.destroy();
     },
