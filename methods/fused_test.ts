@@ -29,11 +29,8 @@ import {
   resolveOptions,
 } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
-import {
-  defaultBackwardTile,
-  defaultFilterEps,
-  gradRowsPerBinding,
-} from "../kernels/fused/backward_plan.ts";
+import { defaultFilterEps, gradRowsPerBinding } from "../kernels/fused/backward_plan.ts";
+import { defaultBackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
 

@@ -11,7 +11,7 @@ import type { Dtype, HostInputs, LceOptions } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
 import type { GemmTile } from "../kernels/gemm_codegen.ts";
-import type { BackwardTile } from "../kernels/fused/backward_plan.ts";
+import type { BackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
 
 /** The backward's options a test varies. */

@@ -27,7 +27,7 @@ import {
   BACKWARD_TILE_WIDE,
   backwardGemmTiles,
   defaultBackwardTile,
-} from "../kernels/fused/backward_plan.ts";
+} from "../kernels/fused/backward_tiles.ts";
 import type { FusedKernelOptions, FusedVariant } from "../methods/fused.ts";
 import { withLayout } from "./gemm_layouts.ts";
 

@@ -67,17 +67,12 @@ import { type Dtype16, prepareCast16 } from "../cast16.ts";
 import { prepareGradCorrections } from "./corrections.ts";
 import {
   allocateGradients,
-  backwardGemmTiles,
   type BackwardGradients,
-  backwardSharedBytes,
-  type BackwardTile,
   dCOrderBytes,
-  defaultBackwardTile,
   defaultDERowSlices,
   defaultDESplits,
   defaultFilteredDESplits,
   dESlabsFitDC,
-  dESliceTile,
   fusedBackwardWorkspaceBytes,
   gradOut16,
   maskBytes,
@@ -85,6 +80,13 @@ import {
   type TileSegment,
   tileSegments,
 } from "./backward_plan.ts";
+import {
+  backwardGemmTiles,
+  backwardSharedBytes,
+  type BackwardTile,
+  defaultBackwardTile,
+  dESliceTile,
+} from "./backward_tiles.ts";
 import {
   defaultFilterTile,
   type FilterPassKernelOptions,

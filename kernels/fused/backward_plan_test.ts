@@ -1,17 +1,19 @@
 import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import {
-  BACKWARD_TILE_SMALL,
-  BACKWARD_TILE_WIDE,
-  backwardGemmTiles,
-  type BackwardTile,
   defaultDERowSlices,
   defaultDESplits,
   defaultFilteredDESplits,
   dESlabsFitDC,
-  dESliceTile,
   fusedBackwardWorkspaceBytes,
 } from "./backward_plan.ts";
+import {
+  BACKWARD_TILE_SMALL,
+  BACKWARD_TILE_WIDE,
+  backwardGemmTiles,
+  type BackwardTile,
+  dESliceTile,
+} from "./backward_tiles.ts";
 
 Deno.test("fused backward plan: default splits and row slices", () => {
   const paper = { n: 8192, v: 256000, d: 2304 };

@@ -11,13 +11,8 @@ import {
 import { type Dtype, type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
-import {
-  BACKWARD_TILE_SMALL,
-  backwardSharedBytes,
-  type BackwardTile,
-  defaultFilterEps,
-  fusedBackwardWorkspaceBytes,
-} from "./backward_plan.ts";
+import { defaultFilterEps, fusedBackwardWorkspaceBytes } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL, backwardSharedBytes, type BackwardTile } from "./backward_tiles.ts";
 import { prepareFusedBackward } from "./backward.ts";
 
 Deno.test({

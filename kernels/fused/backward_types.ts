@@ -10,7 +10,8 @@ import type { Recorder } from "../../gpu/recorder.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import type { GemmTile } from "../gemm_codegen.ts";
 import type { Dtype16 } from "../cast16.ts";
-import type { BackwardTile, GradDtype, WorkspaceLayout } from "./backward_plan.ts";
+import type { GradDtype, WorkspaceLayout } from "./backward_plan.ts";
+import type { BackwardTile } from "./backward_tiles.ts";
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 

@@ -4,13 +4,8 @@ import { caseInputs } from "../../testing/parity.ts";
 import { assertGrads, runBackward } from "../../testing/fused_backward.ts";
 import { type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { Recorder } from "../../gpu/recorder.ts";
-import {
-  BACKWARD_TILE_SMALL,
-  dCOrderBytes,
-  defaultFilterEps,
-  maskBytes,
-  type TileSegment,
-} from "./backward_plan.ts";
+import { dCOrderBytes, defaultFilterEps, maskBytes, type TileSegment } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 import { prepareDCOrder } from "./dc_order.ts";
 import { tilePassWgsl } from "./kept_tiles.ts";
 

@@ -56,7 +56,8 @@ import {
   lossConstants,
   wgslStorageType,
 } from "../wgsl_common.ts";
-import { backwardGemmTiles, type BackwardTile, type TileSegment } from "./backward_plan.ts";
+import { type TileSegment } from "./backward_plan.ts";
+import { backwardGemmTiles, type BackwardTile } from "./backward_tiles.ts";
 import {
   colKey,
   gradValue,

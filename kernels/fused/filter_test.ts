@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import { TILE_HW, TILE_SMALL } from "../gemm_codegen.ts";
-import { BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE } from "./backward_tiles.ts";
 import { filterPassWgsl, keptBoundsWgsl } from "./filter.ts";
 import { sortedOrderWins } from "./order_decision.ts";
 

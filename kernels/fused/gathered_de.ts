@@ -48,7 +48,8 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
-import type { BackwardGradients, BackwardTile, TileSegment } from "./backward_plan.ts";
+import type { BackwardGradients, TileSegment } from "./backward_plan.ts";
+import type { BackwardTile } from "./backward_tiles.ts";
 import { compileKernel } from "../../gpu/signature.ts";
 import {
   type GatheredDEKernelOptions,

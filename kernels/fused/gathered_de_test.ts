@@ -10,13 +10,13 @@ import {
 } from "../../testing/fused_backward.ts";
 import { type Dtype, type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
+import { defaultFilterEps } from "./backward_plan.ts";
 import {
   BACKWARD_TILE_SMALL,
   BACKWARD_TILE_WIDE,
   backwardSharedBytes,
   type BackwardTile,
-  defaultFilterEps,
-} from "./backward_plan.ts";
+} from "./backward_tiles.ts";
 import { gatheredDETile } from "./gathered_de.ts";
 
 /**

@@ -15,7 +15,7 @@ import {
   validateTile,
 } from "../gemm_codegen.ts";
 import { dtypeHelpers, enableDirectives, lossConstants, wgslStorageType } from "../wgsl_common.ts";
-import { backwardGemmTiles, type BackwardTile } from "./backward_plan.ts";
+import { backwardGemmTiles, type BackwardTile } from "./backward_tiles.ts";
 import {
   colKey,
   gradValue,

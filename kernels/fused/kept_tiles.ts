@@ -57,7 +57,7 @@ import {
   backwardStaging,
   type BackwardTile,
   dESliceTile,
-} from "./backward_plan.ts";
+} from "./backward_tiles.ts";
 import {
   colKey,
   gradValue,

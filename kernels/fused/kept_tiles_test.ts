@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
-import { BACKWARD_TILE_SMALL } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 import { tilePassWgsl } from "./kept_tiles.ts";
 import { slabReduceWgsl } from "./slab_reduce.ts";
 

@@ -9,7 +9,7 @@
  */
 import type { TrackedBuffer } from "../../gpu/context.ts";
 import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
-import type { BackwardTile } from "./backward_plan.ts";
+import type { BackwardTile } from "./backward_tiles.ts";
 import { TILE_COUNT } from "./backward_wgsl.ts";
 import type { FilterRecordOptions } from "./filter.ts";
 

@@ -14,12 +14,8 @@ import { makeFixture } from "../../fixtures/mod.ts";
 import { type GemmTile, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
 import { prepareFusedForward } from "./forward.ts";
 import type { TileState } from "./forward_tiles.ts";
-import {
-  BACKWARD_TILE_SMALL,
-  backwardGemmTiles,
-  type BackwardTile,
-  defaultFilterEps,
-} from "./backward_plan.ts";
+import { defaultFilterEps } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL, backwardGemmTiles, type BackwardTile } from "./backward_tiles.ts";
 import { filterPassWgsl } from "./filter.ts";
 import { prepareFusedBackward } from "./backward.ts";
 import {

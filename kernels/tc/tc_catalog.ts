@@ -9,7 +9,8 @@
  */
 import type { GpuContext } from "../../gpu/context.ts";
 import { resolveOptions } from "../../core/options.ts";
-import { BACKWARD_TILE_LARGE, defaultFilterEps } from "../fused/backward_plan.ts";
+import { defaultFilterEps } from "../fused/backward_plan.ts";
+import { BACKWARD_TILE_LARGE } from "../fused/backward_tiles.ts";
 import type { Signature } from "../../gpu/signature.ts";
 import { filterPassSignature } from "../fused/filter.ts";
 import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";

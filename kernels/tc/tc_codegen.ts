@@ -428,7 +428,7 @@ function _matrixAt(
   copy: number,
   kk: number,
   idx: number,
-): { sub: string; off: string; layout: "row_major" | "col_major" } {
+): { at: string; sub: string; off: string; layout: "row_major" | "col_major" } {
   const mma = tileMma(t);
   const along = s.name === "A" ? mma.m : mma.n;
   // staged [row][k] (k-contiguous): row-major for A (rows m), column-major for B (element (k, n)
@@ -441,15 +441,12 @@ function _matrixAt(
     // one array a copy: the offset starts at the subgroup's first row (sr or sc)
     const first = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`;
     const at = alongK ? `${first} * ${s.stride}u` : first;
-    return { sub: "", off: `${at} + ${copy * s.subElems + c}u`, layout };
+    return { at: "", sub: "0u", off: `${at} + ${copy * s.subElems + c}u`, layout };
   }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
   const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
-  return { sub, off: `${c}u`, layout };
+  return { at: `[${sub}]`, sub, off: `${c}u`, layout };
 }
-
-/** `[sub]`, or nothing for a flat staging array. */
-const _subIndex = (sub: string) => sub === "" ? "" : `[${sub}]`;
 
 /** The arithmetic of one K-step from staging copy `copy`. */
 function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] {
@@ -467,9 +464,7 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
     if (!emu) {
       bs.forEach((m, j) =>
         out.push(
-          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}${
-            _subIndex(m.sub)
-          }, ${m.off}, ${B.stride}u);`,
+          `let ${p}b${tag}_${j} = subgroupMatrixLoad<${right}, ${m.layout}>(&${B.arr}${m.at}, ${m.off}, ${B.stride}u);`,
         )
       );
     }
@@ -480,20 +475,16 @@ function _compute(o: TcMainloopOptions, sides: _Side[], copy: number): string[] 
         const a = `${p}a${tag}_${i}_${h}`;
         if (!emu) {
           out.push(
-            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}${
-              _subIndex(m.sub)
-            }, ${m.off}, ${A.stride}u);`,
+            `let ${a} = subgroupMatrixLoad<${left}, ${m.layout}>(&${arr}${m.at}, ${m.off}, ${A.stride}u);`,
           );
         }
         for (let j = 0; j < nt; j++) {
           const acc = `${p}acc_${i}_${j}`;
           if (emu) {
             out.push(
-              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${
-                m.sub || "0u"
-              }, ${m.off}, ${A.stride}u, ${m.layout === "col_major"}, ${bs[j].sub || "0u"}, ${
-                bs[j].off
-              }, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
+              `${emuName(p, "mma", arr)}(${emuSlot(t, i, j)}, ${m.sub}, ${m.off}, ${A.stride}u, ${
+                m.layout === "col_major"
+              }, ${bs[j].sub}, ${bs[j].off}, ${B.stride}u, ${bs[j].layout === "col_major"}, sl);`,
             );
           } else {
             out.push(`${acc} = subgroupMatrixMultiplyAccumulate(${a}, ${p}b${tag}_${j}, ${acc});`);
