@@ -12,7 +12,12 @@ import { type Dtype, type HostInputs, IGNORE_INDEX, resolveOptions } from "../..
 import { assertClose } from "../../reference/compare.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
 import { defaultFilterEps, fusedBackwardWorkspaceBytes } from "./backward_plan.ts";
-import { BACKWARD_TILE_SMALL, backwardSharedBytes, type BackwardTile } from "./backward_tiles.ts";
+import {
+  BACKWARD_TILE_SMALL,
+  BACKWARD_TILE_WIDE,
+  backwardSharedBytes,
+  type BackwardTile,
+} from "./backward_tiles.ts";
 import { prepareFusedBackward } from "./backward.ts";
 
 Deno.test({
@@ -37,16 +42,8 @@ Deno.test({
       tokensPerThread: 4,
       vocabPerThread: 4,
     };
-    // the dC pass on its own thread shape (8 vocabulary entries × 4 tokens a thread), as WIDE's
-    const square: BackwardTile = {
-      tokens: 64,
-      vocab: 64,
-      bk: 16,
-      tokensPerThread: 8,
-      vocabPerThread: 4,
-      gradWiden: 2,
-      dCThreads: { vocab: 8, tokens: 4 },
-    };
+    // WIDE's tile at 64 tokens: the dC pass on its own thread shape (8 entries × 4 tokens)
+    const square: BackwardTile = { ...BACKWARD_TILE_WIDE, tokens: 64 };
     const cases: { dtype: Dtype; beta: number; softcap?: number; d?: number; b: BackwardCase }[] = [
       { dtype: "f32", beta: 0.1, b: { filterEps: null, sort: false, dESplits: 1, dERowSlices: 1 } },
       {
