@@ -49,7 +49,10 @@ export interface TcForwardKernelOptions {
   sumZ: boolean;
   /** 16-byte loads of E and C (d a multiple of the vector width). */
   vecLoads: boolean;
-  /** Write each tile's largest capped logit into the tile map. */
+  /**
+   * Write each tile's largest capped logit into the tile map (in a ragged last token block, with
+   * the zero logits of its missing rows: see tileMapForwardWgsl16).
+   */
   tileMax: boolean;
   mode?: TcMode;
 }
@@ -142,7 +145,7 @@ function _round(
     ...(o.sumZ
       ? [`st_z_${i} += ${treeSum(qs.map((q) => `select(0.0, z${q}, i32(c${q}) < vlim)`))};`]
       : []),
-    ...(o.tileMax ? [`if (m0 + rr${i} < P.rows) { tmx = max(tmx, mx); }`] : []),
+    ...(o.tileMax ? [tileMap.row] : []),
     `let lt = tg_${i} - cb; if (lt < ${ep.cols}u && i32(lt) < vlim) { zt[P.rowStart + m0 + rr${i}] = softcap(scr[base + lt]); }`,
   ];
   return `${store}
