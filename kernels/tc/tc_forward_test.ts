@@ -18,7 +18,10 @@ import { prepareTcForward } from "./tc_forward.ts";
 const ctx = await testContext();
 const EMULATE = { ...GPU_TEST, ignore: ctx.engine !== "deno" };
 
-/** Per map entry (token block × vocab tile): the float64 max of the capped logits, and whether the block is full. */
+/**
+ * Per map entry (token block × vocab tile): the float64 max of the capped logits, and whether the
+ * block is full.
+ */
 function _maxima(x: HostInputs, t: { bm: number; bn: number }, softcap?: number) {
   const out: { m: number; full: boolean }[] = [];
   for (let b = 0; b < x.n; b += t.bm) {
