@@ -117,20 +117,34 @@ const THRESHOLD = ["--threshold", "40"];
 
 Deno.test("harness: compare finds two runs of one commit within noise, and twice the work slower", async () => {
   const dir = await Deno.makeTempDir({ prefix: "lce_compare_runs_" });
-  const [a, b] = await _twoRuns(join(dir, "same"), [1, 1]);
-  const same = await runScript("scripts/compare.ts", [a, b, ...THRESHOLD]);
-  assert.equal(same.code, 0, same.stdout + same.stderr);
-  assert.match(same.stdout, /1 cells compared: 0 slower, 0 faster, 1 within noise/);
-  const [c, d] = await _twoRuns(join(dir, "twice"), [1, 2]);
-  const out = join(dir, "cmp.json");
-  const twice = await runScript("scripts/compare.ts", [c, d, ...THRESHOLD, "--out", out]);
-  assert.equal(twice.code, 1, twice.stdout + twice.stderr);
-  const cmp = JSON.parse(readFileSync(out, "utf8"));
-  assert.equal(cmp.cells.length, 1);
-  for (const x of cmp.cells) {
-    assert.equal(x.verdict, "slower", JSON.stringify(x));
-    assert.ok(x.ratio > 1.5 && x.lo > 1, JSON.stringify(x));
+  // a burst of load from outside can slow one whole run of a pair on the shared host (once 1.7×,
+  // every repetition): a fresh pair is run then, three pairs at most, and one must be within noise
+  const verdicts: string[] = [];
+  let withinNoise = false;
+  for (let attempt = 0; attempt < 3 && !withinNoise; attempt++) {
+    const [a, b] = await _twoRuns(join(dir, `same${attempt}`), [1, 1]);
+    const same = await runScript("scripts/compare.ts", [a, b, ...THRESHOLD]);
+    const line = /\d+ cells compared: .*/.exec(same.stdout)?.[0] ?? same.stdout + same.stderr;
+    verdicts.push(`exit ${same.code}: ${line}`);
+    withinNoise = same.code === 0 &&
+      /1 cells compared: 0 slower, 0 faster, 1 within noise/.test(line);
   }
+  assert.ok(withinNoise, verdicts.join("\n"));
+  // the same for twice the work, which must be slower
+  const found: string[] = [];
+  let slower = false;
+  for (let attempt = 0; attempt < 3 && !slower; attempt++) {
+    const [c, d] = await _twoRuns(join(dir, `twice${attempt}`), [1, 2]);
+    const out = join(dir, `cmp${attempt}.json`);
+    const twice = await runScript("scripts/compare.ts", [c, d, ...THRESHOLD, "--out", out]);
+    const cells = twice.code === 1 ? JSON.parse(readFileSync(out, "utf8")).cells : [];
+    found.push(`exit ${twice.code}: ${JSON.stringify(cells)} ${twice.stderr}`);
+    slower = cells.length === 1 &&
+      cells.every((x: { verdict: string; ratio: number; lo: number }) =>
+        x.verdict === "slower" && x.ratio > 1.5 && x.lo > 1
+      );
+  }
+  assert.ok(slower, found.join("\n"));
 });
 
 Deno.test("harness: every new flag refuses bad input with one line, exit 2, nothing written", async () => {
