@@ -242,9 +242,9 @@ export function tileMapForwardWgsl(t: GemmTile) {
  * staged as zeros, so their logits are softcap(0) = 0 and an entry of a ragged last token block
  * is max(M, 0) instead of M. That is still an upper bound on the block's logits, all the map
  * filter needs: it may keep more backward tiles of that last block, never fewer (a full block's
- * entry is M exactly). Testing
- * each row against the shard's end instead cost the forward a quarter of its time on an H200 with
- * Dawn's robustness on (48.7 → 64.6 ms at the paper's shape), though not with it off.
+ * entry is M exactly). Testing each row against the shard's end instead cost the forward a
+ * quarter of its time on an H200 with Dawn's robustness on (48.7 → 64.6 ms at the paper's
+ * shape), though not with it off.
  */
 export const tileMapForwardWgsl16 = {
   decls: `var<workgroup> s_tmax: array<atomic<u32>, 4>;\n${TILE_MAP_KEY_WGSL}`,

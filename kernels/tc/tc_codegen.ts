@@ -143,8 +143,6 @@ function _sides(o: TcMainloopOptions): _Side[] {
     x: { buf: string; extent: string; first: string; off: string; ld: string; scale?: string },
   ): _Side => {
     const flat = _flatStaging(o.a);
-    const subs = flat ? 1 : name === "A" ? t.sgRows : t.sgCols, subRows = rows / subs;
-    const stride = op.contig === "k" ? t.bk + STAGE_PAD : subRows + STAGE_PAD;
     return {
       name,
       op,
@@ -152,11 +150,8 @@ function _sides(o: TcMainloopOptions): _Side[] {
       ...x,
       arr: `${p}s${name}`,
       arrLo: op.split ? `${p}s${name}lo` : undefined,
-      stride,
       flat,
-      subs,
-      subRows,
-      subElems: op.contig === "k" ? subRows * stride : t.bk * stride,
+      ..._staging(t, name, op.contig, flat),
       subOf: name === "A" ? `(sg / ${t.sgCols}u)` : `(sg % ${t.sgCols}u)`,
       prefix: p,
     };
@@ -184,21 +179,27 @@ function _sides(o: TcMainloopOptions): _Side[] {
 /** Whether a product stages flat (see _Side.flat): where A is split. */
 const _flatStaging = (a: { split?: boolean }) => a.split === true;
 
+/** The staging of one side of a tile (A: its rows, B: its columns): see _Side. */
+function _staging(t: TcTile, name: "A" | "B", contig: "k" | "mn", flat: boolean) {
+  const rows = name === "A" ? tileRows(t) : tileCols(t);
+  const subs = flat ? 1 : name === "A" ? t.sgRows : t.sgCols, subRows = rows / subs;
+  const stride = contig === "k" ? t.bk + STAGE_PAD : subRows + STAGE_PAD;
+  return { stride, subs, subRows, subElems: contig === "k" ? subRows * stride : t.bk * stride };
+}
+
 /** Bytes of workgroup memory the staging of a product takes. */
 export function tcSharedBytes(
   t: TcTile,
   o: { aContig: "k" | "mn"; bContig: "k" | "mn"; split?: boolean },
 ): number {
   validateTcTile(t);
-  const copies = t.dbuf ? 2 : 1;
-  // each subgroup row's (A) or column's (B) sub-array, rows padded (see _Side.subs)
-  const flat = _flatStaging(o);
-  const elems = (rows: number, subs: number, contig: "k" | "mn") =>
-    contig === "k"
-      ? rows * (t.bk + STAGE_PAD)
-      : (flat ? 1 : subs) * t.bk * ((flat ? rows : rows / subs) + STAGE_PAD);
-  const a = elems(tileRows(t), t.sgRows, o.aContig) * (o.split ? 2 : 1);
-  return (a + elems(tileCols(t), t.sgCols, o.bContig)) * copies * 2;
+  const copies = t.dbuf ? 2 : 1, flat = _flatStaging(o);
+  const elems = (name: "A" | "B", contig: "k" | "mn") => {
+    const s = _staging(t, name, contig, flat);
+    return s.subs * s.subElems;
+  };
+  const a = elems("A", o.aContig) * (o.split ? 2 : 1);
+  return (a + elems("B", o.bContig)) * copies * 2;
 }
 
 /**
