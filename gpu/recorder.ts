@@ -49,6 +49,18 @@ export interface PassEncoder {
   ): void;
 }
 
+/**
+ * Rewrites the dispatches of the passes recorded under it ({@link Recorder.under}): gpu/gate.ts
+ * turns them into indirect dispatches whose workgroup counts a flag on the GPU zeroes.
+ */
+export interface PassHook {
+  /**
+   * Called as a pass begins, with the pass's own encoder: returns the encoder the pass's code
+   * records into and a `close` run before the pass ends.
+   */
+  open(pass: PassEncoder, label: string): { encoder: PassEncoder; close(): void };
+}
+
 const MAX_QUERIES = 2048; // per submission (pairs of begin/end)
 
 /** See module doc. */
@@ -62,6 +74,7 @@ export class Recorder {
   #readbacks: { buffer: GPUBuffer; labels: string[] }[] = [];
   #passes: PassTiming[] = [];
   #gpuMs = 0;
+  #hook: PassHook | undefined;
 
   constructor(ctx: GpuContext) {
     this.#ctx = ctx;
@@ -90,7 +103,7 @@ export class Recorder {
       };
     }
     const enc = this.#encoder.beginComputePass(desc);
-    fn({
+    const raw: PassEncoder = {
       dispatch(pipeline, bindGroup, x, y = 1, z = 1) {
         if (x === 0 || y === 0 || z === 0) return;
         enc.setPipeline(pipeline);
@@ -103,9 +116,26 @@ export class Recorder {
         enc.setBindGroup(0, bindGroup);
         enc.dispatchWorkgroupsIndirect(args.buffer, offset);
       },
-    });
-    enc.end();
+    };
+    try {
+      const hooked = this.#hook?.open(raw, label);
+      fn(hooked?.encoder ?? raw);
+      hooked?.close();
+    } finally {
+      enc.end(); // a pass that threw still ends, so the encoder stays usable
+    }
     this.#passLabels.push(label);
+  }
+
+  /** Records `fn`'s passes through `hook` ({@link PassHook}); hooks do not nest. */
+  under(hook: PassHook, fn: () => void): void {
+    if (this.#hook) throw new Error("Recorder.under: already under a hook");
+    this.#hook = hook;
+    try {
+      fn();
+    } finally {
+      this.#hook = undefined;
+    }
   }
 
   /** The context this recorder submits to. */

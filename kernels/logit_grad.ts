@@ -4,6 +4,11 @@
  * sharding. Input logits may be f32 or a 16-bit dtype; G may alias a f32 logits tensor (in place).
  * The logits may be a slice of the vocabulary (columns `colStart`..`colStart + cols` of every row:
  * the dense backward's vocab chunks); β/|V| and the target test use the whole vocabulary.
+ *
+ * With `tiledPart` it writes only the part the fused backward tiles, G = w_n·[p·∂z/∂x + (β/|V|)(z/s)²]
+ * (the `(z/s)²` term with softcap and smoothing only; gradValue in kernels/fused/backward_wgsl.ts):
+ * the fused backward's dense dE path (kernels/fused/dense_de.ts), whose exact target and β/|V|
+ * terms come from kernels/fused/corrections.ts as on its filtered path.
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
@@ -51,16 +56,27 @@ function _vec4Signature(inPlace: boolean) {
   });
 }
 
+/** The f32 expression of G at capped logit `zc` (p, on_target and wr in scope). */
+function _gradExpr(o: { opts: LceOptions; tiledPart?: boolean }, zc: string, wr: string): string {
+  if (!o.tiledPart) return `${wr} * (p - on_target - BETA / VOCAB) * softcap_grad(${zc})`;
+  const smooth = o.opts.capped && o.opts.smoothing
+    ? ` + (BETA / VOCAB) * (${zc} / SOFTCAP) * (${zc} / SOFTCAP)`
+    : "";
+  return `${wr} * (p * softcap_grad(${zc})${smooth})`;
+}
+
 /**
  * WGSL of the f32 kernel reading and writing 4 columns a thread (16-byte accesses; the row length
  * a multiple of 4), in place or into a separate G: the same arithmetic per element as
  * {@link logitGradWgsl}.
  */
-function _vec4Wgsl(o: { opts: LceOptions; v: number; inPlace: boolean }): string {
+function _vec4Wgsl(
+  o: { opts: LceOptions; v: number; inPlace: boolean; tiledPart?: boolean },
+): string {
   const cols = [0, 1, 2, 3].map((c) =>
     `{ let zc = softcap(z[${c}]); let p = exp(zc - l);
       let on_target = select(0.0, 1.0 - BETA, i32(4u * j + ${c}u + P.colStart) == t);
-      out[${c}] = wr * (p - on_target - BETA / VOCAB) * softcap_grad(zc); }`
+      out[${c}] = ${_gradExpr(o, "zc", "wr")}; }`
   ).join("\n    ");
   return `${lossConstants(o.opts, o.v)}
 ${_vec4Signature(o.inPlace).wgsl}
@@ -85,7 +101,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /** WGSL of the kernel ({@link logitGradSignature}). */
 export function logitGradWgsl(
-  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean; vec4?: boolean },
+  o: {
+    logitsDtype: TensorDtype;
+    opts: LceOptions;
+    v: number;
+    inPlace: boolean;
+    vec4?: boolean;
+    tiledPart?: boolean;
+  },
 ): string {
   if (o.vec4 === true) {
     if (o.logitsDtype !== "f32") {
@@ -108,7 +131,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let zc = softcap(${load});
     let p = exp(zc - lse[row]);
     let on_target = select(0.0, 1.0 - BETA, i32(j + P.colStart) == targets[row]);
-    g[i] = w[row] * (p - on_target - BETA / VOCAB) * softcap_grad(zc);
+    g[i] = ${_gradExpr(o, "zc", "w[row]")};
   }
 }
 `;
@@ -120,7 +143,13 @@ const VEC4_ROW_GROUPS = 2048;
 /** Compiled kernel. */
 export async function prepareLogitGrad(
   ctx: GpuContext,
-  o: { logitsDtype: TensorDtype; opts: LceOptions; v: number; inPlace: boolean },
+  o: {
+    logitsDtype: TensorDtype;
+    opts: LceOptions;
+    v: number;
+    inPlace: boolean;
+    tiledPart?: boolean;
+  },
 ) {
   const kernel = await compileKernel(ctx, logitGradSignature(o), logitGradWgsl(o), "logit_grad");
   // f32 logits: 4 columns a thread where the rows hold whole vec4s, and a few rows a thread
@@ -144,9 +173,11 @@ export async function prepareLogitGrad(
         grad: DeviceTensor;
         /** Vocabulary index of the logits' first column (default 0). */
         colStart?: number;
+        /** The pass's label (default `logit_grad`). */
+        label?: string;
       },
     ) {
-      rec.pass("logit_grad", (p) => {
+      rec.pass(a.label ?? "logit_grad", (p) => {
         a.logits.shards.forEach((s, k) => {
           const gs = a.grad.shards[k];
           if (gs.rowStart !== s.rowStart || gs.rows !== s.rows) {

@@ -37,6 +37,13 @@ export interface MatmulKernelOptions {
    * launcher picks it where N and the output offset are multiples of 4).
    */
   vecOut?: boolean;
+  /**
+   * A read from the output's binding (`outp`, at aOff) instead of a binding of its own: for a
+   * product whose f32 A lies in the buffer it accumulates into (the fused backward's dense dE,
+   * whose G and dE accumulator share dC's storage: a buffer may not be bound both read-only and
+   * writable in one dispatch). Needs f32 A and output, scalar loads of A and scalar stores.
+   */
+  aFromOut?: boolean;
 }
 
 /**
@@ -55,7 +62,7 @@ export function matmulSignature(o: MatmulKernelOptions) {
       ...u32s("kPer first"),
     },
     bindings: {
-      a: { elem: wgslStorageType(o.aDtype, o.vecA), access: "read" },
+      a: { elem: wgslStorageType(o.aDtype, o.vecA), access: "read", when: !o.aFromOut },
       b: { elem: wgslStorageType(o.bDtype, o.vecB), access: "read" },
       outp: {
         elem: out === "f32" ? (vo ? "vec4<f32>" : "f32") : "atomic<u32>",
@@ -189,6 +196,9 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
   validateTile(o.tile);
   const t = o.tile;
   const out = o.outDtype ?? "f32";
+  if (o.aFromOut && (o.aDtype !== "f32" || out !== "f32" || o.vecA || o.vecOut)) {
+    throw new RangeError("matmul: A from the output needs f32 A and output, scalar A and stores");
+  }
   if (out !== "f32" && out !== "bf16" && out !== "f16") {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
   }
@@ -261,7 +271,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       tile: t,
       a: { dtype: o.aDtype, contig: o.aTrans ? "mn" : "k", vec: o.vecA },
       b: { dtype: o.bDtype, contig: o.bTrans ? "mn" : "k", vec: o.vecB },
-      aBuf: "a",
+      aBuf: o.aFromOut ? "outp" : "a",
       bBuf: "b",
       M: "P.M",
       N: "P.N",

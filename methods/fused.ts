@@ -90,7 +90,14 @@ export interface FusedVariant {
 export interface FusedKernelOptions {
   backward?: Pick<
     FusedBackwardOptions,
-    "tile" | "filterTile" | "dESplits" | "dERowSlices" | "dEGather" | "dCOrder" | "decideOrder"
+    | "tile"
+    | "filterTile"
+    | "dESplits"
+    | "dERowSlices"
+    | "dEGather"
+    | "dCOrder"
+    | "decideOrder"
+    | "denseDE"
   >;
   denseChunkRows?: number;
 }

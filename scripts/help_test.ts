@@ -52,7 +52,7 @@ Deno.test("every command: --help lists each flag with its default; unknown flags
 
 /** The repository's own .ts files (no tests), as paths from the root. */
 function _sources(dir: string, out: string[] = []): string[] {
-  const skip = new Set(["node_modules", "tools", "reports", ".gpu", ".git"]);
+  const skip = new Set(["node_modules", "tools", "reports", "tmp", ".gpu", ".git"]);
   for (const e of Deno.readDirSync(new URL(`../${dir}`, import.meta.url))) {
     const path = dir === "." ? e.name : `${dir}/${e.name}`;
     if (e.isDirectory && !skip.has(e.name) && !e.name.startsWith(".")) _sources(path, out);

@@ -28,6 +28,8 @@ export interface BackwardCase {
   gradDtype?: "f32" | "input";
   dEGather?: FusedBackwardOptions["dEGather"];
   dCOrder?: boolean;
+  /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
+  denseDE?: FusedBackwardOptions["denseDE"];
 }
 
 /**
@@ -58,6 +60,7 @@ export async function runBackward(
     spec: { n: x.n, v: x.v, d: x.d, dtype },
     opts: o,
     ...b,
+    denseDE: b.denseDE ?? "never",
   });
   const once = async () => {
     const rec = new Recorder(ctx);

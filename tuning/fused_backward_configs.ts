@@ -9,7 +9,8 @@
  *   splits), and any `s<S>r<R>` (S dE splits, R row slices);
  * - `widefilter` (the filter pass on the 128×256 product tile), `pertile` (dE by the per-tile
  *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
- *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first);
+ *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
+ *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -66,6 +67,8 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   pertile: () => backward({ dEGather: false }),
   g1: () => backward({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
   dcseq: () => backward({ dCOrder: false }),
+  dense: () => backward({ denseDE: "always" }),
+  kept: () => backward({ denseDE: "never" }),
 };
 
 /** A tile with the flags of a `g…` name: `s` stage2d, `m` thread-major, `w` the warp layout. */

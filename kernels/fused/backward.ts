@@ -33,7 +33,9 @@
  *    rounds of token tiles: the kept tiles' g in dC's not yet written storage, then each token
  *    tile's dE as one dense product over its kept tiles. Otherwise (sharded tensors, too little
  *    storage, no mask, dESplits/dERowSlices given): pass `dE` (kept_tiles.ts), the kept tiles'
- *    P·C into dE's rows tile by tile, split by S.
+ *    P·C into dE's rows tile by tile, split by S. With the gathered dE, pass `dense dE decision`
+ *    first chooses on the GPU between those passes and dense products over every tile where
+ *    most tiles are kept (dense_de.ts; each path recorded under a gate of its flag).
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 6. dC's smoothing row, with the filter pass `dC order` (dc_order.ts: vocab tiles by their kept
  *    token tiles, most first), then pass `dC` (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile,
@@ -58,40 +60,25 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, download } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
-import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { type GemmTile, vecLoadsFit } from "../gemm_codegen.ts";
+import { vecLoadsFit } from "../gemm_codegen.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
 import { prepareVocabSort } from "./vocab_order.ts";
-import { type Dtype16, prepareCast16 } from "../cast16.ts";
+import { prepareCast16 } from "../cast16.ts";
 import { prepareGradCorrections } from "./corrections.ts";
 import {
   allocateGradients,
   type BackwardGradients,
   dCOrderBytes,
-  defaultDERowSlices,
-  defaultDESplits,
-  defaultFilteredDESplits,
-  dESlabsFitDC,
   fusedBackwardWorkspaceBytes,
-  gradOut16,
   maskBytes,
   paddedBytes,
   type TileSegment,
   tileSegments,
 } from "./backward_plan.ts";
+import { backwardGemmTiles, type BackwardTile, dESliceTile } from "./backward_tiles.ts";
 import {
-  backwardGemmTiles,
-  backwardSharedBytes,
-  type BackwardTile,
-  defaultBackwardTile,
-  dESliceTile,
-} from "./backward_tiles.ts";
-import {
-  defaultFilterTile,
-  type FilterPassKernelOptions,
   filterPassSignature,
-  filterPassWgsl,
   KEPT_BOUNDS_SIG,
   keptBoundsWgsl,
   recordFilterPass,
@@ -109,9 +96,11 @@ import { type TilePassKernelOptions, tilePassSignature, tilePassWgsl } from "./k
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
 import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";
 import { compileKernel } from "../../gpu/signature.ts";
-import { prepareMapFilter, type TileMapTile } from "./tile_map.ts";
-import { gatheredDETile, type GatheredDETuning, prepareGatheredDE } from "./gathered_de.ts";
+import { prepareMapFilter } from "./tile_map.ts";
+import { gatheredDETile, prepareGatheredDE } from "./gathered_de.ts";
 import { prepareDCOrder } from "./dc_order.ts";
+import { prepareDenseDE } from "./dense_de.ts";
+import { type BackwardOptionsPlan, planBackward } from "./backward_options.ts";
 import {
   checkBackwardArgs,
   type FusedBackwardArgs,
@@ -125,99 +114,11 @@ export type {
   PreparedFusedBackward,
 } from "./backward_types.ts";
 
-/** The problem, options and defaults a backward is prepared for. */
-interface _Plan {
-  spec: Shape & { dtype: Dtype };
-  opts: LceOptions;
-  sort: boolean;
-  tile: BackwardTile;
-  eps: number | null;
-  /** The 16-bit gradient dtype, or undefined for f32 gradients. */
-  out16?: Dtype16;
-  /** dC accumulated in place in 16 bits (d even), else an f32 scratch and a cast. */
-  dCInPlace?: Dtype16;
-  splits: number;
-  slices: number;
-  /** Tokens per row slice of the dE pass. */
-  sliceRows: number;
-  filterTile: GemmTile | null;
-  /** The filter pass's generator (the FMA one, or FusedBackwardOptions.filterKernel's). */
-  filterWgsl: (o: FilterPassKernelOptions) => string;
-  /** Another kernel family's filter binds `scales` after the pass's own bindings. */
-  filterScales: boolean;
-  /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
-  mapTile?: TileMapTile;
-  /** The order decision runs (sorting with the filter, decideOrder). */
-  decide: boolean;
-  /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
-  balanced: boolean;
-  /** dE gathered (then one split), with its tuning. */
-  gather?: GatheredDETuning;
-  /** The dC pass takes its vocab tiles most kept first (kernels/fused/dc_order.ts). */
-  dCOrder: boolean;
-}
-
-/** Validates the options and fills in the defaults. */
-function _plan(ctx: GpuContext, o: FusedBackwardOptions): _Plan {
-  const { spec } = o;
-  const tile = o.tile ?? defaultBackwardTile(ctx);
-  const shared = backwardSharedBytes(tile);
-  if (shared > ctx.device.limits.maxComputeWorkgroupStorageSize) {
-    throw new GpuError(
-      "limits",
-      `fused backward: tile ${JSON.stringify(tile)} needs ${shared} bytes of workgroup memory`,
-    );
-  }
-  const eps = o.filterEps;
-  if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
-    throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
-  }
-  const out16 = gradOut16(spec.dtype, o.gradDtype);
-  const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
-  const gather = eps !== null && o.dEGather !== false && o.dESplits === undefined &&
-      o.dERowSlices === undefined && tile.vocab % 4 === 0
-    ? o.dEGather ?? {}
-    : undefined;
-  const splits = gather ? 1 : o.dESplits ??
-    (eps !== null ? defaultFilteredDESplits(spec, tile, fits) : defaultDESplits(spec, tile));
-  if (!Number.isInteger(splits) || splits < 1) {
-    throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
-  }
-  const slices = o.dERowSlices ?? defaultDERowSlices(spec, tile, splits);
-  const sliceRows = dESliceTile(tile, slices).tokens;
-  if (o.mapFilter && (eps === null || o.sort)) {
-    throw new RangeError("fused backward: the map filter needs the filter and no sorting");
-  }
-  const mapTile = o.mapFilter?.tile;
-  return {
-    spec,
-    opts: o.opts,
-    sort: o.sort,
-    tile,
-    eps,
-    out16,
-    dCInPlace: out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined,
-    splits,
-    slices,
-    sliceRows,
-    filterTile: eps !== null && !mapTile
-      ? o.filterKernel?.tile ?? o.filterTile ?? defaultFilterTile(ctx, tile)
-      : null,
-    filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
-    filterScales: o.filterKernel !== undefined,
-    mapTile,
-    decide: o.sort && eps !== null && (o.decideOrder ?? true),
-    balanced: eps !== null && splits > 1,
-    gather,
-    dCOrder: eps !== null && (o.dCOrder ?? true),
-  };
-}
-
 /** The compiled pieces of a backward (undefined where the plan does not use them). */
 type _Pipelines = Awaited<ReturnType<typeof _pipelines>>;
 
 /** The filter and order-decision pipelines of a plan. */
-async function _filterPipelines(ctx: GpuContext, p: _Plan) {
+async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
   const { spec, eps, filterTile, decide, tile } = p;
   const fo = eps !== null && filterTile
     ? {
@@ -257,7 +158,7 @@ async function _filterPipelines(ctx: GpuContext, p: _Plan) {
 }
 
 /** Compiles every pipeline of a plan. */
-async function _pipelines(ctx: GpuContext, p: _Plan) {
+async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
   const { spec, opts, tile, eps, out16, splits } = p;
   const filter = await _filterPipelines(ctx, p);
   const problem = { dtype: spec.dtype, opts, v: spec.v };
@@ -313,14 +214,17 @@ async function _pipelines(ctx: GpuContext, p: _Plan) {
       gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
     })
     : undefined;
-  return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered };
+  const dense = p.denseDE
+    ? await prepareDenseDE(ctx, { spec, opts, mode: p.denseDE, out16: out16 !== undefined })
+    : undefined;
+  return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered, dense };
 }
 
 /** The state of one record. */
 interface _Record {
   ctx: GpuContext;
   rec: Recorder;
-  p: _Plan;
+  p: BackwardOptionsPlan;
   pipes: _Pipelines;
   /** The kept-tile counters (with the filter). */
   counter?: TrackedBuffer;
@@ -465,15 +369,23 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   const tail = { lse: a.lse.shards[0].buffer, w: w.shards[0].buffer, perm: m.perm, mask: m.mask };
   const base = { rec, e, c, tok: r.tok, voc: r.voc, vTotal: r.vTotal, d, tail };
   const { sliceRows, splits } = p;
-  const gathered = m.mask && pipes.gathered?.record({
-    ...base,
-    lse: a.lse.shards[0].buffer,
-    w: w.shards[0].buffer,
-    perm: m.perm,
-    mask: m.mask,
-    grads: g,
-  });
-  if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
+  const keptDE = () => {
+    const gathered = m.mask && pipes.gathered?.record({
+      ...base,
+      lse: a.lse.shards[0].buffer,
+      w: w.shards[0].buffer,
+      perm: m.perm,
+      mask: m.mask,
+      grads: g,
+    });
+    if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
+  };
+  const dense = m.mask && r.counter && pipes.dense?.record({
+    ...{ rec, e, c, targets, w, lse: a.lse, counter: r.counter, grads: g, tok: r.tok, voc: r.voc },
+    tiles: r.tTotal * r.vTotal,
+    sortDecided: p.decide,
+  }, keptDE);
+  if (!dense) keptDE();
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
     recordSlabReduce({ rec, kernel: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
@@ -512,7 +424,7 @@ export async function prepareFusedBackward(
   ctx: GpuContext,
   o: FusedBackwardOptions,
 ): Promise<PreparedFusedBackward> {
-  const p = _plan(ctx, o);
+  const p = planBackward(ctx, o);
   const pipes = await _pipelines(ctx, p);
   const { spec, tile } = p;
   const counter = p.eps !== null
@@ -548,6 +460,7 @@ export async function prepareFusedBackward(
     release() {
       counter?.destroy();
       pipes.gathered?.release();
+      pipes.dense?.release();
     },
     usedDERounds() {
       return pipes.gathered && pipes.gathered.lastRounds > 0
@@ -559,7 +472,9 @@ export async function prepareFusedBackward(
       // [own order's kept tiles, sorted order's (with the order decision)]: the chosen one's
       const got = await download(ctx, counter);
       const kept = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
-      return { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
+      const stats = { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
+      if (!pipes.dense) return stats;
+      return { ...stats, denseDE: (await pipes.dense.took()) ? 1 : 0 };
     },
     record(rec, a) {
       checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);

@@ -14,6 +14,7 @@ import type { GradDtype, WorkspaceLayout } from "./backward_plan.ts";
 import type { BackwardTile } from "./backward_tiles.ts";
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
+import type { DenseDEMode } from "./dense_de.ts";
 
 /** Options of `prepareFusedBackward`. */
 export interface FusedBackwardOptions {
@@ -70,6 +71,13 @@ export interface FusedBackwardOptions {
    * and its tile (bm × bn: the grid).
    */
   filterKernel?: { tile: GemmTile; wgsl(o: FilterPassKernelOptions): string };
+  /**
+   * With the filter and the gathered dE: dE's tiled part as dense products where the filter keeps
+   * most tiles, decided on the GPU per call (`auto`), always, or `never` (no dense path recorded;
+   * kernels/fused/dense_de.ts). Default `auto`, and `never` with `filterKernel` (its dense
+   * products would be the FMA core's).
+   */
+  denseDE?: DenseDEMode;
 }
 
 /** Tensors of {@link PreparedFusedBackward.record}. */
@@ -96,6 +104,8 @@ export interface FusedBackwardArgs {
 export interface FusedBackwardStats {
   tilesSkipped: number;
   tilesTotal: number;
+  /** 1 where the last record's dE took the dense path, 0 where the kept tiles' (with one). */
+  denseDE?: number;
 }
 
 /** A compiled fused backward. */

@@ -1,0 +1,110 @@
+import assert from "node:assert/strict";
+import { createTensor, download, fromHost, upload } from "./tensor.ts";
+import { Recorder } from "./recorder.ts";
+import { prepareGate } from "./gate.ts";
+import { compileKernel, signature } from "./signature.ts";
+import { GPU_TEST, testContext } from "../testing/gpu.ts";
+
+const SIG = signature({
+  params: { add: "u32" },
+  bindings: { x: { elem: "u32", access: "read_write" } },
+});
+// each workgroup adds `add` to the word of its id
+const WGSL = `${SIG.wgsl}
+@compute @workgroup_size(1)
+fn main(@builtin(workgroup_id) wg: vec3<u32>) { x[wg.x] = x[wg.x] + P.add; }
+`;
+
+Deno.test({
+  name: "gate: a gated pass does its work only where the flag equals want, direct and indirect",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const gate = await prepareGate(ctx);
+    const k = await compileKernel(ctx, SIG, WGSL, "gate test add");
+    const x = createTensor(ctx, { dtype: "u32", rows: 8, cols: 1, role: "output", label: "x" });
+    const flag = createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "input", label: "f" });
+    // indirect counts: 5 workgroups at word 4 (words 0…3 hold something else)
+    const counts = createTensor(ctx, {
+      dtype: "u32",
+      rows: 8,
+      cols: 1,
+      role: "input",
+      label: "counts",
+      usage: GPUBufferUsage.INDIRECT,
+    });
+    upload(ctx, counts, Uint32Array.of(9, 9, 9, 9, 5, 1, 1, 0));
+    for (const f of [0, 1, 7]) {
+      upload(ctx, x, new Uint32Array(8));
+      upload(ctx, flag, Uint32Array.of(f));
+      await ctx.scoped(async () => {
+        const rec = new Recorder(ctx);
+        const xb = x.shards[0].buffer;
+        for (const want of [0, 1]) {
+          gate.under(rec, { flag: flag.shards[0].buffer, want }, () => {
+            rec.pass("gated", (p) => {
+              // 3 workgroups adding 1 (want 0) or 10 (want 1), then 5 more from `counts`
+              p.dispatch(k.pipeline, k.bind(rec, { add: want ? 10 : 1 }, { x: xb }), 3);
+              p.dispatchIndirect(
+                k.pipeline,
+                k.bind(rec, { add: want ? 100 : 1000 }, { x: xb }),
+                counts.shards[0].buffer,
+                16,
+              );
+            });
+          });
+        }
+        // an ungated pass after the gates runs as usual
+        rec.pass("plain", (p) => p.dispatch(k.pipeline, k.bind(rec, { add: 5 }, { x: xb }), 8));
+        await rec.finish();
+      });
+      const got = Array.from(await download(ctx, x));
+      const want = [0, 1, 2, 3, 4, 5, 6, 7].map((i) =>
+        5 + (f === 0 ? (i < 3 ? 1 : 0) + (i < 5 ? 1000 : 0) : 0) +
+        (f === 1 ? (i < 3 ? 10 : 0) + (i < 5 ? 100 : 0) : 0)
+      );
+      assert.deepEqual(got, want, `flag ${f}`);
+    }
+    for (const t of [x, flag, counts]) t.destroy();
+  },
+});
+
+Deno.test({
+  name: "gate: gates do not nest, and a pass of too many dispatches is refused",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const gate = await prepareGate(ctx);
+    const k = await compileKernel(ctx, SIG, WGSL, "gate test add");
+    const x = fromHost(
+      ctx,
+      { dtype: "u32", rows: 1, cols: 1, role: "output", label: "x" },
+      new Uint32Array(1),
+    );
+    const xb = x.shards[0].buffer;
+    await ctx.scoped(async () => {
+      const rec = new Recorder(ctx);
+      assert.throws(
+        () =>
+          gate.under(
+            rec,
+            { flag: xb, want: 1 },
+            () => gate.under(rec, { flag: xb, want: 0 }, () => {}),
+          ),
+        /already under a hook/,
+      );
+      assert.throws(
+        () =>
+          gate.under(rec, { flag: xb, want: 1 }, () =>
+            rec.pass("many", (p) => {
+              for (let i = 0; i < 65; i++) {
+                p.dispatch(k.pipeline, k.bind(rec, { add: 1 }, { x: xb }), 1);
+              }
+            })),
+        /over 64 dispatches/,
+      );
+      await rec.finish();
+    });
+    x.destroy();
+  },
+});

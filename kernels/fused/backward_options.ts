@@ -1,0 +1,126 @@
+/**
+ * The options of a fused backward (kernels/fused/backward.ts) validated and completed with their
+ * defaults: the tile, the filter and its kernel, splits and row slices, the gathered dE, the
+ * order decision, the dC order and the dense dE path.
+ * @module
+ */
+import type { GpuContext } from "../../gpu/context.ts";
+import { GpuError } from "../../core/errors.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import type { GemmTile } from "../gemm_codegen.ts";
+import type { Dtype16 } from "../cast16.ts";
+import {
+  defaultDERowSlices,
+  defaultDESplits,
+  defaultFilteredDESplits,
+  dESlabsFitDC,
+  gradOut16,
+} from "./backward_plan.ts";
+import {
+  backwardSharedBytes,
+  type BackwardTile,
+  defaultBackwardTile,
+  dESliceTile,
+} from "./backward_tiles.ts";
+import { defaultFilterTile, type FilterPassKernelOptions, filterPassWgsl } from "./filter.ts";
+import type { TileMapTile } from "./tile_map.ts";
+import type { GatheredDETuning } from "./gathered_de.ts";
+import type { DenseDEMode } from "./dense_de.ts";
+import type { FusedBackwardOptions } from "./backward_types.ts";
+
+/** The problem, options and defaults a backward is prepared for. */
+export interface BackwardOptionsPlan {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  sort: boolean;
+  tile: BackwardTile;
+  eps: number | null;
+  /** The 16-bit gradient dtype, or undefined for f32 gradients. */
+  out16?: Dtype16;
+  /** dC accumulated in place in 16 bits (d even), else an f32 scratch and a cast. */
+  dCInPlace?: Dtype16;
+  splits: number;
+  slices: number;
+  /** Tokens per row slice of the dE pass. */
+  sliceRows: number;
+  filterTile: GemmTile | null;
+  /** The filter pass's generator (the FMA one, or FusedBackwardOptions.filterKernel's). */
+  filterWgsl: (o: FilterPassKernelOptions) => string;
+  /** Another kernel family's filter binds `scales` after the pass's own bindings. */
+  filterScales: boolean;
+  /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
+  mapTile?: TileMapTile;
+  /** The order decision runs (sorting with the filter, decideOrder). */
+  decide: boolean;
+  /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
+  balanced: boolean;
+  /** dE gathered (then one split), with its tuning. */
+  gather?: GatheredDETuning;
+  /** The dC pass takes its vocab tiles most kept first (kernels/fused/dc_order.ts). */
+  dCOrder: boolean;
+  /** The dense dE path's mode, where it is recorded (kernels/fused/dense_de.ts). */
+  denseDE?: Exclude<DenseDEMode, "never">;
+}
+
+/** Validates the options and fills in the defaults. */
+export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): BackwardOptionsPlan {
+  const { spec } = o;
+  const tile = o.tile ?? defaultBackwardTile(ctx);
+  const shared = backwardSharedBytes(tile);
+  if (shared > ctx.device.limits.maxComputeWorkgroupStorageSize) {
+    throw new GpuError(
+      "limits",
+      `fused backward: tile ${JSON.stringify(tile)} needs ${shared} bytes of workgroup memory`,
+    );
+  }
+  const eps = o.filterEps;
+  if (eps !== null && !(eps > 0 && Number.isFinite(eps))) {
+    throw new RangeError(`fused backward: filterEps must be > 0 or null, got ${eps}`);
+  }
+  const out16 = gradOut16(spec.dtype, o.gradDtype);
+  const fits = (k: number) => dESlabsFitDC(spec, k, out16 !== undefined, ctx.maxBindingBytes);
+  const gather = eps !== null && o.dEGather !== false && o.dESplits === undefined &&
+      o.dERowSlices === undefined && tile.vocab % 4 === 0
+    ? o.dEGather ?? {}
+    : undefined;
+  const splits = gather ? 1 : o.dESplits ??
+    (eps !== null ? defaultFilteredDESplits(spec, tile, fits) : defaultDESplits(spec, tile));
+  if (!Number.isInteger(splits) || splits < 1) {
+    throw new RangeError(`fused backward: dESplits must be a positive integer, got ${splits}`);
+  }
+  const slices = o.dERowSlices ?? defaultDERowSlices(spec, tile, splits);
+  const sliceRows = dESliceTile(tile, slices).tokens;
+  if (o.mapFilter && (eps === null || o.sort)) {
+    throw new RangeError("fused backward: the map filter needs the filter and no sorting");
+  }
+  const mapTile = o.mapFilter?.tile;
+  return {
+    spec,
+    opts: o.opts,
+    sort: o.sort,
+    tile,
+    eps,
+    out16,
+    dCInPlace: out16 !== undefined && spec.d % 2 === 0 ? out16 : undefined,
+    splits,
+    slices,
+    sliceRows,
+    filterTile: eps !== null && !mapTile
+      ? o.filterKernel?.tile ?? o.filterTile ?? defaultFilterTile(ctx, tile)
+      : null,
+    filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
+    filterScales: o.filterKernel !== undefined,
+    mapTile,
+    decide: o.sort && eps !== null && (o.decideOrder ?? true),
+    balanced: eps !== null && splits > 1,
+    gather,
+    dCOrder: eps !== null && (o.dCOrder ?? true),
+    denseDE: _denseMode(o, gather !== undefined),
+  };
+}
+
+/** The dense dE path's mode: with the gathered dE, unless `never` (the default with filterKernel). */
+function _denseMode(o: FusedBackwardOptions, gather: boolean) {
+  const mode = o.denseDE ?? (o.filterKernel ? "never" : "auto");
+  return gather && mode !== "never" ? mode : undefined;
+}

@@ -1,0 +1,306 @@
+/**
+ * The fused backward's dense dE path: where the filter keeps most tiles, dE's tiled part as dense
+ * products on the GEMM core instead of the kept tiles' passes, chosen on the GPU per call.
+ *
+ * The kept tiles' dE (kernels/fused/gathered_de.ts: `kept g`, then the gathered products) runs at
+ * about two thirds of the plain product's rate: past a kept fraction k of about 0.75 it costs
+ * more than recomputing every tile's logits and multiplying densely (2 P, P the plain product
+ * E·Cᵀ). So after the filter (and the order decision) pass `dense dE decision` reads the kept
+ * count and writes a flag: dense when kept > {@link DENSE_DE_ABOVE} · tiles. Both paths are
+ * recorded, each under a gate of that flag (gpu/gate.ts): the one not taken dispatches zero
+ * workgroups, and the host never reads the count back.
+ *
+ * The dense path, for vocabulary chunks [v0, v1) in order (the vocabulary's own order: the dense
+ * path needs no sorting):
+ *
+ *   Z = E·C[v0:v1]ᵀ                       (f32, the GEMM core's logits tile)
+ *   G = w_n·[p·∂z/∂x + (β/|V|)(z/s)²]      in place (kernels/logit_grad.ts `tiledPart`)
+ *   dE += G·C[v0:v1]                       (into dE's f32 accumulator)
+ *
+ * G is the part of the gradient the filtered path tiles: dE's exact terms (the target's and
+ * β/|V|'s) are in the accumulator already (kernels/fused/corrections.ts), as on the filtered path,
+ * and dC is not touched (its pass stays the filtered one). Nothing is dropped: the dense path is
+ * the unfiltered dE.
+ *
+ * Memory: none of its own. Z lives where the gathered dE keeps its slots, in dC's first output
+ * buffer behind dE's f32 accumulator (dC is written only after dE is formed), so a chunk holds
+ * as many vocabulary rows as that space holds f32 rows of n (`llm`, 4096 × 24,576 × 2304, bf16
+ * gradients: 4,608 rows, 6 chunks; the paper's shape: 33,728, 8 chunks). With 16-bit gradients
+ * the accumulator shares that buffer, so the dE product reads G through the binding it
+ * accumulates into (kernels/matmul_wgsl.ts `aFromOut`).
+ *
+ * Deterministic: the decision is a function of the kept counts, the chunks go in a fixed order,
+ * each output element of a product is owned by one thread, no split-K.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, download, tensorOnBuffer } from "../../gpu/tensor.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
+import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { prepareMatmul, rowView } from "../matmul.ts";
+import { type MatmulKernelOptions, matmulSignature, matmulWgsl } from "../matmul_wgsl.ts";
+import { gemmGrid, type GemmTile } from "../gemm_codegen.ts";
+import { TILE_HW_8X16, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
+import { vecWidth } from "../wgsl_common.ts";
+import { prepareLogitGrad } from "../logit_grad.ts";
+import { SORT_MARGIN } from "./order_decision.ts";
+import type { BackwardGradients, TileSegment } from "./backward_plan.ts";
+
+/**
+ * The kept fraction above which the dense path is taken (`auto`). From the H200's per-pass times
+ * at 4096 × 24,576 × 2304 (docs/performance.md): the kept tiles' dE costs about 3·k·P, the dense
+ * one about 2.2 P.
+ */
+export const DENSE_DE_ABOVE = 0.75;
+
+/**
+ * Which dE path the backward takes: decided on the GPU from the kept count (`auto`), or forced
+ * (tests, benchmarks); `never` records no dense path at all.
+ */
+export type DenseDEMode = "auto" | "always" | "never";
+
+const _MODES: Record<Exclude<DenseDEMode, "never">, number> = { auto: 0, always: 1 };
+
+/** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
+export const DENSE_DECISION_SIG = signature({
+  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32" },
+  bindings: {
+    counter: { elem: "u32", access: "read" },
+    flag: { elem: "u32", access: "read_write" },
+  },
+});
+
+/**
+ * WGSL of pass `dense dE decision` (one invocation): the kept count of the order the backward
+ * uses (the sorted one where the order decision takes it: counter[1], else counter[0]), and
+ * flag[0] = 1 for the dense path.
+ */
+export function denseDecisionWgsl(): string {
+  return `${DENSE_DECISION_SIG.wgsl}
+@compute @workgroup_size(1)
+fn main() {
+  var kept = counter[0];
+  if (P.sortDecided == 1u && ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0]) {
+    kept = counter[1];
+  }
+  var dense = f32(kept) > P.above * f32(P.total);
+  if (P.mode == 1u) { dense = true; }
+  flag[0] = select(0u, 1u, dense);
+}
+`;
+}
+
+/** What a record of the dense path reads (see {@link PreparedDenseDE.record}). */
+export interface DenseDEArgs {
+  rec: Recorder;
+  e: DeviceTensor;
+  c: DeviceTensor;
+  targets: DeviceTensor;
+  lse: DeviceTensor;
+  w: DeviceTensor;
+  /** The kept-tile counters (own order, sorted order). */
+  counter: TrackedBuffer;
+  /** Tiles in all (token tiles × vocab tiles). */
+  tiles: number;
+  /** The order decision ran (counter[1] is the sorted order's count). */
+  sortDecided: boolean;
+  grads: BackwardGradients;
+  tok: TileSegment[];
+  voc: TileSegment[];
+}
+
+/** The compiled dense path. */
+export interface PreparedDenseDE {
+  /** Vocabulary rows a chunk holds in the last record (0 where the path did not apply). */
+  readonly lastChunkRows: number;
+  /**
+   * Records the decision, `filtered` (the kept tiles' dE) under the flag's 0 and the dense path
+   * under its 1, and returns true; or returns false having recorded nothing where the dense path
+   * does not apply (E or C over several bindings, too little free storage): the caller then
+   * records the filtered path alone.
+   */
+  record(a: DenseDEArgs, filtered: () => void): boolean;
+  /** Whether the last record took the dense path (reads the flag; false where none applied). */
+  took(): Promise<boolean>;
+  release(): void;
+}
+
+/** The f32 accumulator's buffer and whether it is dC's first buffer (see the module doc). */
+function _accumulator(g: BackwardGradients) {
+  if (g.dE.shards.length !== 1 || g.dE.shards[0].rowStart !== 0) return undefined;
+  const acc = g.dE.shards[0].buffer;
+  return { acc, shared: acc.buffer === g.dCOut.shards[0].buffer.buffer };
+}
+
+/** Compiles the decision, the gate and the three products of a problem. */
+export async function prepareDenseDE(
+  ctx: GpuContext,
+  o: {
+    spec: Shape & { dtype: Dtype };
+    opts: LceOptions;
+    mode: Exclude<DenseDEMode, "never">;
+    /** 16-bit gradients: the accumulator shares dC's buffer (else f32 gradients). */
+    out16: boolean;
+  },
+): Promise<PreparedDenseDE> {
+  const { spec, opts } = o;
+  const hw = !ctx.report.isFallbackAdapter;
+  const gate: PreparedGate = await prepareGate(ctx);
+  const decide = await compileKernel(
+    ctx,
+    DENSE_DECISION_SIG,
+    denseDecisionWgsl(),
+    "dense dE decision",
+  );
+  const zMm = await prepareMatmul(ctx, {
+    tile: hw ? TILE_HW_WIDE : TILE_SMALL,
+    aDtype: spec.dtype,
+    bDtype: spec.dtype,
+    aTrans: false,
+    bTrans: false,
+  });
+  const grad = await prepareLogitGrad(ctx, {
+    logitsDtype: "f32",
+    opts,
+    v: spec.v,
+    inPlace: true,
+    tiledPart: true,
+  });
+  const dETile: GemmTile = hw ? TILE_HW_8X16 : TILE_SMALL;
+  // shared storage: G read through the accumulator's binding; else the plain product
+  const inOut: MatmulKernelOptions = {
+    tile: dETile,
+    aDtype: "f32",
+    bDtype: spec.dtype,
+    aTrans: false,
+    bTrans: true,
+    aFromOut: true,
+    vecB: dETile.vec === true && dETile.bn % vecWidth(spec.dtype) === 0 &&
+      spec.d % vecWidth(spec.dtype) === 0,
+  };
+  const dEShared = o.out16
+    ? await compileKernel(ctx, matmulSignature(inOut), matmulWgsl(inOut), "dense dE product")
+    : undefined;
+  const dEPlain = o.out16 ? undefined : await prepareMatmul(ctx, {
+    tile: dETile,
+    aDtype: "f32",
+    bDtype: spec.dtype,
+    aTrans: false,
+    bTrans: true,
+  });
+  const flag = createTensor(ctx, {
+    dtype: "u32",
+    rows: 1,
+    cols: 1,
+    role: "workspace",
+    label: "dense dE flag",
+  });
+  const fb = flag.shards[0].buffer;
+  const prepared = {
+    lastChunkRows: 0,
+    record(a: DenseDEArgs, filtered: () => void): boolean {
+      prepared.lastChunkRows = 0;
+      const { n, v, d } = spec;
+      const one = (t: DeviceTensor) => t.shards.length === 1;
+      if (a.tok.length !== 1 || a.voc.length !== 1 || !one(a.e) || !one(a.c)) return false;
+      const acc = _accumulator(a.grads);
+      if (!acc || acc.shared !== o.out16) return false;
+      const free = a.grads.dCOut.shards[0].buffer;
+      const start = acc.shared ? Math.ceil((n * d * 4) / 256) * 256 : 0;
+      const end = Math.min(free.size, ctx.maxBindingBytes);
+      const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
+      const vc = Math.min(v, fit);
+      if (vc < Math.min(v, 64)) return false;
+      prepared.lastChunkRows = vc;
+      const { rec } = a;
+      rec.pass("dense dE decision", (p) => {
+        const params = {
+          total: a.tiles,
+          sortDecided: a.sortDecided ? 1 : 0,
+          mode: _MODES[o.mode],
+          above: DENSE_DE_ABOVE,
+        };
+        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
+      });
+      gate.under(rec, { flag: fb, want: 0 }, filtered);
+      gate.under(rec, { flag: fb, want: 1 }, () => {
+        for (let v0 = 0, k = 0; v0 < v; v0 += vc, k++) {
+          const cols = Math.min(v, v0 + vc) - v0;
+          const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
+            dtype: "f32",
+            rows: n,
+            cols,
+            label: "dense dE chunk",
+            role: "workspace",
+          });
+          const cv = rowView(a.c, v0, v0 + cols);
+          zMm.record(rec, {
+            a: { tensor: a.e, trans: false },
+            b: { view: cv, trans: false },
+            out: z,
+            splitK: 1,
+            label: `dense dE: Z[chunk ${k}] = E·C[chunk]ᵀ`,
+          });
+          const { targets, lse, w } = a;
+          grad.record(rec, {
+            logits: z,
+            targets,
+            lse,
+            w,
+            grad: z,
+            colStart: v0,
+            label: "dense dE: G",
+          });
+          if (dEPlain) {
+            dEPlain.record(rec, {
+              a: { tensor: z, trans: false },
+              b: { view: cv, trans: true },
+              out: a.grads.dE,
+              accumulate: true,
+              splitK: 1,
+              label: `dense dE: dE += G·C[chunk ${k}]`,
+            });
+            continue;
+          }
+          rec.pass(`dense dE: dE += G·C[chunk ${k}]`, (p) => {
+            const params = {
+              M: n,
+              N: d,
+              K: cols,
+              aOff: start / 4,
+              sAm: cols,
+              sAk: 1,
+              bOff: v0 * d,
+              sBn: 1,
+              sBk: d,
+              cOff: 0,
+              sCm: d,
+              accumulate: 1,
+              alpha: 1,
+              kPer: cols,
+              first: 1,
+            };
+            const bg = dEShared!.bind(rec, params, {
+              b: a.c.shards[0].buffer,
+              outp: free,
+              part: ctx.unusedBinding,
+            });
+            const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
+            p.dispatch(dEShared!.pipeline, bg, ...grid, 1);
+          });
+        }
+      });
+      return true;
+    },
+    async took() {
+      if (prepared.lastChunkRows === 0) return false;
+      return (await download(ctx, flag))[0] === 1;
+    },
+    release() {
+      flag.destroy();
+    },
+  };
+  return prepared;
+}
