@@ -4,13 +4,13 @@
  * between them and the work before: only one of the two does any work, and the host never waits.
  *
  * Under {@link PreparedGate.under}, every dispatch of every pass becomes an indirect dispatch whose
- * workgroup counts sit in a small buffer of the pass (`args`), and the pass begins with an *arm*
- * dispatch that copies the counts into it, or zeros where `flag[0]` differs from `want` (zero
- * workgroups: the dispatch does nothing). A pass's direct dispatches take their counts from a
- * second buffer the host writes when the pass closes (before the submission, as uniform blocks
- * are written); an indirect dispatch under a gate gets an arm dispatch of its own just before it,
- * copying its counts from where the recorded work put them. Each arm dispatch is one workgroup:
- * a few microseconds a pass.
+ * workgroup counts sit in a small buffer of the pass (`args`), filled by *arm* dispatches that
+ * copy the counts into it, or zeros where `flag[0]` differs from `want` (zero workgroups: the
+ * dispatch does nothing). A pass's direct dispatches take their counts from a second buffer the
+ * host writes when the pass closes (before the submission, as uniform blocks are written), armed
+ * once before the first of them; an indirect dispatch under a gate gets an arm dispatch of its own just before it,
+ * copying its counts from where the recorded work put them. Each arm dispatch is one workgroup
+ * of a few microseconds.
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "./context.ts";
@@ -73,7 +73,7 @@ export async function prepareGate(ctx: GpuContext): Promise<PreparedGate> {
           });
           rec.release(args, counts);
           const host = new Uint32Array(GATE_CAPACITY * 3);
-          let slots = 0;
+          let slots = 0, armed = false;
           const slot = () => {
             if (slots === GATE_CAPACITY) {
               throw new RangeError(`gate: pass "${label}" has over ${GATE_CAPACITY} dispatches`);
@@ -86,11 +86,13 @@ export async function prepareGate(ctx: GpuContext): Promise<PreparedGate> {
               arm.bind(rec, { ...p, want: o.want }, { flag: o.flag, src, args }),
               1,
             );
-          armFrom(counts, { src: 0, dst: 0, words: GATE_CAPACITY * 3 });
           return {
             encoder: {
               dispatch(pipeline, bindGroup, x, y = 1, z = 1) {
                 if (x === 0 || y === 0 || z === 0) return;
+                // the counts of every direct dispatch, armed once before the first of them
+                if (!armed) armFrom(counts, { src: 0, dst: 0, words: GATE_CAPACITY * 3 });
+                armed = true;
                 const s = slot();
                 host.set([x, y, z], 3 * s);
                 raw.dispatchIndirect(pipeline, bindGroup, args, 12 * s);

@@ -12,7 +12,7 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
-import type { Recorder } from "../gpu/recorder.ts";
+import type { PassEncoder, Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor, TensorDtype } from "../gpu/tensor.ts";
 import type { LceOptions } from "../core/options.ts";
 import {
@@ -175,9 +175,11 @@ export async function prepareLogitGrad(
         colStart?: number;
         /** The pass's label (default `logit_grad`). */
         label?: string;
+        /** Record into this pass instead of a pass of its own. */
+        pass?: PassEncoder;
       },
     ) {
-      rec.pass(a.label ?? "logit_grad", (p) => {
+      const body = (p: PassEncoder) => {
         a.logits.shards.forEach((s, k) => {
           const gs = a.grad.shards[k];
           if (gs.rowStart !== s.rowStart || gs.rows !== s.rows) {
@@ -209,7 +211,9 @@ export async function prepareLogitGrad(
           const bg = kernel.bind(rec, params, { z, ...common });
           p.dispatch(kernel.pipeline, bg, Math.ceil(a.logits.cols / 256), Math.min(s.rows, 65535));
         });
-      });
+      };
+      if (a.pass) body(a.pass);
+      else rec.pass(a.label ?? "logit_grad", body);
     },
   };
 }

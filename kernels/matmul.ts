@@ -85,6 +85,8 @@ export interface MatmulOptions {
    */
   workspace?: TrackedBuffer;
   label?: string;
+  /** Record into this pass (after the work before it in the pass) instead of a pass of its own. */
+  pass?: PassEncoder;
 }
 
 /** Largest split-K workspace (bytes) {@link autoSplitK} will ask for. */
@@ -457,12 +459,14 @@ export async function prepareMatmul(
       const regions = _regions(dims, o, wide);
       const areas = regions.map(({ g }) => ({ m: g.mHi - g.mLo, n: g.nHi - g.nLo }));
       const S = slicesOf(dims.M, dims.N, dims.K, o.splitK, o.maxSplitK, areas);
-      rec.pass(o.label ?? "matmul", (pass) => {
+      const body = (pass: PassEncoder) => {
         const scope: _RecordScope = { k, variants, dims, o, rec, pass, used: lastVariant };
         for (const r of regions) {
           _recordRegion(ctx, scope, reduce, r, S);
         }
-      });
+      };
+      if (o.pass) body(o.pass);
+      else rec.pass(o.label ?? "matmul", body);
     },
   };
 }

@@ -41,7 +41,8 @@ export interface MatmulKernelOptions {
    * A read from the output's binding (`outp`, at aOff) instead of a binding of its own: for a
    * product whose f32 A lies in the buffer it accumulates into (the fused backward's dense dE,
    * whose G and dE accumulator share dC's storage: a buffer may not be bound both read-only and
-   * writable in one dispatch). Needs f32 A and output, scalar loads of A and scalar stores.
+   * writable in one dispatch). Needs f32 A and output, A's loads and the stores both 16-byte
+   * vectors (the binding's one element type) or both scalar.
    */
   aFromOut?: boolean;
 }
@@ -196,8 +197,10 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
   validateTile(o.tile);
   const t = o.tile;
   const out = o.outDtype ?? "f32";
-  if (o.aFromOut && (o.aDtype !== "f32" || out !== "f32" || o.vecA || o.vecOut)) {
-    throw new RangeError("matmul: A from the output needs f32 A and output, scalar A and stores");
+  if (o.aFromOut && (o.aDtype !== "f32" || out !== "f32" || !o.vecA !== !o.vecOut)) {
+    throw new RangeError(
+      "matmul: A from the output needs f32 A and output, both as vectors or both scalar",
+    );
   }
   if (out !== "f32" && out !== "bf16" && out !== "f16") {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
@@ -223,7 +226,7 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
   return `${enableDirectives([o.aDtype, o.bDtype])}
 ${matmulSignature(o).wgsl}
 ${
-    dtypeHelpers([{ name: "a", dtype: o.aDtype, vec: o.vecA }, {
+    dtypeHelpers([{ name: o.aFromOut ? "outp" : "a", dtype: o.aDtype, vec: o.vecA }, {
       name: "b",
       dtype: o.bDtype,
       vec: o.vecB,

@@ -10,8 +10,9 @@
  * recorded, each under a gate of that flag (gpu/gate.ts): the one not taken dispatches zero
  * workgroups, and the host never reads the count back.
  *
- * The dense path, for vocabulary chunks [v0, v1) in order (the vocabulary's own order: the dense
- * path needs no sorting):
+ * The dense path, pass `dense dE`, for vocabulary chunks [v0, v1) in order (the vocabulary's own
+ * order: the dense path needs no sorting), one pass for all (a gated pass costs its arm dispatch
+ * and its timestamps even when it does nothing):
  *
  *   Z = E·C[v0:v1]ᵀ                       (f32, the GEMM core's logits tile)
  *   G = w_n·[p·∂z/∂x + (β/|V|)(z/s)²]      in place (kernels/logit_grad.ts `tiledPart`)
@@ -27,7 +28,8 @@
  * as many vocabulary rows as that space holds f32 rows of n (`llm`, 4096 × 24,576 × 2304, bf16
  * gradients: 4,608 rows, 6 chunks; the paper's shape: 33,728, 8 chunks). With 16-bit gradients
  * the accumulator shares that buffer, so the dE product reads G through the binding it
- * accumulates into (kernels/matmul_wgsl.ts `aFromOut`).
+ * accumulates into (kernels/matmul_wgsl.ts `aFromOut`), 16 bytes at a time where the chunk's
+ * width and d allow.
  *
  * Deterministic: the decision is a function of the kept counts, the chunks go in a fixed order,
  * each output element of a product is owned by one thread, no split-K.
