@@ -39,7 +39,7 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { compileKernel, signature } from "../../gpu/signature.ts";
+import { compileKernel, compileKernelNow, signature } from "../../gpu/signature.ts";
 import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type MatmulKernelOptions, matmulSignature, matmulWgsl } from "../matmul_wgsl.ts";
@@ -182,9 +182,20 @@ export async function prepareDenseDE(
     vecB: dETile.vec === true && dETile.bn % vecWidth(spec.dtype) === 0 &&
       spec.d % vecWidth(spec.dtype) === 0,
   };
+  // 16-byte loads of G and stores of dE (one vec4<f32> binding) where the chunk allows, else
+  // scalar ones (compiled on first use: an odd vocabulary or d)
+  const vec4: MatmulKernelOptions = { ...inOut, vecA: true, vecOut: true };
   const dEShared = o.out16
-    ? await compileKernel(ctx, matmulSignature(inOut), matmulWgsl(inOut), "dense dE product")
+    ? await compileKernel(ctx, matmulSignature(vec4), matmulWgsl(vec4), "dense dE product")
     : undefined;
+  let dEScalar: typeof dEShared;
+  const sharedKernel = (vec: boolean) =>
+    vec ? dEShared! : (dEScalar ??= compileKernelNow(
+      ctx,
+      matmulSignature(inOut),
+      matmulWgsl(inOut),
+      "dense dE product (scalar)",
+    ));
   const dEPlain = o.out16 ? undefined : await prepareMatmul(ctx, {
     tile: dETile,
     aDtype: "f32",
@@ -227,46 +238,29 @@ export async function prepareDenseDE(
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });
       gate.under(rec, { flag: fb, want: 0 }, filtered);
-      gate.under(rec, { flag: fb, want: 1 }, () => {
-        for (let v0 = 0, k = 0; v0 < v; v0 += vc, k++) {
-          const cols = Math.min(v, v0 + vc) - v0;
-          const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
-            dtype: "f32",
-            rows: n,
-            cols,
-            label: "dense dE chunk",
-            role: "workspace",
-          });
-          const cv = rowView(a.c, v0, v0 + cols);
-          zMm.record(rec, {
-            a: { tensor: a.e, trans: false },
-            b: { view: cv, trans: false },
-            out: z,
-            splitK: 1,
-            label: `dense dE: Z[chunk ${k}] = E·C[chunk]ᵀ`,
-          });
-          const { targets, lse, w } = a;
-          grad.record(rec, {
-            logits: z,
-            targets,
-            lse,
-            w,
-            grad: z,
-            colStart: v0,
-            label: "dense dE: G",
-          });
-          if (dEPlain) {
-            dEPlain.record(rec, {
-              a: { tensor: z, trans: false },
-              b: { view: cv, trans: true },
-              out: a.grads.dE,
-              accumulate: true,
-              splitK: 1,
-              label: `dense dE: dE += G·C[chunk ${k}]`,
+      // one pass for the whole path: a gated pass costs its arm and its timestamps
+      gate.under(rec, { flag: fb, want: 1 }, () =>
+        rec.pass("dense dE", (pass) => {
+          for (let v0 = 0; v0 < v; v0 += vc) {
+            const cols = Math.min(v, v0 + vc) - v0;
+            const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
+              dtype: "f32",
+              rows: n,
+              cols,
+              label: "dense dE chunk",
+              role: "workspace",
             });
-            continue;
-          }
-          rec.pass(`dense dE: dE += G·C[chunk ${k}]`, (p) => {
+            const cv = rowView(a.c, v0, v0 + cols);
+            const e = { tensor: a.e, trans: false };
+            zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });
+            const { targets, lse, w } = a;
+            grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
+            const g = { tensor: z, trans: false }, ct = { view: cv, trans: true };
+            if (dEPlain) {
+              const acc = { out: a.grads.dE, accumulate: true, splitK: 1 };
+              dEPlain.record(rec, { a: g, b: ct, ...acc, pass });
+              continue;
+            }
             const params = {
               M: n,
               N: d,
@@ -284,16 +278,16 @@ export async function prepareDenseDE(
               kPer: cols,
               first: 1,
             };
-            const bg = dEShared!.bind(rec, params, {
+            const kernel = sharedKernel(cols % 4 === 0 && d % 4 === 0);
+            const bg = kernel.bind(rec, params, {
               b: a.c.shards[0].buffer,
               outp: free,
               part: ctx.unusedBinding,
             });
             const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
-            p.dispatch(dEShared!.pipeline, bg, ...grid, 1);
-          });
-        }
-      });
+            pass.dispatch(kernel.pipeline, bg, ...grid, 1);
+          }
+        }));
       return true;
     },
     async took() {
