@@ -98,6 +98,7 @@ export interface FusedKernelOptions {
     | "dCOrder"
     | "decideOrder"
     | "denseDE"
+    | "denseDETile"
   >;
   denseChunkRows?: number;
 }

@@ -10,7 +10,8 @@
  * - `widefilter` (the filter pass on the 128×256 product tile), `pertile` (dE by the per-tile
  *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
- *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts);
+ *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts), and
+ *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-m64` (the dense path on other product tiles);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -23,7 +24,8 @@
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
-import { type GemmTile, TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
+import { type GemmTile, TILE_HW, TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
+import { TILE_HW_8X16 } from "../kernels/gemm_tiles.ts";
 import {
   BACKWARD_TILE_WIDE,
   backwardGemmTiles,
@@ -68,6 +70,11 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   g1: () => backward({ tile: { ...BACKWARD_TILE_WIDE, gradWiden: 1 } }),
   dcseq: () => backward({ dCOrder: false }),
   dense: () => backward({ denseDE: "always" }),
+  "dense-hw": () => backward({ denseDE: "always", denseDETile: TILE_HW }),
+  "dense-n64": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 64, tn: 4 } }),
+  "dense-n32": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 32, tn: 4 } }),
+  "dense-m64": () =>
+    backward({ denseDE: "always", denseDETile: { ...TILE_HW_8X16, bm: 64, tm: 4 } }),
   kept: () => backward({ denseDE: "never" }),
 };
 

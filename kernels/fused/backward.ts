@@ -215,7 +215,13 @@ async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
     })
     : undefined;
   const dense = p.denseDE
-    ? await prepareDenseDE(ctx, { spec, opts, mode: p.denseDE, out16: out16 !== undefined })
+    ? await prepareDenseDE(ctx, {
+      spec,
+      opts,
+      mode: p.denseDE,
+      out16: out16 !== undefined,
+      productTile: p.denseDETile,
+    })
     : undefined;
   return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered, dense };
 }

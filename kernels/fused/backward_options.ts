@@ -60,6 +60,8 @@ export interface BackwardOptionsPlan {
   dCOrder: boolean;
   /** The dense dE path's mode, where it is recorded (kernels/fused/dense_de.ts). */
   denseDE?: Exclude<DenseDEMode, "never">;
+  /** Its product tile, where given. */
+  denseDETile?: GemmTile;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -116,6 +118,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),
     denseDE: _denseMode(o, gather !== undefined),
+    denseDETile: o.denseDETile,
   };
 }
 

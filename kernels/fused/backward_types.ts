@@ -78,6 +78,8 @@ export interface FusedBackwardOptions {
    * products would be the FMA core's).
    */
   denseDE?: DenseDEMode;
+  /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
+  denseDETile?: GemmTile;
 }
 
 /** Tensors of {@link PreparedFusedBackward.record}. */

@@ -65,6 +65,11 @@ export type DenseDEMode = "auto" | "always" | "never";
 
 const _MODES: Record<Exclude<DenseDEMode, "never">, number> = { auto: 0, always: 1 };
 
+/** The dE product's tile: {@link TILE_HW_8X16} on hardware adapters, 64×64 on software ones. */
+export function denseDETile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_8X16;
+}
+
 /** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
 export const DENSE_DECISION_SIG = signature({
   params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32" },
@@ -145,6 +150,8 @@ export async function prepareDenseDE(
     mode: Exclude<DenseDEMode, "never">;
     /** 16-bit gradients: the accumulator shares dC's buffer (else f32 gradients). */
     out16: boolean;
+    /** The dE product's tile (default {@link denseDETile}). */
+    productTile?: GemmTile;
   },
 ): Promise<PreparedDenseDE> {
   const { spec, opts } = o;
@@ -170,7 +177,7 @@ export async function prepareDenseDE(
     inPlace: true,
     tiledPart: true,
   });
-  const dETile: GemmTile = hw ? TILE_HW_8X16 : TILE_SMALL;
+  const dETile: GemmTile = o.productTile ?? denseDETile(ctx);
   // shared storage: G read through the accumulator's binding; else the plain product
   const inOut: MatmulKernelOptions = {
     tile: dETile,
