@@ -11,7 +11,7 @@
  *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
  *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts), and
- *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-m64` (the dense path on other product tiles);
+ *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -73,8 +73,7 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   "dense-hw": () => backward({ denseDE: "always", denseDETile: TILE_HW }),
   "dense-n64": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 64, tn: 4 } }),
   "dense-n32": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 32, tn: 4 } }),
-  "dense-m64": () =>
-    backward({ denseDE: "always", denseDETile: { ...TILE_HW_8X16, bm: 64, tm: 4 } }),
+  "dense-8x16": () => backward({ denseDE: "always", denseDETile: TILE_HW_8X16 }),
   kept: () => backward({ denseDE: "never" }),
 };
 

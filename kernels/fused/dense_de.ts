@@ -65,9 +65,17 @@ export type DenseDEMode = "auto" | "always" | "never";
 
 const _MODES: Record<Exclude<DenseDEMode, "never">, number> = { auto: 0, always: 1 };
 
-/** The dE product's tile: {@link TILE_HW_8X16} on hardware adapters, 64×64 on software ones. */
+/**
+ * The dE product's tile on hardware: 64×128, 4×16 a thread. An n×d product makes 1,152 of them
+ * at `llm`'s n = 4096, d = 2304 (4.4 waves of two workgroups an SM on an H200) where 128×128 tiles
+ * make 576 (2.2 waves): the dense dE 26.4 → 22.9 ms there (128×128 with 8×8 a thread 24.4,
+ * 128×64 24.3, 128×32 26.0; docs/performance.md).
+ */
+export const DENSE_DE_TILE_HW: GemmTile = { ...TILE_HW_8X16, bm: 64, tm: 4 };
+
+/** The dE product's tile: {@link DENSE_DE_TILE_HW} on hardware adapters, 64×64 on software ones. */
 export function denseDETile(ctx: GpuContext): GemmTile {
-  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_8X16;
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : DENSE_DE_TILE_HW;
 }
 
 /** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
