@@ -446,6 +446,9 @@ export async function prepareFusedBackward(
     filterEps: p.eps,
     gradDtype: p.out16 ?? "f32",
     roundings,
+    get lastDenseDEChunkRows() {
+      return pipes.dense?.lastChunkRows ?? 0;
+    },
     get lastDERounds() {
       return pipes.gathered?.lastRounds ?? 0;
     },

@@ -131,6 +131,11 @@ export interface PreparedFusedBackward {
    * pass ran.
    */
   readonly lastDERounds: number;
+  /**
+   * Vocabulary rows a chunk of the dense dE path held in the last record (0 where that path was
+   * not recorded: kernels/fused/dense_de.ts).
+   */
+  readonly lastDenseDEChunkRows: number;
   /** Of those, the rounds that held token tiles (reads the plan on the GPU). */
   usedDERounds(): Promise<number>;
   /**

@@ -40,7 +40,7 @@ import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { compileKernel, compileKernelNow, signature } from "../../gpu/signature.ts";
-import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type MatmulKernelOptions, matmulSignature, matmulWgsl } from "../matmul_wgsl.ts";
 import { gemmGrid, type GemmTile } from "../gemm_codegen.ts";
@@ -253,56 +253,61 @@ export async function prepareDenseDE(
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });
       gate.under(rec, { flag: fb, want: 0 }, filtered);
-      // one pass for the whole path: a gated pass costs its arm and its timestamps
-      gate.under(rec, { flag: fb, want: 1 }, () =>
-        rec.pass("dense dE", (pass) => {
-          for (let v0 = 0; v0 < v; v0 += vc) {
-            const cols = Math.min(v, v0 + vc) - v0;
-            const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
-              dtype: "f32",
-              rows: n,
-              cols,
-              label: "dense dE chunk",
-              role: "workspace",
-            });
-            const cv = rowView(a.c, v0, v0 + cols);
-            const e = { tensor: a.e, trans: false };
-            zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });
-            const { targets, lse, w } = a;
-            grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
-            const g = { tensor: z, trans: false }, ct = { view: cv, trans: true };
-            if (dEPlain) {
-              const acc = { out: a.grads.dE, accumulate: true, splitK: 1 };
-              dEPlain.record(rec, { a: g, b: ct, ...acc, pass });
-              continue;
+      // as few passes as the gate's capacity allows (three dispatches a chunk): a gated pass
+      // costs its arm and its timestamps even where it does nothing
+      const perPass = Math.floor(GATE_CAPACITY / 3) * vc;
+      gate.under(rec, { flag: fb, want: 1 }, () => {
+        for (let p0 = 0; p0 < v; p0 += perPass) {
+          rec.pass("dense dE", (pass) => {
+            for (let v0 = p0; v0 < Math.min(v, p0 + perPass); v0 += vc) {
+              const cols = Math.min(v, v0 + vc) - v0;
+              const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
+                dtype: "f32",
+                rows: n,
+                cols,
+                label: "dense dE chunk",
+                role: "workspace",
+              });
+              const cv = rowView(a.c, v0, v0 + cols);
+              const e = { tensor: a.e, trans: false };
+              zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });
+              const { targets, lse, w } = a;
+              grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
+              const g = { tensor: z, trans: false }, ct = { view: cv, trans: true };
+              if (dEPlain) {
+                const acc = { out: a.grads.dE, accumulate: true, splitK: 1 };
+                dEPlain.record(rec, { a: g, b: ct, ...acc, pass });
+                continue;
+              }
+              const params = {
+                M: n,
+                N: d,
+                K: cols,
+                aOff: start / 4,
+                sAm: cols,
+                sAk: 1,
+                bOff: v0 * d,
+                sBn: 1,
+                sBk: d,
+                cOff: 0,
+                sCm: d,
+                accumulate: 1,
+                alpha: 1,
+                kPer: cols,
+                first: 1,
+              };
+              const kernel = sharedKernel(cols % 4 === 0 && d % 4 === 0);
+              const bg = kernel.bind(rec, params, {
+                b: a.c.shards[0].buffer,
+                outp: free,
+                part: ctx.unusedBinding,
+              });
+              const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
+              pass.dispatch(kernel.pipeline, bg, ...grid, 1);
             }
-            const params = {
-              M: n,
-              N: d,
-              K: cols,
-              aOff: start / 4,
-              sAm: cols,
-              sAk: 1,
-              bOff: v0 * d,
-              sBn: 1,
-              sBk: d,
-              cOff: 0,
-              sCm: d,
-              accumulate: 1,
-              alpha: 1,
-              kPer: cols,
-              first: 1,
-            };
-            const kernel = sharedKernel(cols % 4 === 0 && d % 4 === 0);
-            const bg = kernel.bind(rec, params, {
-              b: a.c.shards[0].buffer,
-              outp: free,
-              part: ctx.unusedBinding,
-            });
-            const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
-            pass.dispatch(kernel.pipeline, bg, ...grid, 1);
-          }
-        }));
+          });
+        }
+      });
       return true;
     },
     async took() {

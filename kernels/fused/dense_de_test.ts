@@ -27,17 +27,20 @@ Deno.test({
       d: number;
       gradDtype: "input" | "f32";
       sort: boolean;
+      v?: number;
     }[] = [
       { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true },
       { dtype: "bf16", beta: 1, softcap: 4, d: 34, gradDtype: "input", sort: false },
       { dtype: "f32", beta: 0.1, softcap: 5, d: 33, gradDtype: "f32", sort: true },
       { dtype: "bf16", beta: 0, d: 33, gradDtype: "f32", sort: false },
+      // little free storage: 24 chunks of 64 rows, more than one gated pass holds
+      { dtype: "bf16", beta: 0.1, d: 8, gradDtype: "input", sort: false, v: 1500 },
     ];
     for (const [i, cs] of cases.entries()) {
       const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" });
       const x = caseInputs({
         n: 70,
-        v: 1031,
+        v: cs.v ?? 1031,
         d: cs.d,
         dtype: cs.dtype,
         beta: cs.beta,
@@ -53,6 +56,7 @@ Deno.test({
       const kept = await runBackward(ctx, x, o, cs.dtype, { ...base, denseDE: "never" });
       const tag = JSON.stringify(cs);
       assert.equal(dense.got.stats.denseDE, 1, `${tag}: the dense path taken`);
+      if (cs.v === 1500) assert.equal(dense.bwd.lastDenseDEChunkRows, 64, `${tag}: chunk rows`);
       assert.equal(kept.got.stats.denseDE, undefined, `${tag}: no dense path recorded`);
       assert.deepEqual(dense.again.dE, dense.got.dE, `${tag}: dense dE bitwise reproducible`);
       // dC does not depend on the dE path
