@@ -117,13 +117,18 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     balanced: eps !== null && splits > 1,
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),
-    denseDE: _denseMode(o, gather !== undefined),
+    denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
   };
 }
 
-/** The dense dE path's mode: with the gathered dE, unless `never` (the default with filterKernel). */
-function _denseMode(o: FusedBackwardOptions, gather: boolean) {
-  const mode = o.denseDE ?? (o.filterKernel ? "never" : "auto");
+/**
+ * The dense dE path's mode: with the gathered dE, unless `never`, the default with filterKernel
+ * and on software adapters (a dispatch costs tens of microseconds there: the gated passes took
+ * 10–20% of the CI gate's small backwards).
+ */
+function _denseMode(ctx: GpuContext, o: FusedBackwardOptions, gather: boolean) {
+  const off = o.filterKernel !== undefined || ctx.report.isFallbackAdapter;
+  const mode = o.denseDE ?? (off ? "never" : "auto");
   return gather && mode !== "never" ? mode : undefined;
 }

@@ -4,15 +4,16 @@
  *
  * The kept tiles' dE (kernels/fused/gathered_de.ts: `kept g`, then the gathered products) runs at
  * about two thirds of the plain product's rate: past a kept fraction k of about 0.75 it costs
- * more than recomputing every tile's logits and multiplying densely (2 P, P the plain product
- * E·Cᵀ). So after the filter (and the order decision) pass `dense dE decision` reads the kept
+ * more than recomputing every tile's logits and multiplying densely (2 P at the product's rate,
+ * P the plain product E·Cᵀ). So after the filter (and the order decision) pass `dense dE decision` reads the kept
  * count and writes a flag: dense when kept > {@link DENSE_DE_ABOVE} · tiles. Both paths are
  * recorded, each under a gate of that flag (gpu/gate.ts): the one not taken dispatches zero
- * workgroups, and the host never reads the count back.
+ * workgroups, and the host never reads the count back. Software adapters record no dense path
+ * by default (kernels/fused/backward_options.ts: their dispatches cost too much for the gates).
  *
  * The dense path, pass `dense dE`, for vocabulary chunks [v0, v1) in order (the vocabulary's own
- * order: the dense path needs no sorting), one pass for all (a gated pass costs its arm dispatch
- * and its timestamps even when it does nothing):
+ * order: the dense path needs no sorting), in as few passes as the gate's capacity allows (a
+ * gated pass costs its arm dispatch and its timestamps even when it does nothing):
  *
  *   Z = E·C[v0:v1]ᵀ                       (f32, the GEMM core's logits tile)
  *   G = w_n·[p·∂z/∂x + (β/|V|)(z/s)²]      in place (kernels/logit_grad.ts `tiledPart`)
@@ -51,9 +52,9 @@ import { SORT_MARGIN } from "./order_decision.ts";
 import type { BackwardGradients, TileSegment } from "./backward_plan.ts";
 
 /**
- * The kept fraction above which the dense path is taken (`auto`). From the H200's per-pass times
- * at 4096 × 24,576 × 2304 (docs/performance.md): the kept tiles' dE costs about 3·k·P, the dense
- * one about 2.2 P.
+ * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
+ * 2304 (docs/performance.md): the kept tiles' dE costs about 3.0·k·P, the dense one 2.25 P, so
+ * they cross at k ≈ 0.74.
  */
 export const DENSE_DE_ABOVE = 0.75;
 
