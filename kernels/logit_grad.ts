@@ -173,8 +173,6 @@ export async function prepareLogitGrad(
         grad: DeviceTensor;
         /** Vocabulary index of the logits' first column (default 0). */
         colStart?: number;
-        /** The pass's label (default `logit_grad`). */
-        label?: string;
         /** Record into this pass instead of a pass of its own. */
         pass?: PassEncoder;
       },
@@ -213,7 +211,7 @@ export async function prepareLogitGrad(
         });
       };
       if (a.pass) body(a.pass);
-      else rec.pass(a.label ?? "logit_grad", body);
+      else rec.pass("logit_grad", body);
     },
   };
 }
