@@ -7,7 +7,7 @@ import { columnVector } from "./gpu.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { download, fromHost } from "../gpu/tensor.ts";
-import type { Dtype, HostInputs, LceOptions } from "../core/options.ts";
+import { type Dtype, type HostInputs, IGNORE_INDEX, type LceOptions } from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
 import type { GemmTile } from "../kernels/gemm_codegen.ts";
@@ -106,4 +106,25 @@ export function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {
     s = Math.max(s, Math.abs(ref[i]));
   }
   return e / (s || 1);
+}
+
+/**
+ * Peaked inputs from `base`: token i's embedding a copy of classifier row hot[i % hot.length]
+ * scaled so that its logit for that row is `logit`, its target that row, every `ignoreEvery`-th
+ * token (from token 0) ignored.
+ */
+export function peakedInputs(
+  base: HostInputs,
+  o: { hot: number[]; logit: number; ignoreEvery: number },
+): HostInputs {
+  const { n, d } = base;
+  const e = new Float32Array(n * d), targets = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const j = o.hot[i % o.hot.length];
+    let nrm = 0;
+    for (let k = 0; k < d; k++) nrm += base.c[j * d + k] ** 2;
+    for (let k = 0; k < d; k++) e[i * d + k] = Math.fround((o.logit / nrm) * base.c[j * d + k]);
+    targets[i] = i % o.ignoreEvery === 0 ? IGNORE_INDEX : j;
+  }
+  return { ...base, e, targets };
 }

@@ -386,11 +386,12 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     });
     if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
   };
-  const dense = m.mask && r.counter && pipes.dense?.record({
-    ...{ rec, e, c, targets, w, lse: a.lse, counter: r.counter, grads: g, tok: r.tok, voc: r.voc },
-    tiles: r.tTotal * r.vTotal,
-    sortDecided: p.decide,
-  }, keptDE);
+  const { tok, voc, counter } = r;
+  const tiles = r.tTotal * r.vTotal, lse = a.lse, grads = g, sortDecided = p.decide;
+  const dense = m.mask && counter && pipes.dense?.record(
+    { rec, e, c, targets, w, lse, counter, grads, tok, voc, tiles, sortDecided },
+    keptDE,
+  );
   if (!dense) keptDE();
   if (pipes.reduce) {
     const { slabs, dEOut } = g;

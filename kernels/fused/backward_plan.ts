@@ -407,6 +407,24 @@ export interface BackwardGradients {
 }
 
 /**
+ * The storage a backward may use as scratch before dC is first written (dE is formed before it):
+ * dC's first output buffer, up to one binding, from past dE's f32 accumulator `acc` where that
+ * lives there (`shared`), else from its start. The gathered dE's slots and the dense dE's chunks
+ * live here.
+ */
+export function dCScratch(
+  g: BackwardGradients,
+  acc: { buffer: TrackedBuffer; rows: number },
+  d: number,
+  limit: number,
+): { free: TrackedBuffer; shared: boolean; start: number; end: number } {
+  const free = g.dCOut.shards[0].buffer;
+  const shared = acc.buffer === free;
+  const start = shared ? Math.ceil((acc.rows * d * 4) / 256) * 256 : 0;
+  return { free, shared, start, end: Math.min(free.size, limit) };
+}
+
+/**
  * Gradient tensors: the outputs (f32 or 16-bit), dC's f32 scratch (16-bit output, d odd), and
  * dE's f32 accumulator slabs (16-bit output: the accumulator and the split partials; f32: the
  * partials), in dC's output buffers when they fit (dE is finished before dC's storage is first

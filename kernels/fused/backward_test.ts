@@ -4,11 +4,12 @@ import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
   type BackwardCase,
+  peakedInputs,
   relErr,
   runBackward,
   UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
-import { type Dtype, type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
+import { type Dtype, type HostInputs, resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
 import { defaultFilterEps, fusedBackwardWorkspaceBytes } from "./backward_plan.ts";
@@ -132,16 +133,7 @@ Deno.test({
     const n = 70, v = 257, d = 16, hot = [3, 77, 150, 201, 250];
     const base = caseInputs({ n, v, d, dtype: "f32", beta: 0, seed: 3 });
     for (const j of hot) for (let k = 0; k < d; k++) base.c[j * d + k] *= 3;
-    const e = new Float32Array(n * d);
-    const targets = new Int32Array(n);
-    for (let i = 0; i < n; i++) {
-      const j = hot[i % hot.length];
-      let nrm = 0;
-      for (let k = 0; k < d; k++) nrm += base.c[j * d + k] ** 2;
-      for (let k = 0; k < d; k++) e[i * d + k] = Math.fround((40 / nrm) * base.c[j * d + k]);
-      targets[i] = i % 7 === 0 ? IGNORE_INDEX : j;
-    }
-    const x: HostInputs = { ...base, e, targets };
+    const x = peakedInputs(base, { hot, logit: 40, ignoreEvery: 7 });
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
     const eps = defaultFilterEps("bf16");
     const runs: Record<string, Awaited<ReturnType<typeof runBackward>>> = {};

@@ -49,7 +49,7 @@ import { TILE_HW_8X16, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { prepareLogitGrad } from "../logit_grad.ts";
 import { SORT_MARGIN } from "./order_decision.ts";
-import type { BackwardGradients, TileSegment } from "./backward_plan.ts";
+import { type BackwardGradients, dCScratch, type TileSegment } from "./backward_plan.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
@@ -143,13 +143,6 @@ export interface PreparedDenseDE {
   release(): void;
 }
 
-/** The f32 accumulator's buffer and whether it is dC's first buffer (see the module doc). */
-function _accumulator(g: BackwardGradients) {
-  if (g.dE.shards.length !== 1 || g.dE.shards[0].rowStart !== 0) return undefined;
-  const acc = g.dE.shards[0].buffer;
-  return { acc, shared: acc.buffer === g.dCOut.shards[0].buffer.buffer };
-}
-
 /** Compiles the decision, the gate and the three products of a problem. */
 export async function prepareDenseDE(
   ctx: GpuContext,
@@ -234,11 +227,12 @@ export async function prepareDenseDE(
       const { n, v, d } = spec;
       const one = (t: DeviceTensor) => t.shards.length === 1;
       if (a.tok.length !== 1 || a.voc.length !== 1 || !one(a.e) || !one(a.c)) return false;
-      const acc = _accumulator(a.grads);
-      if (!acc || acc.shared !== o.out16) return false;
-      const free = a.grads.dCOut.shards[0].buffer;
-      const start = acc.shared ? Math.ceil((n * d * 4) / 256) * 256 : 0;
-      const end = Math.min(free.size, ctx.maxBindingBytes);
+      // dE's f32 accumulator: one shard from row 0, in dC's first buffer with 16-bit gradients
+      const accShard = a.grads.dE.shards;
+      if (accShard.length !== 1 || accShard[0].rowStart !== 0) return false;
+      const acc = { buffer: accShard[0].buffer, rows: accShard[0].rows };
+      const { free, shared, start, end } = dCScratch(a.grads, acc, d, ctx.maxBindingBytes);
+      if (shared !== o.out16) return false;
       const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
       const vc = Math.min(v, fit);
       if (vc < Math.min(v, 64)) return false;

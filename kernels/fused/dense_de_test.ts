@@ -1,8 +1,13 @@
 import assert from "node:assert/strict";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
-import { assertGrads, runBackward, UNIT_ROUNDOFF } from "../../testing/fused_backward.ts";
-import { type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
+import {
+  assertGrads,
+  peakedInputs,
+  runBackward,
+  UNIT_ROUNDOFF,
+} from "../../testing/fused_backward.ts";
+import { resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
 import { defaultFilterEps } from "./backward_plan.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
@@ -99,17 +104,8 @@ Deno.test({
     const flat = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 5 });
     // Peaked: each token's embedding a scaled copy of one of 3 classifier rows, so one vocab tile
     // holds every softmax term above ε
-    const hot = [5, 6, 7];
     const base = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 6 });
-    const e = new Float32Array(n * d), targets = new Int32Array(n);
-    for (let i = 0; i < n; i++) {
-      const j = hot[i % hot.length];
-      let nrm = 0;
-      for (let k = 0; k < d; k++) nrm += base.c[j * d + k] ** 2;
-      for (let k = 0; k < d; k++) e[i * d + k] = Math.fround((60 / nrm) * base.c[j * d + k]);
-      targets[i] = i % 9 === 0 ? IGNORE_INDEX : j;
-    }
-    const peaked: HostInputs = { ...base, e, targets };
+    const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
     const b = {
       filterEps: defaultFilterEps("bf16"),
       sort: true,

@@ -48,7 +48,7 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
-import type { BackwardGradients, TileSegment } from "./backward_plan.ts";
+import { type BackwardGradients, dCScratch, type TileSegment } from "./backward_plan.ts";
 import type { BackwardTile } from "./backward_tiles.ts";
 import { compileKernel } from "../../gpu/signature.ts";
 import {
@@ -151,11 +151,8 @@ function _layout(
   const { nVT, tTotal } = sizes;
   const acc = _accumulator(o, a.grads);
   if (!acc) return undefined;
-  const free = a.grads.dCOut.shards[0].buffer;
-  const shared = acc.buffer === free;
+  const { free, shared, start, end } = dCScratch(a.grads, acc, a.d, sizes.maxBindingBytes);
   if (shared !== o.accShared || acc.r0 !== 0 || acc.rows < a.tok[0].end) return undefined;
-  const start = shared ? Math.ceil((acc.rows * a.d * 4) / 256) * 256 : 0;
-  const end = Math.min(free.size, sizes.maxBindingBytes);
   const VT = o.tile.vocab;
   const cap = Math.min(
     Math.floor((end - start - 256) / (VT * 4 + slotBytes(o.tile))),
