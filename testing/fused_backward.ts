@@ -28,6 +28,8 @@ export interface BackwardCase {
   gradDtype?: "f32" | "input";
   dEGather?: FusedBackwardOptions["dEGather"];
   dCOrder?: boolean;
+  /** The dC split (default the backward's: on hardware adapters only). */
+  dCSplit?: FusedBackwardOptions["dCSplit"];
   /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
   denseDE?: FusedBackwardOptions["denseDE"];
 }

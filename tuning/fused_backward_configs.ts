@@ -11,7 +11,10 @@
  *   pass, not the gathered products), `g1` (the backward tile's gradient products not widened),
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
  *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts), and
- *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles);
+ *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles),
+ *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s512`
+ *   (segments sized for 128 or 512 workgroups), `split-l1`, `split-l4` (the shortest segment 1 or 4
+ *   kept tiles);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -75,6 +78,11 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   "dense-n32": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 32, tn: 4 } }),
   "dense-8x16": () => backward({ denseDE: "always", denseDETile: TILE_HW_8X16 }),
   kept: () => backward({ denseDE: "never" }),
+  nosplit: () => backward({ dCSplit: false }),
+  "split-s128": () => backward({ dCSplit: { slots: 128 } }),
+  "split-s512": () => backward({ dCSplit: { slots: 512 } }),
+  "split-l1": () => backward({ dCSplit: { lMin: 1 } }),
+  "split-l4": () => backward({ dCSplit: { lMin: 4 } }),
 };
 
 /** A tile with the flags of a `g…` name: `s` stage2d, `m` thread-major, `w` the warp layout. */

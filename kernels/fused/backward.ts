@@ -99,6 +99,7 @@ import { compileKernel } from "../../gpu/signature.ts";
 import { prepareMapFilter } from "./tile_map.ts";
 import { gatheredDETile, prepareGatheredDE } from "./gathered_de.ts";
 import { prepareDCOrder } from "./dc_order.ts";
+import { prepareDCSplit } from "./dc_split.ts";
 import { prepareDenseDE } from "./dense_de.ts";
 import { type BackwardOptionsPlan, planBackward } from "./backward_options.ts";
 import {
@@ -175,9 +176,13 @@ async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
     out16: p.dCInPlace,
     vecLoads: tileVec("dC", tile),
     ordered: p.dCOrder,
+    split: p.dCSplit !== undefined,
     foldTargets: opts.targetTerm,
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
+  const dCSplit = p.dCSplit
+    ? await prepareDCSplit(ctx, { out16: p.dCInPlace, vocab: tile.vocab, sort: p.sort, opts })
+    : undefined;
   const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
   const dEPass = await tilePass({
     ...base,
@@ -223,7 +228,19 @@ async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
       productTile: p.denseDETile,
     })
     : undefined;
-  return { ...filter, dCPass, dCOrder, cast, dEPass, reduce, sorter, corrections, gathered, dense };
+  return {
+    ...filter,
+    dCPass,
+    dCOrder,
+    dCSplit,
+    cast,
+    dEPass,
+    reduce,
+    sorter,
+    corrections,
+    gathered,
+    dense,
+  };
 }
 
 /** The state of one record. */
@@ -398,7 +415,15 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     recordSlabReduce({ rec, kernel: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
-  pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC", coefficients });
+  const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
+  const { smoothRow } = pipes.corrections.record(rec, {
+    ...exact,
+    dC: g.dC,
+    part: "dC",
+    coefficients,
+    keepSmoothRow: split !== undefined,
+  });
+  r.release.push(smoothRow?.shards[0].buffer);
   const folded = coefficients
     ? r.ctx.createBuffer({ size: paddedBytes(p.spec.n * 4), role: "workspace", label: "folded" })
     : undefined;
@@ -421,7 +446,14 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   const fold = coefficients && folded
     ? { targets: targets.shards[0].buffer, coef: coefficients.shards[0].buffer, folded }
     : undefined;
-  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold });
+  if (split && order) {
+    split.plan({ rec, ord: order, counter: counter!, voc: r.voc, vTotal: r.vTotal, ...p.dCSplit });
+  }
+  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, split: !!split });
+  if (split && order) {
+    const rvec = smoothRow?.shards[0].buffer;
+    split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
+  }
   pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
@@ -435,7 +467,7 @@ export async function prepareFusedBackward(
   const pipes = await _pipelines(ctx, p);
   const { spec, tile } = p;
   const counter = p.eps !== null
-    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 2, role: "workspace", label: "kept tiles" })
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 3, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
   const roundings = { dE: p.out16 ? 1 : 0, dC: p.out16 ? 1 : 0 };
@@ -483,8 +515,9 @@ export async function prepareFusedBackward(
       const got = await download(ctx, counter);
       const kept = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
       const stats = { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
-      if (!pipes.dense) return stats;
-      return { ...stats, denseDE: (await pipes.dense.took()) ? 1 : 0 };
+      const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
+      if (!pipes.dense) return { ...stats, ...split };
+      return { ...stats, ...split, denseDE: (await pipes.dense.took()) ? 1 : 0 };
     },
     record(rec, a) {
       checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);
@@ -502,7 +535,9 @@ export async function prepareFusedBackward(
       const tTotal = tok.reduce((s, t) => s + t.tiles, 0);
       const vTotal = voc.reduce((s, t) => s + t.tiles, 0);
       lastTotal = tTotal * vTotal;
-      roundings.dC = p.dCInPlace ? (p.opts.targetTerm ? 2 : 1) + tTotal : p.out16 ? 1 : 0;
+      // the smoothing row, each kept token tile, [the split's sum,] [the target terms]
+      const sum = pipes.dCSplit && p.eps !== null ? 1 : 0;
+      roundings.dC = p.dCInPlace ? (p.opts.targetTerm ? 2 : 1) + tTotal + sum : p.out16 ? 1 : 0;
       const cb = counter?.shards[0].buffer;
       const r = { ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release };
       const m = _recordSortAndMasks(r);

@@ -26,7 +26,7 @@ import { defaultFilterTile, type FilterPassKernelOptions, filterPassWgsl } from 
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
-import type { FusedBackwardOptions } from "./backward_types.ts";
+import type { DCSplitTuning, FusedBackwardOptions } from "./backward_types.ts";
 
 /** The problem, options and defaults a backward is prepared for. */
 export interface BackwardOptionsPlan {
@@ -62,6 +62,8 @@ export interface BackwardOptionsPlan {
   denseDE?: Exclude<DenseDEMode, "never">;
   /** Its product tile, where given. */
   denseDETile?: GemmTile;
+  /** The dC split's tuning, where it is recorded (with the dC order). */
+  dCSplit?: DCSplitTuning;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -119,7 +121,20 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     dCOrder: eps !== null && (o.dCOrder ?? true),
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
+    dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
   };
+}
+
+/** The dC split's tuning where it is recorded: with the dC order, by default on hardware only. */
+function _dCSplit(ctx: GpuContext, o: FusedBackwardOptions, ordered: boolean) {
+  const t = o.dCSplit ?? (ctx.report.isFallbackAdapter ? false : {});
+  if (t === false || !ordered) return undefined;
+  for (const [k, v] of Object.entries(t)) {
+    if (v !== undefined && !(Number.isInteger(v) && v >= 1)) {
+      throw new RangeError(`fused backward: dCSplit.${k} must be a positive integer, got ${v}`);
+    }
+  }
+  return t;
 }
 
 /**

@@ -81,6 +81,22 @@ export interface FusedBackwardOptions {
   denseDE?: DenseDEMode;
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
   denseDETile?: GemmTile;
+  /**
+   * With the filter and the dC order: the dC pass's long walks cut into segments of about
+   * max(lMin, ⌈kept tiles / slots⌉) kept token tiles, each its own workgroup, the partials in the
+   * rows of vocab tiles no token tile keeps (kernels/fused/dc_split.ts), or `false`. Default on
+   * hardware adapters with the defaults of dc_split.ts; `false` on software adapters, where the
+   * two passes' dispatches would cost more than the walks they cut.
+   */
+  dCSplit?: DCSplitTuning | false;
+}
+
+/** The dC split's tuning (kernels/fused/dc_split.ts): both default there. */
+export interface DCSplitTuning {
+  /** Workgroups the segments are sized for. */
+  slots?: number;
+  /** The shortest segment, in kept token tiles. */
+  lMin?: number;
 }
 
 /** Tensors of {@link PreparedFusedBackward.record}. */
@@ -109,6 +125,8 @@ export interface FusedBackwardStats {
   tilesTotal: number;
   /** 1 where the last record's dE took the dense path, 0 where the kept tiles' (with one). */
   denseDE?: number;
+  /** The extra dC walk segments of the last record, where the dC split is recorded. */
+  dCSplits?: number;
 }
 
 /** A compiled fused backward. */

@@ -93,6 +93,20 @@ export interface GradCorrectionArgs {
    * reads it instead of summing C's columns again (and leaves it to the caller).
    */
   csum?: DeviceTensor;
+  /**
+   * "dC" prepared with `foldTargets`: return the smoothing row −(β/|V|)·Σ_n w_n E_n (where β > 0)
+   * instead of releasing it: the caller releases it (the dC split's sum writes it back into the
+   * rows it borrowed, kernels/fused/dc_split.ts).
+   */
+  keepSmoothRow?: boolean;
+}
+
+/** What a record returns (see {@link PreparedGradCorrections.record}). */
+export interface GradCorrectionsRecord {
+  /** The "dE" part's target coefficients (β < 1), for the "dC" part. */
+  coefficients?: DeviceTensor;
+  /** The "dC" part's smoothing row, with keepSmoothRow. */
+  smoothRow?: DeviceTensor;
 }
 
 /** Compiled correction kernels. */
@@ -101,7 +115,7 @@ export interface PreparedGradCorrections {
    * Records the passes that write the exact terms into dE and dC (see module doc). The "dE" part
    * returns the target coefficients (β < 1) for the "dC" part.
    */
-  record(rec: Recorder, a: GradCorrectionArgs): { coefficients?: DeviceTensor };
+  record(rec: Recorder, a: GradCorrectionArgs): GradCorrectionsRecord;
   /** {@link gradCorrectionsWorkspaceBytes} for this problem's options. */
   workspaceBytes(
     eShardRows: number[],
@@ -386,7 +400,7 @@ function _record(
   ctx: GpuContext,
   rec: Recorder,
   x: GradCorrectionArgs,
-): { coefficients?: DeviceTensor } {
+): GradCorrectionsRecord {
   _checkOutputs(k, x);
   const { e, c, w, dE, dC } = x;
   const { target, smooth, o } = k;
@@ -417,8 +431,11 @@ function _record(
   _recordDCInit(k, rec, x, t);
   if (k.fold) {
     // the target terms come after the dC pass ("dC-scatter"), which takes the coefficients
-    for (const v of [t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);
-    return { coefficients: t.a };
+    const keep = x.keepSmoothRow ? t.rvec : undefined;
+    for (const v of [t.csum, t.rvec]) {
+      if (v && own(v) && v !== keep) rec.release(v.shards[0].buffer);
+    }
+    return { coefficients: t.a, smoothRow: keep };
   }
   if (t.a && k.fill && k.sort && (k.scatter || k.scatter16)) _recordScatter(k, ctx, rec, x, t);
   for (const v of [t.a, t.csum, t.rvec]) if (v && own(v)) rec.release(v.shards[0].buffer);

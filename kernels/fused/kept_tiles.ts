@@ -68,6 +68,7 @@ import {
   tileLanes,
 } from "./backward_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
+import { firstEmptyWgsl } from "./dc_split.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -117,6 +118,14 @@ export interface TilePassKernelOptions {
    */
   ordered?: boolean;
   /**
+   * dC ordered only: long walks split (kernels/fused/dc_split.ts). Workgroup slot ot walks segment
+   * ot − S_r of the tile of rank r (S from the split plan, in the order's third part: S_r ≤ ot <
+   * S_{r+1}), the kept token tiles [⌊s·c/m⌋, ⌊(s+1)·c/m⌋) of its c in m segments; segment 0 adds
+   * into the tile's rows, segment s ≥ 1 into a borrowed empty tile's rows, its first update a
+   * write. The grid covers up to twice the segment's tiles.
+   */
+  split?: boolean;
+  /**
    * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
    * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
    * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
@@ -158,6 +167,8 @@ interface _TileShape {
   ordered: boolean;
   /** dC: the target terms of kept tiles are added here ({@link TilePassKernelOptions.foldTargets}). */
   fold: boolean;
+  /** dC ordered: long walks split ({@link TilePassKernelOptions.split}). */
+  split: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -194,6 +205,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     tokTile: dE ? (slices === 1 ? "ot" : `ot / ${slices}u`) : "it",
     ordered: !dE && filter && o.ordered === true,
     fold: !dE && o.foldTargets === true,
+    split: !dE && filter && o.ordered === true && o.split === true,
   };
 }
 
@@ -291,9 +303,16 @@ function _outRows(s: _TileShape, vrow: (x: string) => string): string {
     s.dE
       ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
       : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
-        vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
+        s.split
+          ? _outRow(s, `min(o0 + ${l.expr}, P.vE - 1u)`)
+          : vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
       } - P.oR0) * P.d, ov_${l.key});`
   ).join("\n    ");
+}
+
+/** dC split: the output tile's row at position x (a borrowed tile's own rows through s_orows). */
+function _outRow(s: _TileShape, x: string): string {
+  return s.o.sort ? `s_orows[(${x}) - o0]` : `(${x})`;
 }
 
 /**
@@ -307,13 +326,15 @@ function _readModifyWrite(s: _TileShape): string {
       const hi = gSlots.find((y) => y.vec === x.vec && y.comp === x.comp + 1)!;
       return `{ let col = dc + ${x.col}; if (ov_${rowKey(x)} && col < P.d) { let wi = (ob_${
         rowKey(x)
-      } + col) >> 1u; let old = outp[wi]; outp[wi] = to16(from16(old & 0xffffu) + ${x.expr}) | (to16(from16(old >> 16u) + ${hi.expr}) << 16u); } }`;
+      } + col) >> 1u; let old = ${
+        s.split ? "select(outp[wi], 0u, fresh)" : "outp[wi]"
+      }; outp[wi] = to16(from16(old & 0xffffu) + ${x.expr}) | (to16(from16(old >> 16u) + ${hi.expr}) << 16u); } }`;
     }).join("\n        ");
   }
   return gSlots.map((x) =>
     `{ let col = dc + ${x.col}; if (ov_${rowKey(x)} && col < P.d) { let i = ob_${
       rowKey(x)
-    } + col; outp[i] = outp[i] + ${x.expr}; } }`
+    } + col; outp[i] = ${s.split ? "select(outp[i], 0.0, fresh)" : "outp[i]"} + ${x.expr}; } }`
   ).join("\n        ");
 }
 
@@ -385,7 +406,17 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
       if (lid == 0u) { s_keep = (mask[mi >> 5u] >> (mi & 31u)) & 1u; }
       let kept = workgroupUniformLoad(&s_keep);
       workgroupBarrier(); // s_keep is rewritten by the next tile
-      if (kept == 0u) { continue; }`
+      if (kept == 0u) { continue; }${
+      s.split
+        ? `
+      // the segment's kept token tiles only; its first update of a borrowed tile writes
+      let kn = kk;
+      kk = kk + 1u;
+      if (kn < klo) { continue; }
+      if (kn >= khi) { break; }
+      let fresh = part && kn == klo;`
+        : ""
+    }`
     : "";
   return `${dE ? _splitRange(s) : ""}
     for (var it = ${dE ? "lo_" : "P.lo"}; it < ${dE ? "hi_" : "P.hi"}; it++) {
@@ -403,11 +434,70 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
 function _ownedTile(s: _TileShape): string {
   if (s.dE) return `let t0 = P.tS + ot * ${s.TT}u;`;
   if (!s.ordered) return `let v0 = P.vS + ot * ${s.VT}u;`;
+  if (s.split) return _splitSlot(s);
   return `let vt = order[P.vBase + ot];
     if (lid == 0u) { s_keep = order[P.vTotal + P.vBase + vt]; }
     if (workgroupUniformLoad(&s_keep) == 0u) { break; }
     workgroupBarrier(); // s_keep is rewritten by the walk
     let v0 = P.vS + vt * ${s.VT}u;`;
+}
+
+/**
+ * dC split: slot ot's tile (rank r: S_r ≤ ot < S_{r+1}), segment, output tile and kept-tile range,
+ * and the kept token tiles before this dispatch's token segment; the walk ends at the first slot
+ * past the segments (an empty tile's).
+ */
+function _splitSlot(s: _TileShape): string {
+  const VT = s.VT;
+  return `if (lid == 0u) {
+      let tiles = (P.vE - P.vS + ${VT - 1}u) / ${VT}u;
+      let sr = 2u * P.vTotal + P.vBase;
+      var lo = 0u;
+      var hi = tiles;
+      loop {
+        if (hi - lo <= 1u) { break; }
+        let mid = (lo + hi) / 2u;
+        if (order[sr + mid] <= ot) { lo = mid; } else { hi = mid; }
+      }
+      let own = order[P.vBase + lo];
+      var c = order[P.vTotal + P.vBase + own];
+      let sg = ot - order[sr + lo];
+      var m = 1u;
+      if (lo + 1u < tiles) { m = order[sr + lo + 1u] - order[sr + lo]; }
+      if (sg >= m) { c = 0u; }
+      var out = own;
+      var k0 = 0u;
+      if (c > 0u) {
+        if (sg > 0u) {
+          out = order[P.vBase + firstEmpty(P.vTotal, P.vBase, tiles) + order[sr + lo] - lo + sg - 1u];
+        }
+        for (var t = 0u; t < P.tBase; t++) {
+          let i = t * P.vTotal + P.vBase + own;
+          k0 += (mask[i >> 5u] >> (i & 31u)) & 1u;
+        }
+      }
+      s_own = vec4<u32>(own, c, out, sg);
+      s_seg = vec4<u32>(sg * c / m, (sg + 1u) * c / m, k0, 0u);
+    }
+    let sl = workgroupUniformLoad(&s_own);
+    if (sl.y == 0u) { break; }
+    let sr_ = workgroupUniformLoad(&s_seg);
+    workgroupBarrier(); // s_own and s_seg are rewritten by the next slot
+    let vt = sl.x;
+    let v0 = P.vS + vt * ${VT}u;
+    let o0 = P.vS + sl.z * ${VT}u;
+    let part = sl.w > 0u;
+    let klo = sr_.x;
+    let khi = sr_.y;
+    var kk = sr_.z;`;
+}
+
+/** dC split, sorted: the output tile's rows perm[o0 … o0 + VT) into s_orows. */
+function _loadOutRows(s: _TileShape): string {
+  return `for (var i = lid; i < ${s.VT}u; i += ${
+    tileThreads(s.t)
+  }u) { s_orows[i] = perm[min(o0 + i, P.vE - 1u)]; }
+    workgroupBarrier();`;
 }
 
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
@@ -424,7 +514,15 @@ var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
 var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;
 ${s.filter ? "var<workgroup> s_keep: u32;" : ""}
 ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
-${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}`;
+${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}
+${
+    s.split
+      ? `var<workgroup> s_own: vec4<u32>;
+var<workgroup> s_seg: vec4<u32>;
+${o.sort ? `var<workgroup> s_orows: array<u32, ${s.VT}>;` : ""}
+${firstEmptyWgsl("order")}`
+      : ""
+  }`;
 }
 
 /** WGSL of a tile pass (see the module doc and {@link tilePassSignature}). */
@@ -453,6 +551,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   for (var ot = wg.x; ot < P.nOuter; ot += nwg.x) {
     ${_ownedTile(s)}
     ${!dE && o.sort ? `workgroupBarrier(); // s_rows is rewritten\n    ${loadRows}` : ""}
+    ${s.split && o.sort ? _loadOutRows(s) : ""}
     ${_outRows(s, vrow)}
     ${_tileWalk(s, loadRows)}
       ${zero}

@@ -119,6 +119,8 @@ export function recordDCPass(
     order?: TrackedBuffer;
     /** For a pass compiled `foldTargets`: targets (n i32), a_n (n f32), the tokens' flags. */
     fold?: { targets: TrackedBuffer; coef: TrackedBuffer; folded: TrackedBuffer };
+    /** For a pass compiled `split`: slots for up to twice the segment's tiles. */
+    split?: boolean;
   },
 ): void {
   const { rec, kernel, e, c, dC } = o;
@@ -133,7 +135,7 @@ export function recordDCPass(
           vs,
           cR0: cs.rowStart,
           oR0: os.rowStart,
-          nOuter: vs.tiles,
+          nOuter: o.split ? 2 * vs.tiles : vs.tiles,
           lo: 0,
           hi: ts.tiles,
         });
@@ -145,7 +147,7 @@ export function recordDCPass(
           order: o.order,
           ...o.fold,
         });
-        p.dispatch(kernel.pipeline, bg, Math.min(vs.tiles, 65535));
+        p.dispatch(kernel.pipeline, bg, Math.min(o.split ? 2 * vs.tiles : vs.tiles, 65535));
       }
     }
   });

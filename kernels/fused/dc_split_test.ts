@@ -1,0 +1,235 @@
+import assert from "node:assert/strict";
+import { GPU_TEST, readWords, testContext } from "../../testing/gpu.ts";
+import { caseInputs } from "../../testing/parity.ts";
+import {
+  assertGrads,
+  peakedInputs,
+  runBackward,
+  UNIT_ROUNDOFF,
+} from "../../testing/fused_backward.ts";
+import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
+import { bf16BitsToF32, f32ToBf16Bits } from "../../core/dtype.ts";
+import { assertClose } from "../../reference/compare.ts";
+import { Recorder } from "../../gpu/recorder.ts";
+import { dCOrderBytes, defaultFilterEps, maskBytes, type TileSegment } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
+import { prepareDCOrder } from "./dc_order.ts";
+import { prepareDCSplit } from "./dc_split.ts";
+
+/**
+ * The plan on the host: per segment its counts in rank order (larger first), L, each rank's
+ * extras while the usable empty tiles last, the slot starts S_r; and the extras in all.
+ */
+function hostPlan(
+  counts: number[][],
+  o: { slots: number; lMin: number; ragged: boolean[] },
+): { starts: number[][]; extras: number } {
+  let extras = 0;
+  const starts = counts.map((cs, i) => {
+    const ranked = [...cs].sort((a, b) => b - a);
+    const kept = cs.reduce((a, b) => a + b, 0);
+    const l = Math.max(o.lMin, Math.ceil(kept / o.slots));
+    const last = cs[cs.length - 1];
+    const usable = cs.filter((c) => c === 0).length - (o.ragged[i] && last === 0 ? 1 : 0);
+    // the ranks take their extras while the usable tiles last
+    let want = 0;
+    const s = ranked.map((c, r) => {
+      const start = r + Math.min(want, usable);
+      want += c > 0 ? Math.ceil(c / l) - 1 : 0;
+      return start;
+    });
+    const used = Math.min(want, usable);
+    extras += used;
+    return s;
+  });
+  return { starts, extras };
+}
+
+Deno.test({
+  name: "dC split plan: slot starts over the ranks, the extras while the empty tiles last",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const order = await prepareDCOrder(ctx);
+    const split = await prepareDCSplit(ctx, {
+      vocab: 64,
+      sort: false,
+      opts: resolveOptions({ beta: 0.1 }),
+    });
+    // 9 token tiles; segments of 6 (short last tile), 300 (two scan chunks) and 11 tiles
+    const tTotal = 9, sizes = [6, 300, 11], short = [true, false, true];
+    const vTotal = sizes.reduce((a, b) => a + b, 0);
+    let seed = 3;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const bits = [...Array(tTotal)].map(() => [...Array(vTotal)].map(() => false));
+    const keep = (v: number, k: number) => {
+      for (let t = 0; t < k; t++) bits[(t * 5 + v) % tTotal][v] = true;
+    };
+    // segment 0: one long walk, the rest empty (the short last tile cannot lend)
+    keep(1, 9);
+    // segment 1: walks of every length, a fifth of the tiles empty
+    for (let v = 6; v < 306; v++) if (rnd() < 0.8) keep(v, 1 + Math.floor(rnd() * tTotal));
+    // segment 2: four long walks and too few empty tiles for all their segments
+    for (const v of [306, 308, 309, 311]) keep(v, 9);
+    for (const v of [307, 310, 312, 313]) keep(v, 1);
+    const words = new Uint32Array(maskBytes(tTotal, vTotal) / 4);
+    bits.forEach((row, t) =>
+      row.forEach((b, v) => {
+        const i = t * vTotal + v;
+        if (b) words[i >> 5] |= 1 << (i & 31);
+      })
+    );
+    const mask = ctx.createBuffer({ size: words.byteLength, role: "workspace", label: "mask" });
+    ctx.device.queue.writeBuffer(mask.buffer, 0, words);
+    const ord = ctx.createBuffer({ size: dCOrderBytes(vTotal), role: "workspace", label: "ord" });
+    const counter = ctx.createBuffer({ size: 16, role: "workspace", label: "counter" });
+    const segs: TileSegment[] = [];
+    for (const [i, tiles] of sizes.entries()) {
+      const base = sizes.slice(0, i).reduce((a, b) => a + b, 0);
+      const end = (base + tiles) * 64 - (short[i] ? 20 : 0);
+      segs.push({ start: base * 64, end, tiles, base });
+    }
+    const counts = sizes.map((tiles, i) =>
+      [...Array(tiles).keys()].map((j) => bits.filter((r) => r[segs[i].base + j]).length)
+    );
+    for (const o of [{ slots: 64, lMin: 2 }, { slots: 1024, lMin: 1 }, { slots: 4, lMin: 2 }]) {
+      const rec = new Recorder(ctx);
+      rec.clear(counter);
+      order.record({ rec, mask, ord, voc: segs, tTotal, vTotal });
+      split.plan({ rec, ord, counter, voc: segs, vTotal, ...o });
+      await rec.finish();
+      const got = [...(await readWords(ctx, ord.buffer, 3 * vTotal))];
+      const want = hostPlan(counts, { ...o, ragged: short });
+      const tag = JSON.stringify(o);
+      for (const [i, s] of segs.entries()) {
+        const part = got.slice(2 * vTotal + s.base, 2 * vTotal + s.base + s.tiles);
+        assert.deepEqual(part, want.starts[i], `${tag}: segment ${i}'s slot starts`);
+      }
+      const [, , extras] = await readWords(ctx, counter.buffer, 3);
+      assert.equal(extras, want.extras, `${tag}: extras`);
+      if (o.lMin === 1) assert.ok(extras > 10, `${tag}: ${extras} extras`);
+    }
+    for (const b of [mask, ord, counter]) b.destroy();
+  },
+});
+
+Deno.test({
+  name: "dC split: long walks in segments, against float64 at odd shapes, bitwise reproducible",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const cases: {
+      dtype: "bf16" | "f32";
+      beta: number;
+      softcap?: number;
+      d: number;
+      gradDtype: "input" | "f32";
+      sort: boolean;
+      hot: number[];
+      /** Targets spread over the vocabulary instead of the hot rows (β = 0: else dC vanishes). */
+      otherTargets?: boolean;
+      /** The hot logit (default 50; f32's ε needs the others further below). */
+      logit?: number;
+      shardRows?: number;
+    }[] = [
+      { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, hot: [5, 6, 7] },
+      // four long walks, borrowed tiles for the first only
+      {
+        dtype: "bf16",
+        beta: 1,
+        softcap: 60,
+        d: 34,
+        gradDtype: "input",
+        sort: false,
+        hot: [5, 70, 140, 600],
+      },
+      {
+        dtype: "f32",
+        beta: 0.1,
+        logit: 120,
+        d: 33,
+        gradDtype: "f32",
+        sort: true,
+        hot: [5, 70, 140, 600],
+      },
+      // d odd: dC in an f32 scratch, then cast
+      {
+        dtype: "bf16",
+        beta: 0,
+        d: 33,
+        gradDtype: "input",
+        sort: false,
+        hot: [500],
+        otherTargets: true,
+      },
+      // E and C in shards of 300 rows: several token segments (walks counted from the first)
+      {
+        dtype: "bf16",
+        beta: 0.1,
+        d: 40,
+        gradDtype: "input",
+        sort: true,
+        hot: [5, 400],
+        shardRows: 300,
+      },
+    ];
+    const report: string[] = [];
+    for (const [i, cs] of cases.entries()) {
+      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" });
+      const base = caseInputs({
+        n: 700,
+        v: 1031,
+        d: cs.d,
+        dtype: cs.dtype,
+        beta: cs.beta,
+        seed: 70 + i,
+      });
+      const x = peakedInputs(base, { hot: cs.hot, logit: cs.logit ?? 50, ignoreEvery: 9 });
+      if (cs.otherTargets) {
+        x.targets = x.targets.map((t, j) => t === IGNORE_INDEX ? t : (j * 37) % x.v);
+      }
+      // the reference sees the values the kernels read
+      if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
+      const b = {
+        filterEps: defaultFilterEps(cs.dtype),
+        sort: cs.sort,
+        tile: BACKWARD_TILE_SMALL,
+        gradDtype: cs.gradDtype,
+        shardRows: cs.shardRows,
+      };
+      const split = await runBackward(ctx, x, o, cs.dtype, {
+        ...b,
+        dCSplit: { slots: 64, lMin: 1 },
+      });
+      const whole = await runBackward(ctx, x, o, cs.dtype, { ...b, dCSplit: false });
+      const tag = JSON.stringify(cs);
+      const extras = split.got.stats.dCSplits ?? 0;
+      assert.ok(
+        extras > 0,
+        `${tag}: walks split (${extras} extra segments; ${JSON.stringify(split.got.stats)})`,
+      );
+      assert.equal(whole.got.stats.dCSplits, undefined, `${tag}: no split recorded`);
+      assert.deepEqual(split.again.dC, split.got.dC, `${tag}: dC bitwise reproducible`);
+      assert.deepEqual(split.got.dE, whole.got.dE, `${tag}: dE untouched`);
+      if (cs.gradDtype === "f32") {
+        assertGrads(`${tag} split`, split.got, split.ref, x.d);
+        assertGrads(`${tag} whole`, whole.got, whole.ref, x.d);
+      } else {
+        // every stored value is a 16-bit number: R roundings of values ≤ s
+        const R = split.bwd.roundings.dC, u = UNIT_ROUNDOFF.bf16;
+        let s = 0;
+        for (const y of split.ref.dC) s = Math.max(s, Math.abs(y));
+        for (const [name, r] of [["split", split], ["whole", whole]] as const) {
+          assertClose(r.got.dC, r.ref.dC, {
+            atol: (2e-5 + R * u) * s,
+            rtol: 2e-4,
+            name: `${tag} ${name} dC`,
+            cols: x.d,
+          });
+        }
+      }
+      report.push(`${tag}: ${extras} extra segments`);
+    }
+    console.log(report.join("\n"));
+  },
+});
