@@ -20,9 +20,9 @@
  *   segment s of rank r's tile, which covers its kept token tiles [⌊s·c/m⌋, ⌊(s+1)·c/m⌋), m =
  *   S_{r+1} − S_r, and segment s ≥ 1 borrows the empty tile of rank (first empty rank) + (S_r − r)
  *   + s − 1. It adds the extras to the stats counter's third word.
- * - `dC split sum`, per vocab segment: a workgroup per split tile (the split ranks come first)
- *   adds its partials, summed in f32 in segment order, into its rows (one rounding) and writes the
- *   smoothing row (as the dC smoothing term does) into the borrowed rows.
+ * - `dC split sum`, per vocab segment: workgroups per block of a split tile's rows (the split ranks
+ *   come first) add its partials, summed in f32 in segment order, into its rows (one rounding) and
+ *   write the smoothing row (as the dC smoothing term does) into the borrowed rows.
  *
  * The sums are in a fixed order given the filter's mask (deterministic, bitwise reproducible): a
  * tile's kept token tiles in order within a segment, then the segments in order.
@@ -156,7 +156,16 @@ function _sumSignature(o: DCSplitSumOptions) {
   });
 }
 
-/** WGSL of pass `dC split sum` (workgroups stride over the ranks; the split ones come first). */
+/** Elements (or 16-bit pairs) of a split tile's rows a workgroup of the sum adds. */
+const SUM_BLOCK = 8 * WG;
+
+/** Rank rows of the sum's grid (its workgroups' y stride over the ranks). */
+const SUM_RANKS = 64;
+
+/**
+ * WGSL of pass `dC split sum`: workgroup (x, y) adds block x of the rows of the tiles of ranks y,
+ * y + nwg.y, … (the split ranks come first: it stops at the first unsplit one).
+ */
 export function dCSplitSumWgsl(o: DCSplitSumOptions): string {
   const VT = o.vocab;
   const row = (pos: string) => o.sort ? `(perm[${pos}] - P.oR0)` : `(${pos} - P.oR0)`;
@@ -194,7 +203,7 @@ var<workgroup> s_tile: vec3<u32>;
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
   let sr = 2u * P.vTotal + P.vBase;
-  for (var r = wg.x; r < P.tiles; r += nwg.x) {
+  for (var r = wg.y; r < P.tiles; r += nwg.y) {
     // the tile's segments m (the split ranks come first: stop at the first unsplit one), its own
     // tile and the rank of the first borrowed one
     if (lid == 0u) {
@@ -210,7 +219,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     let own = t.y;
     let first = t.z;
     let units = ${unit};
-    for (var k = lid; k < ${VT}u * units; k += ${WG}u) {
+    let end = min(${VT}u * units, (wg.x + 1u) * ${SUM_BLOCK}u);
+    for (var k = wg.x * ${SUM_BLOCK}u + lid; k < end; k += ${WG}u) {
       let i = k / units;
       let j = k % units;
       if (P.vS + own * ${VT}u + i < P.vE) {
@@ -293,7 +303,8 @@ export async function prepareDCSplit(
           };
           // rvec is read only where the smoothing row exists: else any buffer fills its slot
           const bg = sum.bind(rec, params, { ord, dc: os.buffer, rvec: rvec ?? ord, perm });
-          p.dispatch(sum.pipeline, bg, Math.min(vs.tiles, 1024));
+          const units = VT * (o.out16 ? dC.cols / 2 : dC.cols);
+          p.dispatch(sum.pipeline, bg, Math.ceil(units / SUM_BLOCK), Math.min(vs.tiles, SUM_RANKS));
         }
       });
     },

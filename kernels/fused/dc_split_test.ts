@@ -128,8 +128,8 @@ Deno.test({
       hot: number[];
       /** Targets spread over the vocabulary instead of the hot rows (β = 0: else dC vanishes). */
       otherTargets?: boolean;
-      /** The hot logit (default 50; f32's ε needs the others further below). */
-      logit?: number;
+      /** The hot rows of C scaled by this (f32's ε needs the other logits further below). */
+      hotScale?: number;
       shardRows?: number;
     }[] = [
       { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, hot: [5, 6, 7] },
@@ -146,7 +146,7 @@ Deno.test({
       {
         dtype: "f32",
         beta: 0.1,
-        logit: 120,
+        hotScale: 3,
         d: 33,
         gradDtype: "f32",
         sort: true,
@@ -184,7 +184,10 @@ Deno.test({
         beta: cs.beta,
         seed: 70 + i,
       });
-      const x = peakedInputs(base, { hot: cs.hot, logit: cs.logit ?? 50, ignoreEvery: 9 });
+      for (const j of cs.hot) {
+        for (let k = 0; k < cs.d; k++) base.c[j * cs.d + k] *= cs.hotScale ?? 1;
+      }
+      const x = peakedInputs(base, { hot: cs.hot, logit: 50, ignoreEvery: 9 });
       if (cs.otherTargets) {
         x.targets = x.targets.map((t, j) => t === IGNORE_INDEX ? t : (j * 37) % x.v);
       }

@@ -119,7 +119,7 @@ export function recordDCPass(
     order?: TrackedBuffer;
     /** For a pass compiled `foldTargets`: targets (n i32), a_n (n f32), the tokens' flags. */
     fold?: { targets: TrackedBuffer; coef: TrackedBuffer; folded: TrackedBuffer };
-    /** For a pass compiled `split`: slots for up to twice the segment's tiles. */
+    /** For a pass compiled `split`: slots for up to twice the segment's tiles (≤ 1,024 workgroups). */
     split?: boolean;
   },
 ): void {
@@ -147,7 +147,12 @@ export function recordDCPass(
           order: o.order,
           ...o.fold,
         });
-        p.dispatch(kernel.pipeline, bg, Math.min(o.split ? 2 * vs.tiles : vs.tiles, 65535));
+        // split: the slots past the segments stop at once, so a workgroup may take several
+        p.dispatch(
+          kernel.pipeline,
+          bg,
+          Math.min(o.split ? Math.min(2 * vs.tiles, 1024) : vs.tiles, 65535),
+        );
       }
     }
   });
