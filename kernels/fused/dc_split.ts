@@ -39,8 +39,12 @@ import type { TileSegment } from "./backward_plan.ts";
 
 const WG = 256;
 
-/** The plan's default slots: the workgroups a walk's segments are sized for. */
-export const DC_SPLIT_SLOTS = 256;
+/**
+ * The plan's default slots, the workgroups a walk's segments are sized for: about an H200's SMs
+ * (132). On `llm:zipf=3` and `llm:zipf=2` 128 slots gave backwards of 14.8 and 19.3 ms where 256
+ * gave 15.2 and 19.7 and 512 18.4 (docs/performance.md).
+ */
+export const DC_SPLIT_SLOTS = 128;
 
 /** The shortest segment a split cuts (a borrowed tile costs a write and a read of its rows). */
 export const DC_SPLIT_MIN = 2;
