@@ -131,11 +131,13 @@ export function failedAtRunTime(row: Pick<MeasureRow, "error">): boolean {
 export const IDLE_GPU_WARMUP_MS = 1000;
 
 /**
- * Wall time (ms) of full load ({@link MeasureOptions.busyLoad}) before a method's first mode: an
+ * Wall time (ms) of full load ({@link MeasureOptions.busyLoad}) before each mode of a method: an
  * idle H100's clock reached its 1,980 MHz within 0.1 s of full load, and stayed below about 1 GHz
  * for over a second of short calls that kept it 40–60% busy (gpu/busy_load.ts); 250 ms of
  * submissions that grew from a few ms did not get there. The load runs on past this until its
- * rate settles (gpu/busy_load.ts, `SETTLED_RATE`).
+ * rate settles (gpu/busy_load.ts, `SETTLED_RATE`). Before each mode, not only the first: on an
+ * H200 the 25 ms fwd+bwd calls of `llm:zipf=3`, measured after the bwd cell's gradients were
+ * checked on the host, ran at 1.2–1.6 GHz instead of 1.98 (every pass 1.5× slow).
  */
 export const IDLE_GPU_BUSY_MS = 400;
 
@@ -190,9 +192,9 @@ export interface MeasureOptions {
    */
   warmupMs?: number;
   /**
-   * Run gpu/busy_load.ts's full load for {@link IDLE_GPU_BUSY_MS} before the first mode (the GPU
-   * idled while the method's shaders compiled: its clocks rise with its utilisation). Default
-   * false.
+   * Run gpu/busy_load.ts's full load for {@link IDLE_GPU_BUSY_MS} before each mode (the GPU idled
+   * while the method's shaders compiled, and while the last mode's result was checked on the host:
+   * its clocks rise with its utilisation). Default false.
    */
   busyLoad?: boolean;
   /** Most measured repetitions with {@link MeasureOptions.targetMs} (default 20). */
@@ -330,7 +332,7 @@ export async function measureMethod(
         continue;
       }
       try {
-        if (mode === o.modes[0] && o.busyLoad) {
+        if (o.busyLoad) {
           await (await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
         }
         const m = await capAllocations(ctx, limit, () => _measureMode(ctx, prepared, om, mode));

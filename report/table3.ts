@@ -76,8 +76,13 @@ export interface Table3Report {
   reps: number;
   /** Where the times come from. */
   timeSource: TimeSource;
-  /** Full GPU load (ms) run before each method's first cell (MeasureOptions.busyLoad), if any. */
+  /** Full GPU load (ms) run before a method's cells (MeasureOptions.busyLoad), if any. */
   idleBusyMs?: number;
+  /**
+   * The load ran before every cell (true), or before each method's first cell only (absent: the
+   * reports measured before it ran before every cell).
+   */
+  busyEachCell?: boolean;
   /** Why the shape differs from the paper's, when it was reduced by default. */
   reducedShape?: string;
   /** Seconds the whole run took. */
@@ -440,7 +445,8 @@ function _measuredLine(r: Table3Report): string {
       : []),
     ...(r.idleBusyMs
       ? [
-        `each method's first cell after at least ${r.idleBusyMs} ms of full GPU load, longer ` +
+        `${r.busyEachCell ? "every" : "each method's first"} cell after at least ${r.idleBusyMs} ` +
+        `ms of full GPU load, longer ` +
         `until its clock settled, since an idle GPU's clocks rise with its utilisation`,
       ]
       : []),

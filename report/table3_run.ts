@@ -153,6 +153,7 @@ async function _start(ctx: GpuContext, o: Table3RunOptions): Promise<_Run> {
     reps: repetitions.reps,
     timeSource: o.timeSource ?? (ctx.hasTimestamps ? "gpu" : "wall"),
     idleBusyMs: software ? undefined : IDLE_GPU_BUSY_MS,
+    busyEachCell: software ? undefined : true,
     reducedShape,
     rows,
     external: o.external,

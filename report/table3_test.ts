@@ -206,9 +206,11 @@ Deno.test("formatMarkdown: title, lower bound, β > 0 then β = 0 sections in th
   });
   assert.match(longer, /after 1 warm-up \(more for the 1 cell first measured on an idle GPU: /);
   assert.doesNotMatch(md, /full GPU load/);
-  // the full load run before each method's first cell is said so
+  // the full load run before each method's first cell (or every cell) is said so
   const busy = formatMarkdown({ ...r0, idleBusyMs: 250 });
   assert.match(busy, /each method's first cell after at least 250 ms of full GPU load, longer/);
+  const every = formatMarkdown({ ...r0, idleBusyMs: 250, busyEachCell: true });
+  assert.match(every, /every cell after at least 250 ms of full GPU load, longer/);
   assert.match(md, /driver 570\.1 \(NVIDIA H200\)/);
   assert.match(md, /tilesSkipped 3, tilesTotal 4/);
   assert.doesNotMatch(md, /Reduced shape/);
