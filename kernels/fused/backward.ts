@@ -38,8 +38,10 @@
  *    most tiles are kept (dense_de.ts; each path recorded under a gate of its flag).
  * 5. The partials are added to dE in split order, and dE is cast to its 16-bit output.
  * 6. dC's smoothing row, with the filter pass `dC order` (dc_order.ts: vocab tiles by their kept
- *    token tiles, most first), then pass `dC` (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile,
- *    the kept tiles' target terms included; then the other target terms (corrections.ts).
+ *    token tiles, most first) and on hardware `dC split plan` (dc_split.ts: long walks cut into
+ *    segments, their partials in the rows of vocab tiles nobody keeps), then pass `dC`
+ *    (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile or segment, the kept tiles' target terms
+ *    included; `dC split sum` adds the partials; then the other target terms (corrections.ts).
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the two
