@@ -25,6 +25,9 @@
  *   the generated GEMM over d, forms Pᵀ in registers, stages it in workgroup memory and adds
  *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks of TT columns (read-modify-write: the
  *   rows belong to this workgroup only).
+ *   With `split` (kernels/fused/dc_split.ts) a long walk is cut into segments, each its own
+ *   workgroup: segment 0 adds into the tile's rows, the others write partials into the rows of
+ *   vocab tiles no token tile keeps (each such row written by that segment only).
  *
  * The passes' records: kernels/fused/kept_tiles_record.ts.
  *
