@@ -112,11 +112,13 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   var carry = 0u;
   for (var base = 0u; base < P.tiles; base += ${WG}u) {
     let r = base + lid;
-    let x = select(0u, extra(r, l), r < P.tiles);
+    // (select evaluates both sides: the rank is clamped so that no read leaves the segment)
+    let x = select(0u, extra(min(r, P.tiles - 1u), l), r < P.tiles);
     s_a[lid] = x;
     for (var h = 1u; h < ${WG}u; h <<= 1u) {
       workgroupBarrier();
-      let y = select(0u, s_a[lid - h], lid >= h);
+      var y = 0u;
+      if (lid >= h) { y = s_a[lid - h]; }
       workgroupBarrier();
       s_a[lid] += y;
     }
