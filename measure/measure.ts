@@ -21,7 +21,7 @@
  */
 import type { BufferRole, GpuContext, TrackedBuffer } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
-import { prepareBusyLoad } from "../gpu/busy_load.ts";
+import { type BusyLoad, prepareBusyLoad } from "../gpu/busy_load.ts";
 import {
   defaultTimeSource,
   type Mode,
@@ -306,6 +306,8 @@ export async function measureMethod(
   ctx.cacheLimitBytes = o.cacheBytes ??
     (ctx.report.isFallbackAdapter ? SOFTWARE_CACHE_BYTES : HARDWARE_CACHE_BYTES);
   const measured = new Set<Mode>();
+  // compiled once per method, on its first mode (a failure is that mode's row)
+  let busy: BusyLoad | undefined;
   try {
     for (const mode of o.modes) {
       const t1 = performance.now();
@@ -332,9 +334,7 @@ export async function measureMethod(
         continue;
       }
       try {
-        if (o.busyLoad) {
-          await (await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
-        }
+        if (o.busyLoad) await (busy ??= await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
         const m = await capAllocations(ctx, limit, () => _measureMode(ctx, prepared, om, mode));
         const row = _row(ctx, method, om, mode, m);
         if (est !== undefined) row.estimateBytes = est;

@@ -218,6 +218,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
+/**
+ * WGSL of dC's value before its gradient terms at column k (f32), or of the packed 16-bit word
+ * holding columns k and k + 1 (`packed`, k even): the smoothing row r = −(β/|V|)·Σ_n w_n E_n, bound
+ * as `rvec`, or 0 when β = 0. The dC smoothing term writes it into every row; the dC split puts it
+ * back into the rows it borrowed (kernels/fused/dc_split.ts).
+ */
+export function dCInitValueWgsl(o: LceOptions, k: string, packed: boolean): string {
+  if (!correctionTerms(o).smooth) return packed ? "0u" : "0.0";
+  return packed ? `(to16(rvec[${k}]) | (to16(rvec[${k} + 1u]) << 16u))` : `rvec[${k}]`;
+}
+
 /** WGSL initialising dC: every row = r (or 0 when β = 0). */
 export function dCInitWgsl(o: LceOptions): string {
   return `${dCInitSignature("f32").wgsl}
@@ -225,7 +236,7 @@ export function dCInitWgsl(o: LceOptions): string {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let total = P.rows * P.d;
   for (var i = gid.x; i < total; i += nwg.x * 256u) {
-    dc[i] = ${correctionTerms(o).smooth ? "rvec[i % P.d]" : "0.0"};
+    dc[i] = ${dCInitValueWgsl(o, "(i % P.d)", false)};
   }
 }
 `;
@@ -236,18 +247,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
  * rounded to nearest even (or 0 when β = 0); one thread per word.
  */
 export function dCInit16Wgsl(o: LceOptions, dtype: Dtype16): string {
-  const smooth = correctionTerms(o).smooth;
   return `${dCInitSignature("u32").wgsl}
 ${wgslTo16(dtype)}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let words = P.rows * P.d / 2u;
   for (var i = gid.x; i < words; i += nwg.x * 256u) {
-    ${
-    smooth
-      ? "let k = (2u * i) % P.d; dc[i] = to16(rvec[k]) | (to16(rvec[k + 1u]) << 16u);"
-      : "dc[i] = 0u;"
-  }
+    dc[i] = ${dCInitValueWgsl(o, "((2u * i) % P.d)", true)};
   }
 }
 `;

@@ -4,7 +4,9 @@ import { caseInputs } from "../../testing/parity.ts";
 import { assertGrads, runBackward } from "../../testing/fused_backward.ts";
 import { type HostInputs, IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { Recorder } from "../../gpu/recorder.ts";
-import { dCOrderBytes, defaultFilterEps, maskBytes, type TileSegment } from "./backward_plan.ts";
+import { dCOrderBytes, defaultFilterEps } from "./backward_plan.ts";
+import { maskBuffer, vocabSegments } from "../../testing/tile_mask.ts";
+import { Rng } from "../../fixtures/rng.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 import { prepareDCOrder } from "./dc_order.ts";
 import { tilePassWgsl } from "./kept_tiles.ts";
@@ -31,26 +33,14 @@ Deno.test({
     // 7 token tiles × 344 vocab tiles in segments of 5, 300 (2 × 2 rank workgroups) and 39 tiles
     const tTotal = 7, sizes = [5, 300, 39];
     const vTotal = sizes.reduce((a, b) => a + b, 0);
-    let seed = 11;
-    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const rng = new Rng(11);
+    const rnd = () => rng.uniform();
     // counts 0…7 with many ties; tile 3 kept by every token tile
     const bits = [...Array(tTotal)].map(() => [...Array(vTotal)].map(() => rnd() < 0.3));
     for (const row of bits) row[3] = true;
-    const words = new Uint32Array(maskBytes(tTotal, vTotal) / 4);
-    bits.forEach((row, t) =>
-      row.forEach((b, v) => {
-        const i = t * vTotal + v;
-        if (b) words[i >> 5] |= 1 << (i & 31);
-      })
-    );
-    const mask = ctx.createBuffer({ size: words.byteLength, role: "workspace", label: "mask" });
-    ctx.device.queue.writeBuffer(mask.buffer, 0, words);
+    const mask = maskBuffer(ctx, bits);
     const ord = ctx.createBuffer({ size: dCOrderBytes(vTotal), role: "workspace", label: "ord" });
-    const segs: TileSegment[] = [];
-    for (const [i, tiles] of sizes.entries()) {
-      const base = sizes.slice(0, i).reduce((a, b) => a + b, 0);
-      segs.push({ start: base * 64, end: (base + tiles) * 64, tiles, base });
-    }
+    const segs = vocabSegments(sizes);
     const rec = new Recorder(ctx);
     order.record({ rec, mask, ord, voc: segs, tTotal, vTotal });
     await rec.finish();

@@ -34,7 +34,7 @@ import type { Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 import { type Dtype16, wgslFrom16, wgslTo16 } from "../cast16.ts";
-import { correctionTerms } from "./corrections_wgsl.ts";
+import { dCInitValueWgsl } from "./corrections_wgsl.ts";
 import type { TileSegment } from "./backward_plan.ts";
 
 const WG = 256;
@@ -147,8 +147,7 @@ export interface DCSplitSumOptions {
 
 /**
  * The sum's signature: the vocab segment [vS, vE) of dC's binding from row oR0, its tiles, d;
- * ord, dC, the smoothing row rvec (β > 0 without softcap's tiled term: bound but unread otherwise),
- * [perm].
+ * ord, dC, the smoothing row rvec (β > 0: bound but unread otherwise), [perm].
  */
 function _sumSignature(o: DCSplitSumOptions) {
   return signature({
@@ -175,7 +174,6 @@ const SUM_RANKS = 64;
 export function dCSplitSumWgsl(o: DCSplitSumOptions): string {
   const VT = o.vocab;
   const row = (pos: string) => o.sort ? `(perm[${pos}] - P.oR0)` : `(${pos} - P.oR0)`;
-  const smooth = correctionTerms(o.opts).smooth;
   // one element (f32) or word (packed 16-bit) of a row at a time: j its index in the row
   const unit = o.out16 ? "P.d / 2u" : "P.d";
   // the row offsets of segment s's tile: its own for s = 0, else the borrowed one
@@ -189,7 +187,7 @@ export function dCSplitSumWgsl(o: DCSplitSumOptions): string {
           let w = dc[b];
           lo += from16(w & 0xffffu);
           hi += from16(w >> 16u);
-          dc[b] = ${smooth ? "to16(rvec[2u * j]) | (to16(rvec[2u * j + 1u]) << 16u)" : "0u"};
+          dc[b] = ${dCInitValueWgsl(o.opts, "(2u * j)", true)};
         }
         let b = ${at("0u")} * P.d / 2u + j;
         let w = dc[b];
@@ -198,7 +196,7 @@ export function dCSplitSumWgsl(o: DCSplitSumOptions): string {
         for (var s = 1u; s < m; s++) {
           let b = ${at("s")} * P.d + j;
           acc += dc[b];
-          dc[b] = ${smooth ? "rvec[j]" : "0.0"};
+          dc[b] = ${dCInitValueWgsl(o.opts, "j", false)};
         }
         dc[${at("0u")} * P.d + j] += acc;`;
   return `${_sumSignature(o).wgsl}

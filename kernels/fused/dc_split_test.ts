@@ -11,7 +11,9 @@ import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { bf16BitsToF32, f32ToBf16Bits } from "../../core/dtype.ts";
 import { assertClose } from "../../reference/compare.ts";
 import { Recorder } from "../../gpu/recorder.ts";
-import { dCOrderBytes, defaultFilterEps, maskBytes, type TileSegment } from "./backward_plan.ts";
+import { dCOrderBytes, defaultFilterEps } from "./backward_plan.ts";
+import { maskBuffer, vocabSegments } from "../../testing/tile_mask.ts";
+import { Rng } from "../../fixtures/rng.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 import { prepareDCOrder } from "./dc_order.ts";
 import { prepareDCSplit } from "./dc_split.ts";
@@ -56,11 +58,12 @@ Deno.test({
       sort: false,
       opts: resolveOptions({ beta: 0.1 }),
     });
-    // 9 token tiles; segments of 6 (short last tile), 300 (two scan chunks) and 11 tiles
-    const tTotal = 9, sizes = [6, 300, 11], short = [true, false, true];
+    // 9 token tiles; segments of 6, 300 (two scan chunks) and 11 tiles, the first's and the
+    // last's last tile 20 rows short
+    const tTotal = 9, sizes = [6, 300, 11], short = [20, 0, 20];
     const vTotal = sizes.reduce((a, b) => a + b, 0);
-    let seed = 3;
-    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const rng = new Rng(3);
+    const rnd = () => rng.uniform();
     const bits = [...Array(tTotal)].map(() => [...Array(vTotal)].map(() => false));
     const keep = (v: number, k: number) => {
       for (let t = 0; t < k; t++) bits[(t * 5 + v) % tTotal][v] = true;
@@ -72,23 +75,10 @@ Deno.test({
     // segment 2: four long walks and too few empty tiles for all their segments
     for (const v of [306, 308, 309, 311]) keep(v, 9);
     for (const v of [307, 310, 312, 313]) keep(v, 1);
-    const words = new Uint32Array(maskBytes(tTotal, vTotal) / 4);
-    bits.forEach((row, t) =>
-      row.forEach((b, v) => {
-        const i = t * vTotal + v;
-        if (b) words[i >> 5] |= 1 << (i & 31);
-      })
-    );
-    const mask = ctx.createBuffer({ size: words.byteLength, role: "workspace", label: "mask" });
-    ctx.device.queue.writeBuffer(mask.buffer, 0, words);
+    const mask = maskBuffer(ctx, bits);
     const ord = ctx.createBuffer({ size: dCOrderBytes(vTotal), role: "workspace", label: "ord" });
     const counter = ctx.createBuffer({ size: 16, role: "workspace", label: "counter" });
-    const segs: TileSegment[] = [];
-    for (const [i, tiles] of sizes.entries()) {
-      const base = sizes.slice(0, i).reduce((a, b) => a + b, 0);
-      const end = (base + tiles) * 64 - (short[i] ? 20 : 0);
-      segs.push({ start: base * 64, end, tiles, base });
-    }
+    const segs = vocabSegments(sizes, short);
     const counts = sizes.map((tiles, i) =>
       [...Array(tiles).keys()].map((j) => bits.filter((r) => r[segs[i].base + j]).length)
     );
@@ -99,7 +89,7 @@ Deno.test({
       split.plan({ rec, ord, counter, voc: segs, vTotal, ...o });
       await rec.finish();
       const got = [...(await readWords(ctx, ord.buffer, 3 * vTotal))];
-      const want = hostPlan(counts, { ...o, ragged: short });
+      const want = hostPlan(counts, { ...o, ragged: short.map((s) => s > 0) });
       const tag = JSON.stringify(o);
       for (const [i, s] of segs.entries()) {
         const part = got.slice(2 * vTotal + s.base, 2 * vTotal + s.base + s.tiles);

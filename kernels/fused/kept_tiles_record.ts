@@ -127,6 +127,10 @@ export function recordDCPass(
   rec.pass("fused backward dC", (p) => {
     for (const vs of o.voc) {
       const cs = c.shardOf(vs.start), os = dC.shardOf(vs.start);
+      // split: slots for up to twice the tiles; those past the segments stop at once, so fewer
+      // workgroups may take several
+      const slots = o.split ? 2 * vs.tiles : vs.tiles;
+      const groups = Math.min(o.split ? 1024 : 65535, slots);
       for (const ts of o.tok) {
         const es = e.shardOf(ts.start);
         const params = _tileParams(o, {
@@ -135,7 +139,7 @@ export function recordDCPass(
           vs,
           cR0: cs.rowStart,
           oR0: os.rowStart,
-          nOuter: o.split ? 2 * vs.tiles : vs.tiles,
+          nOuter: slots,
           lo: 0,
           hi: ts.tiles,
         });
@@ -147,12 +151,7 @@ export function recordDCPass(
           order: o.order,
           ...o.fold,
         });
-        // split: the slots past the segments stop at once, so a workgroup may take several
-        p.dispatch(
-          kernel.pipeline,
-          bg,
-          Math.min(o.split ? Math.min(2 * vs.tiles, 1024) : vs.tiles, 65535),
-        );
+        p.dispatch(kernel.pipeline, bg, groups);
       }
     }
   });
