@@ -9,7 +9,8 @@
  * - dC_v = −(β/|V|)·Σ_n w_n·E_n         (written: initialises dC), then
  * - dC_{t_n} += a_n·E_n                  (the target scatter; prepared with `foldTargets`, after
  *                                          the dC pass and only for the tokens it did not fold
- *                                          into a kept tile: kernels/fused/kept_tiles.ts).
+ *                                          into a kept tile: kernels/fused/kept_tiles.ts; the
+ *                                          others never enter the sorted pairs' runs).
  *
  * With softcap, z_{n,t_n} is recomputed per token as softcap(E_n·C_{t_n}) (a tree-reduced dot
  * product). Σ_v C_v comes from kernels/column_sum.ts, Σ_n w_n·E_n from the weighted column sum of
@@ -38,10 +39,10 @@ import {
   dEInitWgsl,
   scatterColumnsPerGroup,
   TARGET_COEF_PLAIN_SIG,
-  TARGET_PAIRS_SIG,
   targetCoefPlainWgsl,
   targetCoefSoftcapSignature,
   targetCoefSoftcapWgsl,
+  targetPairsSignature,
   targetPairsWgsl,
   targetScatter16Signature,
   targetScatter16Wgsl,
@@ -201,23 +202,28 @@ async function _kernels(ctx: GpuContext, o: GradCorrectionsOptions) {
     dc16 ? dCInit16Wgsl(opts, dc16) : dCInitWgsl(opts),
     dc16 ? `dC_init→${dc16}` : "dC_init",
   );
-  const fill = target
-    ? await compileKernel(ctx, TARGET_PAIRS_SIG, targetPairsWgsl(opts), "target_pairs")
-    : undefined;
   const fold = target && o.foldTargets === true;
+  const fill = target
+    ? await compileKernel(
+      ctx,
+      targetPairsSignature(fold),
+      targetPairsWgsl(opts, fold),
+      fold ? "target_pairs_unfolded" : "target_pairs",
+    )
+    : undefined;
   const scatter = target && !dc16
     ? await compileKernel(
       ctx,
-      targetScatterSignature(o.dtype, fold),
-      targetScatterWgsl(o.dtype, fold),
+      targetScatterSignature(o.dtype),
+      targetScatterWgsl(o.dtype),
       "target_scatter",
     )
     : undefined;
   const scatter16 = target && dc16
     ? await compileKernel(
       ctx,
-      targetScatter16Signature(o.dtype, fold),
-      targetScatter16Wgsl(o.dtype, dc16, smooth, fold),
+      targetScatter16Signature(o.dtype),
+      targetScatter16Wgsl(o.dtype, dc16, smooth),
       `target_scatter→${dc16}`,
     )
     : undefined;
@@ -327,7 +333,7 @@ function _recordScatter(
   rec.pass("target pairs", (p) => {
     p.dispatch(
       fill.pipeline,
-      fill.bind(rec, { n, count }, { targets: tg, pairs }),
+      fill.bind(rec, { n, count }, { targets: tg, pairs, folded: x.folded }),
       grid(count, 256),
     );
   });
@@ -341,7 +347,6 @@ function _recordScatter(
           a: a.shards[0].buffer,
           e: es.buffer,
           dc: ds.buffer,
-          folded: x.folded,
         };
         const grid = [Math.min(n, 65535), Math.ceil(d / scatterColumnsPerGroup(!!k.scatter16))];
         if (k.scatter16) {

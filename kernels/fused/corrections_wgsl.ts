@@ -79,26 +79,28 @@ export function dCInitSignature(dcElem: string) {
   });
 }
 
-/** The target pairs' signature: n tokens, count pairs (padded); targets, the pairs. */
-export const TARGET_PAIRS_SIG = signature({
-  params: { n: "u32", count: "u32" },
-  bindings: {
-    targets: { elem: "i32", access: "read" },
-    pairs: { elem: "vec2<u32>", access: "read_write" },
-  },
-});
-
 /**
- * The bindings both target scatters share: the sorted (target, token) pairs, a, E's shard, and
- * with `skipFolded` the tokens' flags of a dC pass that added their target terms itself
- * (kernels/fused/kept_tiles.ts, foldTargets): a flagged token adds nothing.
+ * The target pairs' signature: n tokens, count pairs (padded); targets, the pairs, and with
+ * `skipFolded` the tokens' flags of a dC pass that added their target terms itself
+ * (kernels/fused/kept_tiles.ts, foldTargets).
  */
-function _scatterBindings(dtype: Dtype, skipFolded: boolean) {
+export function targetPairsSignature(skipFolded = false) {
+  return signature({
+    params: { n: "u32", count: "u32" },
+    bindings: {
+      targets: { elem: "i32", access: "read" },
+      pairs: { elem: "vec2<u32>", access: "read_write" },
+      folded: { elem: "u32", access: "read", when: skipFolded },
+    },
+  });
+}
+
+/** The bindings both target scatters share: the sorted (target, token) pairs, a, E's shard. */
+function _scatterBindings(dtype: Dtype) {
   return {
     pairs: { elem: "vec2<u32>", access: "read" },
     a: { elem: "f32", access: "read" },
     e: { elem: wgslStorageType(dtype), access: "read" },
-    folded: { elem: "u32", access: "read", when: skipFolded },
   } as const;
 }
 
@@ -106,19 +108,19 @@ function _scatterBindings(dtype: Dtype, skipFolded: boolean) {
  * The f32 target scatter's signature: the E shard's eRows rows from eR0, the dC shard's dRows from
  * dR0, d, n pairs; the pairs, a, E, dC.
  */
-export function targetScatterSignature(dtype: Dtype, skipFolded = false) {
+export function targetScatterSignature(dtype: Dtype) {
   return signature({
     params: { eRows: "u32", eR0: "u32", dRows: "u32", dR0: "u32", d: "u32", n: "u32" },
-    bindings: { ..._scatterBindings(dtype, skipFolded), dc: { elem: "f32", access: "read_write" } },
+    bindings: { ..._scatterBindings(dtype), dc: { elem: "f32", access: "read_write" } },
   });
 }
 
 /** The 16-bit target scatter's: as {@link targetScatterSignature} with first, and r. */
-export function targetScatter16Signature(dtype: Dtype, skipFolded = false) {
+export function targetScatter16Signature(dtype: Dtype) {
   return signature({
     params: u32s("eRows eR0 dRows dR0 d n first"),
     bindings: {
-      ..._scatterBindings(dtype, skipFolded),
+      ..._scatterBindings(dtype),
       rvec: { elem: "f32", access: "read" },
       dc: { elem: "u32", access: "read_write" },
     },
@@ -259,16 +261,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/** WGSL filling the token pairs (target as u32 or 0xFFFFFFFF when ignored, token index). */
-export function targetPairsWgsl(o: LceOptions): string {
-  return `${TARGET_PAIRS_SIG.wgsl}
+/**
+ * WGSL filling the token pairs (target as u32, token index). An ignored token's target is
+ * 0xFFFFFFFF, the padding's, and so with `skipFolded` is a token whose target term the dC pass
+ * added itself: the sort moves them past the runs, and the scatter walks none of them (a frequent
+ * target's run, whose tile every token tile keeps, is then empty, not walked token by token).
+ */
+export function targetPairsWgsl(o: LceOptions, skipFolded = false): string {
+  const skip = `t == ${o.ignoreIndex} || t < 0${skipFolded ? " || folded[i] != 0u" : ""}`;
+  return `${targetPairsSignature(skipFolded).wgsl}
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   for (var i = gid.x; i < P.count; i += nwg.x * 256u) {
     var p = vec2<u32>(0xffffffffu, 0xffffffffu);
     if (i < P.n) {
       let t = targets[i];
-      p = vec2<u32>(select(u32(t), 0xffffffffu, t == ${o.ignoreIndex} || t < 0), i);
+      p = vec2<u32>(select(u32(t), 0xffffffffu, ${skip}), i);
     }
     pairs[i] = p;
   }
@@ -315,12 +323,9 @@ export function scatterColumnsPerGroup(dc16: boolean): number {
  * (a zero weight: E is finite); `hit` tells whether any token was inside. SCATTER_UNROLL tokens'
  * loads are issued before their additions.
  */
-function _scatterRunLoop(dtype: Dtype, cols: string[], skipFolded: boolean): string {
-  const flag = (u: number) => skipFolded ? ` && folded[p${u}.y] == 0u` : "";
+function _scatterRunLoop(dtype: Dtype, cols: string[]): string {
   const tok = (u: number, j: string) =>
-    `let p${u} = pairs[${j}]; let in${u} = p${u}.y >= P.eR0 && p${u}.y < P.eR0 + P.eRows${
-      flag(u)
-    }; ` +
+    `let p${u} = pairs[${j}]; let in${u} = p${u}.y >= P.eR0 && p${u}.y < P.eR0 + P.eRows; ` +
     `let w${u} = select(0.0, a[p${u}.y], in${u}); ` +
     `let eo${u} = select(0u, (p${u}.y - P.eR0) * P.d, in${u}); hit = hit || in${u};`;
   const loads = (u: number) =>
@@ -363,9 +368,9 @@ function _laneCols(count: number): string[] {
  * WGSL of the target scatter: one workgroup per run of equal targets in the sorted pairs adds
  * Σ_run a_n·E_n (tokens of the bound E shard, in token order) into dC row t.
  */
-export function targetScatterWgsl(dtype: Dtype, skipFolded = false): string {
+export function targetScatterWgsl(dtype: Dtype): string {
   return `${enableDirectives([dtype])}
-${targetScatterSignature(dtype, skipFolded).wgsl}
+${targetScatterSignature(dtype).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 @compute @workgroup_size(${SCATTER_WG})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
@@ -375,7 +380,7 @@ ${_SCATTER_RUNS}
       let kb = wg.y * ${scatterColumnsPerGroup(false)}u;
       ${_lanes(SCATTER_LANES, (c) => `kb + lid + ${c * SCATTER_WG}u`)}
       var hit = false;
-      ${_scatterRunLoop(dtype, _laneCols(SCATTER_LANES), skipFolded)}
+      ${_scatterRunLoop(dtype, _laneCols(SCATTER_LANES))}
       if (hit) {
         ${
     [...Array(SCATTER_LANES).keys()].map((c) =>
@@ -399,10 +404,9 @@ export function targetScatter16Wgsl(
   dtype: Dtype,
   out: Dtype16,
   smooth: boolean,
-  skipFolded = false,
 ): string {
   return `${enableDirectives([dtype])}
-${targetScatter16Signature(dtype, skipFolded).wgsl}
+${targetScatter16Signature(dtype).wgsl}
 ${dtypeHelpers([{ name: "e", dtype }])}
 ${wgslTo16(out)}${wgslFrom16(out)}
 @compute @workgroup_size(${SCATTER_WG})
@@ -413,7 +417,7 @@ ${_SCATTER_RUNS}
       let kb = wg.y * ${scatterColumnsPerGroup(true)}u;
       ${_lanes(2 * SCATTER_LANES, (c) => `kb + 2u * lid + ${(c >> 1) * 2 * SCATTER_WG + (c & 1)}u`)}
       var hit = false;
-      ${_scatterRunLoop(dtype, _laneCols(2 * SCATTER_LANES), skipFolded)}
+      ${_scatterRunLoop(dtype, _laneCols(2 * SCATTER_LANES))}
       if (hit) {
         ${
     [...Array(SCATTER_LANES).keys()].map((q) => {
