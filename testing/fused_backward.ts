@@ -7,12 +7,19 @@ import { columnVector } from "./gpu.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { download, fromHost } from "../gpu/tensor.ts";
-import { type Dtype, type HostInputs, IGNORE_INDEX, type LceOptions } from "../core/options.ts";
+import {
+  type Dtype,
+  type HostInputs,
+  IGNORE_INDEX,
+  type LceOptions,
+  resolveOptions,
+} from "../core/options.ts";
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
 import type { GemmTile } from "../kernels/gemm_codegen.ts";
 import type { BackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
+import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 
 /** The backward's options a test varies. */
 export interface BackwardCase {
@@ -32,6 +39,27 @@ export interface BackwardCase {
   dCSplit?: FusedBackwardOptions["dCSplit"];
   /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
   denseDE?: FusedBackwardOptions["denseDE"];
+}
+
+/** A parity case of the backward's tests: the input and gradient dtypes, β, softcap, d, order. */
+export interface GradCase {
+  dtype: "bf16" | "f32";
+  beta: number;
+  softcap?: number;
+  d: number;
+  gradDtype: "input" | "f32";
+  sort: boolean;
+}
+
+/**
+ * A case's loss options (mean reduction) and the backward's options it fixes: the dtype's
+ * filter ε, the vocabulary order and the gradient dtype.
+ */
+export function gradCaseOptions(cs: GradCase): { o: LceOptions; b: BackwardCase } {
+  return {
+    o: resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" }),
+    b: { filterEps: defaultFilterEps(cs.dtype), sort: cs.sort, gradDtype: cs.gradDtype },
+  };
 }
 
 /**
@@ -87,8 +115,7 @@ export function assertGrads(
   d: number,
 ) {
   for (const k of ["dE", "dC"] as const) {
-    let s = 0;
-    for (const x of ref[k]) s = Math.max(s, Math.abs(x));
+    const s = maxAbs(ref[k]);
     try {
       assertClose(got[k], ref[k], { atol: 2e-5 * (s || 1), rtol: 2e-4, name: k, cols: d });
     } catch (e) {
@@ -99,6 +126,32 @@ export function assertGrads(
 
 /** Unit roundoff (half the spacing of [1, 2)) of a 16-bit output dtype. */
 export const UNIT_ROUNDOFF = { bf16: 2 ** -8, f16: 2 ** -11 } as const;
+
+/** Max |x| of an array (0 when empty). */
+export function maxAbs(a: ArrayLike<number>): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s = Math.max(s, Math.abs(a[i]));
+  return s;
+}
+
+/**
+ * Asserts a 16-bit gradient against the float64 reference: every stored value is a 16-bit
+ * number, and `roundings` roundings of values ≤ max |ref| cost at most that many times u·max |ref|.
+ */
+export function assertRounded16(
+  name: string,
+  got: ArrayLike<number>,
+  ref: ArrayLike<number>,
+  o: { roundings: number; cols: number; u?: number },
+) {
+  const u = o.u ?? UNIT_ROUNDOFF.bf16;
+  assertClose(got, ref, {
+    atol: (2e-5 + o.roundings * u) * maxAbs(ref),
+    rtol: 2e-4,
+    name,
+    cols: o.cols,
+  });
+}
 
 /** Max |got − ref| / max |ref| of an array. */
 export function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {

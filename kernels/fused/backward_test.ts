@@ -3,6 +3,7 @@ import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
+  assertRounded16,
   type BackwardCase,
   peakedInputs,
   relErr,
@@ -10,7 +11,6 @@ import {
   UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
 import { type Dtype, type HostInputs, resolveOptions } from "../../core/options.ts";
-import { assertClose } from "../../reference/compare.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
 import { defaultFilterEps, fusedBackwardWorkspaceBytes } from "./backward_plan.ts";
 import {
@@ -335,14 +335,10 @@ Deno.test({
       const errs: string[] = [];
       for (const k of ["dE", "dC"] as const) {
         const R = r16.bwd.roundings[k];
-        let s = 0;
-        for (const y of r16.ref[k]) s = Math.max(s, Math.abs(y));
-        // every stored value is a 16-bit number: rounding a value ≤ s costs ≤ u·s, R times
-        assertClose(r16.got[k], r16.ref[k], {
-          atol: (2e-5 + R * u) * s,
-          rtol: 2e-4,
-          name: `${tag} 16-bit ${k}`,
+        assertRounded16(`${tag} 16-bit ${k}`, r16.got[k], r16.ref[k], {
+          roundings: R,
           cols: x.d,
+          u,
         });
         const e16 = relErr(r16.got[k], r16.ref[k]), e32 = relErr(r32.got[k], r32.ref[k]);
         // one rounding at least shows: the 16-bit output is not the f32 one

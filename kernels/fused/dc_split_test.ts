@@ -3,15 +3,16 @@ import { GPU_TEST, readWords, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
+  assertRounded16,
+  type GradCase,
+  gradCaseOptions,
   peakedInputs,
   runBackward,
-  UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
 import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
 import { bf16BitsToF32, f32ToBf16Bits } from "../../core/dtype.ts";
-import { assertClose } from "../../reference/compare.ts";
 import { Recorder } from "../../gpu/recorder.ts";
-import { dCOrderBytes, defaultFilterEps } from "./backward_plan.ts";
+import { dCOrderBytes } from "./backward_plan.ts";
 import { maskBuffer, vocabSegments } from "../../testing/tile_mask.ts";
 import { Rng } from "../../fixtures/rng.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
@@ -108,20 +109,14 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const cases: {
-      dtype: "bf16" | "f32";
-      beta: number;
-      softcap?: number;
-      d: number;
-      gradDtype: "input" | "f32";
-      sort: boolean;
+    const cases: (GradCase & {
       hot: number[];
       /** Targets spread over the vocabulary instead of the hot rows (β = 0: else dC vanishes). */
       otherTargets?: boolean;
       /** The hot rows of C scaled by this (f32's ε needs the other logits further below). */
       hotScale?: number;
       shardRows?: number;
-    }[] = [
+    })[] = [
       { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, hot: [5, 6, 7] },
       // four long walks, borrowed tiles for the first only
       {
@@ -165,7 +160,7 @@ Deno.test({
     ];
     const report: string[] = [];
     for (const [i, cs] of cases.entries()) {
-      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" });
+      const { o, b: caseB } = gradCaseOptions(cs);
       const base = caseInputs({
         n: 700,
         v: 1031,
@@ -183,13 +178,7 @@ Deno.test({
       }
       // the reference sees the values the kernels read
       if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
-      const b = {
-        filterEps: defaultFilterEps(cs.dtype),
-        sort: cs.sort,
-        tile: BACKWARD_TILE_SMALL,
-        gradDtype: cs.gradDtype,
-        shardRows: cs.shardRows,
-      };
+      const b = { ...caseB, tile: BACKWARD_TILE_SMALL, shardRows: cs.shardRows };
       const split = await runBackward(ctx, x, o, cs.dtype, {
         ...b,
         dCSplit: { slots: 64, lMin: 1 },
@@ -208,17 +197,9 @@ Deno.test({
         assertGrads(`${tag} split`, split.got, split.ref, x.d);
         assertGrads(`${tag} whole`, whole.got, whole.ref, x.d);
       } else {
-        // every stored value is a 16-bit number: R roundings of values ≤ s
-        const R = split.bwd.roundings.dC, u = UNIT_ROUNDOFF.bf16;
-        let s = 0;
-        for (const y of split.ref.dC) s = Math.max(s, Math.abs(y));
+        const roundings = split.bwd.roundings.dC;
         for (const [name, r] of [["split", split], ["whole", whole]] as const) {
-          assertClose(r.got.dC, r.ref.dC, {
-            atol: (2e-5 + R * u) * s,
-            rtol: 2e-4,
-            name: `${tag} ${name} dC`,
-            cols: x.d,
-          });
+          assertRounded16(`${tag} ${name} dC`, r.got.dC, r.ref.dC, { roundings, cols: x.d });
         }
       }
       report.push(`${tag}: ${extras} extra segments`);

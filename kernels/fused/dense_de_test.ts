@@ -3,6 +3,10 @@ import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
+  assertRounded16,
+  type GradCase,
+  gradCaseOptions,
+  maxAbs,
   peakedInputs,
   runBackward,
   UNIT_ROUNDOFF,
@@ -12,28 +16,13 @@ import { assertClose } from "../../reference/compare.ts";
 import { defaultFilterEps } from "./backward_plan.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 
-/** Max |x| of an array. */
-const _scale = (a: ArrayLike<number>) => {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s = Math.max(s, Math.abs(a[i]));
-  return s;
-};
-
 Deno.test({
   name: "dense dE: both dE paths forced, against float64, at odd shapes",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
     // |V| odd and not a multiple of the 64-row chunks; n not a multiple of the tiles
-    const cases: {
-      dtype: "bf16" | "f32";
-      beta: number;
-      softcap?: number;
-      d: number;
-      gradDtype: "input" | "f32";
-      sort: boolean;
-      v?: number;
-    }[] = [
+    const cases: (GradCase & { v?: number })[] = [
       { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true },
       { dtype: "bf16", beta: 1, softcap: 4, d: 34, gradDtype: "input", sort: false },
       { dtype: "f32", beta: 0.1, softcap: 5, d: 33, gradDtype: "f32", sort: true },
@@ -42,7 +31,7 @@ Deno.test({
       { dtype: "bf16", beta: 0.1, d: 8, gradDtype: "input", sort: false, v: 1500 },
     ];
     for (const [i, cs] of cases.entries()) {
-      const o = resolveOptions({ beta: cs.beta, softcap: cs.softcap, reduction: "mean" });
+      const { o, b: base } = gradCaseOptions(cs);
       const x = caseInputs({
         n: 70,
         v: cs.v ?? 1031,
@@ -52,11 +41,6 @@ Deno.test({
         ignoreFraction: 0.2,
         seed: 90 + i,
       });
-      const base = {
-        filterEps: defaultFilterEps(cs.dtype),
-        sort: cs.sort,
-        gradDtype: cs.gradDtype,
-      };
       const dense = await runBackward(ctx, x, o, cs.dtype, { ...base, denseDE: "always" });
       const kept = await runBackward(ctx, x, o, cs.dtype, { ...base, denseDE: "never" });
       const tag = JSON.stringify(cs);
@@ -71,17 +55,14 @@ Deno.test({
         assertGrads(`${tag} kept tiles`, kept.got, kept.ref, x.d);
       } else {
         // one rounding of each dE element to the 16-bit output
-        const s = _scale(dense.ref.dE);
-        assertClose(dense.got.dE, dense.ref.dE, {
-          atol: (2e-5 + UNIT_ROUNDOFF.bf16) * s,
-          rtol: 2e-4,
-          name: `${tag} dense dE`,
+        assertRounded16(`${tag} dense dE`, dense.got.dE, dense.ref.dE, {
+          roundings: 1,
           cols: x.d,
         });
       }
       // the dense path is the unfiltered dE: the kept tiles' differs from it by the filter's
       // dropped terms at most (each below ε·|w|·Σ|C|) and the roundings
-      const s = _scale(dense.ref.dE);
+      const s = maxAbs(dense.ref.dE);
       assertClose(kept.got.dE, dense.got.dE, {
         atol: (cs.gradDtype === "f32" ? 4e-5 : 2 * UNIT_ROUNDOFF.bf16) * s,
         rtol: 0,

@@ -4,6 +4,7 @@ import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
   type BackwardCase,
+  maxAbs,
   relErr,
   runBackward,
   UNIT_ROUNDOFF,
@@ -156,8 +157,7 @@ Deno.test({
       assert.deepEqual(got.dC, perTile.got.dC, `${cs.tag}: dC unchanged`);
       if (cs.grad16) {
         // the per-tile pass's f32 sums in another order, rounded once: at most one ulp apart
-        let s = 0;
-        for (const y of ref.dE) s = Math.max(s, Math.abs(y));
+        const s = maxAbs(ref.dE);
         const u = UNIT_ROUNDOFF[cs.dtype as "bf16"];
         assertClose(got.dE, perTile.got.dE, {
           atol: 1e-6 * s,
