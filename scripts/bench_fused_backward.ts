@@ -4,8 +4,10 @@
  * [--adapter auto|software|hardware] [--webgpu deno|dawn|dawn-unchecked]`: the fused
  * backward's configurations side by side, with the per-pass breakdown (GPU ms from timestamp
  * queries, median over R reps after W warm-ups; each rep's forward runs untimed before it), the
- * kept tiles and the peak bytes above the inputs and the forward's state. The configurations
- * (`--configs`, default all named ones): tuning/fused_backward_configs.ts.
+ * kept tiles and the peak bytes above the inputs and the forward's state. On a hardware adapter
+ * each configuration starts after measure/measure.ts's full load (IDLE_GPU_BUSY_MS), as a table's
+ * cells do: compiling it idles the GPU, whose clock then drops. The configurations (`--configs`,
+ * default all named ones): tuning/fused_backward_configs.ts.
  *
  * Defaults: the paper's shape (8192 × 256000 × 2304, bf16, β 0.1, cce) on a hardware adapter,
  * 512 × 8192 × 256 on a software one.
@@ -19,6 +21,8 @@ import { deviceSummary, type Engine } from "../gpu/engine.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { makeDeviceInputs } from "../measure/inputs.ts";
 import { passMedians, timeMode, timeRepetitions } from "../measure/timing.ts";
+import { IDLE_GPU_BUSY_MS } from "../measure/measure.ts";
+import { type BusyLoad, prepareBusyLoad } from "../gpu/busy_load.ts";
 import { uploadGradOut } from "../methods/run.ts";
 import { fusedMethod } from "../methods/fused.ts";
 import type { LceMethod, PreparedMethod } from "../methods/types.ts";
@@ -62,11 +66,14 @@ async function _benchOne(
     gradOut: DeviceTensor;
     reps: number;
     warmup: number;
+    /** The full load, after the compilations and before the first repetition. */
+    warm: () => Promise<void>;
   },
 ): Promise<void> {
   const cfg = benchConfig(name)!(ctx);
   const m: LceMethod = fusedMethod({ ...BENCH_BASE, ...cfg.variant, name }, cfg.kernels);
   const p: PreparedMethod = await m.prepare(ctx, x.spec, x.opts);
+  await x.warm();
   let peak = 0;
   const r = await timeRepetitions({ warmup: x.warmup, reps: x.reps }, async () => {
     const frec = new Recorder(ctx);
@@ -141,9 +148,13 @@ async function main() {
     const di = await makeDeviceInputs(ctx, { ...shape, dtype, fixture: values.fixture });
     const gradOut = uploadGradOut(ctx, shape.n, opts, 1);
     const spec = { ...shape, dtype };
+    let busy: BusyLoad | undefined;
     for (const name of names) {
       try {
-        await _benchOne(ctx, name, { spec, opts, inputs: di.inputs, gradOut, reps, warmup });
+        const warm = async () => {
+          if (!soft) await (busy ??= await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
+        };
+        await _benchOne(ctx, name, { spec, opts, inputs: di.inputs, gradOut, reps, warmup, warm });
       } catch (e) {
         console.log(`\n${name}: failed: ${(e as Error).message}`);
       }
