@@ -12,9 +12,9 @@
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
  *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts), and
  *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles),
- *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s512`
- *   (segments sized for 128 or 512 workgroups), `split-l1`, `split-l4` (the shortest segment 1 or 4
- *   kept tiles);
+ *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
+ *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
+ *   (the shortest segment 1 or 4 kept tiles);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -80,6 +80,8 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   kept: () => backward({ denseDE: "never" }),
   nosplit: () => backward({ dCSplit: false }),
   "split-s128": () => backward({ dCSplit: { slots: 128 } }),
+  "split-s192": () => backward({ dCSplit: { slots: 192 } }),
+  "split-s256": () => backward({ dCSplit: { slots: 256 } }),
   "split-s512": () => backward({ dCSplit: { slots: 512 } }),
   "split-l1": () => backward({ dCSplit: { lMin: 1 } }),
   "split-l4": () => backward({ dCSplit: { lMin: 4 } }),
