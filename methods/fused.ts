@@ -100,6 +100,7 @@ export interface FusedKernelOptions {
     | "denseDE"
     | "denseDETile"
     | "dCSplit"
+    | "dCProduct"
   >;
   denseChunkRows?: number;
 }

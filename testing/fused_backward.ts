@@ -39,6 +39,8 @@ export interface BackwardCase {
   dCSplit?: FusedBackwardOptions["dCSplit"];
   /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
   denseDE?: FusedBackwardOptions["denseDE"];
+  /** The dC pass's gradient product (default the backward's). */
+  dCProduct?: FusedBackwardOptions["dCProduct"];
 }
 
 /** A parity case of the backward's tests: the input and gradient dtypes, β, softcap, d, order. */

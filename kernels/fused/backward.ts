@@ -180,6 +180,7 @@ async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
     ordered: p.dCOrder,
     split: p.dCSplit !== undefined,
     foldTargets: opts.targetTerm,
+    dCDirect: p.dCDirect,
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const dCSplit = p.dCSplit

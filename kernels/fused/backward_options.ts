@@ -64,6 +64,8 @@ export interface BackwardOptionsPlan {
   denseDETile?: GemmTile;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
+  /** The dC pass's direct gradient product (FusedBackwardOptions.dCProduct). */
+  dCDirect: boolean;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -122,6 +124,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
+    dCDirect: (o.dCProduct ?? "staged") === "direct",
   };
 }
 

@@ -89,6 +89,12 @@ export interface FusedBackwardOptions {
    * two passes' dispatches would cost more than the walks they cut.
    */
   dCSplit?: DCSplitTuning | false;
+  /**
+   * The dC pass's gradient product: `staged` (the GEMM generator's mainloop, E and P staged a
+   * K-step at a time) or `direct` (E read from storage, P from where the epilogue left it, no
+   * barrier: kernels/fused/dc_product.ts). The same dC bit for bit. Default `staged`.
+   */
+  dCProduct?: "staged" | "direct";
 }
 
 /** The dC split's tuning (kernels/fused/dc_split.ts): both default there. */

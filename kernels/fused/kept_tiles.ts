@@ -72,6 +72,7 @@ import {
 } from "./backward_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import { firstEmptyWgsl } from "./dc_split.ts";
+import { dCDirectProductWgsl, dCDirectPsDecl, dCDirectPsStore } from "./dc_product.ts";
 
 /** Options of {@link tilePassWgsl}. */
 export interface TilePassKernelOptions {
@@ -144,6 +145,8 @@ export interface TilePassKernelOptions {
    * kernel binds `targets`, `coef` and `folded` last.
    */
   foldTargets?: boolean;
+  /** dC only: the gradient product reads E from storage, P as vectors (kernels/fused/dc_product.ts). */
+  dCDirect?: boolean;
 }
 
 /** What the tile pass's pieces are decided from (one place per switch). */
@@ -172,6 +175,8 @@ interface _TileShape {
   fold: boolean;
   /** dC ordered: long walks split ({@link TilePassKernelOptions.split}). */
   split: boolean;
+  /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}). */
+  direct: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -209,6 +214,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     ordered: !dE && filter && o.ordered === true,
     fold: !dE && o.foldTargets === true,
     split: !dE && filter && o.ordered === true && o.split === true,
+    direct: !dE && o.dCDirect === true,
   };
 }
 
@@ -280,7 +286,11 @@ function _tileEpilogue(s: _TileShape, vrow: (x: string) => string): string {
         if (tw_${tk} != 0.0 && vv_${vk}) { g = ${gradValue(s.o.opts, "z", `tl_${tk}`)}; }
         ${x.expr} = tw_${tk} * g;${fold} }`;
   });
-  const stage = slots.map((x) => `Ps[${x.row} * ${s.t.bn}u + ${x.col}] = ${x.expr};`);
+  const stage = slots.map((x) =>
+    s.direct
+      ? dCDirectPsStore(s.t, x.row, x.col, x.expr)
+      : `Ps[${x.row} * ${s.t.bn}u + ${x.col}] = ${x.expr};`
+  );
   return [...laneValues(tok, voc), ..._foldLanes(s, tok, voc, vrow), ...epilogue, ...stage].join(
     "\n      ",
   );
@@ -514,7 +524,7 @@ ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype,
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
 var<workgroup> As: array<vec4<f32>, ${staging.a}>;
 var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
-var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;
+${s.direct ? dCDirectPsDecl(s.t) : `var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;`}
 ${s.filter ? "var<workgroup> s_keep: u32;" : ""}
 ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
 ${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}
@@ -564,13 +574,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       ${_tileEpilogue(s, vrow)}
       workgroupBarrier();
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
-      for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
+      ${
+    s.direct
+      ? dCDirectProductWgsl({ ...s, tile: t, dtype: o.dtype, out16: !!s.out16 })
+      : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {
         ${_gradProduct(s, crow)}
         }
         ${_readModifyWrite(s)}
-      }
+      }`
+  }
       ${s.wordWalk ? "it = it + 1u;" : ""}
     }
   }
