@@ -124,7 +124,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
-    dCDirect: (o.dCProduct ?? "staged") === "direct",
+    dCDirect: (o.dCProduct ?? "direct") === "direct",
   };
 }
 

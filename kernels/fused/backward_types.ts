@@ -92,7 +92,7 @@ export interface FusedBackwardOptions {
   /**
    * The dC pass's gradient product: `staged` (the GEMM generator's mainloop, E and P staged a
    * K-step at a time) or `direct` (E read from storage, P from where the epilogue left it, no
-   * barrier: kernels/fused/dc_product.ts). The same dC bit for bit. Default `staged`.
+   * barrier: kernels/fused/dc_product.ts). The same dC bit for bit. Default `direct`.
    */
   dCProduct?: "staged" | "direct";
 }
