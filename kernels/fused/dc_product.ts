@@ -54,7 +54,7 @@ export function dCDirectPsStore(t: GemmTile, row: string, tok: string, value: st
   return `Ps[${row} * ${t.bn / 4}u + (${tok}) / 4u][(${tok}) % 4u] = ${value};`;
 }
 
-/** E's 8 columns col … col + 7 of token row k as two vec4 (lo, hi) into variables `name`_l/_h. */
+/** E's 8 columns col … col + 7 of token row k (zero past the tile or d) into variable `name`. */
 function _loadE(o: DCDirectProductOptions, name: string, k: string): string {
   const row = `(t0 + ${k} - P.eR0) * P.d`;
   if (o.vec) {

@@ -577,7 +577,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       ${
     s.direct
-      ? dCDirectProductWgsl({ ...s, tile: t, dtype: o.dtype, out16: !!s.out16 })
+      ? dCDirectProductWgsl({
+        tile: t,
+        dtype: o.dtype,
+        vec: s.vec,
+        out16: !!s.out16,
+        split: s.split,
+      })
       : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {
