@@ -4,6 +4,7 @@ import { assertWellFormedXml, svgTexts } from "../report/svg_xml.ts";
 import { entropyLowerBound } from "./entropy_bound.ts";
 import { figure4Data, figure4Svg, hiddenSizeGrid } from "./entropy_figure.ts";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 const SCRIPT = new URL("../scripts/entropy_bound_figure.ts", import.meta.url).pathname;
 
@@ -61,7 +62,7 @@ Deno.test("figure4Svg: well-formed, series labels, axis titles, power-of-two tic
 const run = (args: string[]) => runScript(SCRIPT, args);
 
 Deno.test("script writes the SVG and JSON atomically into a new folder", async () => {
-  const dir = await Deno.makeTempDir();
+  const dir = await tempDir("lce_test_");
   try {
     const svgPath = `${dir}/sub/fig4.svg`;
     const r = await run(["--out", svgPath, "--points", "5", "--vocab", "1000,50000"]);

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { defineCommand, parseIntValue, parseList, parseNumberValue } from "./cli.ts";
 import { InputError } from "./errors.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 const CMD = defineCommand({
   name: "deno task demo",
@@ -104,7 +105,7 @@ Deno.test("cli: --help prints every flag with its default and returns undefined"
 });
 
 Deno.test("cli: runCli exits 2 for bad input, 1 for internal failures, one line, stack only with LCE_DEBUG=1", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "cli_test_" });
+  const dir = await tempDir("cli_test_");
   try {
     const cli = new URL("./cli.ts", import.meta.url).href;
     const errors = new URL("./errors.ts", import.meta.url).href;

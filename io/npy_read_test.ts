@@ -3,9 +3,10 @@ import { join } from "node:path";
 import { InputError } from "../core/errors.ts";
 import { encodeNpy, MAX_HEADER_BYTES, type NpyArray, readNpy } from "./npy.ts";
 import { Rng } from "../fixtures/rng.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>) {
-  const dir = await Deno.makeTempDir({ prefix: "npy_read_test_" });
+  const dir = await tempDir("npy_read_test_");
   try {
     await fn(dir);
   } finally {

@@ -9,6 +9,7 @@ import {
   toInt32Targets,
   writeNpy,
 } from "./npy.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 const HAS_NUMPY = (() => {
   try {
@@ -50,7 +51,7 @@ const bytesOf = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a
 const f32 = (...xs: number[]) => bytesOf(Float32Array.from(xs));
 
 async function withTempDir(fn: (dir: string) => Promise<void>) {
-  const dir = await Deno.makeTempDir({ prefix: "npy_test_" });
+  const dir = await tempDir("npy_test_");
   try {
     await fn(dir);
   } finally {

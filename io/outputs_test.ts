@@ -2,9 +2,10 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { InputError } from "../core/errors.ts";
 import { checkOutputs, writeAllOrNothing } from "./outputs.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 async function withTempDir(fn: (dir: string) => Promise<void>) {
-  const dir = await Deno.makeTempDir({ prefix: "outputs_test_" });
+  const dir = await tempDir("outputs_test_");
   try {
     await fn(dir);
   } finally {

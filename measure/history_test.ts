@@ -12,6 +12,7 @@ import {
   upsertHistory,
 } from "./history.ts";
 import { historySvg, selectHistory } from "../report/history_svg.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 /** A table3-like report of one commit with `ms` as every cell's samples. */
 function _report(commit: string, ms: number[], o: { dirty?: boolean; date?: string } = {}) {
@@ -64,7 +65,7 @@ Deno.test("history: rows carry percentiles, the check, the version; CSV round-tr
 });
 
 Deno.test("history: upsert replaces a cell of the same commit, appends another commit's", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_history_" });
+  const dir = await tempDir("lce_history_");
   const path = join(dir, "h.csv");
   assert.deepEqual(readHistory(path), []);
   assert.deepEqual(upsertHistory(path, _report("a".repeat(40), [1, 1])), {

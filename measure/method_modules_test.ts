@@ -3,13 +3,14 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { InputError } from "../core/errors.ts";
 import { allMethods, loadMethodModules, notAMethod } from "./method_modules.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 const TYPES = pathToFileURL(resolve("methods/types.ts")).href;
 const BASELINE = pathToFileURL(resolve("methods/baseline.ts")).href;
 
 /** Writes `files` into a temporary directory; returns its path. */
 async function _modules(files: Record<string, string>): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "lce_modules_" });
+  const dir = await tempDir("lce_modules_");
   for (const [name, text] of Object.entries(files)) await Deno.writeTextFile(join(dir, name), text);
   return dir;
 }

@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
 import { sampleSmClocks } from "./nvidia_clocks.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 Deno.test({
   name: "sampleSmClocks: reads nvidia-smi's clock lines until stopped; none without nvidia-smi",
   ignore: Deno.build.os === "windows",
   async fn() {
-    const dir = await Deno.makeTempDir({ prefix: "nvidia_clocks_" });
+    const dir = await tempDir("nvidia_clocks_");
     const path = Deno.env.get("PATH") ?? "";
     try {
       // a stand-in nvidia-smi that prints two clocks, then waits to be killed

@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { MeasureRow, Mode } from "../measure/measure.ts";
 import { InputError } from "../core/errors.ts";
 import { type ExternalRow, formatPeerCell, formatPeers, readExternalRows } from "./external.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 // Written by scripts/torch_peers.py's own writer on stand-in systems (scripts/peers/stubs.py);
 // scripts/peers/cli_test.py fails when it is not what the writer produces now.
@@ -122,8 +123,8 @@ Deno.test("external: the systems' section — cells, accuracy and our time over 
   assert.doesNotMatch(other, /ms = \d/);
 });
 
-Deno.test("external: a PyTorch-only file keeps its rows and adds no section", () => {
-  const dir = mkdtempSync(join(Deno.makeTempDirSync(), "ext"));
+Deno.test("external: a PyTorch-only file keeps its rows and adds no section", async () => {
+  const dir = await tempDir("external_test_");
   const path = join(dir, "torch.json");
   const rows = [{ method: "torch-baseline", beta: 0.1, mode: "fwd", timeMs: 3, peakBytes: 1 }];
   writeFileSync(path, JSON.stringify({ env: {}, shape: PAPER, fixture: "cce", rows }));

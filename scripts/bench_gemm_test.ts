@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "bench_gemm_test_" });
+const dir = await tempDir("bench_gemm_test_");
 
 const benchGemm = (args: string[]) =>
   runScript("scripts/bench_gemm.ts", args, { trimStderr: true });

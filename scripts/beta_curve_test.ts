@@ -2,8 +2,9 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "beta_curve_test_" });
+const dir = await tempDir("beta_curve_test_");
 
 const betaCurve = (args: string[]) =>
   runScript("scripts/beta_curve.ts", args, { trimStderr: true });

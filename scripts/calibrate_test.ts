@@ -11,8 +11,9 @@ import {
 } from "../calibration/metrics.ts";
 import { assertWellFormedXml } from "../report/svg_xml.ts";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "calibrate_test_" });
+const dir = await tempDir("calibrate_test_");
 
 const calibrate = (args: string[]) => runScript("scripts/calibrate.ts", args, { trimStderr: true });
 

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 /** A table3-like report file with every cell's samples scaled by `k`. */
 async function _write(
@@ -33,7 +34,7 @@ async function _write(
 }
 
 Deno.test("compare command: Markdown on stdout, JSON with --out, exit 1 for a slower cell", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_compare_" });
+  const dir = await tempDir("lce_compare_");
   const a = await _write(dir, "a.json", 1), same = await _write(dir, "b.json", 1.01);
   const slow = await _write(dir, "slow.json", 1.5);
   const out = join(dir, "cmp.json");
@@ -54,7 +55,7 @@ Deno.test("compare command: Markdown on stdout, JSON with --out, exit 1 for a sl
 });
 
 Deno.test("compare command: bad input is one line, exit 2, nothing written", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_compare_" });
+  const dir = await tempDir("lce_compare_");
   const a = await _write(dir, "a.json", 1);
   const h100 = await _write(dir, "h.json", 1, "NVIDIA H100");
   const notJson = join(dir, "x.json"), notReport = join(dir, "y.json");
@@ -85,7 +86,7 @@ Deno.test("compare command: bad input is one line, exit 2, nothing written", asy
 });
 
 Deno.test("compare command: --explain-above lists the passes of cells past it (default 1.15)", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_compare_" });
+  const dir = await tempDir("lce_compare_");
   const a = await _write(dir, "a.json", 1, "llvmpipe", { "dC[0]": 4, "dC[1]": 4, stats: 2 });
   const b = await _write(dir, "b.json", 1.3, "llvmpipe", { "dC[0]": 5, "dC[1]": 6, stats: 2.1 });
   const out = join(dir, "cmp.json");

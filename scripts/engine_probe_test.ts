@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runScript } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 Deno.test("engine-probe: both engines in one run, a row per engine and method, unquantised timestamps, JSON written", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "engine_probe_" });
+  const dir = await tempDir("engine_probe_");
   try {
     const r = await runScript("scripts/engine_probe.ts", [
       ...["--n", "19", "--v", "131", "--d", "24", "--reps", "2"],

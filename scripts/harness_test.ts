@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { runScript, type ScriptRun } from "../testing/run_script.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 const EXAMPLE = "examples/plain_fused_forward.ts";
 const ZERO_DC = "testing/method_modules/zero_dc.ts";
@@ -22,7 +23,7 @@ function _report(dir: string, ext: string): string {
 }
 
 Deno.test("harness: the example is ranked with its error, a wrong method is marked incorrect in every format", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_harness_" });
+  const dir = await tempDir("lce_harness_");
   const history = join(dir, "history.csv");
   const r = await runScript("scripts/table3.ts", [
     ...SMALL,
@@ -116,7 +117,7 @@ async function _twoRuns(dir: string, repeats: [number, number]): Promise<[string
 const THRESHOLD = ["--threshold", "40"];
 
 Deno.test("harness: compare finds two runs of one commit within noise, and twice the work slower", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_compare_runs_" });
+  const dir = await tempDir("lce_compare_runs_");
   // a burst of load from outside can slow one whole run of a pair on the shared host (once 1.7×,
   // every repetition): a fresh pair is run then, three pairs at most, and one must be within noise
   const verdicts: string[] = [];
@@ -148,7 +149,7 @@ Deno.test("harness: compare finds two runs of one commit within noise, and twice
 });
 
 Deno.test("harness: every new flag refuses bad input with one line, exit 2, nothing written", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_harness_bad_" });
+  const dir = await tempDir("lce_harness_bad_");
   const notHistory = join(dir, "other.csv");
   await Deno.writeTextFile(notHistory, "a,b\r\n");
   const out = join(dir, "out");

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { runScript } from "../testing/run_script.ts";
 import { reportCells } from "../measure/compare_cells.ts";
 import { upsertHistory } from "../measure/history.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
 function _history(dir: string): string {
   const path = join(dir, "hist.csv");
@@ -30,7 +31,7 @@ function _history(dir: string): string {
 }
 
 Deno.test("history command: draws a method across commits beside the CSV", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_history_" });
+  const dir = await tempDir("lce_history_");
   const path = _history(dir);
   const r = await runScript("scripts/history.ts", [path, "--method", "fused", "--mode", "fwd"]);
   assert.equal(r.code, 0, r.stderr);
@@ -42,7 +43,7 @@ Deno.test("history command: draws a method across commits beside the CSV", async
 });
 
 Deno.test("history command: bad input is one line, exit 2, nothing written", async () => {
-  const dir = await Deno.makeTempDir({ prefix: "lce_history_" });
+  const dir = await tempDir("lce_history_");
   const path = _history(dir);
   const notHistory = join(dir, "other.csv");
   await Deno.writeTextFile(notHistory, "a,b\r\n1,2\r\n");

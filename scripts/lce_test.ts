@@ -5,8 +5,9 @@ import { lceReference } from "../reference/lce_reference.ts";
 import { parseNpy } from "../io/npy.ts";
 import { runScript } from "../testing/run_script.ts";
 import { engineFromEnv, engineName } from "../gpu/engine.ts";
+import { tempDir } from "../testing/temp_dir.ts";
 
-const dir = await Deno.makeTempDir({ prefix: "lce_test_" });
+const dir = await tempDir("lce_test_");
 const n = 6, v = 11, d = 5;
 const e = Float32Array.from({ length: n * d }, (_, i) => Math.sin(i) * 0.7);
 const c = Float32Array.from({ length: v * d }, (_, i) => Math.cos(i * 1.3) * 0.6);
