@@ -172,15 +172,17 @@ async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
     vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
   const tilePass = (o: TilePassKernelOptions, label: string) =>
     compileKernel(ctx, tilePassSignature(o), tilePassWgsl(o), label);
+  const dCVec = tileVec("dC", tile);
   const dCPass = await tilePass({
     ...base,
     kind: "dC",
     out16: p.dCInPlace,
-    vecLoads: tileVec("dC", tile),
+    vecLoads: dCVec,
     ordered: p.dCOrder,
     split: p.dCSplit !== undefined,
     foldTargets: opts.targetTerm,
-    dCDirect: p.dCDirect,
+    // the direct product where E is read 16 bytes at a time (FusedBackwardOptions.dCProduct)
+    dCDirect: (p.dCProduct ?? (dCVec ? "direct" : "staged")) === "direct",
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const dCSplit = p.dCSplit

@@ -64,8 +64,8 @@ export interface BackwardOptionsPlan {
   denseDETile?: GemmTile;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
-  /** The dC pass's direct gradient product (FusedBackwardOptions.dCProduct). */
-  dCDirect: boolean;
+  /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
+  dCProduct?: "staged" | "direct";
 }
 
 /** Validates the options and fills in the defaults. */
@@ -124,7 +124,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
-    dCDirect: (o.dCProduct ?? "direct") === "direct",
+    dCProduct: o.dCProduct,
   };
 }
 

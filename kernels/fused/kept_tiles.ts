@@ -24,8 +24,8 @@
  *   each tile the mask keeps (every tile without the filter) it recomputes the VT×TT logits with
  *   the generated GEMM over d, forms Pᵀ in registers, stages it in workgroup memory and adds
  *   Pᵀ·E[token tile, :] into its own dC rows, d in chunks (read-modify-write: the rows belong to
- *   this workgroup only), by default reading E straight from storage (`dCDirect`:
- *   kernels/fused/dc_product.ts), else by the GEMM generator's staged mainloop.
+ *   this workgroup only), E read from storage (`dCDirect`, kernels/fused/dc_product.ts) or
+ *   staged by the GEMM generator's mainloop.
  *   With `split` (kernels/fused/dc_split.ts) a long walk is cut into segments, each its own
  *   workgroup: segment 0 adds into the tile's rows, the others write partials into the rows of
  *   vocab tiles no token tile keeps (each such row written by that segment only).
