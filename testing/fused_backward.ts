@@ -20,6 +20,8 @@ import type { GemmTile } from "../kernels/gemm_codegen.ts";
 import type { BackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
+import { caseInputs } from "./parity.ts";
+import { bf16BitsToF32, f32ToBf16Bits } from "../core/dtype.ts";
 
 /** The backward's options a test varies. */
 export interface BackwardCase {
@@ -184,4 +186,45 @@ export function peakedInputs(
     targets[i] = i % o.ignoreEvery === 0 ? IGNORE_INDEX : j;
   }
   return { ...base, e, targets };
+}
+
+/** A peaked case of the dC tests: its dtype, β, d and hot rows, optionally scaled or retargeted. */
+export interface PeakedCase {
+  dtype: "bf16" | "f32";
+  beta: number;
+  d: number;
+  /** The classifier rows the tokens copy (round robin). */
+  hot: number[];
+  /** Factor on the hot rows of C (default 1). */
+  hotScale?: number;
+  /** Targets spread over the vocabulary, not the hot rows (dC not all cancellation). */
+  otherTargets?: boolean;
+}
+
+/**
+ * The inputs of a peaked case at 700 tokens × 1,031 vocabulary rows ({@link peakedInputs} on
+ * {@link caseInputs}), E rounded to bf16 for bf16 cases so that the reference sees the values
+ * the kernels read.
+ */
+export function peakedCaseInputs(
+  cs: PeakedCase,
+  o: { seed: number; logit: number; ignoreEvery: number },
+): HostInputs {
+  const base = caseInputs({
+    n: 700,
+    v: 1031,
+    d: cs.d,
+    dtype: cs.dtype,
+    beta: cs.beta,
+    seed: o.seed,
+  });
+  for (const j of cs.hot) {
+    for (let k = 0; k < cs.d; k++) base.c[j * cs.d + k] *= cs.hotScale ?? 1;
+  }
+  const x = peakedInputs(base, { hot: cs.hot, logit: o.logit, ignoreEvery: o.ignoreEvery });
+  if (cs.otherTargets) {
+    x.targets = x.targets.map((t, j) => t === IGNORE_INDEX ? t : (j * 37) % x.v);
+  }
+  if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
+  return x;
 }

@@ -1,16 +1,14 @@
 import assert from "node:assert/strict";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
-import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
   assertRounded16,
   type GradCase,
   gradCaseOptions,
-  peakedInputs,
+  type PeakedCase,
+  peakedCaseInputs,
   runBackward,
 } from "../../testing/fused_backward.ts";
-import { bf16BitsToF32, f32ToBf16Bits } from "../../core/dtype.ts";
-import { IGNORE_INDEX } from "../../core/options.ts";
 import { BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE, type BackwardTile } from "./backward_tiles.ts";
 import { dCDirectChunk, dCDirectProductWgsl } from "./dc_product.ts";
 import { backwardGemmTiles, backwardSharedBytes } from "./backward_tiles.ts";
@@ -29,14 +27,11 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    type Case = GradCase & {
+    type Case = GradCase & PeakedCase & {
       tile: BackwardTile;
-      hot: number[];
       filter?: false;
       split?: boolean;
       shardRows?: number;
-      /** Targets spread over the vocabulary, not the hot rows (dC not all cancellation). */
-      otherTargets?: boolean;
     };
     // the hardware tile where the adapter has its workgroup memory (not lavapipe's 32 KiB)
     const small = BACKWARD_TILE_SMALL;
@@ -104,20 +99,7 @@ Deno.test({
     const report: string[] = [];
     for (const [i, cs] of cases.entries()) {
       const { o, b: caseB } = gradCaseOptions(cs);
-      const base = caseInputs({
-        n: 700,
-        v: 1031,
-        d: cs.d,
-        dtype: cs.dtype,
-        beta: cs.beta,
-        seed: 90 + i,
-      });
-      const x = peakedInputs(base, { hot: cs.hot, logit: 40, ignoreEvery: 11 });
-      if (cs.otherTargets) {
-        x.targets = x.targets.map((t, j) => t === IGNORE_INDEX ? t : (j * 37) % x.v);
-      }
-      // the reference sees the values the kernels read
-      if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
+      const x = peakedCaseInputs(cs, { seed: 90 + i, logit: 40, ignoreEvery: 11 });
       const b = {
         ...caseB,
         tile: cs.tile,

@@ -1,16 +1,15 @@
 import assert from "node:assert/strict";
 import { GPU_TEST, readWords, testContext } from "../../testing/gpu.ts";
-import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
   assertRounded16,
   type GradCase,
   gradCaseOptions,
-  peakedInputs,
+  type PeakedCase,
+  peakedCaseInputs,
   runBackward,
 } from "../../testing/fused_backward.ts";
-import { IGNORE_INDEX, resolveOptions } from "../../core/options.ts";
-import { bf16BitsToF32, f32ToBf16Bits } from "../../core/dtype.ts";
+import { resolveOptions } from "../../core/options.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import { dCOrderBytes } from "./backward_plan.ts";
 import { maskBuffer, vocabSegments } from "../../testing/tile_mask.ts";
@@ -109,14 +108,9 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const cases: (GradCase & {
-      hot: number[];
-      /** Targets spread over the vocabulary instead of the hot rows (β = 0: else dC vanishes). */
-      otherTargets?: boolean;
-      /** The hot rows of C scaled by this (f32's ε needs the other logits further below). */
-      hotScale?: number;
-      shardRows?: number;
-    })[] = [
+    // otherTargets where β = 0 (else dC vanishes); hotScale where f32's ε needs the other logits
+    // further below
+    const cases: (GradCase & PeakedCase & { shardRows?: number })[] = [
       { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, hot: [5, 6, 7] },
       // four long walks, borrowed tiles for the first only
       {
@@ -161,23 +155,7 @@ Deno.test({
     const report: string[] = [];
     for (const [i, cs] of cases.entries()) {
       const { o, b: caseB } = gradCaseOptions(cs);
-      const base = caseInputs({
-        n: 700,
-        v: 1031,
-        d: cs.d,
-        dtype: cs.dtype,
-        beta: cs.beta,
-        seed: 70 + i,
-      });
-      for (const j of cs.hot) {
-        for (let k = 0; k < cs.d; k++) base.c[j * cs.d + k] *= cs.hotScale ?? 1;
-      }
-      const x = peakedInputs(base, { hot: cs.hot, logit: 50, ignoreEvery: 9 });
-      if (cs.otherTargets) {
-        x.targets = x.targets.map((t, j) => t === IGNORE_INDEX ? t : (j * 37) % x.v);
-      }
-      // the reference sees the values the kernels read
-      if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
+      const x = peakedCaseInputs(cs, { seed: 70 + i, logit: 50, ignoreEvery: 9 });
       const b = { ...caseB, tile: BACKWARD_TILE_SMALL, shardRows: cs.shardRows };
       const split = await runBackward(ctx, x, o, cs.dtype, {
         ...b,
