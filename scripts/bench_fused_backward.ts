@@ -149,11 +149,11 @@ async function main() {
     const gradOut = uploadGradOut(ctx, shape.n, opts, 1);
     const spec = { ...shape, dtype };
     let busy: BusyLoad | undefined;
+    const warm = async () => {
+      if (!soft) await (busy ??= await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
+    };
     for (const name of names) {
       try {
-        const warm = async () => {
-          if (!soft) await (busy ??= await prepareBusyLoad(ctx)).run(IDLE_GPU_BUSY_MS);
-        };
         await _benchOne(ctx, name, { spec, opts, inputs: di.inputs, gradOut, reps, warmup, warm });
       } catch (e) {
         console.log(`\n${name}: failed: ${(e as Error).message}`);
