@@ -97,6 +97,7 @@ export interface FusedKernelOptions {
     | "dEGather"
     | "dCOrder"
     | "decideOrder"
+    | "sortBound"
     | "denseDE"
     | "denseDETile"
     | "dCSplit"

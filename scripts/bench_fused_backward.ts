@@ -100,7 +100,9 @@ async function _benchOne(
   const st = await p.stats?.();
   p.release?.();
   const kept = st && "tilesTotal" in st
-    ? `kept ${(st.tilesTotal as number) - (st.tilesSkipped as number)} of ${st.tilesTotal} tiles`
+    ? `kept ${(st.tilesTotal as number) - (st.tilesSkipped as number)} of ${st.tilesTotal} tiles${
+      st.sortSkipped === undefined ? "" : st.sortSkipped ? ", sort skipped" : ", sort ran"
+    }`
     : "";
   console.log(
     `\n${name}: bwd ${r.median.toFixed(2)} ms, ${(peak / 2 ** 20).toFixed(1)} MiB, ${kept}`,

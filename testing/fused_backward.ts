@@ -41,6 +41,8 @@ export interface BackwardCase {
   dCSplit?: FusedBackwardOptions["dCSplit"];
   /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
   denseDE?: FusedBackwardOptions["denseDE"];
+  /** The order decision's bound (default the backward's: on hardware adapters only). */
+  sortBound?: boolean;
   /** The dC pass's gradient product (default the backward's). */
   dCProduct?: FusedBackwardOptions["dCProduct"];
 }

@@ -4,7 +4,8 @@
  *
  * - `ours` (the `fused` method: order decision, the kept tiles' dE gathered, the dC pass's tile
  *   order), `always-sort` (sorted order always: the paper's rule), `nosort` (`fused-nosort`),
- *   `f32grad` (`fused-f32grad`);
+ *   `f32grad` (`fused-f32grad`), `nobound` (the order decision's sort and sorted mask always
+ *   run, not only where their bound leaves sorting a chance: kernels/fused/order_decision.ts);
  * - `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices), `s8r1` (8 balanced
  *   splits), and any `s<S>r<R>` (S dE splits, R row slices);
  * - `widefilter` (the filter pass on the 128×256 product tile), `pertile` (dE by the per-tile
@@ -61,6 +62,7 @@ const backward = (b: FusedKernelOptions["backward"]): BenchConfig => ({ kernels:
 export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   ours: () => ({}),
   "always-sort": () => backward({ decideOrder: false }),
+  nobound: () => backward({ sortBound: false }),
   nosort: () => ({ variant: { sort: false } }),
   s1r4: (ctx) =>
     backward({

@@ -23,9 +23,11 @@
  *
  * The record, in order (dE formed before dC's storage is first written: backward_plan.ts):
  *
- * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts).
- * 2. With a filter, pass `filter`, then with the order decision the `order decision` pass, and
- *    with dE splits the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
+ * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts); with the order decision's
+ *    bound (sortBound) after the filter instead, under the bound's gate.
+ * 2. With a filter, pass `filter`, then with the order decision the `order bound` pass where
+ *    recorded and the `order decision` pass (kernels/fused/order_decision.ts), and with dE splits
+ *    the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
@@ -65,7 +67,8 @@ import { GpuError } from "../../core/errors.ts";
 import { vecLoadsFit } from "../gemm_codegen.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
-import { prepareVocabSort } from "./vocab_order.ts";
+import { prepareVocabSort, u32SortDispatches } from "./vocab_order.ts";
+import { GATE_CAPACITY } from "../../gpu/gate.ts";
 import { prepareCast16 } from "../cast16.ts";
 import { prepareGradCorrections } from "./corrections.ts";
 import {
@@ -89,6 +92,7 @@ import {
 import {
   ORDER_SELECT_SIG,
   orderSelectWgsl,
+  prepareSortBound,
   recordOrderDecision,
   SORTED_MASK_SIG,
   sortedMaskWgsl,
@@ -157,7 +161,8 @@ async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
   const mapFilter = eps !== null && p.mapTile
     ? await prepareMapFilter(ctx, { tile, mapTile: p.mapTile, opts: p.opts, v: spec.v, eps })
     : undefined;
-  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter };
+  const sortBound = p.sortBound ? await prepareSortBound(ctx, tile) : undefined;
+  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound };
 }
 
 /** Compiles every pipeline of a plan. */
@@ -292,8 +297,8 @@ function _recordSortAndMasks(r: _Record) {
   let perm: TrackedBuffer | undefined;
   if (r.pipes.sorter) {
     perm = ctx.createBuffer({ size: v * 4, role: "workspace", label: "vocab order" });
-    const { e, c, targets, count } = a;
-    r.pipes.sorter.record(rec, { e, c, targets, count, perm, segments: r.voc, partials });
+    // with the bound the sort waits for the filter's entry bits (_recordFilter)
+    if (!r.pipes.sortBound) _recordSort(r, perm, partials);
     r.release.push(perm);
   }
   let mask: TrackedBuffer | undefined;
@@ -323,6 +328,12 @@ function _recordSortAndMasks(r: _Record) {
   return { partials, perm, mask, maskSize, hot, maskS, hotWords };
 }
 
+/** Records the vocabulary sort into `perm`. */
+function _recordSort(r: _Record, perm: TrackedBuffer, partials: TrackedBuffer | undefined) {
+  const { e, c, targets, count } = r.a;
+  r.pipes.sorter!.record(r.rec, { e, c, targets, count, perm, segments: r.voc, partials });
+}
+
 /** Records the filter, the order decision and the kept bounds; returns the split bounds. */
 function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
   const { ctx, rec, p, a, pipes, counter } = r;
@@ -349,6 +360,16 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       scales: a.filterScales,
     });
   }
+  const bound = pipes.sortBound;
+  if (bound && hot && perm && counter) {
+    // the sort only where the bound leaves the sorted order a chance (order_decision.ts)
+    bound.record(rec, { hot, counter, tTotal: r.tTotal, hotWords: m.hotWords });
+    const capacity = Math.max(
+      GATE_CAPACITY,
+      ...r.voc.map((s) => u32SortDispatches(s.end - s.start)),
+    );
+    bound.under(rec, capacity, () => _recordSort(r, perm, m.partials));
+  }
   if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {
     recordOrderDecision({
       ...base,
@@ -362,6 +383,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       hot,
       maskS,
       maskSize: m.maskSize,
+      maskUnder: bound && ((fn) => bound.under(rec, GATE_CAPACITY, fn)),
     });
   }
   if (!keptBounds || !mask) return undefined;
@@ -472,7 +494,7 @@ export async function prepareFusedBackward(
   const pipes = await _pipelines(ctx, p);
   const { spec, tile } = p;
   const counter = p.eps !== null
-    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 3, role: "workspace", label: "kept tiles" })
+    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 4, role: "workspace", label: "kept tiles" })
     : undefined;
   let lastTotal = 0;
   const roundings = { dE: p.out16 ? 1 : 0, dC: p.out16 ? 1 : 0 };
@@ -506,6 +528,7 @@ export async function prepareFusedBackward(
     },
     release() {
       counter?.destroy();
+      pipes.sortBound?.release();
       pipes.gathered?.release();
       pipes.dense?.release();
     },
@@ -516,10 +539,15 @@ export async function prepareFusedBackward(
     },
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
-      // [own order's kept tiles, sorted order's (with the order decision)]: the chosen one's
+      // [own order's kept tiles, sorted order's (with the order decision; where the bound
+      // skipped it, the bound), the dC split's segments, the bound]: the chosen order's
       const got = await download(ctx, counter);
       const kept = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
-      const stats = { tilesSkipped: lastTotal - kept, tilesTotal: lastTotal };
+      const stats = {
+        tilesSkipped: lastTotal - kept,
+        tilesTotal: lastTotal,
+        ...(pipes.sortBound ? { sortSkipped: sortedOrderWins(got[0], got[3]) ? 0 : 1 } : {}),
+      };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
       if (!pipes.dense) return { ...stats, ...split };
       return { ...stats, ...split, denseDE: (await pipes.dense.took()) ? 1 : 0 };

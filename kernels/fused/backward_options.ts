@@ -52,6 +52,8 @@ export interface BackwardOptionsPlan {
   mapTile?: TileMapTile;
   /** The order decision runs (sorting with the filter, decideOrder). */
   decide: boolean;
+  /** With it, the sorted order's work only where its bound may win (sortBound). */
+  sortBound: boolean;
   /** With the filter, splits cut the kept tiles of each token tile into equal counts. */
   balanced: boolean;
   /** dE gathered (then one split), with its tuning. */
@@ -100,6 +102,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     throw new RangeError("fused backward: the map filter needs the filter and no sorting");
   }
   const mapTile = o.mapFilter?.tile;
+  const decide = o.sort && eps !== null && (o.decideOrder ?? true);
   return {
     spec,
     opts: o.opts,
@@ -117,7 +120,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
     filterScales: o.filterKernel !== undefined,
     mapTile,
-    decide: o.sort && eps !== null && (o.decideOrder ?? true),
+    decide,
+    sortBound: decide && (o.sortBound ?? !ctx.report.isFallbackAdapter),
     balanced: eps !== null && splits > 1,
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),

@@ -169,9 +169,25 @@ Deno.test({
       tile: BACKWARD_TILE_SMALL,
       filterTile: TILE_HW,
     });
-    assert.deepEqual(always.got.stats, runs.true.got.stats);
+    assert.deepEqual(_counts(always.got.stats), _counts(runs.true.got.stats));
     assert.deepEqual(always.got.dE, runs.true.got.dE);
     assert.deepEqual(always.got.dC, runs.true.got.dC);
+    // with the bound forced on and off: the hot rows fit one tile a token tile, so the bound (2)
+    // leaves sorting its chance against the own order's 8; the sort runs, the same bits
+    for (const sortBound of [true, false]) {
+      const r = await runBackward(ctx, x, o, "f32", {
+        filterEps: eps,
+        sort: true,
+        sortBound,
+        dESplits: 2,
+        tile: BACKWARD_TILE_SMALL,
+        filterTile: TILE_HW,
+      });
+      assert.equal(r.got.stats.sortSkipped, sortBound ? 0 : undefined, `bound ${sortBound}`);
+      assert.deepEqual(_counts(r.got.stats), _counts(runs.true.got.stats));
+      assert.deepEqual(r.got.dE, runs.true.got.dE);
+      assert.deepEqual(r.got.dC, runs.true.got.dC);
+    }
   },
 });
 
@@ -194,26 +210,42 @@ Deno.test({
     const x: HostInputs = { ...base, e };
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
     const eps = defaultFilterEps("bf16");
-    const run = (sort: boolean, decideOrder?: boolean) =>
+    const run = (sort: boolean, decideOrder?: boolean, sortBound?: boolean) =>
       runBackward(ctx, x, o, "f32", {
         filterEps: eps,
         sort,
         decideOrder,
+        sortBound,
         tile: BACKWARD_TILE_SMALL,
       });
-    const own = await run(false), always = await run(true, false), decided = await run(true);
-    for (const [tag, r] of [["own", own], ["always", always], ["decided", decided]] as const) {
+    const own = await run(false), always = await run(true, false);
+    // the order decision with its bound forced on and off
+    const decided = await run(true, true, false), bounded = await run(true, true, true);
+    for (
+      const [tag, r] of [
+        ["own", own],
+        ["always", always],
+        ["decided", decided],
+        ["bounded", bounded],
+      ] as const
+    ) {
       assertGrads(tag, r.got, r.ref, d);
     }
     // 3 token tiles × 5 vocab tiles: the own order keeps the 3 diagonal tiles
     assert.deepEqual(_counts(own.got.stats), { tilesSkipped: 12, tilesTotal: 15 });
     const keptAlways = 15 - always.got.stats.tilesSkipped;
     assert.ok(keptAlways > 3, `sorting keeps ${keptAlways} tiles`);
-    // the decision takes the own order (identity order): bitwise the no-sorting result
+    // the decision takes the own order (identity order): bitwise the no-sorting result; with the
+    // bound without sorting at all, since each token tile's hot rows (64, 64 and 2) fill as few
+    // tiles as any order could (3, the own order's count)
     assert.deepEqual(decided.got.stats, own.got.stats);
-    assert.deepEqual(decided.got.dE, own.got.dE);
-    assert.deepEqual(decided.got.dC, own.got.dC);
-    assert.deepEqual(decided.again.dC, decided.got.dC);
+    assert.deepEqual(bounded.got.stats, { ...own.got.stats, sortSkipped: 1 });
+    assert.deepEqual(bounded.again.stats, bounded.got.stats);
+    for (const r of [decided, bounded]) {
+      assert.deepEqual(r.got.dE, own.got.dE);
+      assert.deepEqual(r.got.dC, own.got.dC);
+      assert.deepEqual(r.again.dC, r.got.dC);
+    }
   },
 });
 

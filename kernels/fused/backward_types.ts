@@ -30,6 +30,14 @@ export interface FusedBackwardOptions {
    * false: always the sorted order (the paper's rule).
    */
   decideOrder?: boolean;
+  /**
+   * With the order decision: the sorted order's keys, sort and mask wait for the filter and run
+   * only where a lower bound of the sorted order's kept tiles, from the filter's entry bits,
+   * leaves it a chance to win (decided on the GPU per call, the rest gated; the choice is the
+   * full decision's either way: kernels/fused/order_decision.ts). Default on hardware adapters;
+   * off on software adapters, where the gated passes' dispatches cost tens of microseconds each.
+   */
+  sortBound?: boolean;
   /** Tile (default `defaultBackwardTile`). */
   tile?: BackwardTile;
   /**
@@ -135,6 +143,11 @@ export interface FusedBackwardStats {
   denseDE?: number;
   /** The extra dC walk segments of the last record, where the dC split is recorded. */
   dCSplits?: number;
+  /**
+   * Where the order decision's bound is recorded (FusedBackwardOptions.sortBound): 1 where it
+   * skipped the sort and the sorted mask in the last record, 0 where they ran.
+   */
+  sortSkipped?: number;
 }
 
 /** A compiled fused backward. */

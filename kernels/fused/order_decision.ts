@@ -5,10 +5,21 @@
  * bits ({@link sortedMaskWgsl}) and the order that keeps fewer tiles by the margin is chosen
  * ({@link orderSelectWgsl}), all on the GPU: the sorted mask replaces the own one, or the
  * permutation is reset to the identity. Why and what it costs: the module doc of filter.ts.
+ *
+ * With the bound (FusedBackwardOptions.sortBound) the sorted order's work waits for the filter:
+ * a token tile's hot rows fill at least ⌈hot rows / VT⌉ vocab tiles in any order, so the sum of
+ * those bounds the sorted order's count from below ({@link sortBoundWgsl}); where even the bound
+ * would not win by the margin, the keys, the sort and the sorted mask are skipped (gated on the
+ * GPU, {@link prepareSortBound}) and the choice is the own order, as the full decision's would be.
+ * Where the own order already keeps its token tiles' hot rows in as few tiles as any order could
+ * (the paper's `cce` recipe: token n's peak is row n), that is all the decision costs.
  * @module
  */
-import type { TrackedBuffer } from "../../gpu/context.ts";
-import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
+import { createTensor } from "../../gpu/tensor.ts";
+import { prepareGate } from "../../gpu/gate.ts";
+import { compileKernel, type KernelOf, signature, u32s } from "../../gpu/signature.ts";
 import type { BackwardTile } from "./backward_tiles.ts";
 import { TILE_COUNT } from "./backward_wgsl.ts";
 import type { FilterRecordOptions } from "./filter.ts";
@@ -74,6 +85,70 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
 }
 
 /**
+ * The bound's signature: hotWords words of entry bits per token tile; the entry bits, the
+ * counters.
+ */
+export const SORT_BOUND_SIG = signature({
+  params: u32s("hotWords"),
+  bindings: {
+    hot: { elem: "u32", access: "read" },
+    counter: { elem: "atomic<u32>", access: "read_write" },
+  },
+});
+
+/**
+ * WGSL of the sorted order's lower bound ({@link SORT_BOUND_SIG}): token tile r's hot rows (the
+ * set bits of its entry bits) fill at least ⌈hot rows / VT⌉ vocab tiles in any order, so the
+ * sorted order keeps at least the sum of those over the token tiles; one workgroup a token tile
+ * adds its term to counter[3] (integer atomics: order-independent). Grid: (tTotal).
+ */
+export function sortBoundWgsl(tile: BackwardTile): string {
+  return `${SORT_BOUND_SIG.wgsl}
+var<workgroup> s_hot: atomic<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+  if (lid == 0u) { atomicStore(&s_hot, 0u); }
+  workgroupBarrier();
+  var k = 0u;
+  for (var i = lid; i < P.hotWords; i += 256u) { k += countOneBits(hot[wg.x * P.hotWords + i]); }
+  if (k != 0u) { atomicAdd(&s_hot, k); }
+  workgroupBarrier();
+  if (lid == 0u) {
+    let tiles = (atomicLoad(&s_hot) + ${tile.vocab - 1}u) / ${tile.vocab}u;
+    if (tiles != 0u) { atomicAdd(&counter[3], tiles); }
+  }
+}
+`;
+}
+
+/** The bound's verdict's signature: the counters, the flag it writes. */
+export const SORT_VERDICT_SIG = signature({
+  params: {},
+  bindings: {
+    counter: { elem: "u32", access: "read_write" },
+    flag: { elem: "u32", access: "read_write" },
+  },
+});
+
+/**
+ * WGSL of the bound's verdict (one invocation, {@link SORT_VERDICT_SIG}): flag[0] = 1 where the
+ * sorted order could keep fewer tiles than the own order by the margin given its lower bound
+ * counter[3] ({@link sortedOrderWins} of the bound), else 0, and then the bound stands in for the
+ * sorted order's count (counter[1] = counter[3]): every reader of the two counts takes the own
+ * order, as the sorted order's true count, never below its bound, would make it.
+ */
+export function sortVerdictWgsl(): string {
+  return `${SORT_VERDICT_SIG.wgsl}
+@compute @workgroup_size(1)
+fn main() {
+  let worth = ${SORT_MARGIN[1]}u * counter[3] < ${SORT_MARGIN[0]}u * counter[0];
+  flag[0] = select(0u, 1u, worth);
+  if (!worth) { counter[1] = counter[3]; }
+}
+`;
+}
+
+/**
  * The order decision's margin [a, b]: the sorted order is used when it keeps fewer than a/b of
  * the own order's tiles (5% fewer). Reading C through the permutation scatters its rows, and the
  * sort itself takes time, so a tie-level gain is not worth it (on lavapipe, `llm` fixture at
@@ -111,7 +186,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 /**
  * Records the `order decision`: the sorted order's mask `maskS` (zeroed) from the entry bits
- * `hot`, then the choice ({@link orderSelectWgsl}): mask = maskS, or perm = identity.
+ * `hot`, then the choice ({@link orderSelectWgsl}): mask = maskS, or perm = identity. In one
+ * pass, or with `maskUnder` (the bound's gate, {@link PreparedSortBound.under}) the mask in a pass of its
+ * own recorded inside it and the choice in another, never gated: where the gate skips the mask,
+ * the choice still resets perm.
  */
 export function recordOrderDecision(
   o: FilterRecordOptions & {
@@ -123,10 +201,11 @@ export function recordOrderDecision(
     maskS: TrackedBuffer;
     /** Bytes of the mask. */
     maskSize: number;
+    maskUnder?: (fn: () => void) => void;
   },
 ): void {
   const { rec, sortedMask, orderSelect, perm, hot, maskS, mask, counter } = o;
-  rec.pass("fused backward order decision", (p) => {
+  const masks = (p: PassEncoder) => {
     for (const vs of o.voc) {
       const params = {
         vS: vs.start,
@@ -140,11 +219,79 @@ export function recordOrderDecision(
       const bg = sortedMask.bind(rec, params, { perm, hot, maskS, counter });
       p.dispatch(sortedMask.pipeline, bg, Math.ceil(vs.tiles / 64), o.tTotal);
     }
+  };
+  const select = (p: PassEncoder) => {
     const words = o.maskSize / 4;
     p.dispatch(
       orderSelect.pipeline,
       orderSelect.bind(rec, { maskWords: words, v: o.v }, { counter, maskS, mask, perm }),
       Math.min(Math.ceil(Math.max(words, o.v) / 256), 65535),
     );
+  };
+  if (!o.maskUnder) {
+    rec.pass("fused backward order decision", (p) => {
+      masks(p);
+      select(p);
+    });
+    return;
+  }
+  o.maskUnder(() => rec.pass("fused backward sorted mask", masks));
+  rec.pass("fused backward order decision", select);
+}
+
+/** The bound, its verdict's flag and its gate ({@link prepareSortBound}). */
+export interface PreparedSortBound {
+  /**
+   * Records pass `fused backward order bound` after the filter: the sorted order's lower bound
+   * from the entry bits `hot` into counter[3] ({@link sortBoundWgsl}), then the verdict into the
+   * flag ({@link sortVerdictWgsl}).
+   */
+  record(
+    rec: Recorder,
+    o: { hot: TrackedBuffer; counter: TrackedBuffer; tTotal: number; hotWords: number },
+  ): void;
+  /**
+   * Records `fn` with its passes gated by the verdict (gpu/gate.ts): they do their work only
+   * where the sorted order could win; each pass may hold `capacity` dispatches.
+   */
+  under(rec: Recorder, capacity: number, fn: () => void): void;
+  /** Frees the flag. */
+  release(): void;
+}
+
+/** Compiles the bound, its verdict and the gate, and makes the flag. */
+export async function prepareSortBound(
+  ctx: GpuContext,
+  tile: BackwardTile,
+): Promise<PreparedSortBound> {
+  const bound = await compileKernel(ctx, SORT_BOUND_SIG, sortBoundWgsl(tile), "sort_bound");
+  const verdict = await compileKernel(ctx, SORT_VERDICT_SIG, sortVerdictWgsl(), "sort_verdict");
+  const gate = await prepareGate(ctx);
+  const flag = createTensor(ctx, {
+    dtype: "u32",
+    rows: 1,
+    cols: 1,
+    role: "workspace",
+    label: "sort bound flag",
   });
+  const fb = flag.shards[0].buffer;
+  return {
+    record(rec, o) {
+      const { hot, counter } = o;
+      rec.pass("fused backward order bound", (p) => {
+        p.dispatch(
+          bound.pipeline,
+          bound.bind(rec, { hotWords: o.hotWords }, { hot, counter }),
+          o.tTotal,
+        );
+        p.dispatch(verdict.pipeline, verdict.bind(rec, undefined, { counter, flag: fb }), 1);
+      });
+    },
+    under(rec, capacity, fn) {
+      gate.under(rec, { flag: fb, want: 1, capacity }, fn);
+    },
+    release() {
+      flag.destroy();
+    },
+  };
 }

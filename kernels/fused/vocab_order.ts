@@ -273,6 +273,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
+/** Dispatches of {@link PreparedU32Sort.record} for `len` words (its one pass holds them all). */
+export function u32SortDispatches(len: number): number {
+  if (len <= 1) return 0;
+  let n = 1;
+  for (let k = 2 * SORT_BLOCK; k <= paddedSortLength(len); k *= 2) {
+    n += Math.log2(k / SORT_BLOCK) + 1; // the global stages j = k/2 … SORT_BLOCK, then one local
+  }
+  return n;
+}
+
 /** A compiled in-place ascending sort of a range of u32 words (no workspace). */
 export interface PreparedU32Sort {
   /** Records the sort of words [off, off + len) of `data` as one pass. */
