@@ -17,20 +17,8 @@ import type { GpuContext, TrackedBuffer } from "./context.ts";
 import type { PassEncoder, Recorder } from "./recorder.ts";
 import { compileKernel, signature, u32s } from "./signature.ts";
 
-/** Dispatches a gated pass may hold by default ({@link GateOptions.capacity}). */
+/** Direct dispatches a gated pass may hold. */
 export const GATE_CAPACITY = 64;
-
-/** Options of {@link PreparedGate.under}. */
-export interface GateOptions {
-  /** The flag buffer: the passes do their work where its first u32 equals `want`. */
-  flag: TrackedBuffer;
-  want: number;
-  /**
-   * Dispatches each gated pass may hold (default {@link GATE_CAPACITY}): each pass holds two
-   * buffers of 12 bytes a dispatch, and its first arm copies them all.
-   */
-  capacity?: number;
-}
 
 /** The arm kernel's signature: `words` words from src[src…] to args[dst…], or zeros. */
 export const GATE_ARM_SIG = signature({
@@ -61,7 +49,7 @@ export interface PreparedGate {
    * Records `fn` with every dispatch of its passes gated: they do their work only where
    * `flag` (its first u32, written earlier on the GPU) equals `want`.
    */
-  under(rec: Recorder, o: GateOptions, fn: () => void): void;
+  under(rec: Recorder, o: { flag: TrackedBuffer; want: number }, fn: () => void): void;
 }
 
 /** Compiles the arm kernel. */
@@ -69,13 +57,9 @@ export async function prepareGate(ctx: GpuContext): Promise<PreparedGate> {
   const arm = await compileKernel(ctx, GATE_ARM_SIG, gateArmWgsl(), "gate arm");
   return {
     under(rec, o, fn) {
-      const capacity = o.capacity ?? GATE_CAPACITY;
-      if (!Number.isInteger(capacity) || capacity < 1) {
-        throw new RangeError(`gate: capacity must be a positive integer, got ${capacity}`);
-      }
       rec.under({
         open(raw: PassEncoder, label: string) {
-          const bytes = capacity * 12;
+          const bytes = GATE_CAPACITY * 12;
           const args = ctx.createBuffer({
             size: bytes,
             role: "params",
@@ -88,11 +72,11 @@ export async function prepareGate(ctx: GpuContext): Promise<PreparedGate> {
             label: `${label}: counts`,
           });
           rec.release(args, counts);
-          const host = new Uint32Array(capacity * 3);
+          const host = new Uint32Array(GATE_CAPACITY * 3);
           let slots = 0, armed = false;
           const slot = () => {
-            if (slots === capacity) {
-              throw new RangeError(`gate: pass "${label}" has over ${capacity} dispatches`);
+            if (slots === GATE_CAPACITY) {
+              throw new RangeError(`gate: pass "${label}" has over ${GATE_CAPACITY} dispatches`);
             }
             return slots++;
           };
@@ -107,7 +91,7 @@ export async function prepareGate(ctx: GpuContext): Promise<PreparedGate> {
               dispatch(pipeline, bindGroup, x, y = 1, z = 1) {
                 if (x === 0 || y === 0 || z === 0) return;
                 // the counts of every direct dispatch, armed once before the first of them
-                if (!armed) armFrom(counts, { src: 0, dst: 0, words: capacity * 3 });
+                if (!armed) armFrom(counts, { src: 0, dst: 0, words: GATE_CAPACITY * 3 });
                 armed = true;
                 const s = slot();
                 host.set([x, y, z], 3 * s);

@@ -4,7 +4,7 @@
  *
  * - `ours` (the `fused` method: order decision, the kept tiles' dE gathered, the dC pass's tile
  *   order), `always-sort` (sorted order always: the paper's rule), `nosort` (`fused-nosort`),
- *   `f32grad` (`fused-f32grad`), `nobound` (the order decision's sort and sorted mask always
+ *   `f32grad` (`fused-f32grad`), `nobound` (the order decision's Ē, sort keys and sorted mask always
  *   run, not only where their bound leaves sorting a chance: kernels/fused/order_decision.ts);
  * - `s1r4` (ours with the dE layout before the splits: 1 split, 4 row slices), `s8r1` (8 balanced
  *   splits), and any `s<S>r<R>` (S dE splits, R row slices);

@@ -67,8 +67,7 @@ import { GpuError } from "../../core/errors.ts";
 import { vecLoadsFit } from "../gemm_codegen.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
-import { prepareVocabSort, u32SortDispatches } from "./vocab_order.ts";
-import { GATE_CAPACITY } from "../../gpu/gate.ts";
+import { prepareVocabSort } from "./vocab_order.ts";
 import { prepareCast16 } from "../cast16.ts";
 import { prepareGradCorrections } from "./corrections.ts";
 import {
@@ -328,10 +327,16 @@ function _recordSortAndMasks(r: _Record) {
   return { partials, perm, mask, maskSize, hot, maskS, hotWords };
 }
 
-/** Records the vocabulary sort into `perm`. */
-function _recordSort(r: _Record, perm: TrackedBuffer, partials: TrackedBuffer | undefined) {
+/** Records the vocabulary sort into `perm` (Ē and the keys inside `keysUnder`, where given). */
+function _recordSort(
+  r: _Record,
+  perm: TrackedBuffer,
+  partials: TrackedBuffer | undefined,
+  keysUnder?: (fn: () => void) => void,
+) {
   const { e, c, targets, count } = r.a;
-  r.pipes.sorter!.record(r.rec, { e, c, targets, count, perm, segments: r.voc, partials });
+  const segments = r.voc;
+  r.pipes.sorter!.record(r.rec, { e, c, targets, count, perm, segments, partials, keysUnder });
 }
 
 /** Records the filter, the order decision and the kept bounds; returns the split bounds. */
@@ -362,13 +367,10 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
   }
   const bound = pipes.sortBound;
   if (bound && hot && perm && counter) {
-    // the sort only where the bound leaves the sorted order a chance (order_decision.ts)
+    // Ē and the keys only where the bound leaves the sorted order a chance (order_decision.ts);
+    // the sort's own dispatches (55 at |V| = 256,000) cost less run than gated
     bound.record(rec, { hot, counter, tTotal: r.tTotal, hotWords: m.hotWords });
-    const capacity = Math.max(
-      GATE_CAPACITY,
-      ...r.voc.map((s) => u32SortDispatches(s.end - s.start)),
-    );
-    bound.under(rec, capacity, () => _recordSort(r, perm, m.partials));
+    _recordSort(r, perm, m.partials, (fn) => bound.under(rec, fn));
   }
   if (sortedMask && orderSelect && hot && maskS && perm && mask && counter) {
     recordOrderDecision({
@@ -383,7 +385,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       hot,
       maskS,
       maskSize: m.maskSize,
-      maskUnder: bound && ((fn) => bound.under(rec, GATE_CAPACITY, fn)),
+      maskUnder: bound && ((fn) => bound.under(rec, fn)),
     });
   }
   if (!keptBounds || !mask) return undefined;

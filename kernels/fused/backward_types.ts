@@ -31,11 +31,12 @@ export interface FusedBackwardOptions {
    */
   decideOrder?: boolean;
   /**
-   * With the order decision: the sorted order's keys, sort and mask wait for the filter and run
-   * only where a lower bound of the sorted order's kept tiles, from the filter's entry bits,
-   * leaves it a chance to win (decided on the GPU per call, the rest gated; the choice is the
-   * full decision's either way: kernels/fused/order_decision.ts). Default on hardware adapters;
-   * off on software adapters, where the gated passes' dispatches cost tens of microseconds each.
+   * With the order decision: the sort waits for the filter, and Ē, the sort keys and the sorted
+   * mask do their work only where a lower bound of the sorted order's kept tiles, from the
+   * filter's entry bits, leaves it a chance to win (decided on the GPU per call, those passes
+   * gated; the choice is the full decision's either way: kernels/fused/order_decision.ts).
+   * Default on hardware adapters; off on software adapters, where the gated passes' dispatches
+   * cost tens of microseconds each.
    */
   sortBound?: boolean;
   /** Tile (default `defaultBackwardTile`). */

@@ -9,10 +9,11 @@
  * With the bound (FusedBackwardOptions.sortBound) the sorted order's work waits for the filter:
  * a token tile's hot rows fill at least ⌈hot rows / VT⌉ vocab tiles in any order, so the sum of
  * those bounds the sorted order's count from below ({@link sortBoundWgsl}); where even the bound
- * would not win by the margin, the keys, the sort and the sorted mask are skipped (gated on the
- * GPU, {@link prepareSortBound}) and the choice is the own order, as the full decision's would be.
- * Where the own order already keeps its token tiles' hot rows in as few tiles as any order could
- * (the paper's `cce` recipe: token n's peak is row n), that is all the decision costs.
+ * would not win by the margin, Ē, the sort keys and the sorted mask do nothing (gated on the GPU,
+ * {@link prepareSortBound}; the sort itself runs on the indices in order, its 55 dispatches at
+ * |V| = 256,000 cheaper run than gated) and the choice is the own order, as the full decision's
+ * would be. Where the own order already keeps its token tiles' hot rows in as few tiles as any
+ * order could (the paper's `cce` recipe: token n's peak is row n), that is all the decision costs.
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
@@ -252,9 +253,9 @@ export interface PreparedSortBound {
   ): void;
   /**
    * Records `fn` with its passes gated by the verdict (gpu/gate.ts): they do their work only
-   * where the sorted order could win; each pass may hold `capacity` dispatches.
+   * where the sorted order could win.
    */
-  under(rec: Recorder, capacity: number, fn: () => void): void;
+  under(rec: Recorder, fn: () => void): void;
   /** Frees the flag. */
   release(): void;
 }
@@ -287,8 +288,8 @@ export async function prepareSortBound(
         p.dispatch(verdict.pipeline, verdict.bind(rec, undefined, { counter, flag: fb }), 1);
       });
     },
-    under(rec, capacity, fn) {
-      gate.under(rec, { flag: fb, want: 1, capacity }, fn);
+    under(rec, fn) {
+      gate.under(rec, { flag: fb, want: 1 }, fn);
     },
     release() {
       flag.destroy();

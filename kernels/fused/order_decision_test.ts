@@ -11,7 +11,6 @@ import {
   sortedMaskWgsl,
   sortedOrderWins,
 } from "./order_decision.ts";
-import { paddedSortLength, u32SortDispatches } from "./vocab_order.ts";
 
 const VT = BACKWARD_TILE_SMALL.vocab;
 
@@ -87,7 +86,7 @@ Deno.test({
           tTotal,
           hotWords: words,
         });
-        bound.under(rec, 4, () =>
+        bound.under(rec, () =>
           rec.pass("gated mark", (p) =>
             p.dispatch(
               mark.pipeline,
@@ -192,15 +191,4 @@ Deno.test({
     }
     bound.release();
   },
-});
-
-Deno.test("order decision: the gated sort's dispatches", () => {
-  // one local pass, then for each merge size k = 1,024 … padded length: its global stages
-  // (j = k/2 … 512) and a local one
-  assert.equal(u32SortDispatches(1), 0);
-  assert.equal(u32SortDispatches(500), 1);
-  assert.equal(u32SortDispatches(1000), 3);
-  assert.equal(paddedSortLength(256000), 2 ** 18);
-  assert.equal(u32SortDispatches(256000), 55);
-  assert.equal(u32SortDispatches(2 ** 18 + 1), 66);
 });

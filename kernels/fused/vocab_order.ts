@@ -273,16 +273,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 `;
 }
 
-/** Dispatches of {@link PreparedU32Sort.record} for `len` words (its one pass holds them all). */
-export function u32SortDispatches(len: number): number {
-  if (len <= 1) return 0;
-  let n = 1;
-  for (let k = 2 * SORT_BLOCK; k <= paddedSortLength(len); k *= 2) {
-    n += Math.log2(k / SORT_BLOCK) + 1; // the global stages j = k/2 … SORT_BLOCK, then one local
-  }
-  return n;
-}
-
 /** A compiled in-place ascending sort of a range of u32 words (no workspace). */
 export interface PreparedU32Sort {
   /** Records the sort of words [off, off + len) of `data` as one pass. */
@@ -338,7 +328,8 @@ const UNPACK_SIG = signature({
 
 /**
  * WGSL packing a segment's keys in place: perm[start + i] = (q << shift) | i with q the key's
- * level between the largest (q = 0) and the smallest key (q = qmax).
+ * level between the largest (q = 0) and the smallest key (q = qmax); q = 0 for every row where
+ * no key was taken (the range still cleared: range[0] = 0, which no key's image is).
  */
 export function packKeysWgsl(): string {
   return `${PACK_SIG.wgsl}
@@ -350,7 +341,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   for (var i = gid.x; i < P.len; i += nwg.x * 256u) {
     let key = bitcast<f32>(perm[P.start + i]);
     var t = 0.0;
-    if (hi > lo) { t = clamp((hi - key) / (hi - lo), 0.0, 1.0); }
+    if (range[0] != 0u && hi > lo) { t = clamp((hi - key) / (hi - lo), 0.0, 1.0); }
     let q = min(u32(t * f32(P.qmax)), P.qmax);
     perm[P.start + i] = (q << P.shift) | i;
   }
@@ -399,6 +390,12 @@ export interface VocabSortArgs {
    * with other column sums; default: allocated by the call.
    */
   partials?: TrackedBuffer;
+  /**
+   * Records Ē and the keys inside it (the order decision's bound gates them: kernels/fused/
+   * order_decision.ts). Where they do nothing the key range stays cleared, every row packs to
+   * level 0 ahead of its index, and the sort leaves perm the identity.
+   */
+  keysUnder?: (fn: () => void) => void;
 }
 
 /** A compiled vocabulary sort. */
@@ -455,16 +452,18 @@ export async function prepareVocabSort(
         role: "workspace",
         label: "mean embedding",
       });
-      mean.record(rec, {
-        x: a.e,
-        targets: a.targets,
-        count: a.count,
-        out: ebar,
-        partials: a.partials,
-      });
       const range = ctx.createBuffer({ size: RANGE_BYTES, role: "workspace", label: "key range" });
       rec.clear(range);
-      keys.record(rec, { c, ebar: ebar.shards[0].buffer, perm: a.perm, range });
+      (a.keysUnder ?? ((fn) => fn()))(() => {
+        mean.record(rec, {
+          x: a.e,
+          targets: a.targets,
+          count: a.count,
+          out: ebar,
+          partials: a.partials,
+        });
+        keys.record(rec, { c, ebar: ebar.shards[0].buffer, perm: a.perm, range });
+      });
       const bits = sortIndexBits(Math.max(...segs.map((g) => g.end - g.start)));
       const grid = (len: number) => Math.max(1, Math.min(Math.ceil(len / 256), 65535));
       for (const seg of segs) {

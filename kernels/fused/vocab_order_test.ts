@@ -235,6 +235,19 @@ Deno.test({
     const groups = [0, 1, 2, 3, 4].sort((a, b) => keys[b] - keys[a]);
     const want = groups.flatMap((g) => Array.from({ length: v / 5 }, (_, i) => 5 * i + g));
     assert.deepEqual(Array.from(got), want);
+    // Ē and the keys left out (the order decision's bound skipping them), over a perm poisoned
+    // with the sorted rows: every row packs to level 0, and the sort leaves the identity
+    const rec2 = new Recorder(ctx);
+    sorter.record(rec2, {
+      e: et,
+      c: cs,
+      targets: tt,
+      count: ct,
+      perm: perm.shards[0].buffer,
+      keysUnder: () => {},
+    });
+    await rec2.finish();
+    assert.deepEqual(Array.from(await download(ctx, perm)), Array.from({ length: v }, (_, i) => i));
     for (const t of [et, cs, tt, ct, perm]) t.destroy();
   },
 });
