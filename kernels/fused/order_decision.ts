@@ -188,9 +188,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 /**
  * Records the `order decision`: the sorted order's mask `maskS` (zeroed) from the entry bits
  * `hot`, then the choice ({@link orderSelectWgsl}): mask = maskS, or perm = identity. In one
- * pass, or with `maskUnder` (the bound's gate, {@link PreparedSortBound.under}) the mask in a pass of its
- * own recorded inside it and the choice in another, never gated: where the gate skips the mask,
- * the choice still resets perm.
+ * pass, or with `maskUnder` the mask in a pass of its own recorded inside it and the choice in
+ * another, never gated: where the gate skips the mask, the choice still resets perm.
  */
 export function recordOrderDecision(
   o: FilterRecordOptions & {
@@ -202,6 +201,7 @@ export function recordOrderDecision(
     maskS: TrackedBuffer;
     /** Bytes of the mask. */
     maskSize: number;
+    /** Records the sorted mask's pass gated (the bound's: {@link PreparedSortBound.under}). */
     maskUnder?: (fn: () => void) => void;
   },
 ): void {
