@@ -4,6 +4,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import { compileKernel, signature } from "../../gpu/signature.ts";
 import { createTensor, type DeviceTensor, download, fromHost, upload } from "../../gpu/tensor.ts";
+import { Rng } from "../../fixtures/rng.ts";
 import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
 import {
   prepareSortBound,
@@ -46,9 +47,8 @@ Deno.test({
     const mark = await compileKernel(ctx, MARK_SIG, MARK_WGSL, "gated mark");
     // 6 token tiles over 1,001 rows: none hot, one, 64, 65, about half, rows in the last word
     const v = 1001, tTotal = 6;
-    let seed = 12345;
-    const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
-    const pick = (k: number) => Array.from({ length: k }, () => Math.floor(rand() * v));
+    const rng = new Rng(12345);
+    const pick = (k: number) => Array.from({ length: k }, () => rng.int(v));
     const sets = [[], [77], pick(64), pick(65), pick(500), [990, 991, 1000]];
     const { hot, words, bound: want } = _hotBits(tTotal, v, (r) => sets[r]);
     const hotT = _u32(ctx, hot, "entry bits");
@@ -122,20 +122,19 @@ Deno.test({
       "sorted mask",
     );
     const v = 777, tTotal = 5, vTotal = Math.ceil(v / VT);
-    let seed = 99;
-    const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const rng = new Rng(99);
     // token tile r's hot rows: a run of 20·r + 3 rows from a tile's first row (clustered: the
     // identity order reaches the bound), or scattered
     const cases = {
       clustered: (r: number) => Array.from({ length: 20 * r + 3 }, (_, i) => r * 2 * VT + i),
-      scattered: (r: number) => Array.from({ length: 20 * r + 3 }, () => Math.floor(rand() * v)),
+      scattered: (r: number) => Array.from({ length: 20 * r + 3 }, () => rng.int(v)),
     };
     for (const [tag, rows] of Object.entries(cases)) {
       const { hot, words, bound: want } = _hotBits(tTotal, v, rows);
       // a random permutation, and the identity
       const shuffled = Uint32Array.from({ length: v }, (_, i) => i);
       for (let i = v - 1; i > 0; i--) {
-        const j = Math.floor(rand() * (i + 1));
+        const j = rng.int(i + 1);
         [shuffled[i], shuffled[j]] = [shuffled[j], shuffled[i]];
       }
       for (
