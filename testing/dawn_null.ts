@@ -63,12 +63,13 @@ export interface ShaderVerdict {
 /**
  * Pipeline errors that come from the null device's default limits, not from the shader: the
  * kernels are generated for the real adapter's limits (48 KiB of workgroup memory on NVIDIA
- * through Vulkan, up to 1024 invocations).
+ * through Vulkan, up to 1024 invocations, more than 8 storage buffers per stage).
  */
 const LIMIT_ERRORS = [
   /^The total use of workgroup storage \(\d+ bytes\) is larger than the maximum allowed \(\d+ bytes\)\.$/,
   /^Entry-point uses workgroup_size\(\d+, 1, 1\) that exceeds the maximum allowed \(\d+, \d+, \d+\)\.$/,
   /^The total number of workgroup invocations \(\d+\) exceeds the maximum allowed \(\d+\)\.$/,
+  /^The number of storage buffers \(\d+\) in the Compute stage exceeds the maximum per-stage limit \(\d+\)\.$/,
 ];
 
 /**
