@@ -57,7 +57,8 @@ function _seconds(): Record<string, number> {
 }
 
 function _fmt(s: number): string {
-  return s < 60 ? `${s.toFixed(0)}s` : `${Math.floor(s / 60)}m${(s % 60).toFixed(0)}s`;
+  const r = Math.round(s);
+  return r < 60 ? `${r}s` : `${Math.floor(r / 60)}m${r % 60}s`;
 }
 
 /** Runs the command with `args`; resolves with the exit code. */
