@@ -24,7 +24,7 @@ const SCRIPTS = [
   "scripts/engine_probe.ts",
   "scripts/compare.ts",
   "scripts/history.ts",
-  "scripts/test.ts",
+  "scripts/tests.ts",
   "bench/gpu_time.ts",
 ];
 

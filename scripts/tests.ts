@@ -7,7 +7,8 @@
  * twice), 2 for bad input.
  *
  * The order comes from testing/test_seconds.json, each file's seconds in an earlier run on a
- * machine without a GPU; `--record` writes this run's seconds in that form.
+ * machine without a GPU; `--record` writes this run's seconds in that form. (The file is named
+ * tests.ts because `deno test` takes a file named test.ts for a test module.)
  * @module
  */
 import { readFileSync } from "node:fs";
