@@ -112,7 +112,9 @@ export async function benchTcMain(args: string[]): Promise<number> {
   const probe = sup.reason ? undefined : await dl.race(runProbe(ctx, console.log), "probe", 30_000)
     .catch((e) => ({ ok: false, results: [], error: err1(e) }));
   if (probe) console.log(`probe: ${probe.ok ? "every case as the emulation assumes" : "FAIL"}`);
-  const compiled = sup.reason || dl.stuck ? [] : await dl.race(compileCatalog(ctx), "compile");
+  const compiled = sup.reason || dl.stuck
+    ? []
+    : await dl.race(compileCatalog(ctx), "compile", dl.left());
   const failedCompiles = compiled.filter((c) => c.error);
   console.log(
     sup.reason

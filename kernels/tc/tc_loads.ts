@@ -14,6 +14,16 @@ import type { TcDtype, TcMainloopOptions, TcOperand } from "./tc_codegen.ts";
 
 const COMP = ["x", "y", "z", "w"];
 
+/**
+ * A staging copy: its number, or a WGSL u32 expression of it (the parity loop's, `TcTile.parity`).
+ */
+export type StageCopy = number | string;
+
+/** The u32 expression copy·n (copy a number or an expression). */
+export function copyTimes(copy: StageCopy, n: number): string {
+  return typeof copy === "number" ? `${copy * n}u` : `(${copy}) * ${n}u`;
+}
+
 /** WGSL storage element type of an operand's binding. */
 export function tcStorageType(op: TcOperand): string {
   if (op.vec) return op.dtype === "f32" ? "vec4<f32>" : "vec4<u32>";
@@ -58,7 +68,7 @@ export interface StageSide {
 export interface StageLoads {
   decls: string[];
   fetch: string[];
-  stash: (copy: number) => string[];
+  stash: (copy: StageCopy) => string[];
 }
 
 /**
@@ -110,15 +120,15 @@ function _pairs(reg: string, dtype: TcDtype): string[] {
  * the contiguous index (a vector's j-th value): row r lies in sub-array r / subRows (see
  * StageSide.subs).
  */
-function _el(s: StageSide, copy: number, r: string, k: string, j?: number): string {
+function _el(s: StageSide, copy: StageCopy, r: string, k: string, j?: number): string {
   const one = s.subs === 1;
   const sub = one ? "0u" : `${r} / ${s.subRows}u`, rr = one ? r : `(${r} % ${s.subRows}u)`;
   const plus = j === undefined ? "" : ` + ${j}u`;
   const within = s.op.contig === "k"
     ? `${rr} * ${s.stride}u + ${k}${plus}`
     : `${k} * ${s.stride}u + ${rr}${plus}`;
-  if (s.flat) return `[${copy === 0 ? within : `${copy * s.subElems}u + ${within}`}]`;
-  const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
+  if (s.flat) return `[${copy === 0 ? within : `${copyTimes(copy, s.subElems)} + ${within}`}]`;
+  const outer = copy === 0 ? sub : `${copyTimes(copy, s.subs)} + ${sub}`;
   return `[${outer}][${within}]`;
 }
 
@@ -128,7 +138,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const alongK = s.op.contig === "k";
   const ty = tcStorageType(s.op);
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
+  const out: StageLoads & { stashes: ((copy: StageCopy) => string)[] } = {
     decls: [],
     fetch: [],
     stash: (copy) => out.stashes.map((f) => f(copy)),
@@ -151,7 +161,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
         `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
     );
     // staging place of the vector's j-th value (in copy `copy`)
-    const at = (copy: number, j: number) => _el(s, copy, "vr", "vk", j);
+    const at = (copy: StageCopy, j: number) => _el(s, copy, "vr", "vk", j);
     out.stashes.push((copy) => {
       const lines: string[] = [];
       if (direct) {
@@ -185,7 +195,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const t = o.tile, count = s.rows * t.bk;
   const alongK = s.op.contig === "k";
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
+  const out: StageLoads & { stashes: ((copy: StageCopy) => string)[] } = {
     decls: [],
     fetch: [],
     stash: (copy) => out.stashes.map((f) => f(copy)),
@@ -264,7 +274,7 @@ function _wordLoads(o: TcMainloopOptions, s: StageSide, threads: number): StageL
         : `let ${p}wr${lc} = ${w} * 2u; let ${p}wk${lc} = ${u};`,
     );
   }
-  const stashes: ((copy: number) => string)[] = [];
+  const stashes: ((copy: StageCopy) => string)[] = [];
   const out: StageLoads = {
     decls,
     fetch: [],
@@ -289,9 +299,9 @@ function _wordLoads(o: TcMainloopOptions, s: StageSide, threads: number): StageL
     out.decls.push(`var ${reg}: u32;`);
     out.fetch.push(
       `${reg} = 0u; if (${guard}) { ${pos} let r = ${s.first} + vr; let k = KB + vk; ` +
-        `if (r < ${s.extent} && k < KE) { let e = ${start}; ${reg} = ${s.buf}[e / 8u][(e / 2u) % 4u]; } }`,
+        `if (r < ${s.extent} && k < KE) { let ew = ${start}; ${reg} = ${s.buf}[ew / 8u][(ew / 2u) % 4u]; } }`,
     );
-    const at = (copy: number, j: number) => _el(s, copy, "vr", "vk", j);
+    const at = (copy: StageCopy, j: number) => _el(s, copy, "vr", "vk", j);
     stashes.push((copy) => {
       let line: string;
       if (direct) {

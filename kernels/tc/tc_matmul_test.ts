@@ -134,6 +134,35 @@ Deno.test(
   },
 );
 
+Deno.test(
+  "tc matmul (emulated): the parity loop, sub-arrays and flat staging",
+  EMULATE,
+  async () => {
+    const ec = { aDtype: "bf16", bDtype: "bf16", aTrans: false, bTrans: false } as const;
+    const par = { ...T_2X1, dbuf: true, parity: true };
+    // an odd count of K-steps (5) and an even one (2), words or vectors
+    await check(ctx0, { kernel: { ...ec, tile: par }, m: 70, n: 45, k: 72, seed: 10 }, [
+      true,
+      true,
+    ]);
+    await check(ctx0, {
+      kernel: { ...ec, tile: { ...par, words: true } },
+      m: 35,
+      n: 61,
+      k: 32,
+      seed: 11,
+    });
+    const gc = { aDtype: "f32", bDtype: "bf16", aTrans: false, bTrans: true, split: true } as const;
+    await check(ctx0, {
+      kernel: { ...gc, tile: { ...T_1X2, parity: true } },
+      m: 43,
+      n: 80,
+      k: 88,
+      seed: 12,
+    });
+  },
+);
+
 Deno.test("tc word loads: the row step puts a warp's 32 words on 32 banks", () => {
   for (const [bk, subRows] of [[16, 64], [32, 64], [32, 32], [64, 64], [16, 16]]) {
     const line = bk / 2, stride = (bk + 8) / 2, step = wordRowStep(line, stride, subRows);

@@ -44,6 +44,12 @@ export interface TcTile {
    * instruction four-way conflicted, since all its lanes' addresses agree modulo 16 bytes.
    */
   words?: boolean;
+  /**
+   * With `dbuf`: one K-step a loop iteration, its staging copy chosen by the step's parity (a
+   * run-time sub-array index), instead of two steps unrolled over constant copies: half the
+   * loop's code.
+   */
+  parity?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -94,6 +100,7 @@ export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 3
 export function validateTcTile(t: TcTile): void {
   const mma = tileMma(t);
   const ok = [t.sgRows, t.sgCols, t.mt, t.nt, t.bk].every((x) => Number.isInteger(x) && x >= 1) &&
+    (!t.parity || t.dbuf === true) &&
     t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0;
   if (!ok) throw new RangeError(`unsupported tensor-core tile ${JSON.stringify(t)}`);
 }
@@ -102,7 +109,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.words ? " words" : ""}`;
+  }${t.parity ? " parity" : ""}${t.words ? " words" : ""}`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -195,6 +202,10 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128x256_k16_w: { ...TC_TILE_128X256_K16, words: true },
   t128_k32_db_w: { ...TC_TILE_128, words: true },
   t128x256_k16_db_w: { ...TC_TILE_128X256, words: true },
+  t128_k32_par: { ...TC_TILE_128, parity: true },
+  t128_k16_par: { ...TC_TILE_128, bk: 16, parity: true },
+  t128x256_k16_par: { ...TC_TILE_128X256, parity: true },
+  t128_k32_par_w: { ...TC_TILE_128, parity: true, words: true },
 };
 
 /**
