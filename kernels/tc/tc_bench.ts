@@ -117,9 +117,6 @@ export async function tcProductRecorder(
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean }> = {
   f128x256_k32: TC_FORWARD_TILE,
   f128x256_k32_map: { ...TC_FORWARD_TILE, tileMax: true },
-  f128x256_k32_w: { ...TC_FORWARD_TILE, words: true },
-  f128x256_k32_map_w: { ...TC_FORWARD_TILE, words: true, tileMax: true },
-  f128_k32_par: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true, parity: true },
   f128x256_k16: { ...TC_FORWARD_TILE, bk: 16 },
   f128x256_k16_map: { ...TC_FORWARD_TILE, bk: 16, tileMax: true },
   f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },

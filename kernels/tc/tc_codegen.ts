@@ -26,7 +26,7 @@
  * @module
  */
 import { vecWidth } from "../wgsl_common.ts";
-import { copyTimes, type StageCopy, stageLoads, type StageSide } from "./tc_loads.ts";
+import { stageLoads, type StageSide } from "./tc_loads.ts";
 import { emulationDecls, emuName, emuSlot, type TcMode } from "./tc_mma.ts";
 import {
   STAGE_PAD,
@@ -219,7 +219,7 @@ export function tcSubgroupCoords(t: TcTile, prefix = ""): string {
 function _matrixAt(
   t: TcTile,
   s: StageSide,
-  copy: StageCopy,
+  copy: number,
   kk: number,
   idx: number,
 ): { at: string; sub: string; off: string; layout: "row_major" | "col_major" } {
@@ -235,18 +235,15 @@ function _matrixAt(
     // one array a copy: the offset starts at the subgroup's first row (sr or sc)
     const first = s.name === "A" ? `${s.prefix}sr` : `${s.prefix}sc`;
     const at = alongK ? `${first} * ${s.stride}u` : first;
-    const base = typeof copy === "number"
-      ? `${copy * s.subElems + c}u`
-      : `${copyTimes(copy, s.subElems)} + ${c}u`;
-    return { at: "", sub: "0u", off: `${at} + ${base}`, layout };
+    return { at: "", sub: "0u", off: `${at} + ${copy * s.subElems + c}u`, layout };
   }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
-  const sub = copy === 0 ? s.subOf : `${copyTimes(copy, s.subs)} + ${s.subOf}`;
+  const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
   return { at: `[${sub}]`, sub, off: `${c}u`, layout };
 }
 
 /** The arithmetic of one K-step from staging copy `copy`. */
-function _compute(o: TcMainloopOptions, sides: StageSide[], copy: StageCopy): string[] {
+function _compute(o: TcMainloopOptions, sides: StageSide[], copy: number): string[] {
   const t = o.tile, mma = tileMma(t), p = o.prefix ?? "";
   const [A, B] = sides;
   const left = `subgroup_matrix_left<f16, ${mma.k}, ${mma.m}>`;
@@ -256,7 +253,7 @@ function _compute(o: TcMainloopOptions, sides: StageSide[], copy: StageCopy): st
   const slices = o.diag === "copy-only" ? 1 : t.bk / mma.k;
   const mt = o.diag === "copy-only" ? 1 : t.mt, nt = o.diag === "copy-only" ? 1 : t.nt;
   for (let kk = 0; kk < slices; kk++) {
-    const tag = `${typeof copy === "number" ? copy : "p"}_${kk}`;
+    const tag = `${copy}_${kk}`;
     const bs = [...Array(nt).keys()].map((j) => _matrixAt(t, B, copy, kk, j));
     if (!emu) {
       bs.forEach((m, j) =>
@@ -342,11 +339,11 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
     `{ let KB = ${kb}; let KE = ${o.K};\n    ${
       loads.flatMap((l) => l.fetch).join("\n    ")
     }\n    }`;
-  const stash = (copy: StageCopy) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
-  const compute = (copy: StageCopy) => _compute(o, sides, copy).join("\n    ");
+  const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
+  const compute = (copy: number) => _compute(o, sides, copy).join("\n    ");
   const mmaOnly = o.diag === "mma-only";
   const loopFetch = (kb: string) => mmaOnly ? "" : fetch(kb);
-  const loopStash = (copy: StageCopy) => mmaOnly ? "" : stash(copy);
+  const loopStash = (copy: number) => mmaOnly ? "" : stash(copy);
   const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
   if (!t.dbuf) {
     return `${accs.join(" ")}
@@ -359,26 +356,6 @@ ${decls}
     workgroupBarrier();
     ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
     ${compute(0)}
-    workgroupBarrier();
-  }
-}`;
-  }
-  if (t.parity) {
-    // one K-step an iteration: step kt+1 stashed into the copy step kt does not read
-    return `${accs.join(" ")}
-${decls}
-{
-  ${kTiles}
-  ${fetch("0u")}
-  ${stash(0)}
-  ${mmaOnly ? stash(1) : ""}
-  workgroupBarrier();
-  ${loopFetch(`${t.bk}u`)}
-  for (var kt = 0u; kt < k_tiles; kt++) {
-    let cur = kt & 1u;
-    ${loopStash("cur ^ 1u")}
-    ${loopFetch(`(kt + 2u) * ${t.bk}u`)}
-    ${compute("cur")}
     workgroupBarrier();
   }
 }`;

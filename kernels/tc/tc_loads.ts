@@ -1,11 +1,9 @@
 /**
  * The tensor-core main loop's global loads and their staging (kernels/tc/tc_codegen.ts): for each
  * operand, the registers a thread loads a K-step ahead, the loads, and the stores of those
- * registers into the staging arrays as f16. Three kinds:
+ * registers into the staging arrays as f16. Two kinds:
  *
  * - vector loads: 16 bytes a lane (8 bf16/f16 or 4 f32 values) along the contiguous index;
- * - word loads (16-bit operands, `TcTile.words`): 4 bytes (two values) a lane, the lanes of
- *   a warp laid over the staging so that every f16 store of the warp hits 32 different banks;
  * - scalar loads: one element a load, where the caller promises no alignment.
  * @module
  */
@@ -13,16 +11,6 @@ import { loadF32, vecWidth, wgslStorageType } from "../wgsl_common.ts";
 import type { TcDtype, TcMainloopOptions, TcOperand } from "./tc_codegen.ts";
 
 const COMP = ["x", "y", "z", "w"];
-
-/**
- * A staging copy: its number, or a WGSL u32 expression of it (the parity loop's, `TcTile.parity`).
- */
-export type StageCopy = number | string;
-
-/** The u32 expression copy·n (copy a number or an expression). */
-export function copyTimes(copy: StageCopy, n: number): string {
-  return typeof copy === "number" ? `${copy * n}u` : `(${copy}) * ${n}u`;
-}
 
 /** WGSL storage element type of an operand's binding. */
 export function tcStorageType(op: TcOperand): string {
@@ -68,7 +56,7 @@ export interface StageSide {
 export interface StageLoads {
   decls: string[];
   fetch: string[];
-  stash: (copy: StageCopy) => string[];
+  stash: (copy: number) => string[];
 }
 
 /**
@@ -120,15 +108,15 @@ function _pairs(reg: string, dtype: TcDtype): string[] {
  * the contiguous index (a vector's j-th value): row r lies in sub-array r / subRows (see
  * StageSide.subs).
  */
-function _el(s: StageSide, copy: StageCopy, r: string, k: string, j?: number): string {
+function _el(s: StageSide, copy: number, r: string, k: string, j?: number): string {
   const one = s.subs === 1;
   const sub = one ? "0u" : `${r} / ${s.subRows}u`, rr = one ? r : `(${r} % ${s.subRows}u)`;
   const plus = j === undefined ? "" : ` + ${j}u`;
   const within = s.op.contig === "k"
     ? `${rr} * ${s.stride}u + ${k}${plus}`
     : `${k} * ${s.stride}u + ${rr}${plus}`;
-  if (s.flat) return `[${copy === 0 ? within : `${copyTimes(copy, s.subElems)} + ${within}`}]`;
-  const outer = copy === 0 ? sub : `${copyTimes(copy, s.subs)} + ${sub}`;
+  if (s.flat) return `[${copy === 0 ? within : `${copy * s.subElems}u + ${within}`}]`;
+  const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
   return `[${outer}][${within}]`;
 }
 
@@ -138,7 +126,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const alongK = s.op.contig === "k";
   const ty = tcStorageType(s.op);
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: StageCopy) => string)[] } = {
+  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
     decls: [],
     fetch: [],
     stash: (copy) => out.stashes.map((f) => f(copy)),
@@ -161,7 +149,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
         `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
     );
     // staging place of the vector's j-th value (in copy `copy`)
-    const at = (copy: StageCopy, j: number) => _el(s, copy, "vr", "vk", j);
+    const at = (copy: number, j: number) => _el(s, copy, "vr", "vk", j);
     out.stashes.push((copy) => {
       const lines: string[] = [];
       if (direct) {
@@ -195,7 +183,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const t = o.tile, count = s.rows * t.bk;
   const alongK = s.op.contig === "k";
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: StageCopy) => string)[] } = {
+  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
     decls: [],
     fetch: [],
     stash: (copy) => out.stashes.map((f) => f(copy)),
@@ -231,102 +219,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   return out;
 }
 
-/**
- * The row step of the word loads' lane layout for a k-contiguous operand: a warp's store covers
- * R = 32 / W staged rows of W words (W = bk / 2), and its lanes take rows 0, δ, 2δ, … of a block
- * of R·δ rows (the block's other rows go to the next δ − 1 warps), with δ the smallest step for
- * which those R rows start in different groups of W banks: then the warp's 32 words fall on 32
- * banks. 1 where no step does or the block would straddle a sub-array (stores conflict, results
- * unchanged).
- */
-export function wordRowStep(wordsPerRow: number, strideWords: number, subRows: number): number {
-  if (32 % wordsPerRow !== 0) return 1;
-  const rows = 32 / wordsPerRow;
-  for (let d = 1; rows * d <= subRows; d++) {
-    if (subRows % (rows * d) !== 0) continue;
-    const starts = [...Array(rows).keys()].map((j) => (j * d * strideWords) % 32);
-    if (new Set(starts).size === rows && starts.every((b) => b % wordsPerRow === 0)) return d;
-  }
-  return 1;
-}
-
-/**
- * Word loads (16-bit operands): ⌈words / threads⌉ 4-byte registers per thread and K-step, each
- * two consecutive values along the contiguous index, read from the operand's 16-byte-vector
- * binding by component. Along k the lanes follow {@link wordRowStep}; along the rows a warp's 32
- * words are 64 consecutive rows of one k. Where the threads cover whole blocks a thread's rows
- * (or k) are its first plus constants, computed once.
- */
-function _wordLoads(o: TcMainloopOptions, s: StageSide, threads: number): StageLoads {
-  const t = o.tile, count = (s.rows * t.bk) / 2, alongK = s.op.contig === "k";
-  const lc = s.name.toLowerCase(), p = s.prefix;
-  // words a line: a staged row (along k) or a k of the tile's rows (along the rows)
-  const line = alongK ? t.bk / 2 : s.rows / 2;
-  const step = alongK ? wordRowStep(line, s.stride / 2, s.subRows) : 1;
-  const lineRows = alongK && 32 % line === 0 ? 32 / line : 1, block = lineRows * step;
-  const fast = threads % line === 0 && (threads / line) % block === 0;
-  const decls: string[] = [];
-  if (fast) {
-    const u = `(lid / ${line}u)`, w = `(lid % ${line}u)`;
-    decls.push(
-      alongK
-        ? `let ${p}wr${lc} = (${u} / ${block}u) * ${block}u + ((${u} % ${block}u) % ${lineRows}u) * ${step}u + (${u} % ${block}u) / ${lineRows}u; let ${p}wk${lc} = ${w} * 2u;`
-        : `let ${p}wr${lc} = ${w} * 2u; let ${p}wk${lc} = ${u};`,
-    );
-  }
-  const stashes: ((copy: StageCopy) => string)[] = [];
-  const out: StageLoads = {
-    decls,
-    fetch: [],
-    stash: (copy) => stashes.map((f) => f(copy)),
-  };
-  const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
-  for (let i = 0; i * threads < count; i++) {
-    const reg = `${p}rw${lc}${i}`;
-    const idx = `(lid + ${i * threads}u)`;
-    const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
-    const c = (i * threads) / line;
-    const pos = fast
-      ? (alongK
-        ? `let vr = ${p}wr${lc} + ${c}u; let vk = ${p}wk${lc};`
-        : `let vr = ${p}wr${lc}; let vk = ${p}wk${lc} + ${c}u;`)
-      : (alongK
-        ? `let vr = ${idx} / ${line}u; let vk = (${idx} % ${line}u) * 2u;`
-        : `let vr = (${idx} % ${line}u) * 2u; let vk = ${idx} / ${line}u;`);
-    const start = alongK
-      ? (s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`)
-      : `${s.off} + r + k * ${s.ld}`;
-    out.decls.push(`var ${reg}: u32;`);
-    out.fetch.push(
-      `${reg} = 0u; if (${guard}) { ${pos} let r = ${s.first} + vr; let k = KB + vk; ` +
-        `if (r < ${s.extent} && k < KE) { let ew = ${start}; ${reg} = ${s.buf}[ew / 8u][(ew / 2u) % 4u]; } }`,
-    );
-    const at = (copy: StageCopy, j: number) => _el(s, copy, "vr", "vk", j);
-    stashes.push((copy) => {
-      let line: string;
-      if (direct) {
-        // a bitcast natively; naga (the emulation under Deno's WebGPU) has no f16 bitcast
-        const pair = o.mode === "emulated"
-          ? `vec2<f16>(unpack2x16float(${reg}))`
-          : `bitcast<vec2<f16>>(${reg})`;
-        line = `let d = ${pair}; ${s.arr}${at(copy, 0)} = d.x; ${s.arr}${at(copy, 1)} = d.y;`;
-      } else {
-        const x = s.op.dtype === "f16"
-          ? `unpack2x16float(${reg})`
-          : `vec2<f32>(bitcast<f32>(${reg} << 16u), bitcast<f32>(${reg} & 0xffff0000u))`;
-        line = _storePair(s, s.scale ? `(${x} * ${s.scale})` : x, at(copy, 0), at(copy, 1), "0");
-      }
-      return `if (${guard}) { ${pos} ${line} }`;
-    });
-  }
-  return out;
-}
-
-/**
- * One side's loads: word loads for a 16-bit operand with vector loads on a tile with
- * `TcTile.words`, else vector loads where the operand has them, else scalar loads.
- */
+/** One side's loads: vector loads where the operand has them, else scalar loads. */
 export function stageLoads(o: TcMainloopOptions, s: StageSide, threads: number): StageLoads {
-  if (s.op.vec && o.tile.words && s.op.dtype !== "f32") return _wordLoads(o, s, threads);
   return s.op.vec ? _vectorLoads(o, s, threads) : _scalarLoads(o, s, threads);
 }

@@ -13,7 +13,6 @@ import { TC_BENCH_TILES, tcTileName, tileSubgroups, validateTcTile } from "./tc_
 import { tcSharedBytes } from "./tc_codegen.ts";
 import type { TcMatmulKernel } from "./tc_matmul.ts";
 import type { TcTile } from "./tc_tiles.ts";
-import { wordRowStep } from "./tc_loads.ts";
 
 const ctx0 = await testContext();
 const EMULATE = { ...GPU_TEST, ignore: ctx0.engine !== "deno" };
@@ -94,86 +93,4 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
     true,
     false,
   ]);
-});
-
-Deno.test(
-  "tc matmul (emulated): word loads in both layouts, bf16 and f16, odd shapes",
-  EMULATE,
-  async () => {
-    const words = { ...T_2X1, words: true };
-    const ec = { aDtype: "bf16", bDtype: "bf16", aTrans: false, bTrans: false } as const;
-    // rows of lanes a row step apart (k-contiguous), and K-step 48 (no step: a lane's index each load)
-    await check(ctx0, { kernel: { ...ec, tile: words }, m: 70, n: 45, k: 40, seed: 6 }, [
-      true,
-      true,
-    ]);
-    await check(ctx0, {
-      kernel: { ...ec, tile: { ...words, bk: 48 } },
-      m: 33,
-      n: 50,
-      k: 104,
-      seed: 7,
-    }, [
-      true,
-      true,
-    ]);
-    // f16 straight from its bits, and B held transposed (words along its rows) with A split
-    const f16 = { aDtype: "f16", bDtype: "f16", aTrans: false, bTrans: false } as const;
-    await check(ctx0, { kernel: { ...f16, tile: words }, m: 41, n: 66, k: 56, sb: 1e-3, seed: 8 });
-    const gc = { aDtype: "f32", bDtype: "bf16", aTrans: false, bTrans: true, split: true } as const;
-    await check(ctx0, {
-      kernel: { ...gc, tile: { ...T_1X2, words: true } },
-      m: 43,
-      n: 80,
-      k: 72,
-      seed: 9,
-    }, [
-      true,
-      true,
-    ]);
-  },
-);
-
-Deno.test(
-  "tc matmul (emulated): the parity loop, sub-arrays and flat staging",
-  EMULATE,
-  async () => {
-    const ec = { aDtype: "bf16", bDtype: "bf16", aTrans: false, bTrans: false } as const;
-    const par = { ...T_2X1, dbuf: true, parity: true };
-    // an odd count of K-steps (5) and an even one (2), words or vectors
-    await check(ctx0, { kernel: { ...ec, tile: par }, m: 70, n: 45, k: 72, seed: 10 }, [
-      true,
-      true,
-    ]);
-    await check(ctx0, {
-      kernel: { ...ec, tile: { ...par, words: true } },
-      m: 35,
-      n: 61,
-      k: 32,
-      seed: 11,
-    });
-    const gc = { aDtype: "f32", bDtype: "bf16", aTrans: false, bTrans: true, split: true } as const;
-    await check(ctx0, {
-      kernel: { ...gc, tile: { ...T_1X2, parity: true } },
-      m: 43,
-      n: 80,
-      k: 88,
-      seed: 12,
-    });
-  },
-);
-
-Deno.test("tc word loads: the row step puts a warp's 32 words on 32 banks", () => {
-  for (const [bk, subRows] of [[16, 64], [32, 64], [32, 32], [64, 64], [16, 16]]) {
-    const line = bk / 2, stride = (bk + 8) / 2, step = wordRowStep(line, stride, subRows);
-    const rows = 32 / line;
-    assert.equal(subRows % (rows * step), 0, `bk ${bk}: the block straddles a sub-array`);
-    const banks = new Set<number>();
-    for (let lane = 0; lane < 32; lane++) {
-      const row = Math.floor(lane / line) * step, w = lane % line;
-      banks.add((row * stride + w) % 32);
-    }
-    assert.equal(banks.size, 32, `bk ${bk}, ${subRows} rows a sub-array: step ${step}`);
-  }
-  assert.equal(wordRowStep(24, 28, 64), 1);
 });

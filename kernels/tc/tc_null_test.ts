@@ -79,24 +79,6 @@ function smallFamilies(): CatalogKernel[] {
       }
     }
   }
-  // word loads along k and along the rows (16-bit operands with vector loads)
-  for (const [aTrans, bTrans] of [[false, false], [false, true], [true, true]]) {
-    const ko: TcMatmulKernelOptions = {
-      tile: { ...SMALL, words: true },
-      sgSize: 32,
-      a: { dtype: "f16", contig: aTrans ? "mn" : "k", vec: true },
-      b: { dtype: "bf16", contig: bTrans ? "mn" : "k", vec: true },
-      scaleA: true,
-      scaleB: false,
-      straight: true,
-    };
-    out.push({
-      name: `matmul words ${aTrans}${bTrans}`,
-      code: tcMatmulWgsl(ko),
-      sig: tcMatmulSignature(ko),
-      matrices: ["outp", "part"],
-    });
-  }
   for (const tileMax of [false, true]) {
     const fo = {
       tile: SMALL,

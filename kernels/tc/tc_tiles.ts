@@ -37,19 +37,6 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
-  /**
-   * 16-bit operands with vector loads ({@link TcOperand.vec}) loaded 4 bytes (two values) a lane
-   * instead of 16, the lanes of a warp laid over the staging so that each of its f16 stores hits
-   * 32 different banks (kernels/tc/tc_codegen.ts): a 16-byte vector a lane makes every store
-   * instruction four-way conflicted, since all its lanes' addresses agree modulo 16 bytes.
-   */
-  words?: boolean;
-  /**
-   * With `dbuf`: one K-step a loop iteration, its staging copy chosen by the step's parity (a
-   * run-time sub-array index), instead of two steps unrolled over constant copies: half the
-   * loop's code.
-   */
-  parity?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -100,7 +87,6 @@ export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 3
 export function validateTcTile(t: TcTile): void {
   const mma = tileMma(t);
   const ok = [t.sgRows, t.sgCols, t.mt, t.nt, t.bk].every((x) => Number.isInteger(x) && x >= 1) &&
-    (!t.parity || t.dbuf === true) &&
     t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0;
   if (!ok) throw new RangeError(`unsupported tensor-core tile ${JSON.stringify(t)}`);
 }
@@ -109,7 +95,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.parity ? " parity" : ""}${t.words ? " words" : ""}`;
+  }`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -196,16 +182,6 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
-  t128_k32_w: { ...TC_TILE_128, dbuf: false, words: true },
-  t128_k16_w: { ...TC_TILE_128, bk: 16, dbuf: false, words: true },
-  t128x256_k32_w: { ...TC_TILE_128X256_K32, words: true },
-  t128x256_k16_w: { ...TC_TILE_128X256_K16, words: true },
-  t128_k32_db_w: { ...TC_TILE_128, words: true },
-  t128x256_k16_db_w: { ...TC_TILE_128X256, words: true },
-  t128_k32_par: { ...TC_TILE_128, parity: true },
-  t128_k16_par: { ...TC_TILE_128, bk: 16, parity: true },
-  t128x256_k16_par: { ...TC_TILE_128X256, parity: true },
-  t128_k32_par_w: { ...TC_TILE_128, parity: true, words: true },
 };
 
 /**
