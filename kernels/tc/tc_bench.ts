@@ -117,9 +117,6 @@ export async function tcProductRecorder(
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean }> = {
   f128x256_k32: TC_FORWARD_TILE,
   f128x256_k32_map: { ...TC_FORWARD_TILE, tileMax: true },
-  f128x256_k32_fb: { ...TC_FORWARD_TILE, fetchAt: "before-barrier" },
-  f128x256_k32_fm: { ...TC_FORWARD_TILE, fetchAt: "mid" },
-  f128x256_k32_fm_map: { ...TC_FORWARD_TILE, fetchAt: "mid", tileMax: true },
   f128x256_k16: { ...TC_FORWARD_TILE, bk: 16 },
   f128x256_k16_map: { ...TC_FORWARD_TILE, bk: 16, tileMax: true },
   f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },

@@ -243,12 +243,7 @@ function _matrixAt(
 }
 
 /** The arithmetic of one K-step from staging copy `copy`. */
-function _compute(
-  o: TcMainloopOptions,
-  sides: StageSide[],
-  copy: number,
-  part?: "first" | "rest",
-): string[] {
+function _compute(o: TcMainloopOptions, sides: StageSide[], copy: number): string[] {
   const t = o.tile, mma = tileMma(t), p = o.prefix ?? "";
   const [A, B] = sides;
   const left = `subgroup_matrix_left<f16, ${mma.k}, ${mma.m}>`;
@@ -257,8 +252,7 @@ function _compute(
   const out: string[] = [];
   const slices = o.diag === "copy-only" ? 1 : t.bk / mma.k;
   const mt = o.diag === "copy-only" ? 1 : t.mt, nt = o.diag === "copy-only" ? 1 : t.nt;
-  const [k0, k1] = part === "first" ? [0, 1] : part === "rest" ? [1, slices] : [0, slices];
-  for (let kk = k0; kk < k1; kk++) {
+  for (let kk = 0; kk < slices; kk++) {
     const tag = `${copy}_${kk}`;
     const bs = [...Array(nt).keys()].map((j) => _matrixAt(t, B, copy, kk, j));
     if (!emu) {
@@ -352,8 +346,6 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const loopStash = (copy: number) => mmaOnly ? "" : stash(copy);
   const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
   if (!t.dbuf) {
-    const next = loopFetch(`(kt + 1u) * ${t.bk}u`);
-    const part = (w: "first" | "rest") => _compute(o, sides, 0, w).join("\n    ");
     return `${accs.join(" ")}
 ${decls}
 {
@@ -361,10 +353,9 @@ ${decls}
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
     ${kt0Stash(mmaOnly, stash(0), loopStash(0))}
-    ${t.fetchAt === "before-barrier" ? next : ""}
     workgroupBarrier();
-    ${t.fetchAt === undefined ? next : ""}
-    ${t.fetchAt === "mid" ? `${part("first")}\n    ${next}\n    ${part("rest")}` : compute(0)}
+    ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
+    ${compute(0)}
     workgroupBarrier();
   }
 }`;

@@ -37,12 +37,6 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
-  /**
-   * One copy only, an experiment of the bench: where the next K-step's global loads are issued,
-   * before the barrier that follows the stash, or after the first MMA k-slice (default: right
-   * after that barrier).
-   */
-  fetchAt?: "before-barrier" | "mid";
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -101,7 +95,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.fetchAt ? ` fetch ${t.fetchAt}` : ""}`;
+  }`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -188,11 +182,6 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
-  t128_k48: { ...TC_TILE_128, bk: 48, dbuf: false },
-  t128_k32_fb: { ...TC_TILE_128, dbuf: false, fetchAt: "before-barrier" },
-  t128_k32_fm: { ...TC_TILE_128, dbuf: false, fetchAt: "mid" },
-  t128x256_k32_fb: { ...TC_TILE_128X256_K32, fetchAt: "before-barrier" },
-  t128x256_k32_fm: { ...TC_TILE_128X256_K32, fetchAt: "mid" },
 };
 
 /**
