@@ -314,3 +314,53 @@ export async function prepareDCSplit(
     },
   };
 }
+
+/**
+ * The dC pass's split slot (kernels/fused/kept_tiles.ts, with VT vocabulary entries a tile): slot
+ * ot's tile (rank r: S_r ≤ ot < S_{r+1}), segment, output tile and kept-tile range, and the kept
+ * token tiles before this dispatch's token segment; the walk ends at the first slot past the
+ * segments (an empty tile's).
+ */
+export function splitSlotWgsl(VT: number): string {
+  return `if (lid == 0u) {
+      let tiles = (P.vE - P.vS + ${VT - 1}u) / ${VT}u;
+      let sr = 2u * P.vTotal + P.vBase;
+      var lo = 0u;
+      var hi = tiles;
+      loop {
+        if (hi - lo <= 1u) { break; }
+        let mid = (lo + hi) / 2u;
+        if (order[sr + mid] <= ot) { lo = mid; } else { hi = mid; }
+      }
+      let own = order[P.vBase + lo];
+      var c = order[P.vTotal + P.vBase + own];
+      let sg = ot - order[sr + lo];
+      var m = 1u;
+      if (lo + 1u < tiles) { m = order[sr + lo + 1u] - order[sr + lo]; }
+      if (sg >= m) { c = 0u; }
+      var out = own;
+      var k0 = 0u;
+      if (c > 0u) {
+        if (sg > 0u) {
+          out = order[P.vBase + firstEmpty(P.vTotal, P.vBase, tiles) + order[sr + lo] - lo + sg - 1u];
+        }
+        for (var t = 0u; t < P.tBase; t++) {
+          let i = t * P.vTotal + P.vBase + own;
+          k0 += (mask[i >> 5u] >> (i & 31u)) & 1u;
+        }
+      }
+      s_own = vec4<u32>(own, c, out, sg);
+      s_seg = vec4<u32>(sg * c / m, (sg + 1u) * c / m, k0, 0u);
+    }
+    let sl = workgroupUniformLoad(&s_own);
+    if (sl.y == 0u) { break; }
+    let sr_ = workgroupUniformLoad(&s_seg);
+    workgroupBarrier(); // s_own and s_seg are rewritten by the next slot
+    let vt = sl.x;
+    let v0 = P.vS + vt * ${VT}u;
+    let o0 = P.vS + sl.z * ${VT}u;
+    let part = sl.w > 0u;
+    let klo = sr_.x;
+    let khi = sr_.y;
+    var kk = sr_.z;`;
+}
