@@ -190,9 +190,8 @@ interface _Side {
   off: string;
   sRow: string;
   sK: string;
-  /** Workgroup array, its first vec4 (`${n}u + ` or empty) and its row length in vec4s. */
+  /** Workgroup array and its row length in vec4s. */
   arr: string;
-  base: string;
   stride: number;
   /** Name of the row variable in the load's scope (`m` for A, `n` for B: offsets may use it). */
   rv: string;
@@ -234,9 +233,6 @@ export function mainloopParts(o: MainloopOptions, declare: boolean): MainloopPar
   const t = o.tile;
   const sides = _sides(o);
   _checkVectorSides(t, sides);
-  if (o.staging && (t.stage2d || t.threadMajor || t.kSplit !== undefined)) {
-    throw new RangeError("gemm codegen: a caller's staging array needs the flat staging");
-  }
   const threads = tileThreads(t);
   const loads = [
     ...sides.filter((sd) => sd.spec.vec !== true).map((sd) => _scalarLoads(o, sd, threads)),
@@ -287,8 +283,7 @@ function _sides(o: MainloopOptions): _Side[] {
       off: o.aOff,
       sRow: o.sAm,
       sK: o.sAk,
-      arr: o.staging?.arr ?? `${p}As`,
-      base: "",
+      arr: `${p}As`,
       stride: t.bm / 4 + 1,
       rv: "m",
       prefix: p,
@@ -303,8 +298,7 @@ function _sides(o: MainloopOptions): _Side[] {
       off: o.bOff,
       sRow: o.sBn,
       sK: o.sBk,
-      arr: o.staging?.arr ?? `${p}Bs`,
-      base: o.staging ? `${o.staging.bBase}u + ` : "",
+      arr: `${p}Bs`,
       stride: t.bn / 4 + 1,
       rv: "n",
       prefix: p,
@@ -344,9 +338,7 @@ function _at(t: GemmTile, sd: _Side, k: _KRow, col: string, copy: number): strin
     const d = _sideDims(t, sd);
     return _laneAt(sd, d, `(${col}) % ${d.lanes}u`, kk, `(${col}) / ${d.lanes}u`);
   }
-  return t.stage2d
-    ? `${sd.arr}[${kk}][${col}]`
-    : `${sd.arr}[${sd.base}(${kk}) * ${sd.stride}u + (${col})]`;
+  return t.stage2d ? `${sd.arr}[${kk}][${col}]` : `${sd.arr}[(${kk}) * ${sd.stride}u + (${col})]`;
 }
 
 /**

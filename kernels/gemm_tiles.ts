@@ -103,12 +103,6 @@ export interface MainloopOptions {
   sBk: string;
   /** Prefix for the workgroup arrays (so two products can live in one shader). */
   prefix?: string;
-  /**
-   * The flat staging in one workgroup array of vec4 (the caller's): A from its start, B from vec4
-   * `bBase`, so that a pass may lay other data over it between products. Flat staging only (no
-   * stage2d, thread-major or kSplit layouts).
-   */
-  staging?: { arr: string; bBase: number };
 }
 
 /**

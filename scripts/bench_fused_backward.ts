@@ -126,7 +126,7 @@ async function main() {
       throw new InputError(
         `--configs: unknown config '${n}' (${
           Object.keys(BENCH_CONFIGS).join(", ")
-        }, s<S>r<R>, g<BN>k<BK>t<TM>x<TN>…, bt<TPT>x<VPT>k<BK>w<W>[-kgwide], dck<BK>)`,
+        }, s<S>r<R>, g<BN>k<BK>t<TM>x<TN>…, bt<TPT>x<VPT>k<BK>w<W>[-kgwide])`,
       );
     }
   }

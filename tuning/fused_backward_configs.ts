@@ -25,9 +25,7 @@
  *   `-kgwide` the `kept g` pass keeps the thread shape it has with BACKWARD_TILE_WIDE, so that
  *   only the dC pass (and the per-tile dE pass, unused with the gathered dE) changes
  *   (`bt4x8k16w2-kgwide` is `ours` on the WIDE tile; `bt8x4k16w2` is the WIDE tile before its dC
- *   pass took 4×8, BackwardTile.dCThreads);
- * - any `dck<BK>`: the WIDE tile with the dC pass on K-step BK, its staging and P in one array
- *   (BackwardTile.dCBk).
+ *   pass took 4×8, BackwardTile.dCThreads).
  * @module
  */
 import type { GpuContext } from "../gpu/context.ts";
@@ -117,8 +115,6 @@ export function benchConfig(name: string): ((ctx: GpuContext) => BenchConfig) | 
     const keptTile = { ...backwardGemmTiles(BACKWARD_TILE_WIDE).dE, stage2d: true };
     return () => backward({ tile, dEGather: { keptTile } });
   }
-  const dck = /^dck(\d+)$/.exec(name);
-  if (dck) return () => backward({ tile: { ...BACKWARD_TILE_WIDE, dCBk: Number(dck[1]) } });
   const g = /^g(\d+)k(\d+)t(\d+)x(\d+)([smw]*)(?:-kg([smw]*))?$/.exec(name);
   if (!g) return undefined;
   const [bn, bk, tm, tn] = g.slice(1, 5).map(Number);

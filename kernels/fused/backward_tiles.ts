@@ -31,12 +31,6 @@ export interface BackwardTile {
    * tokensPerThread × vocabPerThread.
    */
   dCThreads?: { vocab: number; tokens: number };
-  /**
-   * The dC pass's K-step where it differs from `bk`, its logits product's staging and P in one
-   * workgroup array (P written after the product, over its staging): the direct gradient
-   * product only (kernels/fused/dc_product.ts), which reads E from storage.
-   */
-  dCBk?: number;
 }
 
 /** 64×64, 256 threads of 4×4, K-step 8 (small shaders): 20.3 KiB of workgroup memory. */
@@ -77,7 +71,7 @@ export function backwardGemmTiles(bt: BackwardTile): { dE: GemmTile; dC: GemmTil
   const c = bt.dCThreads ?? { vocab: bt.vocabPerThread, tokens: bt.tokensPerThread };
   return {
     dE: { bm: bt.tokens, bn: bt.vocab, bk: bt.bk, tm: bt.tokensPerThread, tn: bt.vocabPerThread },
-    dC: { bm: bt.vocab, bn: bt.tokens, bk: bt.dCBk ?? bt.bk, tm: c.vocab, tn: c.tokens },
+    dC: { bm: bt.vocab, bn: bt.tokens, bk: bt.bk, tm: c.vocab, tn: c.tokens },
   };
 }
 
@@ -111,11 +105,8 @@ export function backwardSharedBytes(bt: BackwardTile): number {
   const l = backwardGemmTiles(bt), g = backwardGradTiles(bt);
   return Math.max(
     ...(["dE", "dC"] as const).map((k) => {
-      const st = backwardStaging(l[k], g[k]), ps = bt.tokens * bt.vocab * 4;
-      const main = k === "dC" && bt.dCBk !== undefined
-        ? Math.max((st.a + st.b) * 16, ps)
-        : (st.a + st.b) * 16 + ps;
-      return main + 16 + 8 + bt.vocab * 4;
+      const st = backwardStaging(l[k], g[k]);
+      return (st.a + st.b) * 16 + bt.tokens * bt.vocab * 4 + 16 + 8 + bt.vocab * 4;
     }),
   );
 }

@@ -93,8 +93,6 @@ export interface LogitsMainloopOptions {
   tokenRows: boolean;
   /** E and C bound as 16-byte vectors. */
   vec?: boolean;
-  /** The staging in one caller's array (kernels/gemm_tiles.ts MainloopOptions.staging). */
-  staging?: { arr: string; bBase: number };
 }
 
 /**
@@ -124,6 +122,5 @@ export function logitsMainloop(o: LogitsMainloopOptions, declare = true): string
     bOff: b.off("n"),
     sBn: "0u",
     sBk: "1u",
-    staging: o.staging,
   }, declare);
 }

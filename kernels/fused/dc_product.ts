@@ -34,8 +34,6 @@ export interface DCDirectProductOptions {
   out16: boolean;
   /** dC split: `fresh` (the segment's first update of a borrowed tile) writes instead of adding. */
   split: boolean;
-  /** The workgroup array P is read from (default `Ps`, {@link dCDirectPsDecl}). */
-  ps?: string;
 }
 
 /** Columns of d a chunk of the product covers (8 a thread, bn/tn threads across). */
@@ -52,14 +50,8 @@ export function dCDirectPsDecl(t: GemmTile): string {
 }
 
 /** The epilogue's store of P at (vocabulary row, token) into {@link dCDirectPsDecl}'s array. */
-export function dCDirectPsStore(
-  t: GemmTile,
-  row: string,
-  tok: string,
-  value: string,
-  arr = "Ps",
-): string {
-  return `${arr}[${row} * ${t.bn / 4}u + (${tok}) / 4u][(${tok}) % 4u] = ${value};`;
+export function dCDirectPsStore(t: GemmTile, row: string, tok: string, value: string): string {
+  return `Ps[${row} * ${t.bn / 4}u + (${tok}) / 4u][(${tok}) % 4u] = ${value};`;
 }
 
 /** E's 8 columns col … col + 7 of token row k (zero past the tile or d) into variable `name`. */
@@ -126,7 +118,7 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
   // the thread's vocabulary rows: its logits lanes (their keys name ov_ and ob_)
   const rows = tileLanes(accSlots(t)).rows;
   const qs = rows.flatMap((r) => [`q_${r.key}_0`, `q_${r.key}_1`]);
-  const aLoads = rows.map((r) => `let a_${r.key} = ${o.ps ?? "Ps"}[${r.expr} * ${t.bn / 4}u + g];`);
+  const aLoads = rows.map((r) => `let a_${r.key} = Ps[${r.expr} * ${t.bn / 4}u + g];`);
   const fmas = [0, 1, 2, 3].flatMap((kk) => [
     `{ let lo = ${_half(o, `e${kk}`, 0)}; let hi = ${_half(o, `e${kk}`, 1)};`,
     ...rows.map((r) =>

@@ -12,8 +12,6 @@ import {
 import { BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE, type BackwardTile } from "./backward_tiles.ts";
 import { dCDirectChunk, dCDirectProductWgsl } from "./dc_product.ts";
 import { backwardGemmTiles, backwardSharedBytes } from "./backward_tiles.ts";
-import { tilePassWgsl } from "./kept_tiles.ts";
-import { resolveOptions } from "../../core/options.ts";
 
 Deno.test("dC direct product: chunks of 8 columns a thread, no barrier, P read as vectors", () => {
   const t = backwardGemmTiles(BACKWARD_TILE_WIDE).dC;
@@ -130,104 +128,4 @@ Deno.test({
     }
     console.log(report.join("\n"));
   },
-});
-
-Deno.test({
-  name: "dC pass on its own K-step, P laid over the staging: dC bit for bit the default's",
-  ...GPU_TEST,
-  async fn() {
-    const ctx = await testContext();
-    type Case = GradCase & PeakedCase & { tile: BackwardTile; filter?: false; split?: boolean };
-    const limit = ctx.device.limits.maxComputeWorkgroupStorageSize;
-    const wide = backwardSharedBytes(BACKWARD_TILE_WIDE) <= limit ? BACKWARD_TILE_WIDE : undefined;
-    const small = BACKWARD_TILE_SMALL;
-    const cases: Case[] = [
-      // the filter's walk (its barrier before each kept tile), split walks, dC in 16 bits
-      {
-        tile: { ...(wide ?? small), dCBk: 2 * (wide ?? small).bk },
-        dtype: "bf16",
-        beta: 0.1,
-        d: 40,
-        gradDtype: "input",
-        sort: false,
-        hot: [5, 600],
-        split: true,
-      },
-      // no filter: every tile, a barrier of its own before each; sorted rows, softcap, K-step 32
-      // over d = 34 (a ragged last step)
-      {
-        tile: { ...small, dCBk: 32 },
-        dtype: "bf16",
-        beta: 1,
-        softcap: 30,
-        d: 34,
-        gradDtype: "input",
-        sort: true,
-        hot: [5, 70, 140],
-        filter: false,
-      },
-      {
-        tile: { ...small, dCBk: 16 },
-        dtype: "f32",
-        beta: 0.1,
-        d: 20,
-        gradDtype: "f32",
-        sort: true,
-        hot: [9, 300],
-      },
-    ];
-    for (const [i, cs] of cases.entries()) {
-      const { o, b: caseB } = gradCaseOptions(cs);
-      const x = peakedCaseInputs(cs, { seed: 120 + i, logit: 40, ignoreEvery: 7 });
-      const b = {
-        ...caseB,
-        filterEps: cs.filter === false ? null : caseB.filterEps,
-        dCSplit: cs.split ? { slots: 64, lMin: 1 } : false as const,
-        dCProduct: "direct" as const,
-      };
-      const { dCBk: _, ...plain } = cs.tile;
-      const own = await runBackward(ctx, x, o, cs.dtype, { ...b, tile: cs.tile });
-      const base = await runBackward(ctx, x, o, cs.dtype, { ...b, tile: plain });
-      const tag = JSON.stringify({ ...cs, tile: [cs.tile.tokens, cs.tile.dCBk] });
-      const kept = (own.got.stats.tilesTotal ?? 0) - (own.got.stats.tilesSkipped ?? 0);
-      assert.ok(kept > 0, `${tag}: some tile kept`);
-      if (cs.split) assert.ok((own.got.stats.dCSplits ?? 0) > 0, `${tag}: walks split`);
-      // the logits product sums over d in the same order whatever the K-step
-      assert.deepEqual(own.got.dC, base.got.dC, `${tag}: dC bit for bit the default K-step's`);
-      assert.deepEqual(own.got.dE, base.got.dE, `${tag}: dE untouched`);
-      if (cs.gradDtype === "f32") {
-        assertGrads(`${tag} own K-step`, own.got, own.ref, x.d);
-      } else {
-        assertRounded16(`${tag} own K-step dC`, own.got.dC, own.ref.dC, {
-          roundings: own.bwd.roundings.dC,
-          cols: x.d,
-        });
-      }
-    }
-  },
-});
-
-Deno.test("dC pass on its own K-step: one workgroup array, and only with the direct product", () => {
-  const o = {
-    kind: "dC" as const,
-    tile: { ...BACKWARD_TILE_WIDE, dCBk: 32 },
-    dtype: "bf16" as const,
-    opts: resolveOptions({ beta: 0.1 }),
-    v: 1000,
-    eps: 1e-4,
-    sort: false,
-    vecLoads: true,
-    dCDirect: true,
-  };
-  const w = tilePassWgsl(o);
-  // staging 32 × (64/4 + 1) + 32 × (128/4 + 1) vec4s = 25.6 KiB under P's 2,048 (32 KiB)
-  assert.ok(w.includes("var<workgroup> Ws: array<vec4<f32>, 2048>;"), "one array");
-  assert.ok(!/var<workgroup> (As|Bs|Ps)\b/.test(w), "no other staging");
-  assert.ok(w.includes("Ws[544u + "), "B's staging after A's");
-  assert.equal(
-    backwardSharedBytes(o.tile),
-    backwardSharedBytes(BACKWARD_TILE_WIDE),
-    "the dE pass's memory is still the largest",
-  );
-  assert.throws(() => tilePassWgsl({ ...o, dCDirect: false }), /needs the direct gradient product/);
 });

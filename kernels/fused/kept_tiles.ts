@@ -72,7 +72,7 @@ import {
   tileLanes,
 } from "./backward_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
-import { firstEmptyWgsl, splitSlotWgsl } from "./dc_split.ts";
+import { firstEmptyWgsl } from "./dc_split.ts";
 import { dCDirectProductWgsl, dCDirectPsDecl, dCDirectPsStore } from "./dc_product.ts";
 
 /** Options of {@link tilePassWgsl}. */
@@ -178,8 +178,6 @@ interface _TileShape {
   split: boolean;
   /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}). */
   direct: boolean;
-  /** dC direct with BackwardTile.dCBk: the staging and P in one array `Ws`. */
-  overlay: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -196,10 +194,6 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
   const vec = o.vecLoads === true;
   if (vec && o.dtype !== "bf16") throw new RangeError("tile pass: vector loads only for bf16");
   const nSplits = dE ? o.splits ?? 1 : 1;
-  const overlay = !dE && o.tile.dCBk !== undefined;
-  if (overlay && o.dCDirect !== true) {
-    throw new RangeError("tile pass: the dC pass's own K-step needs the direct gradient product");
-  }
   return {
     o,
     dE,
@@ -222,7 +216,6 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     fold: !dE && o.foldTargets === true,
     split: !dE && filter && o.ordered === true && o.split === true,
     direct: !dE && o.dCDirect === true,
-    overlay,
   };
 }
 
@@ -296,7 +289,7 @@ function _tileEpilogue(s: _TileShape, vrow: (x: string) => string): string {
   });
   const stage = slots.map((x) =>
     s.direct
-      ? dCDirectPsStore(s.t, x.row, x.col, x.expr, s.overlay ? "Ws" : "Ps")
+      ? dCDirectPsStore(s.t, x.row, x.col, x.expr)
       : `Ps[${x.row} * ${s.t.bn}u + ${x.col}] = ${x.expr};`
   );
   return [...laneValues(tok, voc), ..._foldLanes(s, tok, voc, vrow), ...epilogue, ...stage].join(
@@ -455,12 +448,62 @@ function _tileWalk(s: _TileShape, loadRows: string): string {
 function _ownedTile(s: _TileShape): string {
   if (s.dE) return `let t0 = P.tS + ot * ${s.TT}u;`;
   if (!s.ordered) return `let v0 = P.vS + ot * ${s.VT}u;`;
-  if (s.split) return splitSlotWgsl(s.VT);
+  if (s.split) return _splitSlot(s);
   return `let vt = order[P.vBase + ot];
     if (lid == 0u) { s_keep = order[P.vTotal + P.vBase + vt]; }
     if (workgroupUniformLoad(&s_keep) == 0u) { break; }
     workgroupBarrier(); // s_keep is rewritten by the walk
     let v0 = P.vS + vt * ${s.VT}u;`;
+}
+
+/**
+ * dC split: slot ot's tile (rank r: S_r ≤ ot < S_{r+1}), segment, output tile and kept-tile range,
+ * and the kept token tiles before this dispatch's token segment; the walk ends at the first slot
+ * past the segments (an empty tile's).
+ */
+function _splitSlot(s: _TileShape): string {
+  const VT = s.VT;
+  return `if (lid == 0u) {
+      let tiles = (P.vE - P.vS + ${VT - 1}u) / ${VT}u;
+      let sr = 2u * P.vTotal + P.vBase;
+      var lo = 0u;
+      var hi = tiles;
+      loop {
+        if (hi - lo <= 1u) { break; }
+        let mid = (lo + hi) / 2u;
+        if (order[sr + mid] <= ot) { lo = mid; } else { hi = mid; }
+      }
+      let own = order[P.vBase + lo];
+      var c = order[P.vTotal + P.vBase + own];
+      let sg = ot - order[sr + lo];
+      var m = 1u;
+      if (lo + 1u < tiles) { m = order[sr + lo + 1u] - order[sr + lo]; }
+      if (sg >= m) { c = 0u; }
+      var out = own;
+      var k0 = 0u;
+      if (c > 0u) {
+        if (sg > 0u) {
+          out = order[P.vBase + firstEmpty(P.vTotal, P.vBase, tiles) + order[sr + lo] - lo + sg - 1u];
+        }
+        for (var t = 0u; t < P.tBase; t++) {
+          let i = t * P.vTotal + P.vBase + own;
+          k0 += (mask[i >> 5u] >> (i & 31u)) & 1u;
+        }
+      }
+      s_own = vec4<u32>(own, c, out, sg);
+      s_seg = vec4<u32>(sg * c / m, (sg + 1u) * c / m, k0, 0u);
+    }
+    let sl = workgroupUniformLoad(&s_own);
+    if (sl.y == 0u) { break; }
+    let sr_ = workgroupUniformLoad(&s_seg);
+    workgroupBarrier(); // s_own and s_seg are rewritten by the next slot
+    let vt = sl.x;
+    let v0 = P.vS + vt * ${VT}u;
+    let o0 = P.vS + sl.z * ${VT}u;
+    let part = sl.w > 0u;
+    let klo = sr_.x;
+    let khi = sr_.y;
+    var kk = sr_.z;`;
 }
 
 /** dC split, sorted: the output tile's rows perm[o0 … o0 + VT) into s_orows. */
@@ -471,27 +514,18 @@ function _loadOutRows(s: _TileShape): string {
     workgroupBarrier();`;
 }
 
-/** The products' staging and P: three arrays, or with the overlay one (P over the staging). */
-function _stagingDecls(s: _TileShape): string {
-  const staging = backwardStaging(s.t, s.gt);
-  if (s.overlay) {
-    const vecs = Math.max(staging.a + staging.b, (s.t.bm * s.t.bn) / 4);
-    return `var<workgroup> Ws: array<vec4<f32>, ${vecs}>;`;
-  }
-  return `var<workgroup> As: array<vec4<f32>, ${staging.a}>;
-var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
-${s.direct ? dCDirectPsDecl(s.t) : `var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;`}`;
-}
-
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
 function _tileDecls(s: _TileShape): string {
   const { o, vec, out16 } = s;
+  const staging = backwardStaging(s.t, s.gt);
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 ${_tileSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
-${_stagingDecls(s)}
+var<workgroup> As: array<vec4<f32>, ${staging.a}>;
+var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
+${s.direct ? dCDirectPsDecl(s.t) : `var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;`}
 ${s.filter ? "var<workgroup> s_keep: u32;" : ""}
 ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
 ${o.sort ? `var<workgroup> s_rows: array<u32, ${s.VT}>;` : ""}
@@ -513,9 +547,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const staging = s.overlay ? { arr: "Ws", bBase: backwardStaging(t, gt).a } : undefined;
   const logits = logitsMainloop(
-    { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec, staging },
+    { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec },
     false,
   );
   return `${_tileDecls(s)}
@@ -535,7 +568,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
     ${s.split && o.sort ? _loadOutRows(s) : ""}
     ${_outRows(s, vrow)}
     ${_tileWalk(s, loadRows)}
-      ${s.overlay && !s.filter ? "workgroupBarrier(); // the last tile's P is read until here" : ""}
       ${zero}
       {
       ${logits}
@@ -551,7 +583,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         vec: s.vec,
         out16: !!s.out16,
         split: s.split,
-        ps: s.overlay ? "Ws" : "Ps",
       })
       : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
