@@ -5,7 +5,8 @@
  *
  * The product is acc(m, n) = Σ_k A(m, k)·B(n, k) over a workgroup's bm×bn tile, with A(m, k) and
  * B(n, k) read from one binding each: with `contig: "k"` element (r, k) of an operand sits at
- * off + r·ld + k (or rowStart(r) + k), with `contig: "mn"` at off + r + k·ld. Each K-step:
+ * off + r·ld + k (or rowStart(r) + k), with `contig: "mn"` at off + r + k·ld. Each K-step (steps
+ * 1 and 2 are kernels/tc/tc_loads.ts's):
  *
  * 1. global loads into registers, issued a step ahead: 16-byte vectors along the contiguous index
  *    (8 bf16/f16 or 4 f32 values) where the caller promises alignment ({@link TcOperand.vec}),
