@@ -340,7 +340,8 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
     `{ let KB = ${kb}; let KE = ${o.K};\n    ${
       loads.flatMap((l) => l.fetch).join("\n    ")
     }\n    }`;
-  const stash = (copy: number) => loads.flatMap((l) => l.stash(copy)).join("\n    ");
+  const stash = (copy: number) =>
+    loads.flatMap((l) => l.stashes.map((f) => f(copy))).join("\n    ");
   const compute = (copy: number) => _compute(o, sides, copy).join("\n    ");
   const mmaOnly = o.diag === "mma-only";
   const loopFetch = (kb: string) => mmaOnly ? "" : fetch(kb);

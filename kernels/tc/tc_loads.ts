@@ -52,11 +52,18 @@ export interface StageSide {
   prefix: string;
 }
 
-/** One side's global loads: register declarations, fetch statements, stash per copy. */
+/** One side's global loads: register declarations, fetch statements, a stash per register. */
 export interface StageLoads {
   decls: string[];
   fetch: string[];
-  stash: (copy: number) => string[];
+  /** Each register's stores into staging copy `copy`. */
+  stashes: ((copy: number) => string)[];
+}
+
+/** Element index (u32 expression) of the operand's element (r, k), from `r` and `k` in scope. */
+function _start(s: StageSide): string {
+  if (s.op.contig !== "k") return `${s.off} + r + k * ${s.ld}`;
+  return s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`;
 }
 
 /**
@@ -126,12 +133,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const alongK = s.op.contig === "k";
   const ty = tcStorageType(s.op);
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
-    decls: [],
-    fetch: [],
-    stash: (copy) => out.stashes.map((f) => f(copy)),
-    stashes: [],
-  };
+  const out: StageLoads = { decls: [], fetch: [], stashes: [] };
   const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rv${lc}${i}`;
@@ -140,13 +142,10 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
     const pos = alongK
       ? `let vr = ${idx} / ${t.bk / w}u; let vk = (${idx} % ${t.bk / w}u) * ${w}u;`
       : `let vr = (${idx} % ${s.rows / w}u) * ${w}u; let vk = ${idx} / ${s.rows / w}u;`;
-    const start = alongK
-      ? (s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`)
-      : `${s.off} + r + k * ${s.ld}`;
     out.decls.push(`var ${reg}: ${ty};`);
     out.fetch.push(
       `${reg} = ${ty}(0); if (${guard}) { ${pos} let r = ${s.first} + vr; let k = KB + vk; ` +
-        `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${start}) / ${w}u]; } }`,
+        `if (r < ${s.extent} && k < KE) { ${reg} = ${s.buf}[(${_start(s)}) / ${w}u]; } }`,
     );
     // staging place of the vector's j-th value (in copy `copy`)
     const at = (copy: number, j: number) => _el(s, copy, "vr", "vk", j);
@@ -183,12 +182,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const t = o.tile, count = s.rows * t.bk;
   const alongK = s.op.contig === "k";
   const lc = s.name.toLowerCase();
-  const out: StageLoads & { stashes: ((copy: number) => string)[] } = {
-    decls: [],
-    fetch: [],
-    stash: (copy) => out.stashes.map((f) => f(copy)),
-    stashes: [],
-  };
+  const out: StageLoads = { decls: [], fetch: [], stashes: [] };
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rs${lc}${i}`;
     const idx = `(lid + ${i * threads}u)`;
@@ -196,13 +190,10 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
     const pos = alongK
       ? `let er = ${idx} / ${t.bk}u; let ek = ${idx} % ${t.bk}u;`
       : `let er = ${idx} % ${s.rows}u; let ek = ${idx} / ${s.rows}u;`;
-    const addr = alongK
-      ? (s.op.rowStart ? `${s.op.rowStart("r")} + k` : `${s.off} + r * ${s.ld} + k`)
-      : `${s.off} + r + k * ${s.ld}`;
     out.decls.push(`var ${reg}: f32;`);
     out.fetch.push(
       `${reg} = 0.0; if (${guard}) { ${pos} let r = ${s.first} + er; let k = KB + ek; ` +
-        `if (r < ${s.extent} && k < KE) { ${reg} = ${loadF32(s.buf, s.op.dtype, addr)}; } }`,
+        `if (r < ${s.extent} && k < KE) { ${reg} = ${loadF32(s.buf, s.op.dtype, _start(s))}; } }`,
     );
     out.stashes.push((copy) => {
       const at = _el(s, copy, "er", "ek");
