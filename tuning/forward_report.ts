@@ -35,6 +35,7 @@ export async function checkBest(
     opts,
     tile: best.tile,
     vocabSplits: best.vocabSplits,
+    streamWorkgroups: best.streamWorkgroups,
     tileState: best.tileState,
     roundRows: best.roundRows,
   });
@@ -109,6 +110,7 @@ export function tuneJson(
     best: best && {
       tile: describeTile(best.tile),
       vocabSplits: best.vocabSplits,
+      streamWorkgroups: best.streamWorkgroups,
       tileState: best.tileState,
       roundRows: best.roundRows ?? null,
       ms: best.ms,

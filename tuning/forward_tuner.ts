@@ -37,6 +37,8 @@ export interface TuneRow {
   roundRows?: number;
   threads: number;
   vocabSplits: number;
+  /** The stream split's workgroups (kernels/fused/forward_stream.ts); 0: the split grid. */
+  streamWorkgroups: number;
   variant: string;
   /** Median GPU ms of the whole forward, and of its tiles pass. */
   ms: number;
@@ -185,6 +187,8 @@ export interface TuneTensors {
 /** A configuration's switches besides the tile. */
 export interface TuneOptions {
   vocabSplits?: number;
+  /** The stream split's workgroups (default 0: the split grid of `vocabSplits`). */
+  streamWorkgroups?: number;
   smoothing?: SmoothingMode;
   tokenStats?: boolean;
   plain?: boolean;
@@ -242,10 +246,12 @@ export class ForwardTuner {
       cap ? `softcap ${cap}` : "",
       x.tokenStats ? "+stats" : "",
     ].filter((s) => s).join(" ") || "-";
-    const config = `${forwardTileName(tile)} S=${vocabSplits} ${
+    const streamWorkgroups = x.streamWorkgroups ?? 0;
+    const split = streamWorkgroups > 0 ? `W=${streamWorkgroups}` : `S=${vocabSplits}`;
+    const config = `${forwardTileName(tile)} ${split} ${
       tileState === "tile" ? `tile/${roundRows}` : "registers"
     }`;
-    return { config, variant, vocabSplits, cap, tileState, roundRows };
+    return { config, variant, vocabSplits, streamWorkgroups, cap, tileState, roundRows };
   }
 
   /** Times one configuration (or takes it from the run being resumed) and prints its row. */
@@ -267,6 +273,7 @@ export class ForwardTuner {
       roundRows: c.roundRows,
       threads: tileThreads(tile),
       vocabSplits: c.vocabSplits,
+      streamWorkgroups: c.streamWorkgroups,
       variant: c.variant,
       ms: NaN,
       tilesMs: NaN,
@@ -293,6 +300,7 @@ export class ForwardTuner {
       opts: resolveOptions({ ...opts, softcap: cap }),
       tile,
       vocabSplits: row.vocabSplits,
+      streamWorkgroups: row.streamWorkgroups,
       smoothing: x.smoothing,
       tokenStats: x.tokenStats,
       tileState: row.tileState,
@@ -359,20 +367,22 @@ export function bestRow(rows: TuneRow[]): TuneRow {
 }
 
 /**
- * The tuner's phases: every tile at the default split, the splits for the best tile (`splits`,
- * at most one per vocab tile), its rows per round and the registers state, then the options at
- * the best configuration. Returns the best configuration of the first variant.
+ * The tuner's phases: every tile at the default split grid, the splits for the best tile
+ * (`splits`, at most one per vocab tile) and the stream split's workgroups (`streams`), its rows
+ * per round and the registers state (on the split grid), then the options at the best
+ * configuration. Returns the best configuration of the first variant.
  */
 export async function tunePhases(
   tuner: ForwardTuner,
   tiles: GemmTile[],
   splits: number[],
+  streams: number[] = [],
 ): Promise<TuneRow> {
   const rows = tuner.rows, { opts, softcap, spec } = tuner.o;
   console.log("\nphase 1: tiles at the default vocab split");
   for (const tile of tiles) await tuner.measure(tile, { plain: true });
   const bestTile = bestRow(rows).tile;
-  console.log(`\nphase 2: vocab splits for ${forwardTileName(bestTile)}`);
+  console.log(`\nphase 2: vocab splits and stream workgroups for ${forwardTileName(bestTile)}`);
   const vTiles = Math.ceil(spec.v / bestTile.bn);
   const tried = new Set(rows.filter((x) => x.tile === bestTile).map((x) => x.vocabSplits));
   for (const s of splits) {
@@ -380,18 +390,25 @@ export async function tunePhases(
     tried.add(s);
     await tuner.measure(bestTile, { vocabSplits: s, plain: true });
   }
+  for (const w of streams) await tuner.measure(bestTile, { streamWorkgroups: w, plain: true });
   const ofBest = () => rows.filter((x) => x.tile === bestTile);
-  const bestS = bestRow(ofBest()).vocabSplits;
-  console.log(`\nphase 3: row state for ${forwardTileName(bestTile)} S=${bestS}`);
+  const b2 = bestRow(ofBest());
+  const split = { vocabSplits: b2.vocabSplits, streamWorkgroups: b2.streamWorkgroups };
+  console.log(`\nphase 3: row state for ${b2.config}`);
   for (let r = 1; r <= bestTile.tm; r *= 2) {
     if (bestTile.tm % r || r === bestRow(ofBest()).roundRows) continue;
-    await tuner.measure(bestTile, { vocabSplits: bestS, roundRows: r, plain: true });
+    await tuner.measure(bestTile, { ...split, roundRows: r, plain: true });
   }
-  await tuner.measure(bestTile, { vocabSplits: bestS, tileState: "registers", plain: true });
+  await tuner.measure(bestTile, {
+    vocabSplits: b2.vocabSplits,
+    tileState: "registers",
+    plain: true,
+  });
   const best = bestRow(rows.filter((x) => x.variant === rows[0].variant));
   console.log("\noptions at the best configuration");
   const at = {
     vocabSplits: best.vocabSplits,
+    streamWorkgroups: best.streamWorkgroups,
     tileState: best.tileState,
     roundRows: best.roundRows,
   };

@@ -6,6 +6,9 @@
  * - `fused tiles` (kernels/fused/forward_tiles.ts): a grid of (vocab split S) × (token block);
  *   each workgroup walks its range of vocab tiles, computing logit tiles in registers and one
  *   partial log-sum-exp per row and split (and the target logit, from the tile that holds it).
+ *   On hardware adapters, with one E and one C binding, the *stream split* instead
+ *   (kernels/fused/forward_stream.ts): W workgroups share the tiles equally, so the pass ends
+ *   in whole waves whatever the token blocks; each row gets a partial per piece.
  * - `fused merge` (kernels/fused/forward_merge.ts): per token, the S partials merged in split
  *   order, lse and the loss row written.
  *
@@ -49,9 +52,9 @@ import {
   fusedTilesSignature,
   fusedTilesWgsl,
   fusedTilesWorkgroupBytes,
-  recordTilesPass,
   type TileState,
 } from "./forward_tiles.ts";
+import { recordTilesPass } from "./forward_tiles_record.ts";
 import {
   fusedMergeSignature,
   fusedMergeWgsl,
@@ -59,7 +62,9 @@ import {
   type SmoothingPlan,
 } from "./forward_merge.ts";
 import { checkTileMap, forwardMapTile, type TileMapTile } from "./tile_map.ts";
-import { compileKernel } from "../../gpu/signature.ts";
+import { compileKernel, compileKernelNow } from "../../gpu/signature.ts";
+import { type StreamPlan, streamPlan } from "./forward_stream.ts";
+import { workgroupSlots } from "../gemm_tiles.ts";
 
 /** Shape and storage dtype of the problem. */
 export interface FusedForwardSpec extends Shape {
@@ -80,8 +85,14 @@ export interface FusedForwardOptions {
   tile?: GemmTile;
   /** Smoothing term variant (default `identity`). */
   smoothing?: SmoothingMode;
-  /** Vocab splits S (default: {@link defaultVocabSplits}). */
+  /** Vocab splits S of the split grid (default: {@link defaultVocabSplits}). */
   vocabSplits?: number;
+  /**
+   * Workgroups of the stream split (kernels/fused/forward_stream.ts; `tile` state), 0 for the
+   * split grid (default: {@link defaultStreamWorkgroups}). Taken where E and C each fit one
+   * binding; otherwise the split grid runs.
+   */
+  streamWorkgroups?: number;
   /** Compile the per-token calibration statistics (required to pass `tokenStats` to record). */
   tokenStats?: boolean;
   /** Where the tiles keep their running row state (default `tile`). */
@@ -130,6 +141,8 @@ export interface PreparedFusedForward {
   readonly smoothing: SmoothingPlan;
   /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
   readonly vocabSplits: number;
+  /** The stream split's workgroups (0: the split grid). */
+  readonly streamWorkgroups: number;
   /** `tile` state: rows of a thread reduced per round (undefined in `registers` state). */
   readonly roundRows: number | undefined;
   /** Records the passes; workspace buffers are released after the submission. */
@@ -185,6 +198,21 @@ export const TARGET_WORKGROUPS = 256;
 /** Largest split workspace (max, sumexp pairs) the default S allows. */
 export const SPLIT_WORKSPACE_BUDGET = 1 << 20;
 
+/** Waves of the GPU's workgroup slots the default stream split runs in. */
+export const STREAM_WAVES = 2;
+
+/**
+ * The default stream split: {@link STREAM_WAVES} workgroups a slot of the tile
+ * (gemm_tiles.ts `workgroupSlots`) on hardware adapters, where its partials (n·slots·8 bytes)
+ * fit {@link SPLIT_WORKSPACE_BUDGET}; 0 (the split grid) on software adapters.
+ */
+export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: GemmTile): number {
+  if (ctx.report.isFallbackAdapter) return 0;
+  const wgs = STREAM_WAVES * workgroupSlots(tile);
+  const plan = streamPlan(Math.ceil(spec.n / tile.bm), Math.ceil(spec.v / tile.bn), wgs);
+  return plan && spec.n * plan.slots * 8 <= SPLIT_WORKSPACE_BUDGET ? wgs : 0;
+}
+
 /**
  * The default S: enough splits for about {@link TARGET_WORKGROUPS} workgroups with the token
  * blocks (16 on a software adapter, which has few cores), at most one per vocab tile, and the
@@ -232,6 +260,8 @@ interface ForwardPlan {
   state: TileState;
   roundRows: number | undefined;
   splits: number;
+  /** Stream split workgroups (0: the split grid). */
+  stream: number;
   tileMax: boolean;
 }
 
@@ -264,7 +294,31 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   if (!Number.isInteger(splits) || splits < 1) {
     throw new RangeError(`fused forward: vocabSplits must be a positive integer, got ${splits}`);
   }
-  return { tile, stats, smoothing, sumZ, state, roundRows, splits, tileMax };
+  const stream = o.streamWorkgroups ??
+    (state === "tile" ? defaultStreamWorkgroups(ctx, spec, tile) : 0);
+  if (!Number.isInteger(stream) || stream < 0) {
+    throw new RangeError(`fused forward: streamWorkgroups must be an integer ≥ 0, got ${stream}`);
+  }
+  if (stream > 0 && state !== "tile") {
+    throw new RangeError("fused forward: the stream split needs tile state");
+  }
+  return { tile, stats, smoothing, sumZ, state, roundRows, splits, stream, tileMax };
+}
+
+/**
+ * The stream split of a call (E's and C's shard rows), or undefined where the split grid runs:
+ * no stream workgroups, several shards, or the kernel's arithmetic would overflow.
+ */
+function _stream(p: ForwardPlan, eRows: number[], cRows: number[]): StreamPlan | undefined {
+  if (p.stream === 0 || eRows.length !== 1 || cRows.length !== 1) return undefined;
+  return streamPlan(Math.ceil(eRows[0] / p.tile.bm), Math.ceil(cRows[0] / p.tile.bn), p.stream);
+}
+
+/** Rows of each binding of a tensor of `rows` rows of d as createTensor shards it by default. */
+function _shardRows(ctx: GpuContext, s: FusedForwardSpec, rows: number): number[] {
+  const per = rowsPerBinding(ctx, s.dtype, s.d), out: number[] = [];
+  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
+  return out;
 }
 
 /** The workspace bytes of one call: split partials, [Σz], [stats], [colsum and its partials]. */
@@ -275,7 +329,8 @@ function _workspaceBytes(
   cRows: number[],
   withStats: boolean,
 ): number {
-  const sTotal = splitPlan(cRows, p.tile.bn, p.splits).total;
+  const sTotal = _stream(p, _shardRows(ctx, s, s.n), cRows)?.slots ??
+    splitPlan(cRows, p.tile.bn, p.splits).total;
   let bytes = bytes4(s.n * sTotal * (withStats ? 8 : 4));
   if (p.smoothing === "in-kernel") bytes += bytes4(s.n * sTotal * 4);
   if (withStats) bytes += bytes4(s.n * sTotal * 8);
@@ -330,8 +385,10 @@ export async function prepareFusedForward(
   const { spec, opts } = o;
   const p = _plan(ctx, o);
   const { tile, smoothing, splits } = p;
+  const stream = _stream(p, _shardRows(ctx, spec, spec.n), _shardRows(ctx, spec, spec.v));
   const compile = async (withStats: boolean) => {
     const to = {
+      stream: stream !== undefined,
       tile,
       dtype: spec.dtype,
       softcap: opts.softcap,
@@ -350,6 +407,16 @@ export async function prepareFusedForward(
         fusedTilesWgsl(to),
         "fused_forward_tiles",
       ),
+      // the split grid's kernel, for calls whose tensors span several bindings after all
+      grid: () => {
+        const g = { ...to, stream: false };
+        return compileKernelNow(
+          ctx,
+          fusedTilesSignature(g),
+          fusedTilesWgsl(g),
+          "fused_forward_tiles",
+        );
+      },
       merge: await compileKernel(
         ctx,
         fusedMergeSignature(mo),
@@ -369,14 +436,10 @@ export async function prepareFusedForward(
     mapTile,
     smoothing,
     vocabSplits: splits,
+    streamWorkgroups: stream?.wgs ?? 0,
     roundRows: p.roundRows,
     workspaceBytes(s = spec, w = {}) {
-      let cRows = w.cShardRows;
-      if (!cRows) {
-        const per = rowsPerBinding(ctx, s.dtype, s.d);
-        cRows = [];
-        for (let r = 0; r < s.v; r += per) cRows.push(Math.min(per, s.v - r));
-      }
+      const cRows = w.cShardRows ?? _shardRows(ctx, s, s.v);
       return _workspaceBytes(ctx, p, s, cRows, w.tokenStats ?? p.stats);
     },
     record(rec, a) {
@@ -392,7 +455,9 @@ export async function prepareFusedForward(
       const n = e.rows, d = e.cols;
       const pipes = a.tokenStats ? withStats! : plain;
       const plan = splitPlan(c.shards.map((s) => s.rows), tile.bn, splits);
-      const sTotal = plan.total;
+      const rows = (t: DeviceTensor) => t.shards.map((s) => s.rows);
+      const st = stream && _stream(p, rows(e), rows(c));
+      const sTotal = st ? st.slots : plan.total;
       const ws = ctx.createBuffer({
         size: n * sTotal * (a.tokenStats ? 8 : 4),
         role: "workspace",
@@ -418,7 +483,8 @@ export async function prepareFusedForward(
       const zt = a.lossRows.shards[0].buffer;
       const work = { ws, wsz, wsx, sTotal };
       recordTilesPass(rec, {
-        kernel: pipes.tiles,
+        kernel: st || !stream ? pipes.tiles : pipes.grid(),
+        stream: st || undefined,
         tile,
         e,
         c,

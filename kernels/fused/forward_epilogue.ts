@@ -157,6 +157,8 @@ export interface TileHooks {
   mergeAfter: string;
   /** The row's split partial to its workspace at index o. */
   write: string;
+  /** A partial at index o that leaves the merge unchanged (the stream split's unused slots). */
+  neutral: string;
 }
 
 /** An optional quantity carried beside each row's (max, Σexp): all it adds to the tiles kernel. */
@@ -195,6 +197,7 @@ export const SUM_Z_TERM: RowTerm = {
     mergeDown: "",
     mergeAfter: "own_z += zz;",
     write: "wsz[o] = own_z;",
+    neutral: "wsz[o] = 0.0;",
   },
 };
 
@@ -238,6 +241,7 @@ export const STATS_TERM: RowTerm = {
     mergeDown: "own_w += sc * (ww + select(0.0, (mm - own_m) * ss, ss > 0.0));",
     mergeAfter: "",
     write: "wsx[o] = vec2<f32>(bitcast<f32>(own_a), own_w);",
+    neutral: "wsx[o] = vec2<f32>(0.0);",
   },
 };
 

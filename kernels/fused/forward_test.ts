@@ -11,6 +11,7 @@ import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { type GemmTile, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
 import { FUSED_TILE_HW, prepareFusedForward, type SmoothingMode, splitPlan } from "./forward.ts";
 import type { TileState } from "./forward_tiles.ts";
+import { streamOwner, streamPlan } from "./forward_stream.ts";
 
 interface Case {
   n: number;
@@ -23,6 +24,7 @@ interface Case {
   tile?: GemmTile;
   smoothing?: SmoothingMode;
   vocabSplits?: number;
+  streamWorkgroups?: number;
   tokenStats?: boolean;
   tileState?: TileState;
   /** Rows per shard of E and C (default: as many as fit a binding). */
@@ -47,9 +49,13 @@ async function runFused(ctx: GpuContext, c: Case, x: HostInputs, runs = 1): Prom
     tile: c.tile ?? TILE_SMALL,
     smoothing: c.smoothing,
     vocabSplits: c.vocabSplits,
+    streamWorkgroups: c.streamWorkgroups,
     tokenStats: c.tokenStats,
     tileState: c.tileState,
   });
+  if (c.streamWorkgroups !== undefined && c.shardRows === undefined) {
+    assert.equal(ff.streamWorkgroups, Math.min(c.streamWorkgroups, _tiles(c)), "stream split");
+  }
   const mk = (rows: number, cols: number, dtype: Dtype | "i32", label: string) =>
     ({ dtype, rows, cols, role: "input", label, maxRowsPerShard: c.shardRows }) as const;
   const e = fromHost(ctx, mk(c.n, c.d, c.dtype, "E"), x.e);
@@ -87,6 +93,12 @@ async function runFused(ctx: GpuContext, c: Case, x: HostInputs, runs = 1): Prom
   }
   for (const t of [e, cm, targets] as DeviceTensor[]) t.destroy();
   return out;
+}
+
+/** Forward tiles of a case (token blocks × vocab tiles). */
+function _tiles(c: Case): number {
+  const t = c.tile ?? TILE_SMALL;
+  return Math.ceil(c.n / t.bm) * Math.ceil(c.v / t.bn);
 }
 
 const maxAbs = (a: ArrayLike<number>) => {
@@ -270,6 +282,45 @@ Deno.test({
     } finally {
       ctx.destroy();
     }
+  },
+});
+
+Deno.test({
+  name: "fused forward: the stream split at odd shapes, every term, against float64",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    // 3 token blocks (the last ragged) × 10 vocab tiles (the last ragged) of 64×64: one workgroup
+    // walks all 30, pieces begin and end inside blocks, a block is shared by up to 4 workgroups,
+    // 30 workgroups hold one tile each, and more than 30 are cut to 30
+    for (const streamWorkgroups of [1, 2, 4, 7, 13, 30, 100]) {
+      await checkCase(ctx, { n: 131, v: 611, d: 7, dtype: "bf16", beta: 0.2, streamWorkgroups });
+    }
+    // every term with the neutral partials of the unused slots: Σz (softcap, in-kernel), the
+    // stats (pairs), both; β = 0 and 1. 2 blocks × 5 tiles over 7 workgroups: the first block
+    // has 4 pieces, the second 3 and a neutral slot
+    const base = { n: 70, v: 257, d: 33, dtype: "f32", streamWorkgroups: 7 } as const;
+    const pieces = (b: number) => streamOwner(5 * b + 4, 10, 7) - streamOwner(5 * b, 10, 7) + 1;
+    assert.deepEqual([pieces(0), pieces(1), streamPlan(2, 5, 7)!.slots], [4, 3, 4]);
+    await checkCase(ctx, { ...base, beta: 0 });
+    await checkCase(ctx, { ...base, beta: 1, softcap: 1.5 });
+    await checkCase(ctx, { ...base, beta: 0.1, smoothing: "in-kernel", tokenStats: true });
+    await checkCase(ctx, { ...base, beta: 0.3, softcap: 2, tokenStats: true });
+    await checkCase(ctx, { n: 1, v: 1, d: 1, dtype: "f32", beta: 0.1, streamWorkgroups: 5 });
+    // a stream split asked for where E and C span several bindings: the split grid runs
+    const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      await checkCase(sharded, { ...base, beta: 0.1, dtype: "bf16", shardRows: 40 });
+    } finally {
+      sharded.destroy();
+    }
+    // two runs bit for bit
+    const cs: Case = { ...base, v: 611, dtype: "bf16", beta: 0.1, tokenStats: true };
+    const [a, b] = await runFused(ctx, cs, caseInputs({ ...cs, ignoreFraction: 0.2 }), 2);
+    const bits = (f: Float32Array) => Array.from(new Uint32Array(f.buffer));
+    assert.deepEqual(bits(a.lse), bits(b.lse));
+    assert.deepEqual(bits(a.loss), bits(b.loss));
+    assert.deepEqual(bits(a.stats!), bits(b.stats!));
   },
 });
 

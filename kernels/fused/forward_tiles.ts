@@ -28,9 +28,6 @@
  * written.
  * @module
  */
-import type { TrackedBuffer } from "../../gpu/context.ts";
-import type { Recorder } from "../../gpu/recorder.ts";
-import type { DeviceTensor } from "../../gpu/tensor.ts";
 import type { Dtype } from "../../core/options.ts";
 import {
   type AccSlot,
@@ -57,8 +54,9 @@ import {
   type TileHooks,
   treeSum,
 } from "./forward_epilogue.ts";
-import { type KernelOf, signature, u32s } from "../../gpu/signature.ts";
-import { tileMapForwardWgsl, type TileMapLayout, tileMapWidth } from "./tile_map.ts";
+import { signature, u32s } from "../../gpu/signature.ts";
+import { tileMapForwardWgsl, tileMapWidth } from "./tile_map.ts";
+import { STREAM_PARAMS, streamNeutralFill, streamPiecesWgsl } from "./forward_stream.ts";
 
 /**
  * Where the tiles kernel keeps the running (max, sumexp) state of its rows across its vocab tiles:
@@ -100,6 +98,11 @@ export interface FusedTilesKernelOptions {
    * Params mapRow0, mapCol0, mapCols).
    */
   tileMax?: boolean;
+  /**
+   * The stream split (kernels/fused/forward_stream.ts): a 1-D grid of P.wgs workgroups sharing
+   * the P.blocks × P.tiles tiles, instead of the (split × block) grid. `tile` state only.
+   */
+  stream?: boolean;
 }
 
 const NO_TARGET = "0xffffffffu"; // a local target no tile holds
@@ -176,6 +179,8 @@ interface TilesVariant {
   pairs: boolean;
   /** The tile map's pieces (kernels/fused/tile_map.ts), when the kernel keeps the map. */
   map?: ReturnType<typeof tileMapForwardWgsl>;
+  /** The stream split; else the split grid. */
+  stream: boolean;
   threads: number;
   /** Threads sharing a row (BN/TN). */
   tx: number;
@@ -205,6 +210,8 @@ function _variant(o: FusedTilesKernelOptions): TilesVariant {
     throw new RangeError(`tile state needs BM ≤ threads, got ${JSON.stringify(t)}`);
   }
   const roundRows = state === "tile" ? o.roundRows ?? tileRowsPerRound(t) : 1;
+  const stream = o.stream === true;
+  if (stream && state !== "tile") throw new RangeError("the stream split needs tile state");
   if (!(roundRows >= 1 && t.tm % roundRows === 0)) {
     throw new RangeError(`roundRows ${roundRows} must divide TM ${t.tm}`);
   }
@@ -224,7 +231,8 @@ function _variant(o: FusedTilesKernelOptions): TilesVariant {
     roundRows,
     terms,
     pairs: terms.some((term) => term.keepsPairs),
-    map: o.tileMax === true ? tileMapForwardWgsl(t) : undefined,
+    map: o.tileMax === true ? tileMapForwardWgsl(t, stream ? "blk" : "wg.y") : undefined,
+    stream,
     threads,
     tx: t.bn / t.tn,
     rows,
@@ -251,7 +259,8 @@ function _lsePartial(v: TilesVariant, pair: string, m: string, s: string): strin
 function _signature(v: TilesVariant) {
   return signature({
     params: u32s(
-      "rows rowStart vRows vStart d tiles splits splitBase sTotal mapRow0 mapCol0 mapCols",
+      "rows rowStart vRows vStart d tiles splits splitBase sTotal mapRow0 mapCol0 mapCols" +
+        (v.stream ? ` ${STREAM_PARAMS}` : ""),
     ),
     bindings: {
       e: { elem: wgslStorageType(v.dtype, v.vec), access: "read" },
@@ -312,15 +321,11 @@ function _main(v: TilesVariant, s: StateCode): string {
     sBn: "P.d",
     sBk: "1u",
   }, false);
-  return `@compute @workgroup_size(${v.threads})
+  const accs = accVecs(t).map((a) => `var ${a}: vec4<f32>;`).join(" ");
+  const head = `@compute @workgroup_size(${v.threads})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-  ${gemmThreadCoords(t)}
-  let m0 = wg.y * ${t.bm}u;
-  let tBegin = (wg.x * P.tiles) / P.splits;
-  let tEnd = ((wg.x + 1u) * P.tiles) / P.splits;
-  ${s.init}
-  ${accVecs(t).map((a) => `var ${a}: vec4<f32>;`).join(" ")}
-  for (var it = tBegin; it < tEnd; it++) {
+  ${gemmThreadCoords(t)}`;
+  const loop = `for (var it = tBegin; it < tEnd; it++) {
     let n0 = it * ${t.bn}u;
     ${accVecs(t).map((a) => `${a} = vec4<f32>(0.0);`).join(" ")}
     ${mainloop}
@@ -330,7 +335,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${v.map?.init ?? ""}
   ${s.epilogue}
   ${v.map?.store ?? ""}
+  }`;
+  if (v.stream) {
+    return `${head}
+  ${accs}
+  ${streamPiecesWgsl(t.bm, `${s.init}\n  ${loop}\n  ${s.finish}`)}
+}
+`;
   }
+  return `${head}
+  let m0 = wg.y * ${t.bm}u;
+  let tBegin = (wg.x * P.tiles) / P.splits;
+  let tEnd = ((wg.x + 1u) * P.tiles) / P.splits;
+  ${s.init}
+  ${accs}
+  ${loop}
   ${s.finish}
 }
 `;
@@ -486,11 +505,14 @@ function _tileState(v: TilesVariant): StateCode {
     if (q < rounds - 1) parts.push("workgroupBarrier();");
   }
   const writes = _each(v.terms.map((term) => term.tile.write), "\n      ");
+  const fills = _each(v.terms.map((term) => term.tile.neutral), " ");
   const finish = `if (lid < ${t.bm}u) {
     let lr = m0 + lid;
     if (lr < P.rows) {
-      let o = (P.rowStart + lr) * P.sTotal + P.splitBase + wg.x;
-      ws[o] = ${_lsePartial(v, "vec2<f32>(own_m, own_s)", "own_m", "own_s")};${writes}
+      let o = (P.rowStart + lr) * P.sTotal + ${v.stream ? "slot" : "P.splitBase + wg.x"};
+      ws[o] = ${_lsePartial(v, "vec2<f32>(own_m, own_s)", "own_m", "own_s")};${writes}${
+    v.stream ? streamNeutralFill(v.pairs ? "vec2<f32>(NEG_INF, 0.0)" : "NEG_INF", fills) : ""
+  }
     }
   }`;
   return {
@@ -500,68 +522,4 @@ function _tileState(v: TilesVariant): StateCode {
     epilogue: parts.join("\n  "),
     finish,
   };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Launcher.
-
-/** Arguments of {@link recordTilesPass}. */
-export interface TilesPassArgs {
-  kernel: KernelOf<ReturnType<typeof fusedTilesSignature>>;
-  tile: GemmTile;
-  /** E and C (sharded by rows), targets (one shard). */
-  e: DeviceTensor;
-  c: DeviceTensor;
-  targets: DeviceTensor;
-  /** Per C shard: its vocab tiles, its splits and the global index of its first split. */
-  shards: { tiles: number; splits: number; base: number }[];
-  /** Splits in all (workspace columns). */
-  sTotal: number;
-  /** The split workspaces: (max, Σexp) or log-sum-exp, [Σz], [stats]. */
-  ws: TrackedBuffer;
-  wsz?: TrackedBuffer;
-  wsx?: TrackedBuffer;
-  /** Where the target logits go (n f32). */
-  zt: TrackedBuffer;
-  /** The tile map and its layout (kernels with `tileMax`). */
-  map?: { buffer: TrackedBuffer; layout: TileMapLayout };
-}
-
-/** Records the tiles pass: one dispatch of splits × token blocks per (E shard, C shard). */
-export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
-  const { kernel, tile, e, c } = a;
-  rec.pass("fused forward tiles", (p) => {
-    for (const es of e.shards) {
-      const blocks = Math.ceil(es.rows / tile.bm);
-      if (blocks > 65535) throw new RangeError(`fused forward: ${blocks} token blocks`);
-      c.shards.forEach((cshard, i) => {
-        const sp = a.shards[i];
-        const params = {
-          rows: es.rows,
-          rowStart: es.rowStart,
-          vRows: cshard.rows,
-          vStart: cshard.rowStart,
-          d: e.cols,
-          tiles: sp.tiles,
-          splits: sp.splits,
-          splitBase: sp.base,
-          sTotal: a.sTotal,
-          mapRow0: a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
-          mapCol0: a.map ? a.map.layout.colBase[i] : 0,
-          mapCols: a.map ? a.map.layout.cols : 0,
-        };
-        const bg = kernel.bind(rec, params, {
-          e: es.buffer,
-          c: cshard.buffer,
-          targets: a.targets.shards[0].buffer,
-          ws: a.ws,
-          wsz: a.wsz,
-          wsx: a.wsx,
-          zt: a.zt,
-          tmap: a.map?.buffer,
-        });
-        p.dispatch(kernel.pipeline, bg, sp.splits, blocks);
-      });
-    }
-  });
 }

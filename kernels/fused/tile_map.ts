@@ -203,10 +203,10 @@ export function forwardMapTile(t: { bm: number; bn: number; tn: number }): TileM
  * the workgroup keys (one a entry), the per-row line (inside a row's block of the epilogue, where
  * `q{j}` is the thread's j-th column of the row, NEG_INF off the vocab edge; `row` the row's index
  * expression in the tile) and the store after the epilogue (`it` the vocab tile of the C shard,
- * wg.y the token block of the E shard; Params mapRow0, mapCol0, mapCols; an entry past the shard's
- * rows, the second half of a ragged last tile, is not stored).
+ * `block` the token block of the E shard, wg.y by default; Params mapRow0, mapCol0, mapCols; an
+ * entry past the shard's rows, the second half of a ragged last tile, is not stored).
  */
-export function tileMapForwardWgsl(t: GemmTile) {
+export function tileMapForwardWgsl(t: GemmTile, block = "wg.y") {
   const w = tileMapWidth(t), split = t.bn / w, group = t.bn / (t.tn / 4);
   const parts = [...Array(split).keys()];
   const keys = parts.map((h) => `atomicMax(&s_tmax[${h}], tmap_key(tmx_${h}));`).join(" ");
@@ -226,7 +226,7 @@ export function tileMapForwardWgsl(t: GemmTile) {
   if (lid < ${split}u) {
     let mc = it * ${split}u + lid;
     let key = atomicExchange(&s_tmax[lid], 0u);
-    if (mc * ${w}u < P.vRows) { tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + mc] = key; }
+    if (mc * ${w}u < P.vRows) { tmap[(P.mapRow0 + ${block}) * P.mapCols + P.mapCol0 + mc] = key; }
   }`,
   };
 }

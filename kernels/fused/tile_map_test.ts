@@ -69,7 +69,8 @@ async function _forward(
   x: HostInputs,
   o: LceOptions,
   dtype: Dtype,
-  f: { tile?: GemmTile; tileState?: TileState; vocabSplits?: number } = {},
+  f: { tile?: GemmTile; tileState?: TileState; vocabSplits?: number; streamWorkgroups?: number } =
+    {},
 ) {
   const spec = { n: x.n, v: x.v, d: x.d, dtype };
   const e = fromHost(ctx, { dtype, rows: x.n, cols: x.d, role: "input", label: "E" }, x.e);
@@ -154,6 +155,7 @@ Deno.test({
         tileState?: TileState;
         tile?: GemmTile;
         vocabSplits?: number;
+        streamWorkgroups?: number;
       }[] = [
         // one split walks all 5 vocab tiles: the workgroup's maximum is reset between tiles
         { ctx, dtype: "f32", beta: 0.1, vocabSplits: 1 },
@@ -173,6 +175,9 @@ Deno.test({
         // entry lies past the vocabulary (and past each 62-row shard's first) and is not stored
         { ctx, dtype: "bf16", beta: 0.1, tile: TILE_HW_WIDE, vocabSplits: 2 },
         { ctx: sharded, dtype: "f32", beta: 0, softcap: 6, tile: TILE_HW_WIDE },
+        // the stream split: 2 token blocks × 5 vocab tiles over 3 workgroups, whose pieces begin
+        // and end inside blocks (the map's row is the piece's block)
+        { ctx, dtype: "bf16", beta: 0.1, softcap: 3, streamWorkgroups: 3 },
       ];
       for (const [i, cs] of cases.entries()) {
         const x = caseInputs({
@@ -188,6 +193,7 @@ Deno.test({
           tileState: cs.tileState,
           tile: cs.tile,
           vocabSplits: cs.vocabSplits,
+          streamWorkgroups: cs.streamWorkgroups,
         });
         const tag = JSON.stringify({ ...cs, ctx: cs.ctx === sharded ? "sharded" : "one binding" });
         // the map changes nothing else, bit for bit
