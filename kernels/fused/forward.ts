@@ -198,19 +198,39 @@ export const TARGET_WORKGROUPS = 256;
 /** Largest split workspace (max, sumexp pairs) the default S allows. */
 export const SPLIT_WORKSPACE_BUDGET = 1 << 20;
 
-/** Waves of the GPU's workgroup slots the default stream split runs in. */
-export const STREAM_WAVES = 2;
+/**
+ * The least share of the split grid's time, by waves, that the default stream split must save.
+ * On an H200 the stream split cost about 2% of its own beside the waves it saves: at the paper's
+ * shape (a 3.0% saving by waves) the tiles pass ran 1.0% faster, 212.2 → 210.0 ms, and at `llm`
+ * (4096 × 24,576, no saving by waves) 1.5% slower (docs/performance.md).
+ */
+export const STREAM_MIN_SAVING = 0.025;
 
 /**
- * The default stream split: {@link STREAM_WAVES} workgroups a slot of the tile
- * (gemm_tiles.ts `workgroupSlots`) on hardware adapters, where its partials (n·slots·8 bytes)
- * fit {@link SPLIT_WORKSPACE_BUDGET}; 0 (the split grid) on software adapters.
+ * Whether the stream split of one workgroup a slot saves at least {@link STREAM_MIN_SAVING} of
+ * the split grid's tile-times: the grid runs ⌈blocks·S/slots⌉ waves of ⌈tiles/S⌉ tiles, the stream
+ * ⌈blocks·tiles/slots⌉ tiles a workgroup.
+ */
+export function streamSaves(o: { blocks: number; tiles: number; splits: number; slots: number }) {
+  const grid = Math.ceil((o.blocks * o.splits) / o.slots) * Math.ceil(o.tiles / o.splits);
+  return Math.ceil((o.blocks * o.tiles) / o.slots) <= (1 - STREAM_MIN_SAVING) * grid;
+}
+
+/**
+ * The default stream split: one workgroup a slot of the tile (gemm_tiles.ts `workgroupSlots`; at
+ * the paper's shape 132, 264, 396 and 528 ran within 0.6%, 132 fastest) on hardware adapters,
+ * where it saves time by {@link streamSaves} against the default split grid and its partials
+ * (n·slots·8 bytes) fit {@link SPLIT_WORKSPACE_BUDGET}; else 0 (the split grid; always on
+ * software adapters).
  */
 export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: GemmTile): number {
   if (ctx.report.isFallbackAdapter) return 0;
-  const wgs = STREAM_WAVES * workgroupSlots(tile);
-  const plan = streamPlan(Math.ceil(spec.n / tile.bm), Math.ceil(spec.v / tile.bn), wgs);
-  return plan && spec.n * plan.slots * 8 <= SPLIT_WORKSPACE_BUDGET ? wgs : 0;
+  const slots = workgroupSlots(tile);
+  const blocks = Math.ceil(spec.n / tile.bm), tiles = Math.ceil(spec.v / tile.bn);
+  const splits = defaultVocabSplits(ctx, spec, tile);
+  if (!streamSaves({ blocks, tiles, splits, slots })) return 0;
+  const plan = streamPlan(blocks, tiles, slots);
+  return plan && spec.n * plan.slots * 8 <= SPLIT_WORKSPACE_BUDGET ? slots : 0;
 }
 
 /**
@@ -386,6 +406,7 @@ export async function prepareFusedForward(
   const p = _plan(ctx, o);
   const { tile, smoothing, splits } = p;
   const stream = _stream(p, _shardRows(ctx, spec, spec.n), _shardRows(ctx, spec, spec.v));
+  if (!stream) p.stream = 0; // E or C over several bindings: the split grid, in the accounting too
   const compile = async (withStats: boolean) => {
     const to = {
       stream: stream !== undefined,

@@ -9,7 +9,14 @@ import { assertClose } from "../../reference/compare.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { type GemmTile, TILE_HW_WIDE, TILE_LARGE, TILE_SMALL } from "../gemm_codegen.ts";
-import { FUSED_TILE_HW, prepareFusedForward, type SmoothingMode, splitPlan } from "./forward.ts";
+import {
+  defaultStreamWorkgroups,
+  FUSED_TILE_HW,
+  prepareFusedForward,
+  type SmoothingMode,
+  splitPlan,
+  streamSaves,
+} from "./forward.ts";
 import type { TileState } from "./forward_tiles.ts";
 import { streamOwner, streamPlan } from "./forward_stream.ts";
 
@@ -375,4 +382,33 @@ Deno.test("fused forward: split plan and workspace at the paper's shape", async 
   });
   assert.equal(sc.smoothing, "in-kernel");
   assert.equal(sc.workspaceBytes(spec, { cShardRows: [256000] }), 8192 * 16 * 8);
+  // the stream split on 132 workgroups (C of 16,000 rows in one binding): a partial a row for
+  // each workgroup sharing its block, 63 vocab tiles over 2.06 workgroups a block
+  const small = { ...spec, v: 16000 };
+  const st = await prepareFusedForward(ctx, {
+    spec: small,
+    opts: resolveOptions({ beta: 0.1 }),
+    tile: TILE_HW_WIDE,
+    streamWorkgroups: 132,
+  });
+  assert.equal(st.streamWorkgroups, 132);
+  const slots = streamPlan(64, 63, 132)!.slots;
+  assert.equal(slots, 3);
+  const colsum = 2304 * 4 + 32 * 2304 * 4;
+  assert.equal(st.workspaceBytes(small, { cShardRows: [16000] }), 8192 * slots * 4 + colsum);
+  // C in two bindings: the split grid's workspace
+  const two = st.workspaceBytes(small, { cShardRows: [8000, 8000] });
+  const grid = 8192 * splitPlan([8000, 8000], 256, st.vocabSplits).total * 4;
+  assert.equal(two, grid + 2304 * 4 + 64 * 2304 * 4);
+});
+
+Deno.test("fused forward: the stream split is the default where it saves waves", async () => {
+  // the paper's shape on 132 slots: the grid (S = 4) runs 2 waves of 250 tiles, the stream 485
+  assert.equal(streamSaves({ blocks: 64, tiles: 1000, splits: 4, slots: 132 }), true);
+  // llm: 256 workgroups of 12 tiles in 2 waves against 24 tiles a workgroup: nothing saved
+  assert.equal(streamSaves({ blocks: 32, tiles: 96, splits: 8, slots: 132 }), false);
+  // a software adapter keeps the split grid
+  const ctx = await testContext();
+  const spec = { n: 8192, v: 256000, d: 2304 };
+  assert.equal(defaultStreamWorkgroups(ctx, spec, TILE_HW_WIDE), 0);
 });
