@@ -6,7 +6,7 @@
  * - `fused tiles` (kernels/fused/forward_tiles.ts): a grid of (vocab split S) × (token block);
  *   each workgroup walks its range of vocab tiles, computing logit tiles in registers and one
  *   partial log-sum-exp per row and split (and the target logit, from the tile that holds it).
- *   On hardware adapters, with one E and one C binding, the *stream split* instead
+ *   On hardware adapters under wgpu, with one E and one C binding, the *stream split* instead
  *   (kernels/fused/forward_stream.ts): W workgroups share the tiles equally, so the pass ends
  *   in whole waves whatever the token blocks; each row gets a partial per piece.
  * - `fused merge` (kernels/fused/forward_merge.ts): per token, the S partials merged in split
@@ -218,13 +218,15 @@ export function streamSaves(o: { blocks: number; tiles: number; splits: number; 
 
 /**
  * The default stream split: one workgroup a slot of the tile (gemm_tiles.ts `workgroupSlots`; at
- * the paper's shape 132, 264, 396 and 528 ran within 0.6%, 132 fastest) on hardware adapters,
- * where it saves time by {@link streamSaves} against the default split grid and its partials
- * (n·slots·8 bytes) fit {@link SPLIT_WORKSPACE_BUDGET}; else 0 (the split grid; always on
- * software adapters).
+ * the paper's shape 132, 264, 396 and 528 ran within 0.6%, 132 fastest) on hardware adapters
+ * under Deno's own WebGPU, where it saves time by {@link streamSaves} against the default split
+ * grid and its partials (n·slots·8 bytes) fit {@link SPLIT_WORKSPACE_BUDGET}; else 0, the split
+ * grid. Always the grid on software adapters, and on Dawn: there the same kernels ran the
+ * forward 0.8% slower at the paper's shape (1.5% with Dawn's robustness off; the tile map's
+ * forward 1.9% faster and 1.2% slower), where wgpu ran it 1.0% faster (docs/performance.md).
  */
 export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: GemmTile): number {
-  if (ctx.report.isFallbackAdapter) return 0;
+  if (ctx.report.isFallbackAdapter || ctx.report.engine !== "deno") return 0;
   const slots = workgroupSlots(tile);
   const blocks = Math.ceil(spec.n / tile.bm), tiles = Math.ceil(spec.v / tile.bn);
   const splits = defaultVocabSplits(ctx, spec, tile);

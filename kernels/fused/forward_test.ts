@@ -411,4 +411,14 @@ Deno.test("fused forward: the stream split is the default where it saves waves",
   const ctx = await testContext();
   const spec = { n: 8192, v: 256000, d: 2304 };
   assert.equal(defaultStreamWorkgroups(ctx, spec, TILE_HW_WIDE), 0);
+  // a hardware adapter: the stream on wgpu where it saves waves, the grid on Dawn
+  const hw = (engine: string) =>
+    ({ report: { isFallbackAdapter: false, engine } }) as unknown as GpuContext;
+  assert.equal(defaultStreamWorkgroups(hw("deno"), spec, TILE_HW_WIDE), 132);
+  assert.equal(defaultStreamWorkgroups(hw("dawn"), spec, TILE_HW_WIDE), 0);
+  assert.equal(defaultStreamWorkgroups(hw("dawn-unchecked"), spec, TILE_HW_WIDE), 0);
+  assert.equal(
+    defaultStreamWorkgroups(hw("deno"), { ...spec, n: 4096, v: 24576 }, TILE_HW_WIDE),
+    0,
+  );
 });
