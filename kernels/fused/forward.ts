@@ -93,6 +93,11 @@ export interface FusedForwardOptions {
    * binding; otherwise the split grid runs.
    */
   streamWorkgroups?: number;
+  /**
+   * Token blocks a group of the stream split (kernels/fused/forward_stream.ts; default: the
+   * workgroups over the split grid's S, so that as many share a block as in the grid's waves).
+   */
+  streamGroupBlocks?: number;
   /** Compile the per-token calibration statistics (required to pass `tokenStats` to record). */
   tokenStats?: boolean;
   /** Where the tiles keep their running row state (default `tile`). */
@@ -141,8 +146,9 @@ export interface PreparedFusedForward {
   readonly smoothing: SmoothingPlan;
   /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
   readonly vocabSplits: number;
-  /** The stream split's workgroups (0: the split grid). */
+  /** The stream split's workgroups (0: the split grid) and its blocks a group. */
   readonly streamWorkgroups: number;
+  readonly streamGroupBlocks: number;
   /** `tile` state: rows of a thread reduced per round (undefined in `registers` state). */
   readonly roundRows: number | undefined;
   /** Records the passes; workspace buffers are released after the submission. */
@@ -231,7 +237,7 @@ export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: Gemm
   const blocks = Math.ceil(spec.n / tile.bm), tiles = Math.ceil(spec.v / tile.bn);
   const splits = defaultVocabSplits(ctx, spec, tile);
   if (!streamSaves({ blocks, tiles, splits, slots })) return 0;
-  const plan = streamPlan(blocks, tiles, slots);
+  const plan = streamPlan(blocks, tiles, slots, Math.max(1, Math.floor(slots / splits)));
   return plan && spec.n * plan.slots * 8 <= SPLIT_WORKSPACE_BUDGET ? slots : 0;
 }
 
@@ -282,8 +288,9 @@ interface ForwardPlan {
   state: TileState;
   roundRows: number | undefined;
   splits: number;
-  /** Stream split workgroups (0: the split grid). */
+  /** Stream split workgroups (0: the split grid) and blocks a group. */
   stream: number;
+  group: number;
   tileMax: boolean;
 }
 
@@ -324,7 +331,13 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   if (stream > 0 && state !== "tile") {
     throw new RangeError("fused forward: the stream split needs tile state");
   }
-  return { tile, stats, smoothing, sumZ, state, roundRows, splits, stream, tileMax };
+  const group = o.streamGroupBlocks ?? Math.max(1, Math.floor(stream / splits));
+  if (!Number.isInteger(group) || group < 1) {
+    throw new RangeError(
+      `fused forward: streamGroupBlocks must be a positive integer, got ${group}`,
+    );
+  }
+  return { tile, stats, smoothing, sumZ, state, roundRows, splits, stream, group, tileMax };
 }
 
 /**
@@ -333,7 +346,8 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
  */
 function _stream(p: ForwardPlan, eRows: number[], cRows: number[]): StreamPlan | undefined {
   if (p.stream === 0 || eRows.length !== 1 || cRows.length !== 1) return undefined;
-  return streamPlan(Math.ceil(eRows[0] / p.tile.bm), Math.ceil(cRows[0] / p.tile.bn), p.stream);
+  const blocks = Math.ceil(eRows[0] / p.tile.bm), tiles = Math.ceil(cRows[0] / p.tile.bn);
+  return streamPlan(blocks, tiles, p.stream, p.group);
 }
 
 /** Rows of each binding of a tensor of `rows` rows of d as createTensor shards it by default. */
@@ -460,6 +474,7 @@ export async function prepareFusedForward(
     smoothing,
     vocabSplits: splits,
     streamWorkgroups: stream?.wgs ?? 0,
+    streamGroupBlocks: stream?.group ?? 0,
     roundRows: p.roundRows,
     workspaceBytes(s = spec, w = {}) {
       const cRows = w.cShardRows ?? _shardRows(ctx, s, s.v);
