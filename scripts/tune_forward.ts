@@ -1,13 +1,13 @@
 /**
  * `deno run -A scripts/tune_forward.ts [--n N --v V --d D --dtype bf16|f16|f32] [--beta B]
- * [--softcap S] [--reps R] [--warmup W] [--splits 8,16,32] [--streams 132,264]
- * [--stream-groups 33,64] [--quick] [--no-plain] [--out DIR]`:
+ * [--softcap S] [--reps R] [--warmup W] [--splits 8,16,32] [--streams 132,264] [--quick]
+ * [--no-plain] [--out DIR]`:
  * the tuning harness of the fused forward (kernels/fused/forward.ts).
  *
  * Phase 1 times every candidate GEMM tile (tile sizes, K-step, threads per tile) at the default
  * vocab split S, next to the plain matmul (kernels/matmul.ts, logits into an f32 tensor) with the
  * same tile; phase 2 sweeps S for the best tile, and the stream split's workgroups W
- * (kernels/fused/forward_stream.ts), each with its default group or each of --stream-groups; then the best configuration is timed with the
+ * (kernels/fused/forward_stream.ts); then the best configuration is timed with the
  * token stats and (β > 0, no softcap) with the in-kernel smoothing sum, to show what the options
  * cost. Times are GPU times from timestamp queries (median of R reps after W warm-ups) of the
  * whole forward (column sum, tiles, merge); effective TFLOP/s = 2·n·v·d / time. Last, the best
@@ -72,12 +72,6 @@ export const TUNE_FORWARD_COMMAND = defineCommand({
       arg: "W,W",
       help: "stream split workgroups of phase 2",
       defaultText: "132,264,396,528; 3,7 on software",
-    },
-    "stream-groups": {
-      type: "string",
-      arg: "G,G",
-      help: "token blocks a group of each stream split of phase 2",
-      defaultText: "the forward's default",
     },
     quick: { type: "boolean", help: "only the first two tiles" },
     tile: {
@@ -213,13 +207,7 @@ export async function tuneForwardMain(args: string[]): Promise<void> {
   const streams = values.streams === undefined
     ? (hw ? [132, 264, 396, 528] : [3, 7])
     : parseList("--streams", values.streams).map((x) => parseIntValue("--streams", x, { min: 1 }));
-  const groupFlag = values["stream-groups"];
-  const groups = groupFlag === undefined
-    ? [undefined]
-    : parseList("--stream-groups", groupFlag).map((x) =>
-      parseIntValue("--stream-groups", x, { min: 1 })
-    );
-  const best = await tunePhases(tuner, tiles, splits, streams, groups);
+  const best = await tunePhases(tuner, tiles, splits, streams);
   const check = tensors.logits ? await checkBest(ctx, { spec, opts, best, tensors }) : undefined;
   const h = header();
   writeAtomic(`${base}.md`, tuneMarkdown(h, { opts, softcap, rows: tuner.rows, best, check }));

@@ -36,7 +36,6 @@ export async function checkBest(
     tile: best.tile,
     vocabSplits: best.vocabSplits,
     streamWorkgroups: best.streamWorkgroups,
-    streamGroupBlocks: best.streamGroupBlocks,
     tileState: best.tileState,
     roundRows: best.roundRows,
   });
@@ -112,7 +111,6 @@ export function tuneJson(
       tile: describeTile(best.tile),
       vocabSplits: best.vocabSplits,
       streamWorkgroups: best.streamWorkgroups,
-      streamGroupBlocks: best.streamGroupBlocks ?? null,
       tileState: best.tileState,
       roundRows: best.roundRows ?? null,
       ms: best.ms,

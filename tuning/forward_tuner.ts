@@ -39,8 +39,6 @@ export interface TuneRow {
   vocabSplits: number;
   /** The stream split's workgroups (kernels/fused/forward_stream.ts); 0: the split grid. */
   streamWorkgroups: number;
-  /** The stream split's blocks a group (undefined: the forward's default). */
-  streamGroupBlocks?: number;
   variant: string;
   /** Median GPU ms of the whole forward, and of its tiles pass. */
   ms: number;
@@ -191,8 +189,6 @@ export interface TuneOptions {
   vocabSplits?: number;
   /** The stream split's workgroups (default 0: the split grid of `vocabSplits`). */
   streamWorkgroups?: number;
-  /** The stream split's blocks a group (default: the forward's). */
-  streamGroupBlocks?: number;
   smoothing?: SmoothingMode;
   tokenStats?: boolean;
   plain?: boolean;
@@ -251,22 +247,11 @@ export class ForwardTuner {
       x.tokenStats ? "+stats" : "",
     ].filter((s) => s).join(" ") || "-";
     const streamWorkgroups = x.streamWorkgroups ?? 0;
-    const group = x.streamGroupBlocks === undefined ? "" : `/G=${x.streamGroupBlocks}`;
-    const split = streamWorkgroups > 0 ? `W=${streamWorkgroups}${group}` : `S=${vocabSplits}`;
+    const split = streamWorkgroups > 0 ? `W=${streamWorkgroups}` : `S=${vocabSplits}`;
     const config = `${forwardTileName(tile)} ${split} ${
       tileState === "tile" ? `tile/${roundRows}` : "registers"
     }`;
-    const streamGroupBlocks = x.streamGroupBlocks;
-    return {
-      config,
-      variant,
-      vocabSplits,
-      streamWorkgroups,
-      streamGroupBlocks,
-      cap,
-      tileState,
-      roundRows,
-    };
+    return { config, variant, vocabSplits, streamWorkgroups, cap, tileState, roundRows };
   }
 
   /** Times one configuration (or takes it from the run being resumed) and prints its row. */
@@ -289,7 +274,6 @@ export class ForwardTuner {
       threads: tileThreads(tile),
       vocabSplits: c.vocabSplits,
       streamWorkgroups: c.streamWorkgroups,
-      streamGroupBlocks: c.streamGroupBlocks,
       variant: c.variant,
       ms: NaN,
       tilesMs: NaN,
@@ -317,7 +301,6 @@ export class ForwardTuner {
       tile,
       vocabSplits: row.vocabSplits,
       streamWorkgroups: row.streamWorkgroups,
-      streamGroupBlocks: row.streamGroupBlocks,
       smoothing: x.smoothing,
       tokenStats: x.tokenStats,
       tileState: row.tileState,
@@ -394,7 +377,6 @@ export async function tunePhases(
   tiles: GemmTile[],
   splits: number[],
   streams: number[] = [],
-  groups: (number | undefined)[] = [undefined],
 ): Promise<TuneRow> {
   const rows = tuner.rows, { opts, softcap, spec } = tuner.o;
   console.log("\nphase 1: tiles at the default vocab split");
@@ -408,18 +390,10 @@ export async function tunePhases(
     tried.add(s);
     await tuner.measure(bestTile, { vocabSplits: s, plain: true });
   }
-  for (const w of streams) {
-    for (const g of groups) {
-      await tuner.measure(bestTile, { streamWorkgroups: w, streamGroupBlocks: g, plain: true });
-    }
-  }
+  for (const w of streams) await tuner.measure(bestTile, { streamWorkgroups: w, plain: true });
   const ofBest = () => rows.filter((x) => x.tile === bestTile);
   const b2 = bestRow(ofBest());
-  const split = {
-    vocabSplits: b2.vocabSplits,
-    streamWorkgroups: b2.streamWorkgroups,
-    streamGroupBlocks: b2.streamGroupBlocks,
-  };
+  const split = { vocabSplits: b2.vocabSplits, streamWorkgroups: b2.streamWorkgroups };
   console.log(`\nphase 3: row state for ${b2.config}`);
   for (let r = 1; r <= bestTile.tm; r *= 2) {
     if (bestTile.tm % r || r === bestRow(ofBest()).roundRows) continue;
@@ -435,7 +409,6 @@ export async function tunePhases(
   const at = {
     vocabSplits: best.vocabSplits,
     streamWorkgroups: best.streamWorkgroups,
-    streamGroupBlocks: best.streamGroupBlocks,
     tileState: best.tileState,
     roundRows: best.roundRows,
   };

@@ -93,11 +93,6 @@ export interface FusedForwardOptions {
    * binding; otherwise the split grid runs.
    */
   streamWorkgroups?: number;
-  /**
-   * Token blocks a group of the stream split (kernels/fused/forward_stream.ts; default: the
-   * workgroups over the split grid's S, so that as many share a block as in the grid's waves).
-   */
-  streamGroupBlocks?: number;
   /** Compile the per-token calibration statistics (required to pass `tokenStats` to record). */
   tokenStats?: boolean;
   /** Where the tiles keep their running row state (default `tile`). */
@@ -146,9 +141,8 @@ export interface PreparedFusedForward {
   readonly smoothing: SmoothingPlan;
   /** Requested vocab splits (each C shard gets a share; see {@link splitPlan}). */
   readonly vocabSplits: number;
-  /** The stream split's workgroups (0: the split grid) and its blocks a group. */
+  /** The stream split's workgroups (0: the split grid). */
   readonly streamWorkgroups: number;
-  readonly streamGroupBlocks: number;
   /** `tile` state: rows of a thread reduced per round (undefined in `registers` state). */
   readonly roundRows: number | undefined;
   /** Records the passes; workspace buffers are released after the submission. */
@@ -237,7 +231,7 @@ export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: Gemm
   const blocks = Math.ceil(spec.n / tile.bm), tiles = Math.ceil(spec.v / tile.bn);
   const splits = defaultVocabSplits(ctx, spec, tile);
   if (!streamSaves({ blocks, tiles, splits, slots })) return 0;
-  const plan = streamPlan(blocks, tiles, slots, Math.max(1, Math.floor(slots / splits)));
+  const plan = streamPlan(blocks, tiles, slots);
   return plan && spec.n * plan.slots * 8 <= SPLIT_WORKSPACE_BUDGET ? slots : 0;
 }
 
@@ -288,9 +282,8 @@ interface ForwardPlan {
   state: TileState;
   roundRows: number | undefined;
   splits: number;
-  /** Stream split workgroups (0: the split grid) and blocks a group. */
+  /** Stream split workgroups (0: the split grid). */
   stream: number;
-  group: number;
   tileMax: boolean;
 }
 
@@ -331,13 +324,7 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
   if (stream > 0 && state !== "tile") {
     throw new RangeError("fused forward: the stream split needs tile state");
   }
-  const group = o.streamGroupBlocks ?? Math.max(1, Math.floor(stream / splits));
-  if (!Number.isInteger(group) || group < 1) {
-    throw new RangeError(
-      `fused forward: streamGroupBlocks must be a positive integer, got ${group}`,
-    );
-  }
-  return { tile, stats, smoothing, sumZ, state, roundRows, splits, stream, group, tileMax };
+  return { tile, stats, smoothing, sumZ, state, roundRows, splits, stream, tileMax };
 }
 
 /**
@@ -346,8 +333,7 @@ function _plan(ctx: GpuContext, o: FusedForwardOptions): ForwardPlan {
  */
 function _stream(p: ForwardPlan, eRows: number[], cRows: number[]): StreamPlan | undefined {
   if (p.stream === 0 || eRows.length !== 1 || cRows.length !== 1) return undefined;
-  const blocks = Math.ceil(eRows[0] / p.tile.bm), tiles = Math.ceil(cRows[0] / p.tile.bn);
-  return streamPlan(blocks, tiles, p.stream, p.group);
+  return streamPlan(Math.ceil(eRows[0] / p.tile.bm), Math.ceil(cRows[0] / p.tile.bn), p.stream);
 }
 
 /** Rows of each binding of a tensor of `rows` rows of d as createTensor shards it by default. */
@@ -474,7 +460,6 @@ export async function prepareFusedForward(
     smoothing,
     vocabSplits: splits,
     streamWorkgroups: stream?.wgs ?? 0,
-    streamGroupBlocks: stream?.group ?? 0,
     roundRows: p.roundRows,
     workspaceBytes(s = spec, w = {}) {
       const cRows = w.cShardRows ?? _shardRows(ctx, s, s.v);

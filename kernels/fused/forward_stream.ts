@@ -9,12 +9,6 @@
  * 64,000/132 = 484.8 tiles an SM. With W workgroups of ⌊x·total/W⌋ … tiles each, the pass ends
  * after ⌈total/W⌉ tiles an SM, whatever the block count.
  *
- * The blocks go in groups of G (the last may be smaller), and each group's tiles are shared
- * equally by all W workgroups, group after group: so about W/G workgroups work on one block at a
- * time, as in the split grid's waves (G = 33 at the paper's shape, W = 132, S = 4: 4 a block),
- * instead of W/blocks. On an H200 the tiles ran 2% slower with 64 blocks at a time than with 33
- * (the split grid at S = 2 against S = 4, same waves; docs/performance.md).
- *
  * A workgroup's share may begin or end inside a token block, so it walks one or more *pieces*
  * (runs of vocab tiles of one block), each with the running row state of the split grid, and
  * leaves one partial per row and piece. A piece's slot in the row's partials is its workgroup's
@@ -29,13 +23,11 @@
 
 /** The stream split of one (E shard, C shard) dispatch. */
 export interface StreamPlan {
-  /** Workgroups (≤ the tiles of the smallest group, so that each has a share of every group). */
+  /** Workgroups (≤ the tiles in all). */
   wgs: number;
   /** Token blocks and vocab tiles of the shards. */
   blocks: number;
   tiles: number;
-  /** Blocks a group (the last group may have fewer). */
-  group: number;
   /** Partial slots per row: the most workgroups that touch one token block. */
   slots: number;
 }
@@ -46,31 +38,24 @@ export function streamOwner(x: number, total: number, wgs: number): number {
 }
 
 /**
- * The stream split of `blocks` token blocks × `tiles` vocab tiles over up to `wgs` workgroups in
- * groups of `group` blocks (default: all in one), or undefined where the kernel's u32 arithmetic
- * (a group's tiles × W) would overflow.
+ * The stream split of `blocks` token blocks × `tiles` vocab tiles over up to `wgs` workgroups, or
+ * undefined where the kernel's u32 arithmetic (total·W) would overflow.
  */
-export function streamPlan(
-  blocks: number,
-  tiles: number,
-  wgs: number,
-  group = blocks,
-): StreamPlan | undefined {
-  const g = Math.max(1, Math.min(group, blocks));
-  const last = blocks - Math.floor((blocks - 1) / g) * g;
-  const w = Math.max(1, Math.min(wgs, last * tiles));
-  if (g * tiles * w >= 2 ** 32) return undefined;
+export function streamPlan(blocks: number, tiles: number, wgs: number): StreamPlan | undefined {
+  const total = blocks * tiles;
+  const w = Math.max(1, Math.min(wgs, total));
+  if (total * w >= 2 ** 32) return undefined;
   let slots = 1;
   for (let b = 0; b < blocks; b++) {
-    const b0 = b - (b % g), total = Math.min(g, blocks - b0) * tiles, x = (b - b0) * tiles;
-    const first = streamOwner(x, total, w), last = streamOwner(x + tiles - 1, total, w);
+    const first = streamOwner(b * tiles, total, w),
+      last = streamOwner((b + 1) * tiles - 1, total, w);
     slots = Math.max(slots, last - first + 1);
   }
-  return { wgs: w, blocks, tiles, group: g, slots };
+  return { wgs: w, blocks, tiles, slots };
 }
 
-/** The params a stream kernel adds to the split grid's: token blocks, workgroups, group size. */
-export const STREAM_PARAMS = "blocks wgs group";
+/** The params a stream kernel adds to the split grid's: the token blocks and the workgroups. */
+export const STREAM_PARAMS = "blocks wgs";
 
 /**
  * `main`'s body in a stream kernel: the workgroup's pieces, each with `m0`, `tBegin`, `tEnd`,
@@ -78,23 +63,20 @@ export const STREAM_PARAMS = "blocks wgs group";
  * finish), and a barrier between pieces (the next piece's init writes the block's targets).
  */
 export function streamPiecesWgsl(bm: number, piece: string): string {
-  return `for (var b0 = 0u; b0 < P.blocks; b0 += P.group) {
-  let total = min(P.group, P.blocks - b0) * P.tiles;
+  return `let total = P.blocks * P.tiles;
   var x = (wg.x * total) / P.wgs;
   let xEnd = ((wg.x + 1u) * total) / P.wgs;
   loop {
     if (x >= xEnd) { break; }
-    let gb = x / P.tiles;
-    let blk = b0 + gb;
-    let tBegin = x - gb * P.tiles;
+    let blk = x / P.tiles;
+    let tBegin = x - blk * P.tiles;
     let tEnd = min(P.tiles, tBegin + (xEnd - x));
     // the piece's place among the workgroups that touch the block (streamOwner of its first tile)
-    let slot = wg.x - ((gb * P.tiles + 1u) * P.wgs - 1u) / total;
+    let slot = wg.x - ((blk * P.tiles + 1u) * P.wgs - 1u) / total;
     let m0 = blk * ${bm}u;
   ${piece}
     x += tEnd - tBegin;
     workgroupBarrier();
-  }
   }`;
 }
 

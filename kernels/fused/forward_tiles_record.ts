@@ -65,7 +65,7 @@ export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
           mapRow0: a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
           mapCol0: a.map ? a.map.layout.colBase[i] : 0,
           mapCols: a.map ? a.map.layout.cols : 0,
-          ...(stream ? { blocks: stream.blocks, wgs: stream.wgs, group: stream.group } : {}),
+          ...(stream ? { blocks: stream.blocks, wgs: stream.wgs } : {}),
         };
         const bg = kernel.bind(rec, params, {
           e: es.buffer,
