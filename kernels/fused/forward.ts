@@ -223,7 +223,8 @@ export function streamSaves(o: { blocks: number; tiles: number; splits: number; 
  * grid and its partials (n·slots·8 bytes) fit {@link SPLIT_WORKSPACE_BUDGET}; else 0, the split
  * grid. Always the grid on software adapters, and on Dawn: there the same kernels ran the
  * forward 0.8% slower at the paper's shape (1.5% with Dawn's robustness off; the tile map's
- * forward 1.9% faster and 1.2% slower), where wgpu ran it 1.0% faster (docs/performance.md).
+ * forward 1.9% faster and 1.2% slower), where wgpu ran it 1.0% faster; no faster on Dawn in
+ * three runs of four (docs/performance.md).
  */
 export function defaultStreamWorkgroups(ctx: GpuContext, spec: Shape, tile: GemmTile): number {
   if (ctx.report.isFallbackAdapter || ctx.report.engine !== "deno") return 0;
