@@ -9,7 +9,8 @@
  * same tile; phase 2 sweeps S for the best tile, and the stream split's workgroups W
  * (kernels/fused/forward_stream.ts); then the best configuration is timed with the
  * token stats and (β > 0, no softcap) with the in-kernel smoothing sum, to show what the options
- * cost. Times are GPU times from timestamp queries (median of R reps after W warm-ups) of the
+ * cost. Times are GPU times from timestamp queries (median of R reps after W warm-ups, and on a
+ * hardware adapter after 400 ms of full load, as before a table's cells) of the
  * whole forward (column sum, tiles, merge); effective TFLOP/s = 2·n·v·d / time. Last, the best
  * configuration's lse and loss rows are checked against the materialised path (plain logits +
  * row_softmax_stats). Prints a table and writes `tune_forward_<adapter-slug>.json|md` into --out.

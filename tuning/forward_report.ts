@@ -4,6 +4,7 @@
  * Markdown.
  * @module
  */
+import { IDLE_GPU_BUSY_MS } from "../measure/measure.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor, download } from "../gpu/tensor.ts";
@@ -152,7 +153,9 @@ export function tuneMarkdown(
     }, fallback ${r.isFallbackAdapter}).`,
     `Shape n=${n}, |V|=${v}, d=${d}, ${dtype}; β=${o.opts.beta}${
       o.softcap ? `, softcap ${o.softcap}` : ""
-    }. GPU time from timestamp queries, median of ${h.reps} after ${h.warmup} warm-up; ` +
+    }. GPU time from timestamp queries, median of ${h.reps} after ${h.warmup} warm-up${
+      r.isFallbackAdapter ? "" : ` and ${IDLE_GPU_BUSY_MS} ms of full load`
+    }; ` +
     "TFLOP/s = 2·n·|V|·d / time. The fused time is the whole forward (column sum, tiles, " +
     "merge); plain = kernels/matmul.ts with the same tile (f32 logits materialised); " +
     "fused/plain = fused time / plain time.",

@@ -13,6 +13,8 @@ import type { GpuContext } from "../gpu/context.ts";
 import type { Recorder } from "../gpu/recorder.ts";
 import type { DeviceTensor } from "../gpu/tensor.ts";
 import { median, passMedians, timeRecorder, timeRepetitions } from "../measure/timing.ts";
+import { IDLE_GPU_BUSY_MS } from "../measure/measure.ts";
+import { type BusyLoad, prepareBusyLoad } from "../gpu/busy_load.ts";
 import { type GemmTile, TILE_HW_WIDE, tileThreads, validateTile } from "../kernels/gemm_codegen.ts";
 import { prepareMatmul } from "../kernels/matmul.ts";
 import {
@@ -109,12 +111,18 @@ export function runnableTiles(tiles: GemmTile[], lim: GPUSupportedLimits): GemmT
   });
 }
 
-/** Median GPU ms (whole recorder, and of the passes whose label includes `pass`) of `reps` runs. */
+/**
+ * Median GPU ms (whole recorder, and of the passes whose label includes `pass`) of `reps` runs,
+ * after the full load on a hardware adapter (`busy`: measure/measure.ts's IDLE_GPU_BUSY_MS, as
+ * before each table cell): without it the compile between two configurations idles the GPU and
+ * short forwards ran at lower clocks, 1.7–2.6× their time (10-ms forwards on an H200).
+ */
 async function _time(
   ctx: GpuContext,
-  o: { warmup: number; reps: number; pass: string },
+  o: { warmup: number; reps: number; pass: string; busy?: BusyLoad },
   record: (rec: Recorder) => void,
 ): Promise<{ ms: number; passMs: number; passes: Record<string, number> }> {
+  if (o.busy) await o.busy.run(IDLE_GPU_BUSY_MS);
   const r = await timeRepetitions(
     { warmup: o.warmup, reps: o.reps },
     () => ctx.scoped(() => timeRecorder(ctx, record)),
@@ -202,6 +210,7 @@ export class ForwardTuner {
   /** Every configuration timed (or resumed), in order. */
   readonly rows: TuneRow[] = [];
   readonly #plain = new Map<string, number>();
+  #busy: BusyLoad | undefined;
   readonly #prior: TuneRow[];
 
   constructor(
@@ -308,9 +317,12 @@ export class ForwardTuner {
     });
     const tokenStats = x.tokenStats ? t.stats : undefined;
     const { e, c, targets, lse, lossRows } = t;
+    const busy = ctx.report.isFallbackAdapter
+      ? undefined
+      : (this.#busy ??= await prepareBusyLoad(ctx));
     const r = await _time(
       ctx,
-      { warmup, reps, pass: "tiles" },
+      { warmup, reps, pass: "tiles", busy },
       (rec) => ff.record(rec, { e, c, targets, lse, lossRows, tokenStats }),
     );
     Object.assign(row, {
@@ -328,7 +340,7 @@ export class ForwardTuner {
         aTrans: false,
         bTrans: false,
       });
-      const p = await _time(ctx, { warmup, reps, pass: "matmul" }, (rec) =>
+      const p = await _time(ctx, { warmup, reps, pass: "matmul", busy }, (rec) =>
         mm.record(rec, {
           a: { tensor: e, trans: false },
           b: { tensor: c, trans: false },
