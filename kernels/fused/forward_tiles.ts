@@ -1,8 +1,10 @@
 /**
  * Pass `fused tiles` of the fused forward (kernels/fused/forward.ts): workgroups form a grid of
- * (vocab split S) × (token block of BM rows). A workgroup walks its contiguous range of BN-wide
- * vocab tiles in order; for each it computes the BM×BN logits tile with the generated
- * register-tiled GEMM ({@link gemmMainloop}), and the epilogue works on the accumulators in
+ * (vocab split S) × (token block of BM rows), or with `stream` a row of W workgroups that share the
+ * tiles equally, each walking its pieces (kernels/fused/forward_stream.ts; the record:
+ * forward_tiles_record.ts). A workgroup walks its contiguous range of BN-wide vocab tiles in
+ * order; for each it computes the BM×BN logits tile with the generated register-tiled GEMM
+ * ({@link gemmMainloop}), and the epilogue works on the accumulators in
  * registers: softcap, mask of the ragged vocab edge, and for each of the thread's TM rows its
  * (max, Σexp(z − max)) over its TN columns (one max, then TN exps; no rescale). Where the running
  * row state lives across tiles is the {@link TileState}. One partial log-sum-exp
