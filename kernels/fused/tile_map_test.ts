@@ -395,7 +395,8 @@ Deno.test({
     const lse = t(x.n, 1, "f32", "lse"), lossRows = t(x.n, 1, "f32", "loss rows");
     const withMap = await prepareFusedForward(ctx, { spec, opts, tileMax: true });
     const plain = await prepareFusedForward(ctx, { spec, opts });
-    const map = createTileMap(ctx, e, c, withMap.tile);
+    // the map's entries (mapTile: on hardware two 128-column entries a 128×256 forward tile)
+    const map = createTileMap(ctx, e, c, withMap.mapTile);
     const wrong = t(map.rows, map.cols + 1, "u32", "wrong map");
     const rec = new Recorder(ctx);
     const live = ctx.memory().liveBytes;
@@ -423,7 +424,7 @@ Deno.test({
           opts,
           filterEps: defaultFilterEps("f32"),
           sort: true,
-          mapFilter: { tile: withMap.tile },
+          mapFilter: { tile: withMap.mapTile },
         }),
       /the map filter needs the filter and no sorting/,
     );
@@ -432,7 +433,7 @@ Deno.test({
       opts,
       filterEps: defaultFilterEps("f32"),
       sort: false,
-      mapFilter: { tile: withMap.tile },
+      mapFilter: { tile: withMap.mapTile },
     });
     const w = t(x.n, 1, "f32", "w"), count = t(1, 1, "f32", "count");
     const rec2 = new Recorder(ctx);
