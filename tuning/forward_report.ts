@@ -36,7 +36,8 @@ export async function checkBest(
     opts,
     tile: best.tile,
     vocabSplits: best.vocabSplits,
-    streamWorkgroups: best.streamWorkgroups,
+    // rows of runs from before the stream split have none: theirs was the split grid
+    streamWorkgroups: best.streamWorkgroups ?? 0,
     tileState: best.tileState,
     roundRows: best.roundRows,
   });
@@ -111,7 +112,7 @@ export function tuneJson(
     best: best && {
       tile: describeTile(best.tile),
       vocabSplits: best.vocabSplits,
-      streamWorkgroups: best.streamWorkgroups,
+      streamWorkgroups: best.streamWorkgroups ?? 0,
       tileState: best.tileState,
       roundRows: best.roundRows ?? null,
       ms: best.ms,
