@@ -97,6 +97,13 @@ export function rowsPerBinding(ctx: GpuContext, dtype: TensorDtype, cols: number
   return rows;
 }
 
+/** Rows of each shard of a tensor of `rows` rows, `per` to a shard (none for 0 rows). */
+export function shardRows(rows: number, per: number): number[] {
+  const out: number[] = [];
+  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
+  return out;
+}
+
 /** Allocates a sharded tensor (contents undefined: zero on creation in WebGPU). */
 export function createTensor(ctx: GpuContext, o: TensorOptions): DeviceTensor {
   let per = rowsPerBinding(ctx, o.dtype, o.cols);

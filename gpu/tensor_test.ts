@@ -7,6 +7,7 @@ import {
   fromHost,
   poison,
   rowsPerBinding,
+  shardRows,
   type TensorDtype,
   upload,
 } from "./tensor.ts";
@@ -282,5 +283,25 @@ Deno.test({
       (e) => e instanceof GpuError && e.kind === "limits",
     );
     assert.equal(ctx.memory().liveBytes, before);
+  },
+});
+
+Deno.test({
+  name: "shardRows: the rows of each shard, as createTensor makes them",
+  ...GPU_TEST,
+  async fn() {
+    assert.deepEqual(shardRows(10, 4), [4, 4, 2]);
+    assert.deepEqual(shardRows(8, 4), [4, 4]);
+    assert.deepEqual(shardRows(0, 4), []);
+    const ctx = await GpuContext.create({ maxBindingBytes: 4096 });
+    try {
+      const t = createTensor(ctx, { dtype: "f32", rows: 70, cols: 33, role: "input", label: "t" });
+      const per = rowsPerBinding(ctx, "f32", 33);
+      assert.deepEqual(t.shards.map((s) => s.rows), shardRows(70, per));
+      assert.ok(t.shards.length > 1, "sharded");
+      t.destroy();
+    } finally {
+      ctx.destroy();
+    }
   },
 });

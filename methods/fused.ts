@@ -56,7 +56,7 @@ import {
   tileMapLayout,
   type TileMapTile,
 } from "../kernels/fused/tile_map.ts";
-import { rowsPerBinding } from "../gpu/tensor.ts";
+import { rowsPerBinding, shardRows } from "../gpu/tensor.ts";
 
 /** Variant switches of a fused method. */
 export interface FusedVariant {
@@ -269,13 +269,6 @@ function _tensorBytes(rows: number, cols: number, bytes: number, per: number): n
   return sum;
 }
 
-/** Rows of each shard of a tensor of `rows` rows, `per` to a shard. */
-function _shards(rows: number, per: number): number[] {
-  const out: number[] = [];
-  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
-  return out;
-}
-
 /**
  * The bytes a fused method's calls allocate, per mode, from its prepared plan: the forward's
  * vectors, loss, Σ_v C_v and tile map and the fused forward's workspace; the backward's row
@@ -309,7 +302,7 @@ export function fusedEstimate(
   const loss = vec(opts.reduction === "none" ? spec.n : 1);
   const inPer = rowsPerBinding(ctx, spec.dtype, spec.d);
   const tileMap = f.tileMap
-    ? tileMapBytes(tileMapLayout(_shards(spec.n, inPer), _shards(spec.v, inPer), k.mapTile))
+    ? tileMapBytes(tileMapLayout(shardRows(spec.n, inPer), shardRows(spec.v, inPer), k.mapTile))
     : 0;
   // uniform parameter blocks are left out of the kernels' workspace: ESTIMATE_SLACK_BYTES each call
   const fwd = 2 * vec(spec.n) + vec(1) + (k.keepColsum ? vec(spec.d) : 0) + tileMap + loss +

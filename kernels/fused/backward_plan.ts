@@ -47,7 +47,13 @@
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
-import { createTensor, DeviceTensor, elementBytes, type TensorDtype } from "../../gpu/tensor.ts";
+import {
+  createTensor,
+  DeviceTensor,
+  elementBytes,
+  shardRows,
+  type TensorDtype,
+} from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { machineEps } from "../../core/dtype.ts";
@@ -142,7 +148,7 @@ export function dESlabsFitDC(
   const parts = slabParts(out16, splits);
   if (parts === 0) return true;
   const per = gradRowsPerBinding(limit, spec.d, out16);
-  const sizes = _shardRows(spec.v, per).map((r) => paddedBytes(r * spec.d * (out16 ? 2 : 4)));
+  const sizes = shardRows(spec.v, per).map((r) => paddedBytes(r * spec.d * (out16 ? 2 : 4)));
   return _slabRows(sizes, spec.n, spec.d, parts, out16 && spec.d % 2 === 1) !== undefined;
 }
 
@@ -250,7 +256,7 @@ function _ownSlabRows(limit: number, n: number, d: number, parts: number, even: 
   if (k < 1) {
     throw new GpuError("limits", `fused backward: ${parts} f32 rows of ${d} exceed one binding`);
   }
-  return _shardRows(n, k);
+  return shardRows(n, k);
 }
 
 /**
@@ -289,12 +295,6 @@ function _slabStarts(rows: number[]): number[] {
     if (k > 0) out.push(r);
     r += k;
   }
-  return out;
-}
-
-function _shardRows(rows: number, per: number): number[] {
-  const out: number[] = [];
-  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
   return out;
 }
 
@@ -350,11 +350,11 @@ export function fusedBackwardWorkspaceBytes(o: {
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
   const perIn = _rowsPer(limit, spec.dtype, spec.d);
-  const eRows = layout.e ?? _shardRows(spec.n, perIn);
-  const cRows = layout.c ?? _shardRows(spec.v, perIn);
+  const eRows = layout.e ?? shardRows(spec.n, perIn);
+  const cRows = layout.c ?? shardRows(spec.v, perIn);
   const out16 = gradOut16(spec.dtype, o.gradDtype) !== undefined;
   const perF32 = gradRowsPerBinding(limit, spec.d, out16);
-  const dERows = _shardRows(spec.n, perF32), dCRows = _shardRows(spec.v, perF32);
+  const dERows = shardRows(spec.n, perF32), dCRows = shardRows(spec.v, perF32);
   const out16B = out16 ? 2 : 4;
   const plan = slabPlan({
     dCSizes: dCRows.map((r) => paddedBytes(r * spec.d * out16B)),

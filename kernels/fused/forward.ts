@@ -37,7 +37,7 @@
  */
 import type { GpuContext } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
+import { createTensor, type DeviceTensor, rowsPerBinding, shardRows } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import {
   type GemmTile,
@@ -339,9 +339,7 @@ function _stream(p: ForwardPlan, eRows: number[], cRows: number[]): StreamPlan |
 
 /** Rows of each binding of a tensor of `rows` rows of d as createTensor shards it by default. */
 function _shardRows(ctx: GpuContext, s: FusedForwardSpec, rows: number): number[] {
-  const per = rowsPerBinding(ctx, s.dtype, s.d), out: number[] = [];
-  for (let r = 0; r < rows; r += per) out.push(Math.min(per, rows - r));
-  return out;
+  return shardRows(rows, rowsPerBinding(ctx, s.dtype, s.d));
 }
 
 /** The workspace bytes of one call: split partials, [Σz], [stats], [colsum and its partials]. */

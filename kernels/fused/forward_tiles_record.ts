@@ -6,7 +6,7 @@
  */
 import type { TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import type { DeviceTensor } from "../../gpu/tensor.ts";
+import type { DeviceTensor, Shard } from "../../gpu/tensor.ts";
 import type { KernelOf } from "../../gpu/signature.ts";
 import type { GemmTile } from "../gemm_codegen.ts";
 import type { TileMapLayout } from "./tile_map.ts";
@@ -38,6 +38,36 @@ export interface TilesPassArgs {
 }
 
 /**
+ * The split grid's params of the dispatch of E shard `es` (of `e`) and C shard `i` (`cs`, its
+ * splits `sp`): the tiles pass's, and the tensor-core forward's, which declares the same.
+ */
+export function splitGridParams(o: {
+  e: DeviceTensor;
+  es: Shard;
+  cs: Shard;
+  i: number;
+  sp: { tiles: number; splits: number; base: number };
+  sTotal: number;
+  map?: { layout: TileMapLayout };
+}) {
+  const { es, cs, sp, map } = o;
+  return {
+    rows: es.rows,
+    rowStart: es.rowStart,
+    vRows: cs.rows,
+    vStart: cs.rowStart,
+    d: o.e.cols,
+    tiles: sp.tiles,
+    splits: sp.splits,
+    splitBase: sp.base,
+    sTotal: o.sTotal,
+    mapRow0: map ? map.layout.rowBase[o.e.shards.indexOf(es)] : 0,
+    mapCol0: map ? map.layout.colBase[o.i] : 0,
+    mapCols: map ? map.layout.cols : 0,
+  };
+}
+
+/**
  * Records the tiles pass: one dispatch of splits × token blocks per (E shard, C shard), or with
  * the stream split one of its workgroups.
  */
@@ -53,18 +83,7 @@ export function recordTilesPass(rec: Recorder, a: TilesPassArgs): void {
       c.shards.forEach((cshard, i) => {
         const sp = a.shards[i];
         const params = {
-          rows: es.rows,
-          rowStart: es.rowStart,
-          vRows: cshard.rows,
-          vStart: cshard.rowStart,
-          d: e.cols,
-          tiles: sp.tiles,
-          splits: sp.splits,
-          splitBase: sp.base,
-          sTotal: a.sTotal,
-          mapRow0: a.map ? a.map.layout.rowBase[e.shards.indexOf(es)] : 0,
-          mapCol0: a.map ? a.map.layout.colBase[i] : 0,
-          mapCols: a.map ? a.map.layout.cols : 0,
+          ...splitGridParams({ e, es, cs: cshard, i, sp, sTotal: a.sTotal, map: a.map }),
           ...(stream ? { blocks: stream.blocks, wgs: stream.wgs } : {}),
         };
         const bg = kernel.bind(rec, params, {

@@ -9,13 +9,14 @@
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, rowsPerBinding } from "../../gpu/tensor.ts";
+import { createTensor, type DeviceTensor, rowsPerBinding, shardRows } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { GPU_SMS } from "../gemm_tiles.ts";
 import { columnSumPlan, prepareColumnSum, type PreparedColumnSum } from "../column_sum.ts";
 import { splitPlan } from "../fused/forward.ts";
+import { splitGridParams } from "../fused/forward_tiles_record.ts";
 import {
   fusedMergeSignature,
   fusedMergeWgsl,
@@ -175,11 +176,7 @@ export async function prepareTcForward(
       residency: tcResidency(tile, sgSize, shared),
     });
   const bm = tileRows(tile), bn = tileCols(tile);
-  const cRowsOf = () => {
-    const per = rowsPerBinding(ctx, spec.dtype, spec.d), rows: number[] = [];
-    for (let r = 0; r < spec.v; r += per) rows.push(Math.min(per, spec.v - r));
-    return rows;
-  };
+  const cRowsOf = () => shardRows(spec.v, rowsPerBinding(ctx, spec.dtype, spec.d));
   return {
     tile: { bm, bn },
     tcTile: tile,
@@ -233,7 +230,7 @@ export async function prepareTcForward(
           });
         colsum.record(rec, { c, out: cs });
       }
-      _recordTiles(rec, { kernel: tiles, a, plan, bm, d: spec.d, map, ws, wsz });
+      _recordTiles(rec, { kernel: tiles, a, plan, bm, map, ws, wsz });
       recordMergePass(rec, {
         kernel: merge,
         e,
@@ -258,7 +255,6 @@ function _recordTiles(
     a: TcForwardArgs;
     plan: ReturnType<typeof splitPlan>;
     bm: number;
-    d: number;
     map?: { buffer: TrackedBuffer; layout: TileMapLayout };
     ws: TrackedBuffer;
     wsz?: TrackedBuffer;
@@ -271,20 +267,7 @@ function _recordTiles(
       const blocks = Math.ceil(es.rows / o.bm);
       c.shards.forEach((cshard, i) => {
         const sp = plan.shards[i];
-        const params = {
-          rows: es.rows,
-          rowStart: es.rowStart,
-          vRows: cshard.rows,
-          vStart: cshard.rowStart,
-          d: o.d,
-          tiles: sp.tiles,
-          splits: sp.splits,
-          splitBase: sp.base,
-          sTotal: plan.total,
-          mapRow0: map ? map.layout.rowBase[e.shards.indexOf(es)] : 0,
-          mapCol0: map ? map.layout.colBase[i] : 0,
-          mapCols: map ? map.layout.cols : 0,
-        };
+        const params = splitGridParams({ e, es, cs: cshard, i, sp, sTotal: plan.total, map });
         const bg = o.kernel.bind(rec, params, {
           e: es.buffer,
           c: cshard.buffer,
