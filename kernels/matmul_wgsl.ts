@@ -45,6 +45,13 @@ export interface MatmulKernelOptions {
    * vectors (the binding's one element type) or both scalar.
    */
   aFromOut?: boolean;
+  /**
+   * A bound writable (`read_write`) though only read: for an A that lies in the buffer the output
+   * is written to, in a byte range of its own (the fused backward's dense dC, whose G lies in dC's
+   * storage below the rows it writes): two writable bindings of one buffer may share it where
+   * their ranges do not overlap, a read-only one and a writable one never (gpu/bindings.ts).
+   */
+  aReadWrite?: boolean;
 }
 
 /**
@@ -63,7 +70,11 @@ export function matmulSignature(o: MatmulKernelOptions) {
       ...u32s("kPer first"),
     },
     bindings: {
-      a: { elem: wgslStorageType(o.aDtype, o.vecA), access: "read", when: !o.aFromOut },
+      a: {
+        elem: wgslStorageType(o.aDtype, o.vecA),
+        access: o.aReadWrite ? "read_write" : "read",
+        when: !o.aFromOut,
+      },
       b: { elem: wgslStorageType(o.bDtype, o.vecB), access: "read" },
       outp: {
         elem: out === "f32" ? (vo ? "vec4<f32>" : "f32") : "atomic<u32>",

@@ -84,7 +84,7 @@ export interface FusedVariant {
 /**
  * Kernel options no shipped row sets, for tests and the tuning tools (tuning/): the filtered
  * backward's (kernels/fused/backward.ts: its tile, the filter pass's tile, the dE splits and row
- * slices, the gathered dE, the dC order and its split, the order decision, the dense dE), and the vocabulary rows per chunk of
+ * slices, the gathered dE, the dC order and its split, the order decision, the dense dE and dC), and the vocabulary rows per chunk of
  * the no-filter rows' dense backward (methods/_dense_backward.ts).
  */
 export interface FusedKernelOptions {
@@ -100,6 +100,9 @@ export interface FusedKernelOptions {
     | "sortBound"
     | "denseDE"
     | "denseDETile"
+    | "denseDC"
+    | "denseDCTuning"
+    | "denseDCTailRows"
     | "dCSplit"
     | "dCProduct"
   >;

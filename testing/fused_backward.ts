@@ -41,6 +41,10 @@ export interface BackwardCase {
   dCSplit?: FusedBackwardOptions["dCSplit"];
   /** The dense dE path (default `never` here: these helpers test the kept tiles' passes). */
   denseDE?: FusedBackwardOptions["denseDE"];
+  /** The dense dC path (default `never` here, as the dense dE's). */
+  denseDC?: FusedBackwardOptions["denseDC"];
+  /** Its tail's rows at most. */
+  denseDCTailRows?: number;
   /** The order decision's bound (default the backward's: on hardware adapters only). */
   sortBound?: boolean;
   /** The dC pass's gradient product (default the backward's). */
@@ -97,6 +101,7 @@ export async function runBackward(
     opts: o,
     ...b,
     denseDE: b.denseDE ?? "never",
+    denseDC: b.denseDC ?? "never",
   });
   const once = async () => {
     const rec = new Recorder(ctx);

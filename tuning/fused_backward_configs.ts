@@ -13,6 +13,9 @@
  *   `dcseq` (the dC pass in the vocabulary's order, not most kept tiles first), `dense` and `kept`
  *   (dE by the dense path always, or by the kept tiles always: kernels/fused/dense_de.ts), and
  *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles),
+ *   `dcdense` and `dckept` (dC by its dense path always, or by the kept tiles always:
+ *   kernels/fused/dense_dc.ts), `dcdense-large` and `dcdense-s256` (the dense dC's small-chunk
+ *   tiles never, or below 256 rows), `dense-both` and `kept-both` (both gradients each way),
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
  *   (the shortest segment 1 or 4 kept tiles), `dcstaged`, `dcdirect` (the dC pass's gradient
@@ -81,6 +84,12 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   "dense-n32": () => backward({ denseDE: "always", denseDETile: { ...TILE_HW, bn: 32, tn: 4 } }),
   "dense-8x16": () => backward({ denseDE: "always", denseDETile: TILE_HW_8X16 }),
   kept: () => backward({ denseDE: "never" }),
+  dcdense: () => backward({ denseDC: "always" }),
+  "dcdense-large": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 0 } }),
+  "dcdense-s256": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 256 } }),
+  dckept: () => backward({ denseDC: "never" }),
+  "dense-both": () => backward({ denseDE: "always", denseDC: "always" }),
+  "kept-both": () => backward({ denseDE: "never", denseDC: "never" }),
   nosplit: () => backward({ dCSplit: false }),
   dcstaged: () => backward({ dCProduct: "staged" }),
   dcdirect: () => backward({ dCProduct: "direct" }),

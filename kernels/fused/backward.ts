@@ -44,6 +44,9 @@
  *    segments, their partials in the rows of vocab tiles nobody keeps), then pass `dC`
  *    (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile or segment, the kept tiles' target terms
  *    included; `dC split sum` adds the partials; then the other target terms (corrections.ts).
+ *    Where recorded, pass `dense dC decision` first chooses on the GPU between all of step 6 and
+ *    dense products over every tile, vocabulary chunk by chunk from the top, where most tiles
+ *    are kept (dense_dc.ts; each path under a gate of its flag).
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the two
@@ -64,48 +67,24 @@ import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, download } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
-import { vecLoadsFit } from "../gemm_codegen.ts";
-import { vecWidth } from "../wgsl_common.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
-import { prepareVocabSort } from "./vocab_order.ts";
-import { prepareCast16 } from "../cast16.ts";
-import { prepareGradCorrections } from "./corrections.ts";
 import {
   allocateGradients,
   type BackwardGradients,
   dCOrderBytes,
+  denseDCPlanFor,
   fusedBackwardWorkspaceBytes,
   maskBytes,
   paddedBytes,
   type TileSegment,
   tileSegments,
+  type WorkspaceLayout,
 } from "./backward_plan.ts";
-import { backwardGemmTiles, type BackwardTile, dESliceTile } from "./backward_tiles.ts";
-import {
-  filterPassSignature,
-  KEPT_BOUNDS_SIG,
-  keptBoundsWgsl,
-  recordFilterPass,
-  recordKeptBounds,
-} from "./filter.ts";
-import {
-  ORDER_SELECT_SIG,
-  orderSelectWgsl,
-  prepareSortBound,
-  recordOrderDecision,
-  SORTED_MASK_SIG,
-  sortedMaskWgsl,
-  sortedOrderWins,
-} from "./order_decision.ts";
-import { type TilePassKernelOptions, tilePassSignature, tilePassWgsl } from "./kept_tiles.ts";
+import { recordFilterPass, recordKeptBounds } from "./filter.ts";
+import { recordOrderDecision, sortedOrderWins } from "./order_decision.ts";
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
-import { recordSlabReduce, slabReduceSignature, slabReduceWgsl } from "./slab_reduce.ts";
-import { compileKernel } from "../../gpu/signature.ts";
-import { prepareMapFilter } from "./tile_map.ts";
-import { gatheredDETile, prepareGatheredDE } from "./gathered_de.ts";
-import { prepareDCOrder } from "./dc_order.ts";
-import { prepareDCSplit } from "./dc_split.ts";
-import { prepareDenseDE } from "./dense_de.ts";
+import { recordSlabReduce } from "./slab_reduce.ts";
+import { type BackwardPipelines, compileBackward } from "./backward_pipelines.ts";
 import { type BackwardOptionsPlan, planBackward } from "./backward_options.ts";
 import {
   checkBackwardArgs,
@@ -120,144 +99,12 @@ export type {
   PreparedFusedBackward,
 } from "./backward_types.ts";
 
-/** The compiled pieces of a backward (undefined where the plan does not use them). */
-type _Pipelines = Awaited<ReturnType<typeof _pipelines>>;
-
-/** The filter and order-decision pipelines of a plan. */
-async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
-  const { spec, eps, filterTile, decide, tile } = p;
-  const fo = eps !== null && filterTile
-    ? {
-      tile,
-      dtype: spec.dtype,
-      opts: p.opts,
-      v: spec.v,
-      eps,
-      filterTile,
-      vecLoads: vecLoadsFit(filterTile, spec.dtype, spec.d),
-      sort: decide ? false : p.sort,
-      entryBits: decide,
-      scales: p.filterScales,
-    }
-    : undefined;
-  const filterPass = fo
-    ? await compileKernel(
-      ctx,
-      filterPassSignature(fo),
-      p.filterWgsl(fo),
-      "fused_backward_filter",
-    )
-    : undefined;
-  const keptBounds = p.balanced
-    ? await compileKernel(ctx, KEPT_BOUNDS_SIG, keptBoundsWgsl(p.splits), "kept_bounds")
-    : undefined;
-  const sortedMask = decide
-    ? await compileKernel(ctx, SORTED_MASK_SIG, sortedMaskWgsl(tile), "sorted_mask")
-    : undefined;
-  const orderSelect = decide
-    ? await compileKernel(ctx, ORDER_SELECT_SIG, orderSelectWgsl(), "order_select")
-    : undefined;
-  const mapFilter = eps !== null && p.mapTile
-    ? await prepareMapFilter(ctx, { tile, mapTile: p.mapTile, opts: p.opts, v: spec.v, eps })
-    : undefined;
-  const sortBound = p.sortBound ? await prepareSortBound(ctx, tile) : undefined;
-  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound };
-}
-
-/** Compiles every pipeline of a plan. */
-async function _pipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
-  const { spec, opts, tile, eps, out16, splits } = p;
-  const filter = await _filterPipelines(ctx, p);
-  const problem = { dtype: spec.dtype, opts, v: spec.v };
-  const base = { ...problem, tile, eps, sort: p.sort };
-  // 16-byte loads of bf16 E and C in the tile passes' logits products where d allows
-  const tileVec = (k: "dE" | "dC", bt: BackwardTile) =>
-    spec.dtype === "bf16" &&
-    vecLoadsFit({ ...backwardGemmTiles(bt)[k], vec: true }, "bf16", spec.d);
-  const tilePass = (o: TilePassKernelOptions, label: string) =>
-    compileKernel(ctx, tilePassSignature(o), tilePassWgsl(o), label);
-  const dCVec = tileVec("dC", tile);
-  const dCPass = await tilePass({
-    ...base,
-    kind: "dC",
-    out16: p.dCInPlace,
-    vecLoads: dCVec,
-    ordered: p.dCOrder,
-    split: p.dCSplit !== undefined,
-    foldTargets: opts.targetTerm,
-    // the direct product where E is read 16 bytes at a time (FusedBackwardOptions.dCProduct)
-    dCDirect: (p.dCProduct ?? (dCVec ? "direct" : "staged")) === "direct",
-  }, "fused_backward_dC");
-  const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
-  const dCSplit = p.dCSplit
-    ? await prepareDCSplit(ctx, { out16: p.dCInPlace, vocab: tile.vocab, sort: p.sort, opts })
-    : undefined;
-  const cast = out16 ? await prepareCast16(ctx, out16) : undefined;
-  const dEPass = await tilePass({
-    ...base,
-    kind: "dE",
-    rowSlices: p.slices,
-    vecLoads: tileVec("dE", dESliceTile(tile, p.slices)),
-    splits,
-    balanced: p.balanced,
-  }, "fused_backward_dE");
-  // the split partials are added in place (16-bit output: slab parts 1…S−1 into part 0) or into
-  // the f32 output (slab parts 0…S−1)
-  const reduce = splits > 1
-    ? await compileKernel(
-      ctx,
-      slabReduceSignature(out16 !== undefined),
-      slabReduceWgsl(out16 !== undefined ? splits - 1 : splits, out16 !== undefined),
-      "fused_backward_split_reduce",
-    )
-    : undefined;
-  const sorter = p.sort ? await prepareVocabSort(ctx, { dtype: spec.dtype, opts }) : undefined;
-  const corrections = await prepareGradCorrections(ctx, {
-    ...problem,
-    dC16: p.dCInPlace,
-    foldTargets: opts.targetTerm,
-  });
-  const gathered = p.gather
-    ? await prepareGatheredDE(ctx, {
-      ...base,
-      accShared: out16 !== undefined,
-      vecLoads: tileVec("dE", tile),
-      cVec: spec.d % vecWidth(spec.dtype) === 0,
-      ...p.gather,
-      n: spec.n,
-      gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
-    })
-    : undefined;
-  const dense = p.denseDE
-    ? await prepareDenseDE(ctx, {
-      spec,
-      opts,
-      mode: p.denseDE,
-      out16: out16 !== undefined,
-      productTile: p.denseDETile,
-    })
-    : undefined;
-  return {
-    ...filter,
-    dCPass,
-    dCOrder,
-    dCSplit,
-    cast,
-    dEPass,
-    reduce,
-    sorter,
-    corrections,
-    gathered,
-    dense,
-  };
-}
-
 /** The state of one record. */
 interface _Record {
   ctx: GpuContext;
   rec: Recorder;
   p: BackwardOptionsPlan;
-  pipes: _Pipelines;
+  pipes: BackwardPipelines;
   /** The kept-tile counters (with the filter). */
   counter?: TrackedBuffer;
   a: FusedBackwardArgs;
@@ -444,46 +291,61 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     recordSlabReduce({ rec, kernel: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
-  const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
-  const { smoothRow } = pipes.corrections.record(rec, {
-    ...exact,
-    dC: g.dC,
-    part: "dC",
-    coefficients,
-    keepSmoothRow: split !== undefined,
-  });
-  r.release.push(smoothRow?.shards[0].buffer);
-  const folded = coefficients
-    ? r.ctx.createBuffer({ size: paddedBytes(p.spec.n * 4), role: "workspace", label: "folded" })
-    : undefined;
-  r.release.push(folded);
-  if (folded) rec.clear(folded);
-  let order: TrackedBuffer | undefined;
-  if (pipes.dCOrder && m.mask) {
-    const size = dCOrderBytes(r.vTotal);
-    order = r.ctx.createBuffer({ size, role: "workspace", label: "dC order" });
-    r.release.push(order);
-    pipes.dCOrder.record({
-      rec,
-      mask: m.mask,
-      ord: order,
-      voc: r.voc,
-      tTotal: r.tTotal,
-      vTotal: r.vTotal,
+  // dC: the kept tiles' pass, or where recorded the dense path's decision between the two
+  const keptDC = () => {
+    const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
+    const { smoothRow } = pipes.corrections.record(rec, {
+      ...exact,
+      dC: g.dC,
+      part: "dC",
+      coefficients,
+      keepSmoothRow: split !== undefined,
     });
-  }
-  const fold = coefficients && folded
-    ? { targets: targets.shards[0].buffer, coef: coefficients.shards[0].buffer, folded }
-    : undefined;
-  if (split && order) {
-    split.plan({ rec, ord: order, counter: counter!, voc: r.voc, vTotal: r.vTotal, ...p.dCSplit });
-  }
-  recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, split: !!split });
-  if (split && order) {
-    const rvec = smoothRow?.shards[0].buffer;
-    split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
-  }
-  pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
+    r.release.push(smoothRow?.shards[0].buffer);
+    const folded = coefficients
+      ? r.ctx.createBuffer({ size: paddedBytes(p.spec.n * 4), role: "workspace", label: "folded" })
+      : undefined;
+    r.release.push(folded);
+    if (folded) rec.clear(folded);
+    let order: TrackedBuffer | undefined;
+    if (pipes.dCOrder && m.mask) {
+      const size = dCOrderBytes(r.vTotal);
+      order = r.ctx.createBuffer({ size, role: "workspace", label: "dC order" });
+      r.release.push(order);
+      pipes.dCOrder.record({
+        rec,
+        mask: m.mask,
+        ord: order,
+        voc: r.voc,
+        tTotal: r.tTotal,
+        vTotal: r.vTotal,
+      });
+    }
+    const fold = coefficients && folded
+      ? { targets: targets.shards[0].buffer, coef: coefficients.shards[0].buffer, folded }
+      : undefined;
+    if (split && order) {
+      split.plan({
+        rec,
+        ord: order,
+        counter: counter!,
+        voc: r.voc,
+        vTotal: r.vTotal,
+        ...p.dCSplit,
+      });
+    }
+    recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, split: !!split });
+    if (split && order) {
+      const rvec = smoothRow?.shards[0].buffer;
+      split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
+    }
+    pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
+  };
+  const denseDC = m.mask && counter && pipes.denseDC?.record(
+    { rec, e, c, targets, w, lse, counter, dC: g.dC, tok, voc, tiles, sortDecided },
+    keptDC,
+  );
+  if (!denseDC) keptDC();
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
 
@@ -493,8 +355,23 @@ export async function prepareFusedBackward(
   o: FusedBackwardOptions,
 ): Promise<PreparedFusedBackward> {
   const p = planBackward(ctx, o);
-  const pipes = await _pipelines(ctx, p);
   const { spec, tile } = p;
+  const workspace = (layout: WorkspaceLayout, denseDC: boolean) => ({
+    spec,
+    opts: p.opts,
+    filter: p.eps !== null,
+    sort: p.sort,
+    decideOrder: o.decideOrder,
+    tile,
+    dESplits: p.splits,
+    dCOrder: p.dCOrder,
+    gradDtype: o.gradDtype,
+    layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
+    denseDC,
+    denseDCTailRows: o.denseDCTailRows,
+  });
+  const denseDCPlan = p.denseDC ? denseDCPlanFor(workspace({}, true)) : undefined;
+  const pipes = await compileBackward(ctx, p, denseDCPlan);
   const counter = p.eps !== null
     ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 4, role: "workspace", label: "kept tiles" })
     : undefined;
@@ -511,28 +388,21 @@ export async function prepareFusedBackward(
     get lastDenseDEChunkRows() {
       return pipes.dense?.lastChunkRows ?? 0;
     },
+    get lastDenseDCChunks() {
+      return pipes.denseDC?.lastChunks ?? 0;
+    },
     get lastDERounds() {
       return pipes.gathered?.lastRounds ?? 0;
     },
     workspaceBytes(layout = {}) {
-      return fusedBackwardWorkspaceBytes({
-        spec,
-        opts: p.opts,
-        filter: p.eps !== null,
-        sort: p.sort,
-        decideOrder: o.decideOrder,
-        tile,
-        dESplits: p.splits,
-        dCOrder: p.dCOrder,
-        gradDtype: o.gradDtype,
-        layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
-      });
+      return fusedBackwardWorkspaceBytes(workspace(layout, pipes.denseDC !== undefined));
     },
     release() {
       counter?.destroy();
       pipes.sortBound?.release();
       pipes.gathered?.release();
       pipes.dense?.release();
+      pipes.denseDC?.release();
     },
     usedDERounds() {
       return pipes.gathered && pipes.gathered.lastRounds > 0
@@ -551,8 +421,11 @@ export async function prepareFusedBackward(
         ...(pipes.sortBound ? { sortSkipped: sortedOrderWins(got[0], got[3]) ? 0 : 1 } : {}),
       };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
-      if (!pipes.dense) return { ...stats, ...split };
-      return { ...stats, ...split, denseDE: (await pipes.dense.took()) ? 1 : 0 };
+      const dE = pipes.dense ? { denseDE: (await pipes.dense.took()) ? 1 : 0 } : {};
+      const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
+        ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
+        : {};
+      return { ...stats, ...split, ...dE, ...dC };
     },
     record(rec, a) {
       checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);

@@ -26,6 +26,7 @@ import { defaultFilterTile, type FilterPassKernelOptions, filterPassWgsl } from 
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
+import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
 import type { DCSplitTuning, FusedBackwardOptions } from "./backward_types.ts";
 
 /** The problem, options and defaults a backward is prepared for. */
@@ -64,6 +65,10 @@ export interface BackwardOptionsPlan {
   denseDE?: Exclude<DenseDEMode, "never">;
   /** Its product tile, where given. */
   denseDETile?: GemmTile;
+  /** The dense dC path's mode, where it is recorded (kernels/fused/dense_dc.ts). */
+  denseDC?: Exclude<DenseDCMode, "never">;
+  /** Its tiles, where given. */
+  denseDCTuning?: DenseDCTuning;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
@@ -127,6 +132,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     dCOrder: eps !== null && (o.dCOrder ?? true),
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
+    denseDC: _denseMode(ctx, { ...o, denseDE: o.denseDC }, eps !== null),
+    denseDCTuning: o.denseDCTuning,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
   };
@@ -145,7 +152,8 @@ function _dCSplit(ctx: GpuContext, o: FusedBackwardOptions, ordered: boolean) {
 }
 
 /**
- * The dense dE path's mode: with the gathered dE, unless `never`, the default with filterKernel
+ * The dense dE path's mode (the dense dC's likewise, `gather` then the filter): with the gathered
+ * dE, unless `never`, the default with filterKernel
  * and on software adapters (a dispatch costs tens of microseconds there: with the gated passes
  * the CI gate's fused rows ran 0.85–0.91× as fast).
  */

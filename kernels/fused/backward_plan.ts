@@ -62,6 +62,7 @@ import { type VocabSegment, vocabSortWorkspaceBytes } from "./vocab_order.ts";
 import { gradCorrectionsWorkspaceBytes } from "./corrections.ts";
 import type { Dtype16 } from "../cast16.ts";
 import { type BackwardTile, dESliceTile } from "./backward_tiles.ts";
+import { type DenseDCPlan, denseDCPlan } from "./dense_dc.ts";
 
 /** The paper's filter threshold: eps(dtype)/32 (2⁻¹² bf16, 2⁻¹⁵ f16, 2⁻²⁸ f32). */
 export function defaultFilterEps(dtype: Dtype): number {
@@ -328,7 +329,9 @@ export const dCOrderBytes = (vocabTiles: number): number => paddedBytes(vocabTil
  * - the filter mask (a bit a backward tile, {@link maskBytes}), the dC order ({@link dCOrderBytes});
  * - E's column partials (one buffer for the sort's Ē and the corrections' Σ_n w_n·E_n);
  * - the vocab order (|V| u32) and the sort's Ē and key range;
- * - the corrections' buffers, C's column-sum partials included (β > 0).
+ * - the corrections' buffers, C's column-sum partials included (β > 0);
+ * - with the dense dC path (`denseDC`), its tail: the last chunk's G, in what the rest leaves of
+ *   FUSED_BACKWARD_WORKSPACE_LIMIT ({@link denseDCPlanFor}).
  *
  * The kept-tile counter (16 bytes) is allocated at prepare time and not counted.
  */
@@ -346,7 +349,15 @@ export function fusedBackwardWorkspaceBytes(o: {
   /** Default "f32". */
   gradDtype?: GradDtype;
   layout: WorkspaceLayout & { maxBindingBytes: number };
+  /** The dense dC path is recorded (FusedBackwardOptions.denseDC; default false). */
+  denseDC?: boolean;
+  /** Its tail's rows at most (FusedBackwardOptions.denseDCTailRows). */
+  denseDCTailRows?: number;
 }): number {
+  if (o.denseDC) {
+    const rest = fusedBackwardWorkspaceBytes({ ...o, denseDC: false });
+    return rest + (denseDCPlanFor(o)?.tailBytes ?? 0);
+  }
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
   const perIn = _rowsPer(limit, spec.dtype, spec.d);
@@ -391,6 +402,41 @@ export function fusedBackwardWorkspaceBytes(o: {
   const cSum = layout.colsum ? "given" : cs;
   if (opts.targetTerm) bytes += paddedBytes(spec.n * 4); // the dC pass's folded-target flags
   return bytes + gradCorrectionsWorkspaceBytes(opts, eRows, spec.d, cSum, false);
+}
+
+/**
+ * The dense dC path's chunks for a backward's options ({@link fusedBackwardWorkspaceBytes}'s), or
+ * undefined where the path cannot apply: E, C or dC (its accumulator) over several bindings, or
+ * too little workspace left for its tail (kernels/fused/dense_dc.ts).
+ */
+export function denseDCPlanFor(
+  o: Parameters<typeof fusedBackwardWorkspaceBytes>[0],
+): DenseDCPlan | undefined {
+  const { spec, layout } = o;
+  const limit = layout.maxBindingBytes;
+  const perIn = _rowsPer(limit, spec.dtype, spec.d);
+  const out16 = gradOut16(spec.dtype, o.gradDtype) !== undefined;
+  const outBytes = out16 && spec.d % 2 === 0 ? 2 : 4;
+  const single = (rows: number[] | undefined, total: number, per: number) =>
+    (rows ?? shardRows(total, per)).length === 1;
+  if (
+    !single(layout.e, spec.n, perIn) || !single(layout.c, spec.v, perIn) ||
+    !single(undefined, spec.v, gradRowsPerBinding(limit, spec.d, out16))
+  ) return undefined;
+  return denseDCPlan({
+    n: spec.n,
+    v: spec.v,
+    d: spec.d,
+    outBytes,
+    // the rest as where Σ_v C_v is not handed in, so that the plan does not depend on it
+    restBytes: fusedBackwardWorkspaceBytes({
+      ...o,
+      denseDC: false,
+      layout: { ...layout, colsum: false },
+    }),
+    maxBindingBytes: limit,
+    maxTailRows: o.denseDCTailRows,
+  });
 }
 
 /** The gradient tensors of one record. */

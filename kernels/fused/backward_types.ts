@@ -15,6 +15,7 @@ import type { BackwardTile } from "./backward_tiles.ts";
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
+import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
 
 /** Options of `prepareFusedBackward`. */
 export interface FusedBackwardOptions {
@@ -91,6 +92,17 @@ export interface FusedBackwardOptions {
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
   denseDETile?: GemmTile;
   /**
+   * With the filter: dC as dense products where the filter keeps most tiles, decided on the GPU
+   * per call (`auto`), always, or `never` (kernels/fused/dense_dc.ts). Recorded only where E, C
+   * and dC each fit one binding and the workspace leaves room for its tail. Default as
+   * {@link denseDE}'s.
+   */
+  denseDC?: DenseDCMode;
+  /** The dense dC path's tiles (tuning; defaults in dense_dc.ts). */
+  denseDCTuning?: DenseDCTuning;
+  /** The dense dC's tail at most this many rows (tests: several chunks at small shapes). */
+  denseDCTailRows?: number;
+  /**
    * With the filter and the dC order: the dC pass's long walks cut into segments of about
    * max(lMin, ⌈kept tiles / slots⌉) kept token tiles, each its own workgroup, the partials in the
    * rows of vocab tiles no token tile keeps (kernels/fused/dc_split.ts), or `false`. Default on
@@ -142,6 +154,8 @@ export interface FusedBackwardStats {
   tilesTotal: number;
   /** 1 where the last record's dE took the dense path, 0 where the kept tiles' (with one). */
   denseDE?: number;
+  /** 1 where the last record's dC took the dense path, 0 where the kept tiles' (with one). */
+  denseDC?: number;
   /** The extra dC walk segments of the last record, where the dC split is recorded. */
   dCSplits?: number;
   /**
@@ -177,6 +191,8 @@ export interface PreparedFusedBackward {
    * not recorded: kernels/fused/dense_de.ts).
    */
   readonly lastDenseDEChunkRows: number;
+  /** Chunks of the dense dC path in the last record (0 where it was not recorded). */
+  readonly lastDenseDCChunks: number;
   /** Of those, the rounds that held token tiles (reads the plan on the GPU). */
   usedDERounds(): Promise<number>;
   /**

@@ -1,0 +1,341 @@
+/**
+ * The fused backward's dense dC path: where the filter keeps most tiles, dC as dense products on
+ * the GEMM core instead of the kept tiles' pass, chosen on the GPU per call, within the fused
+ * row's memory bound (no n×|V| logits).
+ *
+ * The kept tiles' dC pass (kernels/fused/kept_tiles.ts) recomputes each kept tile and multiplies
+ * at about half of the plain product's rate P: past a kept fraction k of about
+ * {@link DENSE_DC_ABOVE} it costs more than recomputing every tile's logits and multiplying
+ * densely (2 P at the GEMM core's rate). So after dE is formed, pass `dense dC decision` reads the
+ * kept count and writes a flag, and both paths are recorded under gates of it (gpu/gate.ts), as
+ * the dense dE path's are (kernels/fused/dense_de.ts): the kept tiles' whole dC (its smoothing
+ * row, order, split, pass and target scatter) under 0, the dense path under 1.
+ *
+ * The dense path, pass `dense dC`, for vocabulary chunks [v0, v1) from the last row down:
+ *
+ *   Z = E·C[v0:v1]ᵀ                                    (f32, the GEMM core's logits tile)
+ *   G = w_n·(p − (1−β)[v = t_n] − β/|V|)·∂z/∂x          in place (kernels/logit_grad.ts)
+ *   dC[v0:v1] = Gᵀ·E                                   (written whole, rounded once)
+ *
+ * G is the whole gradient, its target and β/|V| terms exact, so the chunk's rows need nothing
+ * else: nothing is dropped, the dense path is the unfiltered dC.
+ *
+ * Memory: where does G live? dE is final before dC's storage is first written
+ * (kernels/fused/backward.ts), so every row of dC not yet written is free. A chunk's G (n·Vc·4
+ * bytes) lies at the start of dC's storage, below the chunk's rows: n·(v1 − v0)·4 ≤ v0·d·b (b the
+ * bytes of dC's element), so each chunk is at most d·b / (4n + d·b) of the rows above it
+ * (`llm`, 4096 × 24,576 × 2304, bf16 gradients: 22% of them, 5,395 rows first). The last chunk
+ * [0, v1) has no free rows below it: its G takes a workspace of its own, the *tail*, of at most
+ * {@link DENSE_DC_TAIL_BYTES} and within what the backward's workspace leaves of
+ * {@link FUSED_BACKWARD_WORKSPACE_LIMIT} ({@link denseDCPlan}: 64 rows at `llm`, about 24 chunks in
+ * all). G and the rows a chunk writes are two writable bindings of the same buffer, of disjoint
+ * byte ranges (kernels/matmul_wgsl.ts `aReadWrite`); each chunk's first row lies on a binding
+ * offset (256 bytes).
+ *
+ * Deterministic: the decision is a function of the kept counts, the chunks go in a fixed order,
+ * each output element of a product is owned by one thread, no split-K.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import {
+  createTensor,
+  type DeviceTensor,
+  download,
+  elementBytes,
+  tensorOnBuffer,
+} from "../../gpu/tensor.ts";
+import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
+import { compileKernel } from "../../gpu/signature.ts";
+import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { prepareMatmul, rowView } from "../matmul.ts";
+import { type GemmTile } from "../gemm_codegen.ts";
+import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
+import { prepareLogitGrad } from "../logit_grad.ts";
+import { DENSE_DECISION_SIG, denseDecisionWgsl, type DenseDEMode } from "./dense_de.ts";
+import type { TileSegment } from "./backward_plan.ts";
+
+/**
+ * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
+ * 2304 (docs/performance.md): the kept tiles' dC costs about 3.7·k·P, the dense one about 2.5 P.
+ */
+export const DENSE_DC_ABOVE = 0.7;
+
+/** Which dC path the backward takes (as {@link DenseDEMode}). */
+export type DenseDCMode = DenseDEMode;
+
+const _MODES: Record<Exclude<DenseDCMode, "never">, number> = { auto: 0, always: 1 };
+
+/** Bytes the dense dC's tail (the last chunk's G) may take at most. */
+export const DENSE_DC_TAIL_BYTES = 1 << 20;
+
+/**
+ * The workspace the fused backward keeps within, the tail included: 2 MiB (its memory bound over
+ * dE and dC) less 128 KiB for the uniform blocks and the counters.
+ */
+export const FUSED_BACKWARD_WORKSPACE_LIMIT = (2 << 20) - (128 << 10);
+
+/** Byte alignment of every chunk's first row (a storage binding's offset). */
+const _ALIGN = 256;
+
+/** Rows of the tail at least: below it the path does not apply. */
+const _MIN_TAIL = 8;
+
+/**
+ * Chunks at most: where more would be needed the path is not recorded. Where not taken, each
+ * chunk's three gated dispatches of zero workgroups still cost a few microseconds (at the
+ * paper's shape its 9-row tail would make 84 chunks, about 1.5 ms on a backward of 210).
+ */
+export const DENSE_DC_MAX_CHUNKS = 32;
+
+/** The dense dC's chunks, from the last vocabulary row down, and its tail. */
+export interface DenseDCPlan {
+  /** Rows [0, tailRows) form the last chunk, its G in the tail workspace. */
+  tailRows: number;
+  /** Bytes of the tail workspace (n·tailRows·4, padded to 16). */
+  tailBytes: number;
+  /** Every chunk [v0, v1), the first at the top; the last is [0, v1 ≤ tailRows). */
+  chunks: [number, number][];
+}
+
+const _gcd = (a: number, b: number): number => (b === 0 ? a : _gcd(b, a % b));
+
+/**
+ * The chunks of a problem, or undefined where the path does not apply (a tail of fewer than 8
+ * rows in the bytes left, a chunk that cannot move down, more than {@link DENSE_DC_MAX_CHUNKS}). `outBytes` is the bytes of dC's
+ * accumulator element (2 or 4), `restBytes` the backward's other workspace.
+ */
+export function denseDCPlan(o: {
+  n: number;
+  v: number;
+  d: number;
+  outBytes: number;
+  restBytes: number;
+  maxBindingBytes: number;
+  /** The tail's rows at most (tests: more chunks at small shapes). */
+  maxTailRows?: number;
+}): DenseDCPlan | undefined {
+  const { n, v, d, outBytes } = o;
+  const rowBytes = d * outBytes;
+  // chunk boundaries at binding offsets: multiples of q rows
+  const q = _ALIGN / _gcd(_ALIGN, rowBytes % _ALIGN === 0 ? _ALIGN : rowBytes % _ALIGN);
+  const budget = Math.min(DENSE_DC_TAIL_BYTES, FUSED_BACKWARD_WORKSPACE_LIMIT - o.restBytes);
+  const fit = Math.min(Math.floor(budget / (n * 4)), o.maxTailRows ?? Infinity);
+  const tailRows = Math.floor(fit / q) * q;
+  if (tailRows < Math.min(v, _MIN_TAIL)) return undefined;
+  const gBytes = (rows: number) => Math.ceil((n * rows * 4) / 16) * 16;
+  const maxRows = Math.floor(o.maxBindingBytes / (n * 4));
+  const chunks: [number, number][] = [];
+  let v1 = v;
+  while (v1 > tailRows) {
+    // the lowest v0 whose rows below hold the chunk's G, on a binding offset
+    let v0 = Math.ceil((v1 * 4 * n) / (4 * n + rowBytes) / q) * q;
+    while (v0 < v1 && gBytes(v1 - v0) > v0 * rowBytes) v0 += q;
+    v0 = Math.max(v0, tailRows, v1 - Math.floor(maxRows / q) * q);
+    if (v0 >= v1) return undefined;
+    chunks.push([v0, v1]);
+    v1 = v0;
+  }
+  chunks.push([0, v1]);
+  if (chunks.length > DENSE_DC_MAX_CHUNKS) return undefined;
+  return { tailRows, tailBytes: gBytes(Math.min(tailRows, v)), chunks };
+}
+
+/** What a record of the dense path reads (see {@link PreparedDenseDC.record}). */
+export interface DenseDCArgs {
+  rec: Recorder;
+  e: DeviceTensor;
+  c: DeviceTensor;
+  targets: DeviceTensor;
+  lse: DeviceTensor;
+  w: DeviceTensor;
+  /** The kept-tile counters (own order, sorted order). */
+  counter: TrackedBuffer;
+  /** Tiles in all (token tiles × vocab tiles). */
+  tiles: number;
+  /** The order decision ran (counter[1] is the sorted order's count). */
+  sortDecided: boolean;
+  /** dC's accumulator (the output, or its f32 scratch), not yet written. */
+  dC: DeviceTensor;
+  tok: TileSegment[];
+  voc: TileSegment[];
+}
+
+/** The compiled dense dC path. */
+export interface PreparedDenseDC {
+  /** The chunks of the last record (0 where the path did not apply). */
+  readonly lastChunks: number;
+  /**
+   * Records the decision, `filtered` (the kept tiles' dC) under the flag's 0 and the dense path
+   * under its 1, and returns true; or returns false having recorded nothing where the dense path
+   * does not apply (E, C or dC over several bindings): the caller then records `filtered` alone.
+   */
+  record(a: DenseDCArgs, filtered: () => void): boolean;
+  /** Whether the last record took the dense path (reads the flag; false where none applied). */
+  took(): Promise<boolean>;
+  release(): void;
+}
+
+/** The dC product's tile: Gᵀ·E with an f32 G, both held transposed. */
+export function denseDCTile(ctx: GpuContext): GemmTile {
+  return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;
+}
+
+/**
+ * Chunks of fewer rows than this take {@link TILE_SMALL} for both products on hardware: the
+ * chunks near the tail hold tens to hundreds of rows, where the large tiles make a few dozen
+ * workgroups, each walking the whole depth (n for dC).
+ */
+export const DENSE_DC_SMALL_BELOW = 1024;
+
+/** The dense dC's tiles (tuning). */
+export interface DenseDCTuning {
+  /** The dC product's tile (default {@link denseDCTile}). */
+  productTile?: GemmTile;
+  /** Both products' tile for small chunks (default {@link TILE_SMALL}). */
+  smallTile?: GemmTile;
+  /** Chunks below this many rows take `smallTile` (default {@link DENSE_DC_SMALL_BELOW}). */
+  smallBelow?: number;
+}
+
+/** Compiles the decision, the gate and the three products of a problem. */
+export async function prepareDenseDC(
+  ctx: GpuContext,
+  o: {
+    spec: Shape & { dtype: Dtype };
+    opts: LceOptions;
+    mode: Exclude<DenseDCMode, "never">;
+    /** dC's accumulator dtype (f32, or the 16-bit output written in place). */
+    outDtype: "f32" | "bf16" | "f16";
+    /** The chunks ({@link denseDCPlan}), or undefined where the path cannot apply. */
+    plan: DenseDCPlan | undefined;
+    tuning?: DenseDCTuning;
+  },
+): Promise<PreparedDenseDC> {
+  const { spec, opts, plan } = o;
+  const hw = !ctx.report.isFallbackAdapter;
+  const gate: PreparedGate = await prepareGate(ctx);
+  const decide = await compileKernel(
+    ctx,
+    DENSE_DECISION_SIG,
+    denseDecisionWgsl(),
+    "dense dC decision",
+  );
+  const t = o.tuning ?? {};
+  const products = (zTile: GemmTile, dCTile: GemmTile) =>
+    Promise.all([
+      prepareMatmul(ctx, {
+        tile: zTile,
+        aDtype: spec.dtype,
+        bDtype: spec.dtype,
+        aTrans: false,
+        bTrans: false,
+      }),
+      prepareMatmul(ctx, {
+        tile: dCTile,
+        aDtype: "f32",
+        bDtype: spec.dtype,
+        aTrans: true,
+        bTrans: true,
+        outDtype: o.outDtype,
+        aReadWrite: true,
+      }),
+    ]);
+  const large = await products(hw ? TILE_HW_WIDE : TILE_SMALL, t.productTile ?? denseDCTile(ctx));
+  const smallTile = t.smallTile ?? TILE_SMALL;
+  const smallBelow = t.smallBelow ?? (hw ? DENSE_DC_SMALL_BELOW : 0);
+  const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
+    ? await products(smallTile, smallTile)
+    : large;
+  const grad = await prepareLogitGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true });
+  const flag = createTensor(ctx, {
+    dtype: "u32",
+    rows: 1,
+    cols: 1,
+    role: "workspace",
+    label: "dense dC flag",
+  });
+  const fb = flag.shards[0].buffer;
+  const prepared = {
+    lastChunks: 0,
+    record(a: DenseDCArgs, filtered: () => void): boolean {
+      prepared.lastChunks = 0;
+      const { n } = spec;
+      const one = (t: DeviceTensor) => t.shards.length === 1;
+      const single = a.tok.length === 1 && a.voc.length === 1;
+      if (!plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return false;
+      const dCBuf = a.dC.shards[0].buffer;
+      if (a.dC.dtype !== o.outDtype || dCBuf.offset !== 0) return false;
+      prepared.lastChunks = plan.chunks.length;
+      const { rec } = a;
+      rec.pass("dense dC decision", (p) => {
+        const params = {
+          total: a.tiles,
+          sortDecided: a.sortDecided ? 1 : 0,
+          mode: _MODES[o.mode],
+          above: DENSE_DC_ABOVE,
+        };
+        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
+      });
+      gate.under(rec, { flag: fb, want: 0 }, filtered);
+      const tail = ctx.createBuffer({
+        size: plan.tailBytes,
+        role: "workspace",
+        label: "dense dC tail",
+      });
+      rec.release(tail);
+      const onDC = (offset: number, rows: number, cols: number, dtype: "f32" | typeof o.outDtype) =>
+        tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {
+          dtype,
+          rows,
+          cols,
+          label: "dense dC chunk",
+          role: "workspace",
+        });
+      const bytes = elementBytes(o.outDtype);
+      // as few passes as the gate's capacity allows (three dispatches a chunk)
+      const perPass = Math.floor(GATE_CAPACITY / 3);
+      gate.under(rec, { flag: fb, want: 1 }, () => {
+        for (let c0 = 0; c0 < plan.chunks.length; c0 += perPass) {
+          rec.pass("dense dC", (pass) => {
+            for (const [v0, v1] of plan.chunks.slice(c0, c0 + perPass)) {
+              const cols = v1 - v0;
+              const z = v0 === 0
+                ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
+                  dtype: "f32",
+                  rows: n,
+                  cols,
+                  label: "dense dC tail",
+                  role: "workspace",
+                })
+                : onDC(0, n, cols, "f32");
+              const cv = rowView(a.c, v0, v1);
+              const e = { tensor: a.e, trans: true };
+              const [zMm, dCMm] = cols < smallBelow ? small : large;
+              zMm.record(rec, {
+                a: { tensor: a.e, trans: false },
+                b: { view: cv, trans: false },
+                out: z,
+                splitK: 1,
+                pass,
+              });
+              const { targets, lse, w } = a;
+              grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
+              const out = onDC(v0 * spec.d * bytes, cols, spec.d, o.outDtype);
+              dCMm.record(rec, { a: { tensor: z, trans: true }, b: e, out, splitK: 1, pass });
+            }
+          });
+        }
+      });
+      return true;
+    },
+    async took() {
+      if (prepared.lastChunks === 0) return false;
+      return (await download(ctx, flag))[0] === 1;
+    },
+    release() {
+      flag.destroy();
+    },
+  };
+  return prepared;
+}

@@ -1,0 +1,199 @@
+import assert from "node:assert/strict";
+import { GPU_TEST, testContext } from "../../testing/gpu.ts";
+import { caseInputs } from "../../testing/parity.ts";
+import {
+  assertGrads,
+  assertRounded16,
+  type GradCase,
+  gradCaseOptions,
+  maxAbs,
+  peakedInputs,
+  runBackward,
+  UNIT_ROUNDOFF,
+} from "../../testing/fused_backward.ts";
+import { resolveOptions } from "../../core/options.ts";
+import { assertClose } from "../../reference/compare.ts";
+import { defaultFilterEps } from "./backward_plan.ts";
+import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
+import { DENSE_DC_TAIL_BYTES, denseDCPlan, FUSED_BACKWARD_WORKSPACE_LIMIT } from "./dense_dc.ts";
+
+Deno.test("dense dC plan: chunks from the top down, each G below its rows, the tail in bounds", () => {
+  const shapes = [
+    { n: 4096, v: 24576, d: 2304, outBytes: 2, restBytes: 360_000 },
+    { n: 70, v: 1031, d: 33, outBytes: 4, restBytes: 5_000, maxTailRows: 200 },
+    { n: 70, v: 1031, d: 40, outBytes: 2, restBytes: 5_000, maxTailRows: 80 },
+    { n: 1000, v: 50257, d: 768, outBytes: 4, restBytes: 0 },
+    { n: 4096, v: 128256, d: 4096, outBytes: 2, restBytes: 900_000 },
+  ];
+  for (const s of shapes) {
+    const tag = JSON.stringify(s);
+    const plan = denseDCPlan({ ...s, maxBindingBytes: 2 ** 31 - 4 });
+    assert.ok(plan, `${tag}: a plan`);
+    const { chunks, tailRows, tailBytes } = plan;
+    assert.equal(chunks[0][1], s.v, `${tag}: starts at the top`);
+    assert.equal(chunks.at(-1)![0], 0, `${tag}: ends at row 0`);
+    assert.ok(chunks.at(-1)![1] <= tailRows, `${tag}: the last chunk in the tail`);
+    assert.equal(tailBytes, Math.ceil((s.n * Math.min(tailRows, s.v) * 4) / 16) * 16);
+    assert.ok(tailBytes <= DENSE_DC_TAIL_BYTES, `${tag}: the tail's cap`);
+    assert.ok(s.restBytes + tailBytes <= FUSED_BACKWARD_WORKSPACE_LIMIT, `${tag}: the limit`);
+    for (let i = 0; i < chunks.length; i++) {
+      const [v0, v1] = chunks[i];
+      assert.ok(v0 < v1, `${tag}: chunk ${i} not empty`);
+      if (i > 0) assert.equal(v1, chunks[i - 1][0], `${tag}: chunk ${i} adjoins the one above`);
+      assert.equal((v0 * s.d * s.outBytes) % 256, 0, `${tag}: chunk ${i} on a binding offset`);
+      if (i < chunks.length - 1) {
+        const g = Math.ceil((s.n * (v1 - v0) * 4) / 16) * 16;
+        assert.ok(g <= v0 * s.d * s.outBytes, `${tag}: chunk ${i}'s G below its rows`);
+      }
+    }
+  }
+  // a granule of 64 rows (rows of 132 bytes) cannot step below 192 rows: a tail of 64 is refused
+  const odd = { n: 70, v: 1031, d: 33, outBytes: 4, restBytes: 0, maxBindingBytes: 2 ** 31 - 4 };
+  assert.equal(denseDCPlan({ ...odd, maxTailRows: 64 }), undefined);
+  // the paper's shape: 84 chunks down to a tail of 9 rows in what its workspace leaves, 68 with
+  // the whole tail: no plan
+  const paper = { n: 8192, v: 256000, d: 2304, outBytes: 2, maxBindingBytes: 2 ** 31 - 4 };
+  assert.equal(denseDCPlan({ ...paper, restBytes: 1_650_000 }), undefined);
+  assert.equal(denseDCPlan({ ...paper, restBytes: 0 }), undefined);
+  assert.equal(denseDCPlan({ ...paper, restBytes: 0, maxTailRows: 9 }), undefined);
+  // no room for the tail: no plan
+  const full = { n: 8192, v: 256000, d: 2304, outBytes: 2, maxBindingBytes: 2 ** 31 - 4 };
+  assert.equal(
+    denseDCPlan({ ...full, restBytes: FUSED_BACKWARD_WORKSPACE_LIMIT - 100_000 }),
+    undefined,
+  );
+});
+
+Deno.test({
+  name: "dense dC: both dC paths forced, against float64, at odd shapes",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    // |V| odd; small tails force several chunks (the least a tail can be: denseDCPlan's test)
+    const cases: (GradCase & { v?: number; tail?: number; smallBelow?: number })[] = [
+      { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, tail: 80 },
+      // chunks of 100 rows or more on the large tiles, the rest on the small ones
+      {
+        dtype: "bf16",
+        beta: 0.1,
+        d: 40,
+        gradDtype: "input",
+        sort: false,
+        tail: 80,
+        smallBelow: 100,
+      },
+      { dtype: "bf16", beta: 1, softcap: 4, d: 34, gradDtype: "input", sort: false, tail: 320 },
+      { dtype: "f32", beta: 0.1, softcap: 5, d: 33, gradDtype: "f32", sort: true, tail: 200 },
+      // d odd with 16-bit gradients: dC accumulated in its f32 scratch, then cast
+      { dtype: "bf16", beta: 0, d: 33, gradDtype: "input", sort: false, tail: 256 },
+      // one chunk: the tail holds every row
+      { dtype: "bf16", beta: 0.1, d: 8, gradDtype: "f32", sort: false, v: 1500 },
+    ];
+    for (const [i, cs] of cases.entries()) {
+      const { o, b: base } = gradCaseOptions(cs);
+      const x = caseInputs({
+        n: 70,
+        v: cs.v ?? 1031,
+        d: cs.d,
+        dtype: cs.dtype,
+        beta: cs.beta,
+        ignoreFraction: 0.2,
+        seed: 120 + i,
+      });
+      const b = {
+        ...base,
+        denseDCTailRows: cs.tail,
+        denseDCTuning: cs.smallBelow === undefined ? undefined : { smallBelow: cs.smallBelow },
+      };
+      const dense = await runBackward(ctx, x, o, cs.dtype, { ...b, denseDC: "always" });
+      const kept = await runBackward(ctx, x, o, cs.dtype, { ...b, denseDC: "never" });
+      const tag = JSON.stringify(cs);
+      assert.equal(dense.got.stats.denseDC, 1, `${tag}: the dense path taken`);
+      const chunks = dense.bwd.lastDenseDCChunks;
+      assert.ok(cs.tail ? chunks > 3 : chunks === 1, `${tag}: ${chunks} chunks`);
+      assert.equal(kept.got.stats.denseDC, undefined, `${tag}: no dense path recorded`);
+      assert.deepEqual(dense.again.dC, dense.got.dC, `${tag}: dense dC bitwise reproducible`);
+      // dE does not depend on the dC path
+      assert.deepEqual(dense.got.dE, kept.got.dE, `${tag}: dE the same on both paths`);
+      if (cs.gradDtype === "f32") {
+        assertGrads(`${tag} dense`, dense.got, dense.ref, x.d);
+      } else {
+        // one rounding of each dC element to the 16-bit output
+        assertRounded16(`${tag} dense dC`, dense.got.dC, dense.ref.dC, {
+          roundings: 1,
+          cols: x.d,
+        });
+      }
+      // the dense path is the unfiltered dC: the kept tiles' differs from it by the filter's
+      // dropped terms at most (each below ε·Σ|w·E|) and the kept path's roundings
+      const s = maxAbs(dense.ref.dC);
+      assertClose(kept.got.dC, dense.got.dC, {
+        atol: (cs.gradDtype === "f32" ? 4e-5 : kept.bwd.roundings.dC * UNIT_ROUNDOFF.bf16) * s,
+        rtol: 0,
+        name: `${tag} kept against dense dC`,
+        cols: x.d,
+      });
+    }
+  },
+});
+
+Deno.test({
+  name: "dense dC: not recorded where E and C span several bindings; the kept tiles' dC instead",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const cs: GradCase = { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: false };
+    const { o, b } = gradCaseOptions(cs);
+    const x = caseInputs({ n: 70, v: 1031, d: 40, dtype: "bf16", beta: 0.1, seed: 131 });
+    const sharded = await runBackward(ctx, x, o, "bf16", {
+      ...b,
+      denseDC: "always",
+      shardRows: 300,
+    });
+    const kept = await runBackward(ctx, x, o, "bf16", { ...b, denseDC: "never", shardRows: 300 });
+    assert.equal(sharded.bwd.lastDenseDCChunks, 0);
+    assert.equal(sharded.got.stats.denseDC, undefined);
+    assert.deepEqual(sharded.got.dC, kept.got.dC);
+  },
+});
+
+Deno.test({
+  name:
+    "dense dC: the decision takes the dense path where most tiles are kept, else the kept tiles",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const n = 70, v = 1031, d = 40;
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    // Flat: random logits of a few units keep every tile; peaked: one vocab tile keeps them all
+    const flat = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 7 });
+    const base = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 8 });
+    const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
+    const b = {
+      filterEps: defaultFilterEps("bf16"),
+      sort: true,
+      tile: BACKWARD_TILE_SMALL,
+      gradDtype: "input" as const,
+      denseDC: "auto" as const,
+      denseDCTailRows: 64,
+    };
+    const runs = {
+      flat: await runBackward(ctx, flat, o, "bf16", b),
+      peaked: await runBackward(ctx, peaked, o, "bf16", b),
+    };
+    const k = (r: typeof runs.flat) => 1 - r.got.stats.tilesSkipped / r.got.stats.tilesTotal;
+    assert.ok(k(runs.flat) > 0.7, `flat keeps ${k(runs.flat)}`);
+    assert.equal(runs.flat.got.stats.denseDC, 1);
+    assert.ok(k(runs.peaked) < 0.7, `peaked keeps ${k(runs.peaked)}`);
+    assert.equal(runs.peaked.got.stats.denseDC, 0);
+    // what was decided is what forcing that path gives, bit for bit
+    const forced = {
+      flat: await runBackward(ctx, flat, o, "bf16", { ...b, denseDC: "always" }),
+      peaked: await runBackward(ctx, peaked, o, "bf16", { ...b, denseDC: "never" }),
+    };
+    for (const f of ["flat", "peaked"] as const) {
+      assert.deepEqual(runs[f].got.dE, forced[f].got.dE, `${f}: dE as forced`);
+      assert.deepEqual(runs[f].got.dC, forced[f].got.dC, `${f}: dC as forced`);
+    }
+  },
+});
