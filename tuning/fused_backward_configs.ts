@@ -15,7 +15,9 @@
  *   `dense-hw`, `dense-n64`, `dense-n32`, `dense-8x16` (the dense path on other product tiles),
  *   `dcdense` and `dckept` (dC by its dense path always, or by the kept tiles always:
  *   kernels/fused/dense_dc.ts), `dcdense-large` and `dcdense-s256` (the dense dC's small-chunk
- *   tiles never, or below 256 rows), `dense-both` and `kept-both` (both gradients each way),
+ *   tiles never, or below 256 rows), `dcdense-pp` (each of its products timed alone; with
+ *   `-hw`, `-8x16` the dC product on TILE_HW, TILE_HW_8X16),
+ *   `dense-both` and `kept-both` (both gradients each way),
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
  *   (the shortest segment 1 or 4 kept tiles), `dcstaged`, `dcdirect` (the dC pass's gradient
@@ -87,6 +89,11 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   dcdense: () => backward({ denseDC: "always" }),
   "dcdense-large": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 0 } }),
   "dcdense-s256": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 256 } }),
+  "dcdense-pp": () => backward({ denseDC: "always", denseDCTuning: { perProduct: true } }),
+  "dcdense-pp-hw": () =>
+    backward({ denseDC: "always", denseDCTuning: { perProduct: true, productTile: TILE_HW } }),
+  "dcdense-pp-8x16": () =>
+    backward({ denseDC: "always", denseDCTuning: { perProduct: true, productTile: TILE_HW_8X16 } }),
   dckept: () => backward({ denseDC: "never" }),
   "dense-both": () => backward({ denseDE: "always", denseDC: "always" }),
   "kept-both": () => backward({ denseDE: "never", denseDC: "never" }),

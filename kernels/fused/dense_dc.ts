@@ -37,7 +37,7 @@
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
-import type { Recorder } from "../../gpu/recorder.ts";
+import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
 import {
   createTensor,
   type DeviceTensor,
@@ -196,6 +196,8 @@ export interface DenseDCTuning {
   smallTile?: GemmTile;
   /** Chunks below this many rows take `smallTile` (default {@link DENSE_DC_SMALL_BELOW}). */
   smallBelow?: number;
+  /** Each product of each chunk in a pass of its own, labelled with its rows (diagnostics). */
+  perProduct?: boolean;
 }
 
 /** Compiles the decision, the gate and the three products of a problem. */
@@ -293,37 +295,52 @@ export async function prepareDenseDC(
           role: "workspace",
         });
       const bytes = elementBytes(o.outDtype);
-      // as few passes as the gate's capacity allows (three dispatches a chunk)
+      // as few passes as the gate's capacity allows (three dispatches a chunk); with
+      // `perProduct` each product in a pass of its own, labelled with the chunk's rows
       const perPass = Math.floor(GATE_CAPACITY / 3);
+      const chunk = (v0: number, v1: number, shared?: PassEncoder) => {
+        const cols = v1 - v0;
+        const inPass = (what: string, fn: (p: PassEncoder) => void) =>
+          shared ? fn(shared) : rec.pass(`dense dC ${what} (${cols} rows)`, fn);
+        const z = v0 === 0
+          ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
+            dtype: "f32",
+            rows: n,
+            cols,
+            label: "dense dC tail",
+            role: "workspace",
+          })
+          : onDC(0, n, cols, "f32");
+        const cv = rowView(a.c, v0, v1);
+        const [zMm, dCMm] = cols < smallBelow ? small : large;
+        const { targets, lse, w } = a;
+        inPass("Z", (pass) =>
+          zMm.record(rec, {
+            a: { tensor: a.e, trans: false },
+            b: { view: cv, trans: false },
+            out: z,
+            splitK: 1,
+            pass,
+          }));
+        inPass(
+          "G",
+          (pass) => grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass }),
+        );
+        const out = onDC(v0 * spec.d * bytes, cols, spec.d, o.outDtype);
+        const e = { tensor: a.e, trans: true };
+        inPass(
+          "product",
+          (pass) => dCMm.record(rec, { a: { tensor: z, trans: true }, b: e, out, splitK: 1, pass }),
+        );
+      };
       gate.under(rec, { flag: fb, want: 1 }, () => {
+        if (t.perProduct) {
+          for (const [v0, v1] of plan.chunks) chunk(v0, v1);
+          return;
+        }
         for (let c0 = 0; c0 < plan.chunks.length; c0 += perPass) {
           rec.pass("dense dC", (pass) => {
-            for (const [v0, v1] of plan.chunks.slice(c0, c0 + perPass)) {
-              const cols = v1 - v0;
-              const z = v0 === 0
-                ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
-                  dtype: "f32",
-                  rows: n,
-                  cols,
-                  label: "dense dC tail",
-                  role: "workspace",
-                })
-                : onDC(0, n, cols, "f32");
-              const cv = rowView(a.c, v0, v1);
-              const e = { tensor: a.e, trans: true };
-              const [zMm, dCMm] = cols < smallBelow ? small : large;
-              zMm.record(rec, {
-                a: { tensor: a.e, trans: false },
-                b: { view: cv, trans: false },
-                out: z,
-                splitK: 1,
-                pass,
-              });
-              const { targets, lse, w } = a;
-              grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
-              const out = onDC(v0 * spec.d * bytes, cols, spec.d, o.outDtype);
-              dCMm.record(rec, { a: { tensor: z, trans: true }, b: e, out, splitK: 1, pass });
-            }
+            for (const [v0, v1] of plan.chunks.slice(c0, c0 + perPass)) chunk(v0, v1, pass);
           });
         }
       });
