@@ -16,7 +16,8 @@
  *   `dcdense` and `dckept` (dC by its dense path always, or by the kept tiles always:
  *   kernels/fused/dense_dc.ts), `dcdense-large` and `dcdense-s256` (the dense dC's small-chunk
  *   tiles never, or below 256 rows), `dcdense-pp` (each of its products timed alone; with
- *   `-hw`, `-8x16` the dC product on TILE_HW, TILE_HW_8X16),
+ *   `-hw`, `-8x16` the dC product on TILE_HW, TILE_HW_8X16), `dcdense-s1` (no split-K of its
+ *   small chunks; `dcdense-s1-pp` timed alone),
  *   `dense-both` and `kept-both` (both gradients each way),
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
@@ -89,6 +90,9 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   dcdense: () => backward({ denseDC: "always" }),
   "dcdense-large": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 0 } }),
   "dcdense-s256": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 256 } }),
+  "dcdense-s1": () => backward({ denseDC: "always", denseDCTuning: { smallSplit: 1 } }),
+  "dcdense-s1-pp": () =>
+    backward({ denseDC: "always", denseDCTuning: { smallSplit: 1, perProduct: true } }),
   "dcdense-pp": () => backward({ denseDC: "always", denseDCTuning: { perProduct: true } }),
   "dcdense-pp-hw": () =>
     backward({ denseDC: "always", denseDCTuning: { perProduct: true, productTile: TILE_HW } }),

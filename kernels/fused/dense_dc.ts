@@ -32,8 +32,13 @@
  * byte ranges (kernels/matmul_wgsl.ts `aReadWrite`); each chunk's first row lies on a binding
  * offset (256 bytes).
  *
+ * Chunks narrower than {@link DENSE_DC_SMALL_BELOW} rows (the last dozen or so) take small tiles,
+ * and split-K with their partials in the tail where it holds them (kernels/matmul.ts: the slices
+ * added in their order).
+ *
  * Deterministic: the decision is a function of the kept counts, the chunks go in a fixed order,
- * each output element of a product is owned by one thread, no split-K.
+ * each output element of a product is owned by one thread, split-K partials are added in slice
+ * order.
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
@@ -67,7 +72,7 @@ export type DenseDCMode = DenseDEMode;
 const _MODES: Record<Exclude<DenseDCMode, "never">, number> = { auto: 0, always: 1 };
 
 /** Bytes the dense dC's tail (the last chunk's G) may take at most. */
-export const DENSE_DC_TAIL_BYTES = 1 << 20;
+export const DENSE_DC_TAIL_BYTES = 3 << 19;
 
 /**
  * The workspace the fused backward keeps within, the tail included: 2 MiB (its memory bound over
@@ -77,6 +82,9 @@ export const FUSED_BACKWARD_WORKSPACE_LIMIT = (2 << 20) - (128 << 10);
 
 /** Byte alignment of every chunk's first row (a storage binding's offset). */
 const _ALIGN = 256;
+
+/** Rows a chunk's width is a multiple of (but the first's, where |V| is not). */
+const _GROUP = 16;
 
 /** Rows of the tail at least: below it the path does not apply. */
 const _MIN_TAIL = 8;
@@ -117,8 +125,11 @@ export function denseDCPlan(o: {
 }): DenseDCPlan | undefined {
   const { n, v, d, outBytes } = o;
   const rowBytes = d * outBytes;
-  // chunk boundaries at binding offsets: multiples of q rows
-  const q = _ALIGN / _gcd(_ALIGN, rowBytes % _ALIGN === 0 ? _ALIGN : rowBytes % _ALIGN);
+  // chunk boundaries at binding offsets and chunks of whole 16-row groups, so that the products
+  // take their 16-byte loads and stores (G's row stride is the chunk's width): multiples of q
+  // rows (a ragged |V| leaves the first chunk ragged)
+  const off = _ALIGN / _gcd(_ALIGN, rowBytes % _ALIGN === 0 ? _ALIGN : rowBytes % _ALIGN);
+  const q = (off * _GROUP) / _gcd(off, _GROUP);
   const budget = Math.min(DENSE_DC_TAIL_BYTES, FUSED_BACKWARD_WORKSPACE_LIMIT - o.restBytes);
   const fit = Math.min(Math.floor(budget / (n * 4)), o.maxTailRows ?? Infinity);
   const tailRows = Math.floor(fit / q) * q;
@@ -198,7 +209,18 @@ export interface DenseDCTuning {
   smallBelow?: number;
   /** Each product of each chunk in a pass of its own, labelled with its rows (diagnostics). */
   perProduct?: boolean;
+  /**
+   * Split-K slices at most for the small chunks' products, their partials in the tail (free
+   * until the last chunk), as many as it holds (default {@link DENSE_DC_SMALL_SPLIT}; 1: none).
+   */
+  smallSplit?: number;
 }
+
+/**
+ * Split-K slices at most of a small chunk's products: their depth (d for Z, n for dC) over a few
+ * dozen workgroups is what they cost, not their work.
+ */
+export const DENSE_DC_SMALL_SPLIT = 4;
 
 /** Compiles the decision, the gate and the three products of a problem. */
 export async function prepareDenseDC(
@@ -246,6 +268,7 @@ export async function prepareDenseDC(
   const large = await products(hw ? TILE_HW_WIDE : TILE_SMALL, t.productTile ?? denseDCTile(ctx));
   const smallTile = t.smallTile ?? TILE_SMALL;
   const smallBelow = t.smallBelow ?? (hw ? DENSE_DC_SMALL_BELOW : 0);
+  const maxSplit = t.smallSplit ?? DENSE_DC_SMALL_SPLIT;
   const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
     ? await products(smallTile, smallTile)
     : large;
@@ -312,14 +335,25 @@ export async function prepareDenseDC(
           })
           : onDC(0, n, cols, "f32");
         const cv = rowView(a.c, v0, v1);
-        const [zMm, dCMm] = cols < smallBelow ? small : large;
+        const isSmall = cols < smallBelow;
+        const [zMm, dCMm] = isSmall ? small : large;
         const { targets, lse, w } = a;
+        // split-K where small, the partials in the tail (f32 Z: slices after the first; a
+        // 16-bit dC: every slice)
+        const slices = (rows: number, first: number) =>
+          isSmall && v0 > 0
+            ? Math.max(1, Math.min(maxSplit, first + Math.floor(plan.tailBytes / (rows * 4))))
+            : 1;
+        const split = (rows: number, first: number) => ({
+          splitK: slices(rows, first),
+          workspace: tail,
+        });
         inPass("Z", (pass) =>
           zMm.record(rec, {
             a: { tensor: a.e, trans: false },
             b: { view: cv, trans: false },
             out: z,
-            splitK: 1,
+            ...split(n * cols, 1),
             pass,
           }));
         inPass(

@@ -41,6 +41,7 @@ Deno.test("dense dC plan: chunks from the top down, each G below its rows, the t
       assert.ok(v0 < v1, `${tag}: chunk ${i} not empty`);
       if (i > 0) assert.equal(v1, chunks[i - 1][0], `${tag}: chunk ${i} adjoins the one above`);
       assert.equal((v0 * s.d * s.outBytes) % 256, 0, `${tag}: chunk ${i} on a binding offset`);
+      if (i > 0) assert.equal((v1 - v0) % 16, 0, `${tag}: chunk ${i} whole 16-row groups`);
       if (i < chunks.length - 1) {
         const g = Math.ceil((s.n * (v1 - v0) * 4) / 16) * 16;
         assert.ok(g <= v0 * s.d * s.outBytes, `${tag}: chunk ${i}'s G below its rows`);
