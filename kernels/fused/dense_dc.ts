@@ -318,11 +318,22 @@ export async function prepareDenseDC(
           role: "workspace",
         });
       const bytes = elementBytes(o.outDtype);
-      // as few passes as the gate's capacity allows (three dispatches a chunk); with
-      // `perProduct` each product in a pass of its own, labelled with the chunk's rows
-      const perPass = Math.floor(GATE_CAPACITY / 3);
-      const chunk = (v0: number, v1: number, shared?: PassEncoder) => {
+      // split-K where small, the partials in the tail (f32 Z: slices after the first; a 16-bit
+      // dC: every slice)
+      const slices = (v0: number, cols: number, elems: number, first: number) =>
+        cols < smallBelow && v0 > 0
+          ? Math.max(1, Math.min(maxSplit, first + Math.floor(plan.tailBytes / (elems * 4))))
+          : 1;
+      const work = plan.chunks.map(([v0, v1]) => {
         const cols = v1 - v0;
+        const zS = slices(v0, cols, n * cols, 1);
+        const dCS = slices(v0, cols, cols * spec.d, o.outDtype === "f32" ? 1 : 0);
+        // dispatches: the products, G, and each split product's sum
+        return { v0, v1, zS, dCS, dispatches: 3 + (zS > 1 ? 1 : 0) + (dCS > 1 ? 1 : 0) };
+      });
+      const chunk = (c: (typeof work)[number], shared?: PassEncoder) => {
+        const { v0, v1 } = c, cols = v1 - v0;
+        // with `perProduct` each product in a pass of its own, labelled with the chunk's rows
         const inPass = (what: string, fn: (p: PassEncoder) => void) =>
           shared ? fn(shared) : rec.pass(`dense dC ${what} (${cols} rows)`, fn);
         const z = v0 === 0
@@ -335,25 +346,15 @@ export async function prepareDenseDC(
           })
           : onDC(0, n, cols, "f32");
         const cv = rowView(a.c, v0, v1);
-        const isSmall = cols < smallBelow;
-        const [zMm, dCMm] = isSmall ? small : large;
+        const [zMm, dCMm] = cols < smallBelow ? small : large;
         const { targets, lse, w } = a;
-        // split-K where small, the partials in the tail (f32 Z: slices after the first; a
-        // 16-bit dC: every slice)
-        const slices = (rows: number, first: number) =>
-          isSmall && v0 > 0
-            ? Math.max(1, Math.min(maxSplit, first + Math.floor(plan.tailBytes / (rows * 4))))
-            : 1;
-        const split = (rows: number, first: number) => ({
-          splitK: slices(rows, first),
-          workspace: tail,
-        });
         inPass("Z", (pass) =>
           zMm.record(rec, {
             a: { tensor: a.e, trans: false },
             b: { view: cv, trans: false },
             out: z,
-            ...split(n * cols, 1),
+            splitK: c.zS,
+            workspace: tail,
             pass,
           }));
         inPass(
@@ -362,20 +363,30 @@ export async function prepareDenseDC(
         );
         const out = onDC(v0 * spec.d * bytes, cols, spec.d, o.outDtype);
         const e = { tensor: a.e, trans: true };
-        inPass(
-          "product",
-          (pass) => dCMm.record(rec, { a: { tensor: z, trans: true }, b: e, out, splitK: 1, pass }),
-        );
+        inPass("product", (pass) =>
+          dCMm.record(rec, {
+            a: { tensor: z, trans: true },
+            b: e,
+            out,
+            splitK: c.dCS,
+            workspace: tail,
+            pass,
+          }));
       };
       gate.under(rec, { flag: fb, want: 1 }, () => {
         if (t.perProduct) {
-          for (const [v0, v1] of plan.chunks) chunk(v0, v1);
+          for (const c of work) chunk(c);
           return;
         }
-        for (let c0 = 0; c0 < plan.chunks.length; c0 += perPass) {
-          rec.pass("dense dC", (pass) => {
-            for (const [v0, v1] of plan.chunks.slice(c0, c0 + perPass)) chunk(v0, v1, pass);
-          });
+        // as few passes as the gate's capacity allows
+        for (let i = 0; i < work.length;) {
+          let j = i, held = 0;
+          while (j < work.length && held + work[j].dispatches <= GATE_CAPACITY) {
+            held += work[j++].dispatches;
+          }
+          const group = work.slice(i, j);
+          rec.pass("dense dC", (pass) => group.forEach((c) => chunk(c, pass)));
+          i = j;
         }
       });
       return true;
