@@ -87,6 +87,11 @@ export interface MatmulOptions {
   label?: string;
   /** Record into this pass (after the work before it in the pass) instead of a pass of its own. */
   pass?: PassEncoder;
+  /**
+   * What a kernel prepared with `gradEpilogue` reads (MatmulKernelOptions): the targets, LSE and
+   * row weights of the tokens (A's rows), and the vocabulary index of the output's column 0.
+   */
+  epilogue?: { targets: DeviceTensor; lse: DeviceTensor; w: DeviceTensor; col0: number };
 }
 
 /** Largest split-K workspace (bytes) {@link autoSplitK} will ask for. */
@@ -309,6 +314,12 @@ function _dims(k: MatmulKernelOptions & { outDtype: TensorDtype }, o: MatmulOpti
   if (k.outDtype !== "f32" && o.accumulate) {
     throw new RangeError("matmul: cannot accumulate into 16 bits");
   }
+  if (!k.gradEpilogue !== !o.epilogue || (o.epilogue && (o.accumulate || k.aTrans))) {
+    throw new RangeError(
+      "matmul: the gradient epilogue needs a kernel prepared with it, A's rows the tokens, " +
+        "no accumulation",
+    );
+  }
   return { M, N, K, aView, bView, out };
 }
 
@@ -374,6 +385,7 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
     alpha: o.alpha ?? 1,
     kPer: d.per,
     first: d.first,
+    ...(o.epilogue ? { eRow: s.dims.aView.lo + g.mLo, eCol: o.epilogue.col0 + g.nLo } : {}),
   };
   // slices start at multiples of 16 elements: the whole range decides (a vector along k never
   // straddles the end of a slice when the whole depth is a multiple of its width)
@@ -398,9 +410,14 @@ function _dispatchProduct(s: _RecordScope, ap: _Piece, bp: _Piece, g: _Region, d
   const { kernel, va: usedA, vb: usedB } = s.variants.pick([va, vb, vo]);
   Object.assign(s.used, { vecA: usedA, vecB: usedB, splitK: d.slices });
   const tilesN = Math.ceil((g.nHi - g.nLo) / t.bn), tilesM = Math.ceil((g.mHi - g.mLo) / t.bm);
+  const ep = o.epilogue && {
+    targets: o.epilogue.targets.shards[0].buffer,
+    lse: o.epilogue.lse.shards[0].buffer,
+    w: o.epilogue.w.shards[0].buffer,
+  };
   s.pass.dispatch(
     kernel.pipeline,
-    kernel.bind(s.rec, params, { a: ap.buffer, b: bp.buffer, outp: d.out, part: d.part }),
+    kernel.bind(s.rec, params, { a: ap.buffer, b: bp.buffer, outp: d.out, part: d.part, ...ep }),
     ...gemmGrid(t, tilesM, tilesN),
     d.slices,
   );
@@ -537,6 +554,7 @@ function _recordRegion(
     _dispatchProduct(s, ap, bp, g, d);
     return;
   }
+  if (o.epilogue) throw new RangeError("matmul: the gradient epilogue needs one K slice");
   const mm = g.mHi - g.mLo, nn = g.nHi - g.nLo;
   // f32: slice 0 goes to the output, the others to partials added after it
   const first = wide ? 1 : 0;

@@ -18,6 +18,8 @@ import {
 import { dtypeHelpers, enableDirectives, wgslStorageType } from "./wgsl_common.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
 import { signature, u32s } from "../gpu/signature.ts";
+import type { LceOptions } from "../core/options.ts";
+import { lossConstants } from "./wgsl_common.ts";
 
 /** Generator options of the product kernel. */
 export interface MatmulKernelOptions {
@@ -52,6 +54,14 @@ export interface MatmulKernelOptions {
    * their ranges do not overlap, a read-only one and a writable one never (gpu/bindings.ts).
    */
   aReadWrite?: boolean;
+  /**
+   * Write the loss's gradient G = w_m·(p − (1−β)[n + col0 = t_m] − β/|V|)·∂z/∂x of the product
+   * z instead of z (p = exp(softcap(z) − lse_m); kernels/logit_grad.ts's arithmetic): the
+   * product is logits E·C[chunk]ᵀ, rows tokens, columns vocabulary entries from `eCol`
+   * (a uniform field with `eRow`, the first row's token). Binds `targets`, `lse` and `w`;
+   * unsplit products (one K slice) that overwrite their output only.
+   */
+  gradEpilogue?: { opts: LceOptions; v: number };
 }
 
 /**
@@ -63,12 +73,14 @@ export interface MatmulKernelOptions {
 export function matmulSignature(o: MatmulKernelOptions) {
   const out = o.outDtype ?? "f32";
   const vo = o.vecOut === true && out === "f32";
+  const ep = o.gradEpilogue !== undefined;
   return signature({
     params: {
       ...u32s("M N K aOff sAm sAk bOff sBn sBk cOff sCm accumulate"),
       alpha: "f32",
       ...u32s("kPer first"),
-    },
+      ...(ep ? u32s("eRow eCol") : {}),
+    } as Record<string, "u32" | "f32">,
     bindings: {
       a: {
         elem: wgslStorageType(o.aDtype, o.vecA),
@@ -81,9 +93,31 @@ export function matmulSignature(o: MatmulKernelOptions) {
         access: "read_write",
       },
       part: { elem: vo ? "vec4<f32>" : "f32", access: "read_write" },
+      targets: { elem: "i32", access: "read", when: ep },
+      lse: { elem: "f32", access: "read", when: ep },
+      w: { elem: "f32", access: "read", when: ep },
     },
-    layout: { pad: ["_p"], breaks: [8] },
+    layout: { pad: ep ? ["_p", "_q", "_r"] : ["_p"], breaks: [8] },
   });
+}
+
+/**
+ * WGSL of {@link MatmulKernelOptions.gradEpilogue}: `ep(m, n, z)` and `ep4(m, nb, z4)`, the
+ * gradient at product value z of row m, column n of the dispatch's region.
+ */
+function _gradEpilogueFns(o: { opts: LceOptions; v: number }): string {
+  return `${lossConstants(o.opts, o.v)}
+fn ep(m: u32, n: u32, x: f32) -> f32 {
+  let row = P.eRow + m;
+  let zc = softcap(x);
+  let p = exp(zc - lse[row]);
+  let on_target = select(0.0, 1.0 - BETA, i32(P.eCol + n) == targets[row]);
+  return w[row] * (p - on_target - BETA / VOCAB) * softcap_grad(zc);
+}
+fn ep4(m: u32, nb: u32, x: vec4<f32>) -> vec4<f32> {
+  return vec4<f32>(ep(m, nb, x.x), ep(m, nb + 1u, x.y), ep(m, nb + 2u, x.z), ep(m, nb + 3u, x.w));
+}
+`;
 }
 
 /** The split-K reduction's signature (see {@link splitKReduceWgsl}). */
@@ -109,7 +143,7 @@ const ACCUMULATE_BATCH = 4;
  * The f32 store of every accumulator: out = alpha·acc, or with `accumulate` out = alpha·acc + out,
  * reading the old values {@link ACCUMULATE_BATCH} slots at a time ahead of their stores.
  */
-function _storeF32(t: GemmTile, vec: boolean): string {
+function _storeF32(t: GemmTile, vec: boolean, ep = false): string {
   const slots = vec
     ? _vecSlots(t).map((s) => ({
       row: s.row,
@@ -128,10 +162,14 @@ function _storeF32(t: GemmTile, vec: boolean): string {
   const at = (s: (typeof slots)[number], j: number) =>
     `let sm${j} = m0 + ${s.row}; let sn${j} = n0 + ${s.col}; let ok${j} = sm${j} < P.M && sn${j} < P.N;
       let i${j} = ${s.idx(`sm${j}`, `sn${j}`)};`;
+  const value = (
+    v: string,
+  ) => (!ep ? `P.alpha * ${v}` : `${vec ? "ep4" : "ep"}(m, n, P.alpha * ${v})`);
   const plain = slots.map((s) =>
     `{ let m = m0 + ${s.row}; let n = n0 + ${s.col};
-    if (m < P.M && n < P.N) { outp[${s.idx("m", "n")}] = P.alpha * ${s.val}; } }`
+    if (m < P.M && n < P.N) { outp[${s.idx("m", "n")}] = ${value(s.val)}; } }`
   );
+  if (ep) return plain.join("\n  ");
   const lines = (group: typeof slots, f: (s: (typeof slots)[number], j: number) => string) =>
     group.map(f).join("\n      ");
   const batches: string[] = [];
@@ -217,13 +255,17 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
     throw new RangeError(`matmul: unsupported output dtype ${out}`);
   }
   const vo = o.vecOut === true && out === "f32";
-  let extra = "", stores: string;
+  const ep = o.gradEpilogue !== undefined;
+  let extra = ep ? _gradEpilogueFns(o.gradEpilogue!) : "", stores: string;
   if (out === "f32") {
-    stores = _storeF32(t, vo);
+    stores = _storeF32(t, vo, ep);
   } else {
-    extra = _store16Fns(out);
+    extra += _store16Fns(out);
+    const value = (r: string, c: string, v: string) =>
+      ep ? `ep4(m0 + ${r}, n0 + ${c}, P.alpha * ${v})` : `P.alpha * ${v}`;
     stores = _vecSlots(t)
-      .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, P.alpha * ${s.vec});`).join("\n  ");
+      .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, ${value(s.row, s.col, s.vec)});`)
+      .join("\n  ");
   }
   const partStores = vo
     ? _vecSlots(t).map((s) =>

@@ -13,28 +13,30 @@
  *
  * The dense path, pass `dense dC`, for vocabulary chunks [v0, v1) from the last row down:
  *
- *   Z = E·C[v0:v1]ᵀ                                    (f32, the GEMM core's logits tile)
- *   G = w_n·(p − (1−β)[v = t_n] − β/|V|)·∂z/∂x          in place (kernels/logit_grad.ts)
- *   dC[v0:v1] = Gᵀ·E                                   (written whole, rounded once)
+ *   G = w_n·(p − (1−β)[v = t_n] − β/|V|)·∂z/∂x of Z = E·C[v0:v1]ᵀ   (the GEMM core's logits tile,
+ *                                        G formed by its epilogue: kernels/matmul_wgsl.ts
+ *                                        `gradEpilogue`, kernels/logit_grad.ts's arithmetic)
+ *   dC[v0:v1] = Gᵀ·E                     (written whole, rounded once)
  *
  * G is the whole gradient, its target and β/|V| terms exact, so the chunk's rows need nothing
- * else: nothing is dropped, the dense path is the unfiltered dC.
+ * else: nothing is dropped, the dense path is the unfiltered dC. G is stored in dC's element
+ * type: f32 with f32 gradients (and with 16-bit ones of odd d, whose dC is accumulated in f32),
+ * else the 16-bit dtype, rounded once as the materialised baseline's 16-bit G is.
  *
  * Memory: where does G live? dE is final before dC's storage is first written
- * (kernels/fused/backward.ts), so every row of dC not yet written is free. A chunk's G (n·Vc·4
- * bytes) lies at the start of dC's storage, below the chunk's rows: n·(v1 − v0)·4 ≤ v0·d·b (b the
- * bytes of dC's element), so each chunk is at most d·b / (4n + d·b) of the rows above it
- * (`llm`, 4096 × 24,576 × 2304, bf16 gradients: 22% of them, 5,395 rows first). The last chunk
- * [0, v1) has no free rows below it: its G takes a workspace of its own, the *tail*, of at most
- * {@link DENSE_DC_TAIL_BYTES} and within what the backward's workspace leaves of
- * {@link FUSED_BACKWARD_WORKSPACE_LIMIT} ({@link denseDCPlan}: 64 rows at `llm`, about 24 chunks in
- * all). G and the rows a chunk writes are two writable bindings of the same buffer, of disjoint
- * byte ranges (kernels/matmul_wgsl.ts `aReadWrite`); each chunk's first row lies on a binding
- * offset (256 bytes).
+ * (kernels/fused/backward.ts), so every row of dC not yet written is free. A chunk's G (n·Vc
+ * elements) lies at the start of dC's storage, below the chunk's rows: n·(v1 − v0) ≤ v0·d, so
+ * each chunk is at most d / (n + d) of the rows above it (`llm`, 4096 × 24,576 × 2304: 36% of
+ * them, 8,832 rows first). The last chunk [0, v1) has no free rows below it: its G takes a
+ * workspace of its own, the *tail*, of at most {@link DENSE_DC_TAIL_BYTES} and within what the
+ * backward's workspace leaves of {@link FUSED_BACKWARD_WORKSPACE_LIMIT} ({@link denseDCPlan}: 192
+ * rows at `llm`, 13 chunks in all). G and the rows a chunk writes are two writable bindings of the
+ * same buffer, of disjoint byte ranges (kernels/matmul_wgsl.ts `aReadWrite`); each chunk's first
+ * row lies on a binding offset (256 bytes) and its width is whole 16-row groups (16-byte loads).
  *
- * Chunks narrower than {@link DENSE_DC_SMALL_BELOW} rows (the last dozen or so) take small tiles,
- * and split-K with their partials in the tail where it holds them (kernels/matmul.ts: the slices
- * added in their order).
+ * Chunks narrower than {@link DENSE_DC_SMALL_BELOW} rows (the last half dozen) take small tiles,
+ * and their dC products split-K with the partials in the tail where it holds them
+ * (kernels/matmul.ts: the slices added in their order).
  *
  * Deterministic: the decision is a function of the kept counts, the chunks go in a fixed order,
  * each output element of a product is owned by one thread, split-K partials are added in slice
@@ -56,7 +58,6 @@ import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
-import { prepareLogitGrad } from "../logit_grad.ts";
 import { DENSE_DECISION_SIG, denseDecisionWgsl, type DenseDEMode } from "./dense_de.ts";
 import type { TileSegment } from "./backward_plan.ts";
 
@@ -91,8 +92,8 @@ const _MIN_TAIL = 8;
 
 /**
  * Chunks at most: where more would be needed the path is not recorded. Where not taken, each
- * chunk's three gated dispatches of zero workgroups still cost a few microseconds (at the
- * paper's shape its 9-row tail would make 84 chunks, about 1.5 ms on a backward of 210).
+ * chunk's gated dispatches of zero workgroups still cost about 5 µs each (at the paper's shape
+ * even a tail of 96 rows would make 35 chunks).
  */
 export const DENSE_DC_MAX_CHUNKS = 32;
 
@@ -131,16 +132,18 @@ export function denseDCPlan(o: {
   const off = _ALIGN / _gcd(_ALIGN, rowBytes % _ALIGN === 0 ? _ALIGN : rowBytes % _ALIGN);
   const q = (off * _GROUP) / _gcd(off, _GROUP);
   const budget = Math.min(DENSE_DC_TAIL_BYTES, FUSED_BACKWARD_WORKSPACE_LIMIT - o.restBytes);
-  const fit = Math.min(Math.floor(budget / (n * 4)), o.maxTailRows ?? Infinity);
+  // G takes dC's element: n·outBytes bytes a vocabulary row
+  const gRow = n * outBytes;
+  const fit = Math.min(Math.floor(budget / gRow), o.maxTailRows ?? Infinity);
   const tailRows = Math.floor(fit / q) * q;
   if (tailRows < Math.min(v, _MIN_TAIL)) return undefined;
-  const gBytes = (rows: number) => Math.ceil((n * rows * 4) / 16) * 16;
-  const maxRows = Math.floor(o.maxBindingBytes / (n * 4));
+  const gBytes = (rows: number) => Math.ceil((gRow * rows) / 16) * 16;
+  const maxRows = Math.floor(o.maxBindingBytes / gRow);
   const chunks: [number, number][] = [];
   let v1 = v;
   while (v1 > tailRows) {
     // the lowest v0 whose rows below hold the chunk's G, on a binding offset
-    let v0 = Math.ceil((v1 * 4 * n) / (4 * n + rowBytes) / q) * q;
+    let v0 = Math.ceil((v1 * gRow) / (gRow + rowBytes) / q) * q;
     while (v0 < v1 && gBytes(v1 - v0) > v0 * rowBytes) v0 += q;
     v0 = Math.max(v0, tailRows, v1 - Math.floor(maxRows / q) * q);
     if (v0 >= v1) return undefined;
@@ -210,19 +213,19 @@ export interface DenseDCTuning {
   /** Each product of each chunk in a pass of its own, labelled with its rows (diagnostics). */
   perProduct?: boolean;
   /**
-   * Split-K slices at most for the small chunks' products, their partials in the tail (free
+   * Split-K slices at most for the small chunks' dC products, their partials in the tail (free
    * until the last chunk), as many as it holds (default {@link DENSE_DC_SMALL_SPLIT}; 1: none).
    */
   smallSplit?: number;
 }
 
 /**
- * Split-K slices at most of a small chunk's products: their depth (d for Z, n for dC) over a few
- * dozen workgroups is what they cost, not their work.
+ * Split-K slices at most of a small chunk's dC product: its depth n over a few dozen workgroups
+ * is what it costs, not its work.
  */
 export const DENSE_DC_SMALL_SPLIT = 4;
 
-/** Compiles the decision, the gate and the three products of a problem. */
+/** Compiles the decision, the gate and the two products of a problem. */
 export async function prepareDenseDC(
   ctx: GpuContext,
   o: {
@@ -246,6 +249,8 @@ export async function prepareDenseDC(
     "dense dC decision",
   );
   const t = o.tuning ?? {};
+  // G in dC's element type, written by the logits product's epilogue
+  const gDtype = o.outDtype;
   const products = (zTile: GemmTile, dCTile: GemmTile) =>
     Promise.all([
       prepareMatmul(ctx, {
@@ -254,10 +259,12 @@ export async function prepareDenseDC(
         bDtype: spec.dtype,
         aTrans: false,
         bTrans: false,
+        outDtype: gDtype,
+        gradEpilogue: { opts, v: spec.v },
       }),
       prepareMatmul(ctx, {
         tile: dCTile,
-        aDtype: "f32",
+        aDtype: gDtype,
         bDtype: spec.dtype,
         aTrans: true,
         bTrans: true,
@@ -272,7 +279,6 @@ export async function prepareDenseDC(
   const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
     ? await products(smallTile, smallTile)
     : large;
-  const grad = await prepareLogitGrad(ctx, { logitsDtype: "f32", opts, v: spec.v, inPlace: true });
   const flag = createTensor(ctx, {
     dtype: "u32",
     rows: 1,
@@ -309,66 +315,56 @@ export async function prepareDenseDC(
         label: "dense dC tail",
       });
       rec.release(tail);
-      const onDC = (offset: number, rows: number, cols: number, dtype: "f32" | typeof o.outDtype) =>
+      const onDC = (offset: number, rows: number, cols: number) =>
         tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {
-          dtype,
+          dtype: gDtype,
           rows,
           cols,
           label: "dense dC chunk",
           role: "workspace",
         });
       const bytes = elementBytes(o.outDtype);
-      // split-K where small, the partials in the tail (f32 Z: slices after the first; a 16-bit
-      // dC: every slice)
-      const slices = (v0: number, cols: number, elems: number, first: number) =>
-        cols < smallBelow && v0 > 0
-          ? Math.max(1, Math.min(maxSplit, first + Math.floor(plan.tailBytes / (elems * 4))))
-          : 1;
+      // split-K of the dC product where small, the partials in the tail (an f32 dC: slices
+      // after the first; a 16-bit one: every slice)
       const work = plan.chunks.map(([v0, v1]) => {
-        const cols = v1 - v0;
-        const zS = slices(v0, cols, n * cols, 1);
-        const dCS = slices(v0, cols, cols * spec.d, o.outDtype === "f32" ? 1 : 0);
-        // dispatches: the products, G, and each split product's sum
-        return { v0, v1, zS, dCS, dispatches: 3 + (zS > 1 ? 1 : 0) + (dCS > 1 ? 1 : 0) };
+        const cols = v1 - v0, first = o.outDtype === "f32" ? 1 : 0;
+        const fit = first + Math.floor(plan.tailBytes / (cols * spec.d * 4));
+        const split = cols < smallBelow && v0 > 0 ? Math.max(1, Math.min(maxSplit, fit)) : 1;
+        // dispatches: the two products, and a split product's sum
+        return { v0, v1, split, dispatches: split > 1 ? 3 : 2 };
       });
       const chunk = (c: (typeof work)[number], shared?: PassEncoder) => {
         const { v0, v1 } = c, cols = v1 - v0;
         // with `perProduct` each product in a pass of its own, labelled with the chunk's rows
         const inPass = (what: string, fn: (p: PassEncoder) => void) =>
           shared ? fn(shared) : rec.pass(`dense dC ${what} (${cols} rows)`, fn);
-        const z = v0 === 0
+        const g = v0 === 0
           ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
-            dtype: "f32",
+            dtype: gDtype,
             rows: n,
             cols,
             label: "dense dC tail",
             role: "workspace",
           })
-          : onDC(0, n, cols, "f32");
-        const cv = rowView(a.c, v0, v1);
+          : onDC(0, n, cols);
         const [zMm, dCMm] = cols < smallBelow ? small : large;
         const { targets, lse, w } = a;
-        inPass("Z", (pass) =>
+        inPass("G", (pass) =>
           zMm.record(rec, {
             a: { tensor: a.e, trans: false },
-            b: { view: cv, trans: false },
-            out: z,
-            splitK: c.zS,
-            workspace: tail,
+            b: { view: rowView(a.c, v0, v1), trans: false },
+            out: g,
+            splitK: 1,
+            epilogue: { targets, lse, w, col0: v0 },
             pass,
           }));
-        inPass(
-          "G",
-          (pass) => grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass }),
-        );
-        const out = onDC(v0 * spec.d * bytes, cols, spec.d, o.outDtype);
-        const e = { tensor: a.e, trans: true };
+        const out = onDC(v0 * spec.d * bytes, cols, spec.d);
         inPass("product", (pass) =>
           dCMm.record(rec, {
-            a: { tensor: z, trans: true },
-            b: e,
+            a: { tensor: g, trans: true },
+            b: { tensor: a.e, trans: true },
             out,
-            splitK: c.dCS,
+            splitK: c.split,
             workspace: tail,
             pass,
           }));
