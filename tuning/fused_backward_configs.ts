@@ -17,8 +17,8 @@
  *   kernels/fused/dense_dc.ts), `dcdense-large` and `dcdense-s256` (the dense dC's small-chunk
  *   tiles never, or below 256 rows), `dcdense-pp` (each of its products timed alone; with
  *   `-hw`, `-8x16` the dC product on TILE_HW, TILE_HW_8X16), `dcdense-s1` (no split-K of its
- *   small chunks; `dcdense-s1-pp` timed alone), `dcdense-sm` (its small chunks on the dense dE's
- *   64×128 tile; `-2048` below 2,048 rows), `dcdense-512` (the small tiles below 512 rows),
+ *   small chunks; `dcdense-s1-pp` timed alone), `dcdense-t64` (its small chunks on 64×64 tiles),
+ *   `dcdense-2048`, `dcdense-512` (the small tiles below 2,048 or 512 rows),
  *   `dense-both` and `kept-both` (both gradients each way),
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
@@ -37,8 +37,7 @@
  */
 import type { GpuContext } from "../gpu/context.ts";
 import { type GemmTile, TILE_HW, TILE_HW_WIDE } from "../kernels/gemm_codegen.ts";
-import { TILE_HW_8X16 } from "../kernels/gemm_tiles.ts";
-import { DENSE_DE_TILE_HW } from "../kernels/fused/dense_de.ts";
+import { TILE_HW_8X16, TILE_SMALL } from "../kernels/gemm_tiles.ts";
 import {
   BACKWARD_TILE_WIDE,
   backwardGemmTiles,
@@ -93,13 +92,8 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   "dcdense-large": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 0 } }),
   "dcdense-s256": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 256 } }),
   "dcdense-s1": () => backward({ denseDC: "always", denseDCTuning: { smallSplit: 1 } }),
-  "dcdense-sm": () =>
-    backward({ denseDC: "always", denseDCTuning: { smallTile: DENSE_DE_TILE_HW } }),
-  "dcdense-sm-2048": () =>
-    backward({
-      denseDC: "always",
-      denseDCTuning: { smallTile: DENSE_DE_TILE_HW, smallBelow: 2048 },
-    }),
+  "dcdense-t64": () => backward({ denseDC: "always", denseDCTuning: { smallTile: TILE_SMALL } }),
+  "dcdense-2048": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 2048 } }),
   "dcdense-512": () => backward({ denseDC: "always", denseDCTuning: { smallBelow: 512 } }),
   "dcdense-s1-pp": () =>
     backward({ denseDC: "always", denseDCTuning: { smallSplit: 1, perProduct: true } }),

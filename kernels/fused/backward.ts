@@ -291,8 +291,10 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     recordSlabReduce({ rec, kernel: pipes.reduce, slabs, d, dEOut, inPlace: !!p.out16 });
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
-  // dC: the kept tiles' pass, or where recorded the dense path's decision between the two
-  const keptDC = () => {
+  // dC: the kept tiles' pass, or where recorded the dense path's decision between the two: then
+  // only the dC pass and its split's sum are gated, the light passes around them run either way
+  // (the dense path overwrites every row they write)
+  const keptDC = (gated: (fn: () => void) => void) => {
     const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
     const { smoothRow } = pipes.corrections.record(rec, {
       ...exact,
@@ -334,18 +336,20 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
         ...p.dCSplit,
       });
     }
-    recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, split: !!split });
-    if (split && order) {
-      const rvec = smoothRow?.shards[0].buffer;
-      split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
-    }
+    gated(() => {
+      recordDCPass({ ...base, kernel: pipes.dCPass, dC: g.dC, order, fold, split: !!split });
+      if (split && order) {
+        const rvec = smoothRow?.shards[0].buffer;
+        split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
+      }
+    });
     pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
   };
   const denseDC = m.mask && counter && pipes.denseDC?.record(
     { rec, e, c, targets, w, lse, counter, dC: g.dC, tok, voc, tiles, sortDecided },
     keptDC,
   );
-  if (!denseDC) keptDC();
+  if (!denseDC) keptDC((fn) => fn());
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
 

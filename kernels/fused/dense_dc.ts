@@ -8,8 +8,11 @@
  * {@link DENSE_DC_ABOVE} it costs more than recomputing every tile's logits and multiplying
  * densely (2 P at the GEMM core's rate). So after dE is formed, pass `dense dC decision` reads the
  * kept count and writes a flag, and both paths are recorded under gates of it (gpu/gate.ts), as
- * the dense dE path's are (kernels/fused/dense_de.ts): the kept tiles' whole dC (its smoothing
- * row, order, split, pass and target scatter) under 0, the dense path under 1.
+ * the dense dE path's are (kernels/fused/dense_de.ts): the kept tiles' dC pass and its split's
+ * sum under 0, the dense path under 1. The kept path's light passes (the smoothing row, the
+ * order, the split's plan, the target scatter) run ungated: where the dense path is taken it
+ * overwrites every row they wrote, and where it is not they cost nothing more than before (a
+ * gated dispatch costs about 5 µs even with no workgroups).
  *
  * The dense path, pass `dense dC`, for vocabulary chunks [v0, v1) from the last row down:
  *
@@ -58,12 +61,18 @@ import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
-import { DENSE_DECISION_SIG, denseDecisionWgsl, type DenseDEMode } from "./dense_de.ts";
+import {
+  DENSE_DE_TILE_HW,
+  DENSE_DECISION_SIG,
+  denseDecisionWgsl,
+  type DenseDEMode,
+} from "./dense_de.ts";
 import type { TileSegment } from "./backward_plan.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
- * 2304 (docs/performance.md): the kept tiles' dC costs about 3.7·k·P, the dense one about 2.5 P.
+ * 2304 (docs/performance.md): the kept tiles' dC pass costs about 3.6·k·P (35.4 ms at k = 0.963,
+ * 29.2 at 0.791, P = 10.1 ms), the dense path 2.6 P (25.9 ms), so they cross at k ≈ 0.70.
  */
 export const DENSE_DC_ABOVE = 0.7;
 
@@ -180,11 +189,12 @@ export interface PreparedDenseDC {
   /** The chunks of the last record (0 where the path did not apply). */
   readonly lastChunks: number;
   /**
-   * Records the decision, `filtered` (the kept tiles' dC) under the flag's 0 and the dense path
-   * under its 1, and returns true; or returns false having recorded nothing where the dense path
-   * does not apply (E, C or dC over several bindings): the caller then records `filtered` alone.
+   * Records the decision, then `filtered` (the kept tiles' dC), which records its costly passes
+   * through `gated` (under the flag's 0), then the dense path under the flag's 1, and returns
+   * true; or returns false having recorded nothing where the dense path does not apply (E, C or
+   * dC over several bindings): the caller then records `filtered` alone, ungated.
    */
-  record(a: DenseDCArgs, filtered: () => void): boolean;
+  record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
   release(): void;
@@ -206,7 +216,7 @@ export const DENSE_DC_SMALL_BELOW = 1024;
 export interface DenseDCTuning {
   /** The dC product's tile (default {@link denseDCTile}). */
   productTile?: GemmTile;
-  /** Both products' tile for small chunks (default {@link TILE_SMALL}). */
+  /** Both products' tile for small chunks (default the dense dE's 64×128 on hardware). */
   smallTile?: GemmTile;
   /** Chunks below this many rows take `smallTile` (default {@link DENSE_DC_SMALL_BELOW}). */
   smallBelow?: number;
@@ -273,7 +283,7 @@ export async function prepareDenseDC(
       }),
     ]);
   const large = await products(hw ? TILE_HW_WIDE : TILE_SMALL, t.productTile ?? denseDCTile(ctx));
-  const smallTile = t.smallTile ?? TILE_SMALL;
+  const smallTile = t.smallTile ?? (hw ? DENSE_DE_TILE_HW : TILE_SMALL);
   const smallBelow = t.smallBelow ?? (hw ? DENSE_DC_SMALL_BELOW : 0);
   const maxSplit = t.smallSplit ?? DENSE_DC_SMALL_SPLIT;
   const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
@@ -289,7 +299,7 @@ export async function prepareDenseDC(
   const fb = flag.shards[0].buffer;
   const prepared = {
     lastChunks: 0,
-    record(a: DenseDCArgs, filtered: () => void): boolean {
+    record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
       prepared.lastChunks = 0;
       const { n } = spec;
       const one = (t: DeviceTensor) => t.shards.length === 1;
@@ -308,7 +318,7 @@ export async function prepareDenseDC(
         };
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });
-      gate.under(rec, { flag: fb, want: 0 }, filtered);
+      filtered((fn) => gate.under(rec, { flag: fb, want: 0 }, fn));
       const tail = ctx.createBuffer({
         size: plan.tailBytes,
         role: "workspace",
