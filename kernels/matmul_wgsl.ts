@@ -15,11 +15,10 @@ import {
   tileThreads,
   validateTile,
 } from "./gemm_codegen.ts";
-import { dtypeHelpers, enableDirectives, wgslStorageType } from "./wgsl_common.ts";
+import { dtypeHelpers, enableDirectives, lossConstants, wgslStorageType } from "./wgsl_common.ts";
 import { type Dtype16, wgslTo16 } from "./cast16.ts";
 import { signature, u32s } from "../gpu/signature.ts";
 import type { LceOptions } from "../core/options.ts";
-import { lossConstants } from "./wgsl_common.ts";
 
 /** Generator options of the product kernel. */
 export interface MatmulKernelOptions {
@@ -261,11 +260,12 @@ export function matmulWgsl(o: MatmulKernelOptions): string {
     stores = _storeF32(t, vo, ep);
   } else {
     extra += _store16Fns(out);
-    const value = (r: string, c: string, v: string) =>
-      ep ? `ep4(m0 + ${r}, n0 + ${c}, P.alpha * ${v})` : `P.alpha * ${v}`;
-    stores = _vecSlots(t)
-      .map((s) => `store4(m0 + ${s.row}, n0 + ${s.col}, ${value(s.row, s.col, s.vec)});`)
-      .join("\n  ");
+    // the epilogue reads its row's LSE, target and weight: rows of the output only
+    const store = (r: string, c: string, v: string) =>
+      ep
+        ? `{ let m = m0 + ${r}; if (m < P.M) { store4(m, n0 + ${c}, ep4(m, n0 + ${c}, P.alpha * ${v})); } }`
+        : `store4(m0 + ${r}, n0 + ${c}, P.alpha * ${v});`;
+    stores = _vecSlots(t).map((s) => store(s.row, s.col, s.vec)).join("\n  ");
   }
   const partStores = vo
     ? _vecSlots(t).map((s) =>

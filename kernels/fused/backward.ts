@@ -44,9 +44,10 @@
  *    segments, their partials in the rows of vocab tiles nobody keeps), then pass `dC`
  *    (kept_tiles.ts): Pᵀ·E, a workgroup a vocab tile or segment, the kept tiles' target terms
  *    included; `dC split sum` adds the partials; then the other target terms (corrections.ts).
- *    Where recorded, pass `dense dC decision` first chooses on the GPU between all of step 6 and
- *    dense products over every tile, vocabulary chunk by chunk from the top, where most tiles
- *    are kept (dense_dc.ts; each path under a gate of its flag).
+ *    Where recorded, pass `dense dC decision` first chooses on the GPU between the `dC` pass (with
+ *    its split's sum) and dense products over every tile, vocabulary chunk by chunk from the
+ *    top, where most tiles are kept (dense_dc.ts; each under a gate of its flag; the light
+ *    passes around the `dC` pass run either way, the dense products overwrite what they wrote).
  *
  * With the filter, every tile's logits are computed once (filter pass) and a kept tile's twice
  * more; a skipped tile costs one mask read in each gradient pass. Without the filter the two

@@ -71,8 +71,8 @@ import type { TileSegment } from "./backward_plan.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
- * 2304 (docs/performance.md): the kept tiles' dC pass costs about 3.6·k·P (35.4 ms at k = 0.963,
- * 29.2 at 0.791, P = 10.1 ms), the dense path 2.6 P (25.9 ms), so they cross at k ≈ 0.70.
+ * 2304 (docs/performance.md): the kept tiles' dC pass costs about 3.6·k·P (35.3 ms at k = 0.963,
+ * 29.2 at 0.791, P = 10.1 ms), the dense path 2.6 P (25.8 ms), so they cross at k ≈ 0.70.
  */
 export const DENSE_DC_ABOVE = 0.7;
 
@@ -110,7 +110,7 @@ export const DENSE_DC_MAX_CHUNKS = 32;
 export interface DenseDCPlan {
   /** Rows [0, tailRows) form the last chunk, its G in the tail workspace. */
   tailRows: number;
-  /** Bytes of the tail workspace (n·tailRows·4, padded to 16). */
+  /** Bytes of the tail workspace (n·min(tailRows, |V|) of dC's elements, padded to 16). */
   tailBytes: number;
   /** Every chunk [v0, v1), the first at the top; the last is [0, v1 ≤ tailRows). */
   chunks: [number, number][];
@@ -120,8 +120,9 @@ const _gcd = (a: number, b: number): number => (b === 0 ? a : _gcd(b, a % b));
 
 /**
  * The chunks of a problem, or undefined where the path does not apply (a tail of fewer than 8
- * rows in the bytes left, a chunk that cannot move down, more than {@link DENSE_DC_MAX_CHUNKS}). `outBytes` is the bytes of dC's
- * accumulator element (2 or 4), `restBytes` the backward's other workspace.
+ * rows in the bytes left, a chunk that cannot move down, more than
+ * {@link DENSE_DC_MAX_CHUNKS}). `outBytes` is the bytes of dC's accumulator element (2 or 4, G's
+ * too), `restBytes` the backward's other workspace.
  */
 export function denseDCPlan(o: {
   n: number;
@@ -200,15 +201,15 @@ export interface PreparedDenseDC {
   release(): void;
 }
 
-/** The dC product's tile: Gᵀ·E with an f32 G, both held transposed. */
+/** The dC product's tile on the large chunks: Gᵀ·E, both held transposed. */
 export function denseDCTile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;
 }
 
 /**
- * Chunks of fewer rows than this take {@link TILE_SMALL} for both products on hardware: the
- * chunks near the tail hold tens to hundreds of rows, where the large tiles make a few dozen
- * workgroups, each walking the whole depth (n for dC).
+ * Chunks of fewer rows than this take the small tile (DenseDCTuning.smallTile) for both products
+ * on hardware: the chunks near the tail hold tens to hundreds of rows, where the large tiles make
+ * a few dozen workgroups, each walking the whole depth (n for dC).
  */
 export const DENSE_DC_SMALL_BELOW = 1024;
 
