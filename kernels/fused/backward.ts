@@ -430,6 +430,8 @@ export async function prepareFusedBackward(
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
         ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
         : {};
+      // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once
+      if (dC.denseDC === 1) roundings.dC = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
       return { ...stats, ...split, ...dE, ...dC };
     },
     record(rec, a) {

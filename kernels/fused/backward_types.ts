@@ -178,7 +178,9 @@ export interface PreparedFusedBackward {
   /**
    * Upper bound on the roundings of one element to the 16-bit output in the last record (0 with
    * f32 output): dE 1 (the final cast); dC 1 + the walked token tiles when accumulated in place
-   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd).
+   * (d even; every kept tile is one read-modify-write), 1 with the f32 scratch (d odd). Where
+   * {@link stats} finds that dC took the dense path it sets dC to that path's: 2 in place (G in
+   * 16 bits, then the output), 1 with the f32 scratch.
    */
   readonly roundings: { dE: number; dC: number };
   /**

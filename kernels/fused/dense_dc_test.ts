@@ -111,6 +111,10 @@ Deno.test({
       const kept = await runBackward(ctx, x, o, cs.dtype, { ...b, denseDC: "never" });
       const tag = JSON.stringify(cs);
       assert.equal(dense.got.stats.denseDC, 1, `${tag}: the dense path taken`);
+      // its roundings of a dC element: G's and the output's in place, the cast's with d odd
+      const inPlace = cs.gradDtype === "input" && cs.d % 2 === 0;
+      const r = cs.gradDtype === "f32" ? 0 : inPlace ? 2 : 1;
+      assert.equal(dense.bwd.roundings.dC, r, `${tag}: dC roundings`);
       const chunks = dense.bwd.lastDenseDCChunks;
       assert.ok(cs.tail ? chunks > 3 : chunks === 1, `${tag}: ${chunks} chunks`);
       assert.equal(kept.got.stats.denseDC, undefined, `${tag}: no dense path recorded`);
