@@ -3,6 +3,7 @@
  * against the float64 reference, and compare its gradients with the reference.
  * @module
  */
+import assert from "node:assert/strict";
 import { columnVector } from "./gpu.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
@@ -17,7 +18,7 @@ import {
 import { lceReference } from "../reference/lce_reference.ts";
 import { assertClose } from "../reference/compare.ts";
 import type { GemmTile } from "../kernels/gemm_codegen.ts";
-import type { BackwardTile } from "../kernels/fused/backward_tiles.ts";
+import { BACKWARD_TILE_SMALL, type BackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { caseInputs } from "./parity.ts";
@@ -234,4 +235,54 @@ export function peakedCaseInputs(
   }
   if (cs.dtype === "bf16") x.e = x.e.map((y) => bf16BitsToF32(f32ToBf16Bits(y)));
   return x;
+}
+
+/**
+ * Asserts a dense path's decision on the GPU (`path` "denseDE" or "denseDC", taken above the kept
+ * fraction `above`): on a flat fixture (random logits of a few units: p ≥ ε in every tile) the
+ * dense path, on a peaked one (each token's embedding a scaled copy of one of 3 classifier rows,
+ * so one vocab tile holds every softmax term above ε) the kept tiles', each bit for bit what
+ * forcing that path gives. `seeds` are the two fixtures'.
+ */
+export async function assertDenseDecision(
+  ctx: GpuContext,
+  o: {
+    path: "denseDE" | "denseDC";
+    above: number;
+    seeds: [number, number];
+    /** Further backward options of every run. */
+    extra?: Partial<BackwardCase>;
+  },
+): Promise<void> {
+  const n = 70, v = 1031, d = 40;
+  const opts = resolveOptions({ beta: 0.1, reduction: "mean" });
+  const flat = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: o.seeds[0] });
+  const base = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: o.seeds[1] });
+  const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
+  const b: BackwardCase = {
+    filterEps: defaultFilterEps("bf16"),
+    sort: true,
+    tile: BACKWARD_TILE_SMALL,
+    gradDtype: "input",
+    ...o.extra,
+    [o.path]: "auto",
+  };
+  const runs = {
+    flat: await runBackward(ctx, flat, opts, "bf16", b),
+    peaked: await runBackward(ctx, peaked, opts, "bf16", b),
+  };
+  const k = (r: typeof runs.flat) => 1 - r.got.stats.tilesSkipped / r.got.stats.tilesTotal;
+  assert.ok(k(runs.flat) > o.above, `flat keeps ${k(runs.flat)}`);
+  assert.equal(runs.flat.got.stats[o.path], 1);
+  assert.ok(k(runs.peaked) < o.above, `peaked keeps ${k(runs.peaked)}`);
+  assert.equal(runs.peaked.got.stats[o.path], 0);
+  // what was decided is what forcing that path gives, bit for bit
+  const forced = {
+    flat: await runBackward(ctx, flat, opts, "bf16", { ...b, [o.path]: "always" }),
+    peaked: await runBackward(ctx, peaked, opts, "bf16", { ...b, [o.path]: "never" }),
+  };
+  for (const f of ["flat", "peaked"] as const) {
+    assert.deepEqual(runs[f].got.dE, forced[f].got.dE, `${f}: dE as forced`);
+    assert.deepEqual(runs[f].got.dC, forced[f].got.dC, `${f}: dC as forced`);
+  }
 }

@@ -46,28 +46,16 @@
  * order.
  * @module
  */
-import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
-import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
-import {
-  createTensor,
-  type DeviceTensor,
-  download,
-  elementBytes,
-  tensorOnBuffer,
-} from "../../gpu/tensor.ts";
+import type { GpuContext } from "../../gpu/context.ts";
+import type { PassEncoder } from "../../gpu/recorder.ts";
+import { type DeviceTensor, elementBytes, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { compileKernel } from "../../gpu/signature.ts";
-import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { GATE_CAPACITY } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
-import {
-  DENSE_DE_TILE_HW,
-  DENSE_DECISION_SIG,
-  denseDecisionWgsl,
-  type DenseDEMode,
-} from "./dense_de.ts";
-import type { TileSegment } from "./backward_plan.ts";
+import { DENSE_DE_TILE_HW } from "./dense_de.ts";
+import { type DenseMode, type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
@@ -76,10 +64,8 @@ import type { TileSegment } from "./backward_plan.ts";
  */
 export const DENSE_DC_ABOVE = 0.7;
 
-/** Which dC path the backward takes (as {@link DenseDEMode}). */
-export type DenseDCMode = DenseDEMode;
-
-const _MODES: Record<Exclude<DenseDCMode, "never">, number> = { auto: 0, always: 1 };
+/** Which dC path the backward takes ({@link DenseMode}). */
+export type DenseDCMode = DenseMode;
 
 /** Bytes the dense dC's tail (the last chunk's G) may take at most. */
 export const DENSE_DC_TAIL_BYTES = 3 << 19;
@@ -166,23 +152,9 @@ export function denseDCPlan(o: {
 }
 
 /** What a record of the dense path reads (see {@link PreparedDenseDC.record}). */
-export interface DenseDCArgs {
-  rec: Recorder;
-  e: DeviceTensor;
-  c: DeviceTensor;
-  targets: DeviceTensor;
-  lse: DeviceTensor;
-  w: DeviceTensor;
-  /** The kept-tile counters (own order, sorted order). */
-  counter: TrackedBuffer;
-  /** Tiles in all (token tiles × vocab tiles). */
-  tiles: number;
-  /** The order decision ran (counter[1] is the sorted order's count). */
-  sortDecided: boolean;
+export interface DenseDCArgs extends DensePathArgs {
   /** dC's accumulator (the output, or its f32 scratch), not yet written. */
   dC: DeviceTensor;
-  tok: TileSegment[];
-  voc: TileSegment[];
 }
 
 /** The compiled dense dC path. */
@@ -252,13 +224,11 @@ export async function prepareDenseDC(
 ): Promise<PreparedDenseDC> {
   const { spec, opts, plan } = o;
   const hw = !ctx.report.isFallbackAdapter;
-  const gate: PreparedGate = await prepareGate(ctx);
-  const decide = await compileKernel(
-    ctx,
-    DENSE_DECISION_SIG,
-    denseDecisionWgsl(),
-    "dense dC decision",
-  );
+  const decision = await prepareDenseDecision(ctx, {
+    name: "dense dC",
+    mode: o.mode,
+    above: DENSE_DC_ABOVE,
+  });
   const t = o.tuning ?? {};
   // G in dC's element type, written by the logits product's epilogue
   const gDtype = o.outDtype;
@@ -290,14 +260,6 @@ export async function prepareDenseDC(
   const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
     ? await products(smallTile, smallTile)
     : large;
-  const flag = createTensor(ctx, {
-    dtype: "u32",
-    rows: 1,
-    cols: 1,
-    role: "workspace",
-    label: "dense dC flag",
-  });
-  const fb = flag.shards[0].buffer;
   const prepared = {
     lastChunks: 0,
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
@@ -310,16 +272,8 @@ export async function prepareDenseDC(
       if (a.dC.dtype !== o.outDtype || dCBuf.offset !== 0) return false;
       prepared.lastChunks = plan.chunks.length;
       const { rec } = a;
-      rec.pass("dense dC decision", (p) => {
-        const params = {
-          total: a.tiles,
-          sortDecided: a.sortDecided ? 1 : 0,
-          mode: _MODES[o.mode],
-          above: DENSE_DC_ABOVE,
-        };
-        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
-      });
-      filtered((fn) => gate.under(rec, { flag: fb, want: 0 }, fn));
+      decision.record(a);
+      filtered((fn) => decision.under(rec, 0, fn));
       const tail = ctx.createBuffer({
         size: plan.tailBytes,
         role: "workspace",
@@ -380,7 +334,7 @@ export async function prepareDenseDC(
             pass,
           }));
       };
-      gate.under(rec, { flag: fb, want: 1 }, () => {
+      decision.under(rec, 1, () => {
         if (t.perProduct) {
           for (const c of work) chunk(c);
           return;
@@ -398,12 +352,11 @@ export async function prepareDenseDC(
       });
       return true;
     },
-    async took() {
-      if (prepared.lastChunks === 0) return false;
-      return (await download(ctx, flag))[0] === 1;
+    took() {
+      return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.took();
     },
     release() {
-      flag.destroy();
+      decision.release();
     },
   };
   return prepared;

@@ -2,20 +2,22 @@ import assert from "node:assert/strict";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
+  assertDenseDecision,
   assertGrads,
   assertRounded16,
   type GradCase,
   gradCaseOptions,
   maxAbs,
-  peakedInputs,
   runBackward,
   UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
-import { resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
-import { defaultFilterEps } from "./backward_plan.ts";
-import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
-import { DENSE_DC_TAIL_BYTES, denseDCPlan, FUSED_BACKWARD_WORKSPACE_LIMIT } from "./dense_dc.ts";
+import {
+  DENSE_DC_ABOVE,
+  DENSE_DC_TAIL_BYTES,
+  denseDCPlan,
+  FUSED_BACKWARD_WORKSPACE_LIMIT,
+} from "./dense_dc.ts";
 
 Deno.test("dense dC plan: chunks from the top down, each G below its rows, the tail in bounds", () => {
   const shapes = [
@@ -169,37 +171,11 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const n = 70, v = 1031, d = 40;
-    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
-    // Flat: random logits of a few units keep every tile; peaked: one vocab tile keeps them all
-    const flat = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 7 });
-    const base = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 8 });
-    const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
-    const b = {
-      filterEps: defaultFilterEps("bf16"),
-      sort: true,
-      tile: BACKWARD_TILE_SMALL,
-      gradDtype: "input" as const,
-      denseDC: "auto" as const,
-      denseDCTailRows: 64,
-    };
-    const runs = {
-      flat: await runBackward(ctx, flat, o, "bf16", b),
-      peaked: await runBackward(ctx, peaked, o, "bf16", b),
-    };
-    const k = (r: typeof runs.flat) => 1 - r.got.stats.tilesSkipped / r.got.stats.tilesTotal;
-    assert.ok(k(runs.flat) > 0.7, `flat keeps ${k(runs.flat)}`);
-    assert.equal(runs.flat.got.stats.denseDC, 1);
-    assert.ok(k(runs.peaked) < 0.7, `peaked keeps ${k(runs.peaked)}`);
-    assert.equal(runs.peaked.got.stats.denseDC, 0);
-    // what was decided is what forcing that path gives, bit for bit
-    const forced = {
-      flat: await runBackward(ctx, flat, o, "bf16", { ...b, denseDC: "always" }),
-      peaked: await runBackward(ctx, peaked, o, "bf16", { ...b, denseDC: "never" }),
-    };
-    for (const f of ["flat", "peaked"] as const) {
-      assert.deepEqual(runs[f].got.dE, forced[f].got.dE, `${f}: dE as forced`);
-      assert.deepEqual(runs[f].got.dC, forced[f].got.dC, `${f}: dC as forced`);
-    }
+    await assertDenseDecision(ctx, {
+      path: "denseDC",
+      above: DENSE_DC_ABOVE,
+      seeds: [7, 8],
+      extra: { denseDCTailRows: 64 },
+    });
   },
 });

@@ -36,20 +36,19 @@
  * each output element of a product is owned by one thread, no split-K.
  * @module
  */
-import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
-import type { Recorder } from "../../gpu/recorder.ts";
-import { createTensor, type DeviceTensor, download, tensorOnBuffer } from "../../gpu/tensor.ts";
+import type { GpuContext } from "../../gpu/context.ts";
+import { type DeviceTensor, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { compileKernel, compileKernelNow, signature } from "../../gpu/signature.ts";
-import { GATE_CAPACITY, type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { compileKernel, compileKernelNow } from "../../gpu/signature.ts";
+import { GATE_CAPACITY } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type MatmulKernelOptions, matmulSignature, matmulWgsl } from "../matmul_wgsl.ts";
 import { gemmGrid, type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_8X16, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { prepareLogitGrad } from "../logit_grad.ts";
-import { SORT_MARGIN } from "./order_decision.ts";
-import { type BackwardGradients, dCScratch, type TileSegment } from "./backward_plan.ts";
+import { type BackwardGradients, dCScratch } from "./backward_plan.ts";
+import { type DenseMode, type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
@@ -58,13 +57,8 @@ import { type BackwardGradients, dCScratch, type TileSegment } from "./backward_
  */
 export const DENSE_DE_ABOVE = 0.75;
 
-/**
- * Which dE path the backward takes: decided on the GPU from the kept count (`auto`), or forced
- * (tests, benchmarks); `never` records no dense path at all.
- */
-export type DenseDEMode = "auto" | "always" | "never";
-
-const _MODES: Record<Exclude<DenseDEMode, "never">, number> = { auto: 0, always: 1 };
+/** Which dE path the backward takes ({@link DenseMode}). */
+export type DenseDEMode = DenseMode;
 
 /**
  * The dE product's tile on hardware: 64×128, 4×16 a thread. An n×d product makes 1,152 of them
@@ -79,52 +73,9 @@ export function denseDETile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : DENSE_DE_TILE_HW;
 }
 
-/** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
-export const DENSE_DECISION_SIG = signature({
-  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32" },
-  bindings: {
-    counter: { elem: "u32", access: "read" },
-    flag: { elem: "u32", access: "read_write" },
-  },
-});
-
-/**
- * WGSL of pass `dense dE decision` (one invocation): the kept count of the order the backward
- * uses (the sorted one where the order decision takes it: counter[1], else counter[0]), and
- * flag[0] = 1 for the dense path.
- */
-export function denseDecisionWgsl(): string {
-  return `${DENSE_DECISION_SIG.wgsl}
-@compute @workgroup_size(1)
-fn main() {
-  var kept = counter[0];
-  if (P.sortDecided == 1u && ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0]) {
-    kept = counter[1];
-  }
-  var dense = f32(kept) > P.above * f32(P.total);
-  if (P.mode == 1u) { dense = true; }
-  flag[0] = select(0u, 1u, dense);
-}
-`;
-}
-
 /** What a record of the dense path reads (see {@link PreparedDenseDE.record}). */
-export interface DenseDEArgs {
-  rec: Recorder;
-  e: DeviceTensor;
-  c: DeviceTensor;
-  targets: DeviceTensor;
-  lse: DeviceTensor;
-  w: DeviceTensor;
-  /** The kept-tile counters (own order, sorted order). */
-  counter: TrackedBuffer;
-  /** Tiles in all (token tiles × vocab tiles). */
-  tiles: number;
-  /** The order decision ran (counter[1] is the sorted order's count). */
-  sortDecided: boolean;
+export interface DenseDEArgs extends DensePathArgs {
   grads: BackwardGradients;
-  tok: TileSegment[];
-  voc: TileSegment[];
 }
 
 /** The compiled dense path. */
@@ -158,13 +109,11 @@ export async function prepareDenseDE(
 ): Promise<PreparedDenseDE> {
   const { spec, opts } = o;
   const hw = !ctx.report.isFallbackAdapter;
-  const gate: PreparedGate = await prepareGate(ctx);
-  const decide = await compileKernel(
-    ctx,
-    DENSE_DECISION_SIG,
-    denseDecisionWgsl(),
-    "dense dE decision",
-  );
+  const decision = await prepareDenseDecision(ctx, {
+    name: "dense dE",
+    mode: o.mode,
+    above: DENSE_DE_ABOVE,
+  });
   const zMm = await prepareMatmul(ctx, {
     tile: hw ? TILE_HW_WIDE : TILE_SMALL,
     aDtype: spec.dtype,
@@ -212,14 +161,6 @@ export async function prepareDenseDE(
     aTrans: false,
     bTrans: true,
   });
-  const flag = createTensor(ctx, {
-    dtype: "u32",
-    rows: 1,
-    cols: 1,
-    role: "workspace",
-    label: "dense dE flag",
-  });
-  const fb = flag.shards[0].buffer;
   const prepared = {
     lastChunkRows: 0,
     record(a: DenseDEArgs, filtered: () => void): boolean {
@@ -238,20 +179,12 @@ export async function prepareDenseDE(
       if (vc < Math.min(v, 64)) return false;
       prepared.lastChunkRows = vc;
       const { rec } = a;
-      rec.pass("dense dE decision", (p) => {
-        const params = {
-          total: a.tiles,
-          sortDecided: a.sortDecided ? 1 : 0,
-          mode: _MODES[o.mode],
-          above: DENSE_DE_ABOVE,
-        };
-        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
-      });
-      gate.under(rec, { flag: fb, want: 0 }, filtered);
+      decision.record(a);
+      decision.under(rec, 0, filtered);
       // as few passes as the gate's capacity allows (three dispatches a chunk): a gated pass
       // costs its arm and its timestamps even where it does nothing
       const perPass = Math.floor(GATE_CAPACITY / 3) * vc;
-      gate.under(rec, { flag: fb, want: 1 }, () => {
+      decision.under(rec, 1, () => {
         for (let p0 = 0; p0 < v; p0 += perPass) {
           rec.pass("dense dE", (pass) => {
             for (let v0 = p0; v0 < Math.min(v, p0 + perPass); v0 += vc) {
@@ -305,12 +238,11 @@ export async function prepareDenseDE(
       });
       return true;
     },
-    async took() {
-      if (prepared.lastChunkRows === 0) return false;
-      return (await download(ctx, flag))[0] === 1;
+    took() {
+      return prepared.lastChunkRows === 0 ? Promise.resolve(false) : decision.took();
     },
     release() {
-      flag.destroy();
+      decision.release();
     },
   };
   return prepared;

@@ -2,19 +2,17 @@ import assert from "node:assert/strict";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
+  assertDenseDecision,
   assertGrads,
   assertRounded16,
   type GradCase,
   gradCaseOptions,
   maxAbs,
-  peakedInputs,
   runBackward,
   UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
-import { resolveOptions } from "../../core/options.ts";
 import { assertClose } from "../../reference/compare.ts";
-import { defaultFilterEps } from "./backward_plan.ts";
-import { BACKWARD_TILE_SMALL } from "./backward_tiles.ts";
+import { DENSE_DE_ABOVE } from "./dense_de.ts";
 
 Deno.test({
   name: "dense dE: both dE paths forced, against float64, at odd shapes",
@@ -79,38 +77,6 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const n = 70, v = 1031, d = 40;
-    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
-    // Flat: random logits of a few units keep every tile (p ≥ ε everywhere)
-    const flat = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 5 });
-    // Peaked: each token's embedding a scaled copy of one of 3 classifier rows, so one vocab tile
-    // holds every softmax term above ε
-    const base = caseInputs({ n, v, d, dtype: "f32", beta: 0.1, seed: 6 });
-    const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
-    const b = {
-      filterEps: defaultFilterEps("bf16"),
-      sort: true,
-      tile: BACKWARD_TILE_SMALL,
-      gradDtype: "input" as const,
-      denseDE: "auto" as const,
-    };
-    const runs = {
-      flat: await runBackward(ctx, flat, o, "bf16", b),
-      peaked: await runBackward(ctx, peaked, o, "bf16", b),
-    };
-    const k = (r: typeof runs.flat) => 1 - r.got.stats.tilesSkipped / r.got.stats.tilesTotal;
-    assert.ok(k(runs.flat) > 0.75, `flat keeps ${k(runs.flat)}`);
-    assert.equal(runs.flat.got.stats.denseDE, 1);
-    assert.ok(k(runs.peaked) < 0.75, `peaked keeps ${k(runs.peaked)}`);
-    assert.equal(runs.peaked.got.stats.denseDE, 0);
-    // what was decided is what forcing that path gives, bit for bit
-    const forced = {
-      flat: await runBackward(ctx, flat, o, "bf16", { ...b, denseDE: "always" }),
-      peaked: await runBackward(ctx, peaked, o, "bf16", { ...b, denseDE: "never" }),
-    };
-    for (const f of ["flat", "peaked"] as const) {
-      assert.deepEqual(runs[f].got.dE, forced[f].got.dE, `${f}: dE as forced`);
-      assert.deepEqual(runs[f].got.dC, forced[f].got.dC, `${f}: dC as forced`);
-    }
+    await assertDenseDecision(ctx, { path: "denseDE", above: DENSE_DE_ABOVE, seeds: [5, 6] });
   },
 });

@@ -1,0 +1,127 @@
+/**
+ * The decision of the fused backward's dense paths (kernels/fused/dense_de.ts for dE,
+ * kernels/fused/dense_dc.ts for dC): one pass reads the kept count of the order the backward uses
+ * and writes a flag, 1 for the dense path; each path's work and the kept tiles' it replaces are
+ * recorded under gates of that flag (gpu/gate.ts), so only one of them does any work and the host
+ * never reads the count back. Each path has a decision of its own, with its own threshold.
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
+import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import { SORT_MARGIN } from "./order_decision.ts";
+import type { TileSegment } from "./backward_plan.ts";
+
+/**
+ * Which path a gradient takes: decided on the GPU from the kept count (`auto`), or forced (tests,
+ * benchmarks); `never` records no dense path at all.
+ */
+export type DenseMode = "auto" | "always" | "never";
+
+const _MODES: Record<Exclude<DenseMode, "never">, number> = { auto: 0, always: 1 };
+
+/** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
+export const DENSE_DECISION_SIG = signature({
+  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32" },
+  bindings: {
+    counter: { elem: "u32", access: "read" },
+    flag: { elem: "u32", access: "read_write" },
+  },
+});
+
+/**
+ * WGSL of a decision pass (one invocation): the kept count of the order the backward uses (the
+ * sorted one where the order decision takes it: counter[1], else counter[0]), and flag[0] = 1 for
+ * the dense path.
+ */
+export function denseDecisionWgsl(): string {
+  return `${DENSE_DECISION_SIG.wgsl}
+@compute @workgroup_size(1)
+fn main() {
+  var kept = counter[0];
+  if (P.sortDecided == 1u && ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0]) {
+    kept = counter[1];
+  }
+  var dense = f32(kept) > P.above * f32(P.total);
+  if (P.mode == 1u) { dense = true; }
+  flag[0] = select(0u, 1u, dense);
+}
+`;
+}
+
+/** What a dense path reads (each adds where it writes). */
+export interface DensePathArgs {
+  rec: Recorder;
+  e: DeviceTensor;
+  c: DeviceTensor;
+  targets: DeviceTensor;
+  lse: DeviceTensor;
+  w: DeviceTensor;
+  /** The kept-tile counters (own order, sorted order). */
+  counter: TrackedBuffer;
+  /** Tiles in all (token tiles × vocab tiles). */
+  tiles: number;
+  /** The order decision ran (counter[1] is the sorted order's count). */
+  sortDecided: boolean;
+  tok: TileSegment[];
+  voc: TileSegment[];
+}
+
+/** A compiled decision and its flag. */
+export interface PreparedDenseDecision {
+  /** Records pass `<name> decision`, which writes the flag. */
+  record(a: DensePathArgs): void;
+  /** Records `fn` with every dispatch gated: its work done only where the flag is `want`. */
+  under(rec: Recorder, want: 0 | 1, fn: () => void): void;
+  /** Whether the last decision recorded took the dense path (reads the flag back). */
+  took(): Promise<boolean>;
+  release(): void;
+}
+
+/** Compiles a decision (`name`: "dense dE", "dense dC") and makes its flag. */
+export async function prepareDenseDecision(
+  ctx: GpuContext,
+  o: {
+    name: string;
+    mode: Exclude<DenseMode, "never">;
+    /** The kept fraction above which `auto` takes the dense path. */
+    above: number;
+  },
+): Promise<PreparedDenseDecision> {
+  const gate: PreparedGate = await prepareGate(ctx);
+  const label = `${o.name} decision`;
+  const decide = await compileKernel(ctx, DENSE_DECISION_SIG, denseDecisionWgsl(), label);
+  const flag = createTensor(ctx, {
+    dtype: "u32",
+    rows: 1,
+    cols: 1,
+    role: "workspace",
+    label: `${o.name} flag`,
+  });
+  const fb = flag.shards[0].buffer;
+  return {
+    record(a) {
+      const { rec } = a;
+      rec.pass(label, (p) => {
+        const params = {
+          total: a.tiles,
+          sortDecided: a.sortDecided ? 1 : 0,
+          mode: _MODES[o.mode],
+          above: o.above,
+        };
+        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
+      });
+    },
+    under(rec, want, fn) {
+      gate.under(rec, { flag: fb, want }, fn);
+    },
+    async took() {
+      return (await download(ctx, flag))[0] === 1;
+    },
+    release() {
+      flag.destroy();
+    },
+  };
+}
