@@ -175,66 +175,56 @@ function _setHot(s: _FilterShape, sub: string, col: string): string {
   return `let hv = v0 + ${col}; atomicOr(&s_hot[${word}], 1u << (hv & 31u));`;
 }
 
-/** The column register's bits ORed into the workgroup's entry bits. */
-function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]): string {
-  if (!s.colReg) return "";
-  const sets = cols.map((l, j) => `if ((cb & ${1 << j}u) != 0u) { ${_setHot(s, "0u", l.expr)} }`);
-  return `if (cb != 0u) {\n    ${sets.join("\n    ")}\n  }`;
+/**
+ * Where a kept element's entry bit goes: nowhere without entry bits, a bit of the column register
+ * ({@link _FilterShape.colReg}), else straight into `s_hot`.
+ */
+function _entryBit(s: _FilterShape, x: AccSlot, lane: number): string {
+  if (!s.hot) return "";
+  if (s.colReg) return ` cb |= ${1 << lane}u;`;
+  return ` ${_setHot(s, `(${x.row} / ${s.TT}u)`, x.col)}`;
 }
 
 /**
- * The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). With
- * entry bits, the test is the one without them and a second test takes the entry bits only in a
- * thread that kept some element ({@link _entryBitsTest}).
+ * The column register's bits ORed straight into `hot` (one integer atomicOr a kept column: rare
+ * where few tiles are kept, and no workgroup set to clear and flush in every tile).
  */
+function _columnBitsFlush(s: _FilterShape, cols: { key: string; expr: string }[]): string {
+  if (!s.colReg) return "";
+  const sets = cols.map((l, j) =>
+    `if ((cb & ${
+      1 << j
+    }u) != 0u) { let hv = v0 + ${l.expr}; atomicOr(&hot[hr + (hv >> 5u)], 1u << (hv & 31u)); }`
+  );
+  return `if (cb != 0u) {
+    let hr = (P.tBase + (t0 - P.tS) / ${s.TT}u) * P.hotWords;
+    ${sets.join("\n    ")}
+  }`;
+}
+
+/** The per-element test g ≥ ε, OR-ing the verdicts into `bits` (one bit per backward tile). */
 function _filterTest(s: _FilterShape): string {
   const slots = accSlots(s.t);
   const lanes = tileLanes(slots);
-  const test = slots.map((x) => {
-    const r = rowKey(x), c = colKey(x);
-    return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
-      gradValue(s.o.opts, "z", `tl_${r}`)
-    }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u)); } }`;
-  });
-  return [
-    ...laneValues(lanes.rows, lanes.cols),
-    "var bits = 0u;",
-    ...test,
-    _entryBitsTest(s, slots, lanes),
-  ].join("\n  ");
-}
-
-/**
- * The entry bits of a thread's kept elements, tested again where the thread kept any (`bits` ≠
- * 0): almost nowhere at the paper's shape, so the filter's test is the same code as without
- * entry bits wherever nothing is kept (in the test itself they cost the filter about 1%:
- * docs/performance.md). Each kept element sets a bit of the column register `cb`
- * ({@link _FilterShape.colReg}), flushed after the test ({@link _columnBitsFlush}), or its
- * workgroup bit in `s_hot` directly.
- */
-function _entryBitsTest(
-  s: _FilterShape,
-  slots: AccSlot[],
-  lanes: ReturnType<typeof tileLanes>,
-): string {
-  if (!s.hot) return "";
   if (s.colReg && lanes.cols.length > 32) {
     throw new RangeError(`filter tile ${JSON.stringify(s.t)}: more than 32 column lanes a thread`);
   }
   const laneOf = new Map(lanes.cols.map((l, j) => [l.key, j]));
   const test = slots.map((x) => {
     const r = rowKey(x), c = colKey(x);
-    const set = s.colReg
-      ? `cb |= ${1 << laneOf.get(c)!}u;`
-      : _setHot(s, `(${x.row} / ${s.TT}u)`, x.col);
     return `if (tw_${r} != 0.0 && vv_${c}) { let z = softcap(${x.expr}); let g = ${
       gradValue(s.o.opts, "z", `tl_${r}`)
-    }; if (g >= EPS) { ${set} } }`;
+    }; if (g >= EPS) { bits |= 1u << ((${x.row} / ${s.TT}u) * ${s.subV}u + (${x.col} / ${s.VT}u));${
+      _entryBit(s, x, laneOf.get(c)!)
+    } } }`;
   });
-  return `if (bits != 0u) {
-    ${s.colReg ? "var cb = 0u;\n    " : ""}${test.join("\n    ")}
-    ${_columnBitsFlush(s, lanes.cols)}
-  }`;
+  return [
+    ...laneValues(lanes.rows, lanes.cols),
+    "var bits = 0u;",
+    ...(s.colReg ? ["var cb = 0u;"] : []),
+    ...test,
+    _columnBitsFlush(s, lanes.cols),
+  ].join("\n  ");
 }
 
 /** What the flushes of a filter pass depend on. */
@@ -310,19 +300,19 @@ ${_filterSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
-${hot ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
+${hot && !s.colReg ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
-  ${hot ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
+  ${hot && !s.colReg ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${_filterTest(s)}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
-  ${_entryBitsFlush(s)}
+  ${s.colReg ? "" : _entryBitsFlush(s)}
   ${_keptTilesFlush(s)}
 }
 `;
