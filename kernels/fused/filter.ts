@@ -28,8 +28,10 @@
  * permutation costs a little per tile), else the order is reset to the identity. The dE and dC
  * passes then walk the chosen mask, so the kept tiles are exactly those of the chosen order, and
  * the result is bitwise that of the chosen order alone. Cost: the sort (1.3 ms at the paper's
- * shape), one bit per kept entry in the filter (workgroup-local OR, then one integer atomicOr per
- * non-zero word), and tT·(|V|/VT) lookups of VT bits each (the sorted mask, ~16 M bit reads);
+ * shape), one bit per kept entry in the filter (where the filter tile is one token tile tall, a
+ * register bit per column and one integer atomicOr per kept column; else a workgroup-local OR,
+ * then one integer atomicOr per non-zero word), and tT·(|V|/VT) lookups of VT bits each (the
+ * sorted mask, ~16 M bit reads);
  * with the bound (FusedBackwardOptions.sortBound), where the entry bits show that no order could
  * keep 5% fewer tiles than the own order, the sort's keys and the sorted mask are skipped on the
  * GPU (kernels/fused/order_decision.ts). The kept-tile count is the right proxy: the dE and dC work is proportional to the kept tiles,
