@@ -14,10 +14,6 @@
  * next four tokens' loads issued before this four's multiplies. The threads of a thread row read
  * the same E row in one coalesced line, which the other thread rows then find in the cache.
  *
- * With a 16-bit dC a thread loads its old words of a chunk before the chunk's product, so that
- * the read's latency hides behind the multiplies (it alone writes them, so the early read sees
- * what a late one would).
- *
  * Each output element is the same sum as the staged product's, term by term in token order with
  * the same fma, then the same read-modify-write, so dC is the same bit for bit.
  * @module
@@ -87,34 +83,22 @@ function _half(o: DCDirectProductOptions, name: string, h: number): string {
   return `vec4<f32>(${name}[${j}], ${name}[${j + 1}], ${name}[${j + 2}], ${name}[${j + 3}])`;
 }
 
-/**
- * A 16-bit output's old words of a row lane's 8 columns (4 words of pairs), loaded at the chunk's
- * start so that their latency hides behind the product instead of following it (each thread
- * reads only the words it alone writes, so the early load sees what the late one would).
- */
-function _oldWords(o: DCDirectProductOptions, r: Lane): string {
-  if (!o.out16) return "";
-  const loads = Array.from({ length: 4 }, (_, w) => {
-    const load = `outp[(ob_${r.key} + col + ${2 * w}u) >> 1u]`;
-    return `if (ov_${r.key} && col + ${2 * w}u < P.d) { w_${r.key}[${w}] = ${
-      o.split ? `select(${load}, 0u, fresh)` : load
-    }; }`;
-  });
-  return `var w_${r.key} = vec4<u32>(0u);\n        ${loads.join("\n        ")}`;
-}
-
 /** The read-modify-write of a row lane's 8 columns (f32, or 4 words of 16-bit pairs). */
 function _rmw(o: DCDirectProductOptions, r: Lane): string {
   const q = (h: number) => `q_${r.key}_${h}`;
+  const old = (
+    i: string,
+  ) => (o.split ? `select(outp[${i}], ${o.out16 ? "0u" : "0.0"}, fresh)` : `outp[${i}]`);
   if (o.out16) {
     return Array.from({ length: 4 }, (_, w) => {
       const lo = `${q(w >> 1)}[${(2 * w) % 4}]`, hi = `${q(w >> 1)}[${(2 * w) % 4 + 1}]`;
       return `if (ov_${r.key} && col + ${2 * w}u < P.d) { let wi = (ob_${r.key} + col + ${
         2 * w
-      }u) >> 1u; let old = w_${r.key}[${w}]; outp[wi] = to16(from16(old & 0xffffu) + ${lo}) | (to16(from16(old >> 16u) + ${hi}) << 16u); }`;
+      }u) >> 1u; let old = ${
+        old("wi")
+      }; outp[wi] = to16(from16(old & 0xffffu) + ${lo}) | (to16(from16(old >> 16u) + ${hi}) << 16u); }`;
     }).join("\n        ");
   }
-  const old = (i: string) => (o.split ? `select(outp[${i}], 0.0, fresh)` : `outp[${i}]`);
   return Array.from(
     { length: 8 },
     (_, j) =>
@@ -147,7 +131,6 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
   return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
         let col = dc + 8u * tn;
         ${qs.map((q) => `var ${q} = vec4<f32>(0.0);`).join(" ")}
-        ${rows.map((r) => _oldWords(o, r)).join("\n        ")}
         ${cur.join("\n        ")}
         for (var g = 0u; g < (kdepth + 3u) / 4u; g++) {
           let k = 4u * g;
