@@ -20,6 +20,32 @@ import { compileKernel, signature, u32s } from "./signature.ts";
 /** Direct dispatches a gated pass may hold. */
 export const GATE_CAPACITY = 64;
 
+/**
+ * Records `items` in order in as few passes labelled `label` as {@link GATE_CAPACITY} allows, an
+ * item taking `dispatches(item)` of a pass's dispatches: under a gate a pass costs its arm and its
+ * timestamps even where it does nothing.
+ */
+export function recordGatedPasses<T>(
+  rec: Recorder,
+  label: string,
+  items: readonly T[],
+  dispatches: (item: T) => number,
+  record: (item: T, pass: PassEncoder) => void,
+): void {
+  for (let i = 0; i < items.length;) {
+    let j = i, held = 0;
+    while (j < items.length && held + dispatches(items[j]) <= GATE_CAPACITY) {
+      held += dispatches(items[j++]);
+    }
+    if (j === i) {
+      throw new RangeError(`gate: an item of "${label}" has over ${GATE_CAPACITY} dispatches`);
+    }
+    const group = items.slice(i, j);
+    rec.pass(label, (pass) => group.forEach((x) => record(x, pass)));
+    i = j;
+  }
+}
+
 /** The arm kernel's signature: `words` words from src[src…] to args[dst…], or zeros. */
 export const GATE_ARM_SIG = signature({
   params: u32s("src dst words want"),

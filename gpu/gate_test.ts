@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createTensor, download, fromHost, upload } from "./tensor.ts";
-import { Recorder } from "./recorder.ts";
-import { prepareGate } from "./gate.ts";
+import { type PassEncoder, Recorder } from "./recorder.ts";
+import { GATE_CAPACITY, prepareGate, recordGatedPasses } from "./gate.ts";
 import { compileKernel, signature } from "./signature.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 
@@ -107,4 +107,25 @@ Deno.test({
     });
     x.destroy();
   },
+});
+
+Deno.test("gate: items in as few passes as the gate's capacity holds, in order", () => {
+  const passes: { label: string; items: number[] }[] = [];
+  const rec = {
+    pass(label: string, fn: (p: PassEncoder) => void) {
+      passes.push({ label, items: [] });
+      fn({} as PassEncoder);
+    },
+  } as unknown as Recorder;
+  // 3 dispatches an item: 21 items a pass
+  const items = Array.from({ length: 50 }, (_, i) => i);
+  recordGatedPasses(rec, "work", items, () => 3, (x) => passes.at(-1)!.items.push(x));
+  assert.deepEqual(passes.map((p) => p.items.length), [21, 21, 8]);
+  assert.deepEqual(passes.flatMap((p) => p.items), items);
+  assert.ok(passes.every((p) => p.label === "work"));
+  // uneven items fill a pass up to the capacity exactly
+  passes.length = 0;
+  recordGatedPasses(rec, "w", [2, 3, 2, 3], (x) => x === 3 ? GATE_CAPACITY - 2 : 2, () => {});
+  assert.equal(passes.length, 2);
+  assert.throws(() => recordGatedPasses(rec, "w", [1], () => GATE_CAPACITY + 1, () => {}), /over/);
 });

@@ -286,3 +286,76 @@ export async function assertDenseDecision(
     assert.deepEqual(runs[f].got.dC, forced[f].got.dC, `${f}: dC as forced`);
   }
 }
+
+/** A run of {@link runBackward}. */
+export type BackwardRun = Awaited<ReturnType<typeof runBackward>>;
+
+/** A case of {@link assertDensePath}: a parity case, |V| (default 1031), more backward options. */
+export type DensePathCase = GradCase & { v?: number; extra?: Partial<BackwardCase> };
+
+/**
+ * Asserts a dense path (`path` "denseDE" or "denseDC") forced on against the kept tiles' (forced
+ * off) for each case at odd shapes (n = 70, 20% ignored rows, inputs from seed `seed` + the
+ * case's index): the path taken and said in the stats, recorded only where forced; its gradient
+ * bitwise reproducible and within one output rounding of the float64 reference (f32 gradients:
+ * both runs' gradients within the f32 tolerance); the other gradient bit for bit the same on both
+ * paths; the kept tiles' gradient within `keptRoundings(kept)` 16-bit roundings of the dense one
+ * (4e-5 with f32 gradients), as the dense path is the unfiltered gradient. `check` adds a path's
+ * own assertions.
+ */
+export async function assertDensePath(
+  ctx: GpuContext,
+  o: {
+    path: "denseDE" | "denseDC";
+    cases: DensePathCase[];
+    seed: number;
+    keptRoundings: (kept: BackwardRun) => number;
+    check?: (r: { cs: DensePathCase; tag: string; dense: BackwardRun; kept: BackwardRun }) => void;
+  },
+): Promise<void> {
+  const grad = o.path === "denseDE" ? "dE" : "dC", other = grad === "dE" ? "dC" : "dE";
+  for (const [i, cs] of o.cases.entries()) {
+    const { o: opts, b: base } = gradCaseOptions(cs);
+    const x = caseInputs({
+      n: 70,
+      v: cs.v ?? 1031,
+      d: cs.d,
+      dtype: cs.dtype,
+      beta: cs.beta,
+      ignoreFraction: 0.2,
+      seed: o.seed + i,
+    });
+    const b = { ...base, ...cs.extra };
+    const dense = await runBackward(ctx, x, opts, cs.dtype, { ...b, [o.path]: "always" });
+    const kept = await runBackward(ctx, x, opts, cs.dtype, { ...b, [o.path]: "never" });
+    const tag = JSON.stringify(cs);
+    assert.equal(dense.got.stats[o.path], 1, `${tag}: the dense path taken`);
+    assert.equal(kept.got.stats[o.path], undefined, `${tag}: no dense path recorded`);
+    assert.deepEqual(
+      dense.again[grad],
+      dense.got[grad],
+      `${tag}: dense ${grad} bitwise reproducible`,
+    );
+    assert.deepEqual(dense.got[other], kept.got[other], `${tag}: ${other} the same on both paths`);
+    o.check?.({ cs, tag, dense, kept });
+    if (cs.gradDtype === "f32") {
+      assertGrads(`${tag} dense`, dense.got, dense.ref, x.d);
+      assertGrads(`${tag} kept tiles`, kept.got, kept.ref, x.d);
+    } else {
+      // one rounding of each element to the 16-bit output
+      assertRounded16(`${tag} dense ${grad}`, dense.got[grad], dense.ref[grad], {
+        roundings: 1,
+        cols: x.d,
+      });
+    }
+    // the kept tiles' gradient differs from the unfiltered one by the filter's dropped terms at
+    // most and the roundings
+    const s = maxAbs(dense.ref[grad]);
+    assertClose(kept.got[grad], dense.got[grad], {
+      atol: (cs.gradDtype === "f32" ? 4e-5 : o.keptRoundings(kept) * UNIT_ROUNDOFF.bf16) * s,
+      rtol: 0,
+      name: `${tag} kept against dense ${grad}`,
+      cols: x.d,
+    });
+  }
+}

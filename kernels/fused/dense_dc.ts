@@ -50,7 +50,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import type { PassEncoder } from "../../gpu/recorder.ts";
 import { type DeviceTensor, elementBytes, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { GATE_CAPACITY } from "../../gpu/gate.ts";
+import { recordGatedPasses } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
@@ -339,16 +339,7 @@ export async function prepareDenseDC(
           for (const c of work) chunk(c);
           return;
         }
-        // as few passes as the gate's capacity allows
-        for (let i = 0; i < work.length;) {
-          let j = i, held = 0;
-          while (j < work.length && held + work[j].dispatches <= GATE_CAPACITY) {
-            held += work[j++].dispatches;
-          }
-          const group = work.slice(i, j);
-          rec.pass("dense dC", (pass) => group.forEach((c) => chunk(c, pass)));
-          i = j;
-        }
+        recordGatedPasses(rec, "dense dC", work, (c) => c.dispatches, chunk);
       });
       return true;
     },

@@ -3,15 +3,11 @@ import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { caseInputs } from "../../testing/parity.ts";
 import {
   assertDenseDecision,
-  assertGrads,
-  assertRounded16,
+  assertDensePath,
   type GradCase,
   gradCaseOptions,
-  maxAbs,
   runBackward,
-  UNIT_ROUNDOFF,
 } from "../../testing/fused_backward.ts";
-import { assertClose } from "../../reference/compare.ts";
 import {
   DENSE_DC_ABOVE,
   DENSE_DC_TAIL_BYTES,
@@ -74,74 +70,59 @@ Deno.test({
   async fn() {
     const ctx = await testContext();
     // |V| odd; small tails force several chunks (the least a tail can be: denseDCPlan's test)
-    const cases: (GradCase & { v?: number; tail?: number; smallBelow?: number })[] = [
-      { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, tail: 80 },
-      // chunks of 100 rows or more on the large tiles, the rest on the small ones
-      {
-        dtype: "bf16",
-        beta: 0.1,
-        d: 40,
-        gradDtype: "input",
-        sort: false,
-        tail: 80,
-        smallBelow: 100,
+    const tail = (rows: number, smallBelow?: number) => ({
+      denseDCTailRows: rows,
+      denseDCTuning: smallBelow === undefined ? undefined : { smallBelow },
+    });
+    await assertDensePath(ctx, {
+      path: "denseDC",
+      cases: [
+        { dtype: "bf16", beta: 0.1, d: 40, gradDtype: "input", sort: true, extra: tail(80) },
+        // chunks of 100 rows or more on the large tiles, the rest on the small ones
+        {
+          dtype: "bf16",
+          beta: 0.1,
+          d: 40,
+          gradDtype: "input",
+          sort: false,
+          extra: tail(80, 100),
+        },
+        {
+          dtype: "bf16",
+          beta: 1,
+          softcap: 4,
+          d: 34,
+          gradDtype: "input",
+          sort: false,
+          extra: tail(320),
+        },
+        {
+          dtype: "f32",
+          beta: 0.1,
+          softcap: 5,
+          d: 33,
+          gradDtype: "f32",
+          sort: true,
+          extra: tail(200),
+        },
+        // d odd with 16-bit gradients: dC accumulated in its f32 scratch, then cast
+        { dtype: "bf16", beta: 0, d: 33, gradDtype: "input", sort: false, extra: tail(256) },
+        // one chunk: the tail holds every row
+        { dtype: "bf16", beta: 0.1, d: 8, gradDtype: "f32", sort: false, v: 1500 },
+      ],
+      seed: 120,
+      // the kept path's roundings in place
+      keptRoundings: (kept) => kept.bwd.roundings.dC,
+      check({ cs, tag, dense }) {
+        // its roundings of a dC element: G's and the output's in place, the cast's with d odd
+        const inPlace = cs.gradDtype === "input" && cs.d % 2 === 0;
+        const r = cs.gradDtype === "f32" ? 0 : inPlace ? 2 : 1;
+        assert.equal(dense.bwd.roundings.dC, r, `${tag}: dC roundings`);
+        const chunks = dense.bwd.lastDenseDCChunks;
+        const several = cs.extra?.denseDCTailRows !== undefined;
+        assert.ok(several ? chunks > 3 : chunks === 1, `${tag}: ${chunks} chunks`);
       },
-      { dtype: "bf16", beta: 1, softcap: 4, d: 34, gradDtype: "input", sort: false, tail: 320 },
-      { dtype: "f32", beta: 0.1, softcap: 5, d: 33, gradDtype: "f32", sort: true, tail: 200 },
-      // d odd with 16-bit gradients: dC accumulated in its f32 scratch, then cast
-      { dtype: "bf16", beta: 0, d: 33, gradDtype: "input", sort: false, tail: 256 },
-      // one chunk: the tail holds every row
-      { dtype: "bf16", beta: 0.1, d: 8, gradDtype: "f32", sort: false, v: 1500 },
-    ];
-    for (const [i, cs] of cases.entries()) {
-      const { o, b: base } = gradCaseOptions(cs);
-      const x = caseInputs({
-        n: 70,
-        v: cs.v ?? 1031,
-        d: cs.d,
-        dtype: cs.dtype,
-        beta: cs.beta,
-        ignoreFraction: 0.2,
-        seed: 120 + i,
-      });
-      const b = {
-        ...base,
-        denseDCTailRows: cs.tail,
-        denseDCTuning: cs.smallBelow === undefined ? undefined : { smallBelow: cs.smallBelow },
-      };
-      const dense = await runBackward(ctx, x, o, cs.dtype, { ...b, denseDC: "always" });
-      const kept = await runBackward(ctx, x, o, cs.dtype, { ...b, denseDC: "never" });
-      const tag = JSON.stringify(cs);
-      assert.equal(dense.got.stats.denseDC, 1, `${tag}: the dense path taken`);
-      // its roundings of a dC element: G's and the output's in place, the cast's with d odd
-      const inPlace = cs.gradDtype === "input" && cs.d % 2 === 0;
-      const r = cs.gradDtype === "f32" ? 0 : inPlace ? 2 : 1;
-      assert.equal(dense.bwd.roundings.dC, r, `${tag}: dC roundings`);
-      const chunks = dense.bwd.lastDenseDCChunks;
-      assert.ok(cs.tail ? chunks > 3 : chunks === 1, `${tag}: ${chunks} chunks`);
-      assert.equal(kept.got.stats.denseDC, undefined, `${tag}: no dense path recorded`);
-      assert.deepEqual(dense.again.dC, dense.got.dC, `${tag}: dense dC bitwise reproducible`);
-      // dE does not depend on the dC path
-      assert.deepEqual(dense.got.dE, kept.got.dE, `${tag}: dE the same on both paths`);
-      if (cs.gradDtype === "f32") {
-        assertGrads(`${tag} dense`, dense.got, dense.ref, x.d);
-      } else {
-        // one rounding of each dC element to the 16-bit output
-        assertRounded16(`${tag} dense dC`, dense.got.dC, dense.ref.dC, {
-          roundings: 1,
-          cols: x.d,
-        });
-      }
-      // the dense path is the unfiltered dC: the kept tiles' differs from it by the filter's
-      // dropped terms at most (each below ε·Σ|w·E|) and the kept path's roundings
-      const s = maxAbs(dense.ref.dC);
-      assertClose(kept.got.dC, dense.got.dC, {
-        atol: (cs.gradDtype === "f32" ? 4e-5 : kept.bwd.roundings.dC * UNIT_ROUNDOFF.bf16) * s,
-        rtol: 0,
-        name: `${tag} kept against dense dC`,
-        cols: x.d,
-      });
-    }
+    });
   },
 });
 

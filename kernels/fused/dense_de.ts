@@ -40,7 +40,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { type DeviceTensor, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { compileKernel, compileKernelNow } from "../../gpu/signature.ts";
-import { GATE_CAPACITY } from "../../gpu/gate.ts";
+import { recordGatedPasses } from "../../gpu/gate.ts";
 import { prepareMatmul, rowView } from "../matmul.ts";
 import { type MatmulKernelOptions, matmulSignature, matmulWgsl } from "../matmul_wgsl.ts";
 import { gemmGrid, type GemmTile } from "../gemm_codegen.ts";
@@ -181,60 +181,55 @@ export async function prepareDenseDE(
       const { rec } = a;
       decision.record(a);
       decision.under(rec, 0, filtered);
-      // as few passes as the gate's capacity allows (three dispatches a chunk): a gated pass
-      // costs its arm and its timestamps even where it does nothing
-      const perPass = Math.floor(GATE_CAPACITY / 3) * vc;
+      // three dispatches a chunk, in as few gated passes as they fit
+      const starts = Array.from({ length: Math.ceil(v / vc) }, (_, i) => i * vc);
       decision.under(rec, 1, () => {
-        for (let p0 = 0; p0 < v; p0 += perPass) {
-          rec.pass("dense dE", (pass) => {
-            for (let v0 = p0; v0 < Math.min(v, p0 + perPass); v0 += vc) {
-              const cols = Math.min(v, v0 + vc) - v0;
-              const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
-                dtype: "f32",
-                rows: n,
-                cols,
-                label: "dense dE chunk",
-                role: "workspace",
-              });
-              const cv = rowView(a.c, v0, v0 + cols);
-              const e = { tensor: a.e, trans: false };
-              zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });
-              const { targets, lse, w } = a;
-              grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
-              const g = { tensor: z, trans: false }, ct = { view: cv, trans: true };
-              if (dEPlain) {
-                const acc = { out: a.grads.dE, accumulate: true, splitK: 1 };
-                dEPlain.record(rec, { a: g, b: ct, ...acc, pass });
-                continue;
-              }
-              const params = {
-                M: n,
-                N: d,
-                K: cols,
-                aOff: start / 4,
-                sAm: cols,
-                sAk: 1,
-                bOff: v0 * d,
-                sBn: 1,
-                sBk: d,
-                cOff: 0,
-                sCm: d,
-                accumulate: 1,
-                alpha: 1,
-                kPer: cols,
-                first: 1,
-              };
-              const kernel = sharedKernel(cols % 4 === 0 && d % 4 === 0);
-              const bg = kernel.bind(rec, params, {
-                b: a.c.shards[0].buffer,
-                outp: free,
-                part: ctx.unusedBinding,
-              });
-              const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
-              pass.dispatch(kernel.pipeline, bg, ...grid, 1);
-            }
+        recordGatedPasses(rec, "dense dE", starts, () => 3, (v0, pass) => {
+          const cols = Math.min(v, v0 + vc) - v0;
+          const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
+            dtype: "f32",
+            rows: n,
+            cols,
+            label: "dense dE chunk",
+            role: "workspace",
           });
-        }
+          const cv = rowView(a.c, v0, v0 + cols);
+          const e = { tensor: a.e, trans: false };
+          zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });
+          const { targets, lse, w } = a;
+          grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
+          const g = { tensor: z, trans: false }, ct = { view: cv, trans: true };
+          if (dEPlain) {
+            const acc = { out: a.grads.dE, accumulate: true, splitK: 1 };
+            dEPlain.record(rec, { a: g, b: ct, ...acc, pass });
+            return;
+          }
+          const params = {
+            M: n,
+            N: d,
+            K: cols,
+            aOff: start / 4,
+            sAm: cols,
+            sAk: 1,
+            bOff: v0 * d,
+            sBn: 1,
+            sBk: d,
+            cOff: 0,
+            sCm: d,
+            accumulate: 1,
+            alpha: 1,
+            kPer: cols,
+            first: 1,
+          };
+          const kernel = sharedKernel(cols % 4 === 0 && d % 4 === 0);
+          const bg = kernel.bind(rec, params, {
+            b: a.c.shards[0].buffer,
+            outp: free,
+            part: ctx.unusedBinding,
+          });
+          const grid = gemmGrid(dETile, Math.ceil(n / dETile.bm), Math.ceil(d / dETile.bn));
+          pass.dispatch(kernel.pipeline, bg, ...grid, 1);
+        });
       });
       return true;
     },

@@ -121,6 +121,8 @@ interface _FilterShape {
    * tile's only token tile and the unrolled test holds no atomics ({@link _columnBitsFlush}).
    */
   colReg: boolean;
+  /** Entry bits through the workgroup set `s_hot` (with entry bits, without the column register). */
+  set: boolean;
   vec: boolean;
   /** Words of the workgroup's entry bits per token sub-tile (columns v0 … v0 + bn − 1). */
   HW: number;
@@ -137,7 +139,8 @@ function _filterShape(o: FilterPassKernelOptions): _FilterShape {
   const hot = o.entryBits === true;
   if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
   const colReg = hot && subT === 1;
-  return { o, t, TT, VT, subT, subV, hot, colReg, vec: o.vecLoads === true, HW: t.bn / 32 + 1 };
+  const HW = t.bn / 32 + 1, set = hot && !colReg;
+  return { o, t, TT, VT, subT, subV, hot, colReg, set, vec: o.vecLoads === true, HW };
 }
 
 /**
@@ -230,7 +233,7 @@ function _filterTest(s: _FilterShape): string {
 }
 
 /** What the flushes of a filter pass depend on. */
-type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "hot" | "HW">;
+type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "set" | "HW">;
 
 /**
  * The end of a filter pass after its workgroup barrier: the entry bits flushed into `hot` and the
@@ -243,13 +246,13 @@ export function filterFlushWgsl(
   o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean; any?: string },
 ): string {
   const TT = o.tile.tokens, VT = o.tile.vocab;
-  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, hot: o.entryBits, HW: o.bn / 32 + 1 };
+  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, set: o.entryBits, HW: o.bn / 32 + 1 };
   return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s, o.any)}`;
 }
 
-/** The workgroup's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
+/** The workgroup set's entry bits ORed into `hot` (one integer atomicOr per non-zero word). */
 function _entryBitsFlush(s: _FlushShape): string {
-  if (!s.hot) return "";
+  if (!s.set) return "";
   return `if (lid < ${s.subT * s.HW}u) {
     let word = atomicLoad(&s_hot[lid]);
     let ts = t0 + (lid / ${s.HW}u) * ${s.TT}u;
@@ -293,7 +296,7 @@ function _keptTilesFlush(s: _FlushShape, any = "s_any"): string {
  */
 export function filterPassWgsl(o: FilterPassKernelOptions): string {
   const s = _filterShape(o);
-  const { t, hot, vec } = s;
+  const { t, set, vec } = s;
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
@@ -302,19 +305,19 @@ ${_filterSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
 var<workgroup> s_any: atomic<u32>;
-${hot && !s.colReg ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
+${set ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
   ${gemmThreadCoords(t)}
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
-  ${hot && !s.colReg ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
+  ${set ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${_filterTest(s)}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
-  ${s.colReg ? "" : _entryBitsFlush(s)}
+  ${_entryBitsFlush(s)}
   ${_keptTilesFlush(s)}
 }
 `;
