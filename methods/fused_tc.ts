@@ -24,6 +24,7 @@ import { prepareLossReduce } from "../kernels/loss_reduce.ts";
 import { prepareRowWeights } from "../kernels/row_weights.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { prepareFusedBackward } from "../kernels/fused/backward.ts";
+import type { FusedBackwardOptions } from "../kernels/fused/backward_types.ts";
 import { createTileMap } from "../kernels/fused/tile_map.ts";
 import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { prepareTcForward } from "../kernels/tc/tc_forward.ts";
@@ -62,8 +63,17 @@ export interface FusedTcVariant {
   mode?: TcMode;
 }
 
-/** Builds the method of a tensor-core fused variant. */
-export function fusedTcMethod(f: FusedTcVariant): LceMethod {
+/**
+ * Kernel options no shipped tensor-core row sets, for tests: the backward's order decision and
+ * its bound (on by default, the bound off on software adapters), which read the filter's entry
+ * bits.
+ */
+export interface FusedTcKernelOptions {
+  backward?: Pick<FusedBackwardOptions, "decideOrder" | "sortBound">;
+}
+
+/** Builds the method of a tensor-core fused variant (with kernel options: tests). */
+export function fusedTcMethod(f: FusedTcVariant, k: FusedTcKernelOptions = {}): LceMethod {
   if (f.tileMap && f.sort) throw new RangeError(`${f.name}: the tile map needs no sorting`);
   return {
     name: f.name,
@@ -73,7 +83,7 @@ export function fusedTcMethod(f: FusedTcVariant): LceMethod {
       ? `${TC_ARITHMETIC}; kept tiles fp32 FMA`
       : "tensor cores emulated in fp32 FMA (WGSL)",
     unsupported: (ctx, spec) => tcUnsupported(ctx, spec, f.mode),
-    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f),
+    prepare: (ctx, spec, opts) => _prepare(ctx, spec, opts, f, k),
   };
 }
 
@@ -82,6 +92,7 @@ async function _prepare(
   spec: ProblemSpec,
   opts: LceOptions,
   f: FusedTcVariant,
+  k: FusedTcKernelOptions,
 ): Promise<PreparedMethod> {
   const mode = f.mode ?? "native";
   const fwd = await prepareTcForward(ctx, { spec, opts, tileMax: f.tileMap, mode });
@@ -95,6 +106,7 @@ async function _prepare(
     gradDtype: "input",
     mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
     filterKernel: f.tileMap ? undefined : tcFilterKernel(ctx, { mode }),
+    ...k.backward,
   });
   const keepColsum = fwd.smoothing === "identity";
   // the FMA fused row's, plus E's and C's scales and maxima (16 bytes each) in the forward

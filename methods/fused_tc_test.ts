@@ -9,9 +9,11 @@
 import assert from "node:assert/strict";
 import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
-import { fused, fusedTileMap } from "./fused.ts";
+import { fused, fusedMethod, fusedTileMap } from "./fused.ts";
 import { fusedTc, fusedTcMethod, fusedTileMapTc, tcUnsupported } from "./fused_tc.ts";
-import { assertParity } from "../testing/parity.ts";
+import { assertParity, caseInputs } from "../testing/parity.ts";
+import { peakedInputs } from "../testing/fused_backward.ts";
+import { roundArray } from "../core/dtype.ts";
 import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { methodPeaks } from "../testing/method_peaks.ts";
@@ -28,14 +30,25 @@ const ctx0 = await testContext();
 /** The emulated kernels run under Deno's WebGPU (see the module doc). */
 const EMULATE = { ...GPU_TEST, ignore: ctx0.engine !== "deno" };
 
-const emulatedTc = fusedTcMethod({
+const EMULATED_TC = {
   name: "fused-tc-emulated",
   label: "x",
   description: "x",
   sort: true,
   tileMap: false,
-  mode: "emulated",
-});
+  mode: "emulated" as const,
+};
+const emulatedTc = fusedTcMethod(EMULATED_TC);
+/** Ours' variant, for kernel options. */
+const FUSED = {
+  name: "fused-bound",
+  label: "x",
+  description: "x",
+  filter: true,
+  sort: true,
+  fusedForwardBackward: false,
+  gradDtype: "input" as const,
+};
 const emulatedMap = fusedTcMethod({
   name: "fused-tilemap-tc-emulated",
   label: "x",
@@ -167,6 +180,53 @@ Deno.test({
     assertMatchesReference(tc, x, o, g, tol, defaultFilterEps("bf16"));
     const again = await runMethod(ctx0, emulatedTc, x, o, { dtype: "bf16", gradOutput: g });
     for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(again[k], tc[k], k);
+    // with the order decision's bound (off on software adapters by default), which reads the
+    // filter's entry bits: on this recipe each token tile's hot rows fill as few tiles as any order
+    // could, so the bound skips the sort, with either filter's bits, and the gradients stay
+    const bound = { backward: { sortBound: true } };
+    const tcB = await runMethod(ctx0, fusedTcMethod(EMULATED_TC, bound), x, o, {
+      dtype: "bf16",
+      gradOutput: g,
+    });
+    const fmaB = await runMethod(ctx0, fusedMethod(FUSED, bound), x, o, {
+      dtype: "bf16",
+      gradOutput: g,
+    });
+    assert.equal(fmaB.stats!.sortSkipped, 1, "the FMA filter's bits: the bound skips the sort");
+    assert.equal(tcB.stats!.sortSkipped, 1, "the tensor-core filter's bits: the bound skips it");
+    for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(tcB[k], tc[k], k);
+  },
+});
+
+Deno.test({
+  name: "fused-tc (emulated): the order decision's sorted mask from the filter's entry bits",
+  ...EMULATE,
+  async fn() {
+    // 5 hot classifier rows scattered over 4 vocab tiles, each token a copy of one of them: the
+    // sorted order keeps one vocab tile a token tile, the own order up to four, so the decision
+    // takes the sorted order, its mask formed from the tensor-core filter's entry bits; it must
+    // keep what always sorting keeps (the filter's own sorted mask), with the same gradients
+    const n = 70, v = 257, d = 48, hot = [3, 77, 150, 201, 250];
+    const base = caseInputs({ n, v, d, dtype: "bf16", beta: 0, seed: 3 });
+    for (const j of hot) for (let k = 0; k < d; k++) base.c[j * d + k] *= 3;
+    const p = peakedInputs(base, { hot, logit: 40, ignoreEvery: 7 });
+    const x = { ...p, e: roundArray(p.e, "bf16") };
+    const o = resolveOptions({ beta: 0.1 });
+    const run = (decideOrder: boolean) =>
+      runMethod(ctx0, fusedTcMethod(EMULATED_TC, { backward: { decideOrder } }), x, o, {
+        dtype: "bf16",
+      });
+    const decided = await run(true), always = await run(false);
+    const own = await runMethod(ctx0, fusedTcMethod({ ...EMULATED_TC, sort: false }), x, o, {
+      dtype: "bf16",
+    });
+    const kept = (r: typeof decided) => r.stats!.tilesTotal! - r.stats!.tilesSkipped!;
+    console.log(`peaked: kept ${kept(decided)} decided, ${kept(always)} sorted, ${kept(own)} own`);
+    assert.equal(kept(decided), kept(always));
+    assert.ok(kept(always) < kept(own), "sorting keeps fewer");
+    for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(decided[k], always[k], k);
+    const tol = methodTolerance(fusedTc, { n, v, d, dtype: "bf16", beta: 0.1 });
+    assertMatchesReference(decided, x, o, 1, tol, defaultFilterEps("bf16"));
   },
 });
 
