@@ -14,6 +14,10 @@
  * next four tokens' loads issued before this four's multiplies. The threads of a thread row read
  * the same E row in one coalesced line, which the other thread rows then find in the cache.
  *
+ * A whole token tile's product over a whole chunk (every tile but a segment's last, every chunk
+ * but a ragged last one) runs a copy of the loop without the loads' bounds tests, E's index
+ * stepped from one four tokens to the next instead of recomputed.
+ *
  * Each output element is the same sum as the staged product's, term by term in token order with
  * the same fma, then the same read-modify-write, so dC is the same bit for bit.
  * @module
@@ -128,17 +132,55 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
   ]);
   const cur = [0, 1, 2, 3].map((kk) => _loadE(o, `e${kk}`, `${kk}u`));
   const next = [0, 1, 2, 3].map((kk) => _loadE(o, `n${kk}`, `k + ${4 + kk}u`));
+  const general = `${cur.join("\n          ")}
+          for (var g = 0u; g < (kdepth + 3u) / 4u; g++) {
+            let k = 4u * g;
+            ${next.join("\n            ")}
+            ${aLoads.join("\n            ")}
+            ${fmas.join("\n            ")}
+            e0 = n0; e1 = n1; e2 = n2; e3 = n3;
+          }`;
   return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
         let col = dc + 8u * tn;
         ${qs.map((q) => `var ${q} = vec4<f32>(0.0);`).join(" ")}
-        ${cur.join("\n        ")}
-        for (var g = 0u; g < (kdepth + 3u) / 4u; g++) {
-          let k = 4u * g;
-          ${next.join("\n          ")}
-          ${aLoads.join("\n          ")}
-          ${fmas.join("\n          ")}
-          e0 = n0; e1 = n1; e2 = n2; e3 = n3;
-        }
+        ${
+    o.vec
+      ? `if (kdepth == ${t.bn}u && dc + ${CH}u <= P.d) {
+          ${_fullLoop(o, aLoads, fmas)}
+        } else {
+          ${general}
+        }`
+      : general
+  }
         ${rows.map((r) => _rmw(o, r)).join("\n        ")}
       }`;
+}
+
+/**
+ * The product loop of a whole tile (bn tokens) over a whole chunk with E's 16-byte loads: the
+ * general loop's sums in its order, without its bounds tests, E's index stepped instead of
+ * recomputed, the last four tokens outside the loop (no load past the tile).
+ */
+function _fullLoop(o: DCDirectProductOptions, aLoads: string[], fmas: string[]): string {
+  const t = o.tile;
+  const ld = (name: string, kk: number, base: string) =>
+    `var ${name} = e[${base}${kk ? ` + ${kk}u * ew` : ""}];`;
+  const cur = [0, 1, 2, 3].map((kk) => ld(`e${kk}`, kk, "ei"));
+  const next = [0, 1, 2, 3].map((kk) => ld(`n${kk}`, kk, "ni"));
+  return `let ew = P.d / 8u;
+          var ei = ((t0 - P.eR0) * P.d + col) / 8u;
+          ${cur.join(" ")}
+          for (var g = 0u; g < ${t.bn / 4 - 1}u; g++) {
+            let ni = ei + 4u * ew;
+            ${next.join(" ")}
+            ${aLoads.join("\n            ")}
+            ${fmas.join("\n            ")}
+            e0 = n0; e1 = n1; e2 = n2; e3 = n3;
+            ei = ni;
+          }
+          {
+            let g = ${t.bn / 4 - 1}u;
+            ${aLoads.join("\n            ")}
+            ${fmas.join("\n            ")}
+          }`;
 }

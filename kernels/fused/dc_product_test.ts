@@ -20,6 +20,16 @@ Deno.test("dC direct product: chunks of 8 columns a thread, no barrier, P read a
   assert.ok(!w.includes("workgroupBarrier"), "no barrier in the product");
   assert.ok(w.includes("dc += 256u") && w.includes("Ps[(35u + 4u * tm) * 32u + g]"), w);
   assert.equal((w.match(/select\(outp\[wi\], 0u, fresh\)/g) ?? []).length, 8 * 4);
+  // a whole tile over a whole chunk takes the loop without bounds tests, E's index stepped
+  assert.ok(w.includes("if (kdepth == 128u && dc + 256u <= P.d)") && w.includes("ei = ni;"), w);
+  const scalar = dCDirectProductWgsl({
+    tile: t,
+    dtype: "bf16",
+    vec: false,
+    out16: true,
+    split: false,
+  });
+  assert.ok(!scalar.includes("kdepth == 128u"), "8 scalar loads: the general loop only");
 });
 
 Deno.test({
@@ -84,7 +94,8 @@ Deno.test({
         split: true,
       },
       { tile: small, dtype: "f32", beta: 0.1, d: 20, gradDtype: "f32", sort: true, hot: [9, 300] },
-      // E and C in shards of 300 rows: several token segments, a chunk past d = 264
+      // E and C in shards of 300 rows: several token segments, a chunk past d = 264; the whole
+      // token tiles' whole chunks take the loop without bounds tests, the rest the general one
       {
         tile: wide,
         dtype: "bf16",
