@@ -237,17 +237,16 @@ type _FlushShape = Pick<_FilterShape, "TT" | "VT" | "subT" | "subV" | "set" | "H
 
 /**
  * The end of a filter pass after its workgroup barrier: the entry bits flushed into `hot` and the
- * kept tiles' bits set in the mask and counted, from the workgroup's `s_any` (and `s_hot` where
- * `set`: entry bits through the workgroup set), for a filter tile of bm tokens × bn vocabulary
- * entries at corner (t0, v0). Shared with the
+ * kept tiles' bits set in the mask and counted, from the workgroup's `s_any` (and `s_hot`), for a
+ * filter tile of bm tokens × bn vocabulary entries at corner (t0, v0). Shared with the
  * tensor-core filter pass (kernels/tc/tc_filter_wgsl.ts), which declares the same workgroup
  * variables and parameters (its `s_any` the first word of an array: `any` names it).
  */
 export function filterFlushWgsl(
-  o: { bm: number; bn: number; tile: BackwardTile; set: boolean; any?: string },
+  o: { bm: number; bn: number; tile: BackwardTile; entryBits: boolean; any?: string },
 ): string {
   const TT = o.tile.tokens, VT = o.tile.vocab;
-  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, set: o.set, HW: o.bn / 32 + 1 };
+  const s = { TT, VT, subT: o.bm / TT, subV: o.bn / VT, set: o.entryBits, HW: o.bn / 32 + 1 };
   return `${_entryBitsFlush(s)}\n  ${_keptTilesFlush(s, o.any)}`;
 }
 

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import { validateTile } from "../gemm_tiles.ts";
-import { BACKWARD_TILE_LARGE, BACKWARD_TILE_SMALL } from "../fused/backward_tiles.ts";
+import { BACKWARD_TILE_LARGE } from "../fused/backward_tiles.ts";
 import { TC_FILTER_TILE_EMULATED, tcFilterDispatchTile } from "./tc_filter.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE } from "./tc_forward.ts";
@@ -31,18 +31,11 @@ Deno.test("tc filter: the WGSL's switches for entry bits", () => {
     tcTile: TC_FORWARD_TILE,
     sgSize: 32,
   };
-  const plain = tcFilterWgsl(base);
-  assert.doesNotMatch(plain, /s_hot|cb \|=|&hot\[/);
-  // one token tile a filter tile (128 rows): a kept element sets a bit of the thread's column
-  // register (4 × 4 matrices of 8 columns a thread each), and each matrix column's 8 bits go into
-  // `hot` with one atomicOr after the test, with no workgroup set
+  assert.doesNotMatch(tcFilterWgsl(base), /s_hot|&hot\[/);
+  // a kept element sets its bit in the workgroup set (4 × 4 matrices of 8 columns a thread), which
+  // is flushed into `hot` after the barrier: on Dawn 0.7 ms faster than a register of the
+  // thread's 32 column bits ORed straight into `hot` (docs/tensor_cores.md)
   const entry = tcFilterWgsl({ ...base, entryBits: true });
-  assert.equal(entry.match(/cb \|= /g)?.length, 4 * 4 * 8);
-  assert.equal(entry.match(/atomicOr\(&hot\[hr \+ \(hv >> 5u\)\], m << /g)?.length, 4);
-  assert.doesNotMatch(entry, /s_hot/);
-  // a filter tile two token tiles tall keeps the workgroup set and its flush
-  const tall = tcFilterWgsl({ ...base, tile: BACKWARD_TILE_SMALL, entryBits: true });
-  assert.doesNotMatch(tall, /cb \|= /);
-  assert.equal(tall.match(/atomicOr\(&s_hot/g)?.length, 4 * 4 * 8);
-  assert.match(tall, /atomicOr\(&hot\[row \* P.hotWords/);
+  assert.equal(entry.match(/atomicOr\(&s_hot/g)?.length, 4 * 4 * 8);
+  assert.match(entry, /atomicOr\(&hot\[row \* P.hotWords/);
 });

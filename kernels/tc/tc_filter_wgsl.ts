@@ -4,11 +4,8 @@
  * logits of each filter tile computed by the tc_codegen.ts main loop. The epilogue takes the
  * accumulators through workgroup memory as the tensor-core forward does (tc_forward_wgsl.ts),
  * tests g = p·f' + (β/|V|)(z/s)² ≥ ε per element (tokens with w_n ≠ 0 only) and ORs the verdicts
- * into one bit per backward tile; the flushes into the mask and the counter are the FMA pass's own
- * (filterFlushWgsl). Entry bits go as the FMA pass's do: where the filter tile is one token tile
- * tall, through a register of a bit per column a thread tests (its columns are the same in every
- * row of accumulators) straight into `hot`, one integer atomicOr per word a thread kept anything
- * in; else through the workgroup set `s_hot` and the FMA pass's flush.
+ * into one bit per backward tile; the flushes into the mask, the counter and the entry bits are
+ * the FMA pass's own (filterFlushWgsl).
  * @module
  */
 import type { LceOptions } from "../../core/options.ts";
@@ -46,45 +43,6 @@ export interface TcFilterKernelOptions extends FilterPassKernelOptions {
 export const TC_FILTER_SCALE_E = 0;
 export const TC_FILTER_SCALE_C = 1;
 
-/**
- * Whether the entry bits go through the column register: with entry bits, a filter tile one token
- * tile tall, and a thread's columns (nt matrices × ep.cols) fitting one u32 in whole words' parts.
- */
-function _colReg(o: TcFilterKernelOptions): boolean {
-  const ep = tcEpilogueShape(o.tcTile, o.sgSize);
-  return o.entryBits === true && tileRows(o.tcTile) === o.tile.tokens &&
-    o.tcTile.nt * ep.cols <= 32 && 32 % ep.cols === 0;
-}
-
-/** Where a kept element's entry bit goes: the column register, or the workgroup set. */
-function _entryBit(o: TcFilterKernelOptions, i: number, j: number): string {
-  if (!o.entryBits) return "";
-  const t = o.tcTile, ep = tcEpilogueShape(t, o.sgSize), TT = o.tile.tokens;
-  if (_colReg(o)) return `\n            cb |= 1u << (${j * ep.cols}u + cq);`;
-  return `\n            let hv = v0 + col; atomicOr(&s_hot[(rr${i} / ${TT}u) * ${
-    tileCols(t) / 32 + 1
-  }u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`;
-}
-
-/**
- * The column register's bits ORed straight into `hot`: matrix column j's ep.cols bits lie in one
- * word (its first column is a multiple of ep.cols, which divides 32), one atomicOr if any is set.
- */
-function _columnBitsFlush(o: TcFilterKernelOptions): string {
-  if (!_colReg(o)) return "";
-  const t = o.tcTile, mma = tileMma(t), ep = tcEpilogueShape(t, o.sgSize);
-  const sets = [...Array(t.nt).keys()].map((j) =>
-    `{ let m = (cb >> ${j * ep.cols}u) & ${(2 ** ep.cols - 1) >>> 0}u;
-      if (m != 0u) { let hv = v0 + sc + ${
-      j * mma.n
-    }u + lh * ${ep.cols}u; atomicOr(&hot[hr + (hv >> 5u)], m << (hv & 31u)); } }`
-  );
-  return `if (cb != 0u) {
-    let hr = (P.tBase + (t0 - P.tS) / ${o.tile.tokens}u) * P.hotWords;
-    ${sets.join("\n    ")}
-  }`;
-}
-
 /** One round: accumulator (i, j) through scratch half hb, each element tested. */
 function _round(
   o: TcFilterKernelOptions,
@@ -108,7 +66,13 @@ function _round(
         if (tw_${i} != 0.0 && v0 + col < P.vE) {
           let z = softcap(scr[base + cq]);
           if (${gradValue(o.opts, "z", `tl_${i}`)} >= EPS) {
-            bits |= 1u << ((rr${i} / ${TT}u) * ${subV}u + col / ${VT}u);${_entryBit(o, i, j)}
+            bits |= 1u << ((rr${i} / ${TT}u) * ${subV}u + col / ${VT}u);${
+      o.entryBits
+        ? `\n            let hv = v0 + col; atomicOr(&s_hot[(rr${i} / ${TT}u) * ${
+          tileCols(t) / 32 + 1
+        }u + (hv >> 5u) - (v0 >> 5u)], 1u << (hv & 31u));`
+        : ""
+    }
           }
         } }`
   );
@@ -163,7 +127,6 @@ export function tcFilterWgsl(o: TcFilterKernelOptions): string {
   // this pass as it binds the FMA one
   const sig = filterPassSignature(o);
   const hotWords = (bm / TT) * (bn / 32 + 1);
-  const colReg = _colReg(o), set = o.entryBits === true && !colReg;
   // s_any is the first of four words and s_hot whole 16 bytes: see wgWords
   const rowVals = [...Array(t.mt).keys()].map((i) =>
     `let rr${i} = sr + ${i * mma.m}u + lr; let tk${i} = t0 + rr${i};
@@ -180,7 +143,7 @@ ${helpers}
 ${tcModuleDecls(main, ["scr"])}
 var<workgroup> scr: array<f32, ${wgWords(ep.scratch)}>;
 var<workgroup> s_any: array<atomic<u32>, 4>;
-${set ? `var<workgroup> s_hot: array<atomic<u32>, ${wgWords(hotWords)}>;` : ""}
+${o.entryBits ? `var<workgroup> s_hot: array<atomic<u32>, ${wgWords(hotWords)}>;` : ""}
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
@@ -193,19 +156,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let t0 = P.tS + wg.x * ${bm}u;
   let v0 = P.vS + wg.y * ${bn}u;
   if (lid == 0u) { atomicStore(&s_any[0], 0u); }
-  ${set ? `if (lid < ${hotWords}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
+  ${o.entryBits ? `if (lid < ${hotWords}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   let sa = scales[${TC_FILTER_SCALE_E}];
   let sb = scales[${TC_FILTER_SCALE_C}];
   let unscale = 1.0 / (${scaled ? "sa * sb" : "1.0"});
   ${rowVals.join("\n  ")}
   ${tcMainloop(main)}
   var bits = 0u;
-  ${colReg ? "var cb = 0u;" : ""}
   ${tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % 2)).join("\n  ")}
-  ${_columnBitsFlush(o)}
   if (bits != 0u) { atomicOr(&s_any[0], bits); }
   workgroupBarrier();
-  ${filterFlushWgsl({ bm, bn, tile: o.tile, set, any: "s_any[0]" })}
+  ${filterFlushWgsl({ bm, bn, tile: o.tile, entryBits: o.entryBits === true, any: "s_any[0]" })}
 }
 `;
 }
