@@ -93,6 +93,17 @@ function _rmw(o: DCDirectProductOptions, r: Lane): string {
   const old = (
     i: string,
   ) => (o.split ? `select(outp[${i}], ${o.out16 ? "0u" : "0.0"}, fresh)` : `outp[${i}]`);
+  if (o.out16 && o.vec) {
+    // d a multiple of 8: the row lane's 8 columns are 4 words of one 16-byte vector
+    const word = (w: number) => {
+      const lo = `${q(w >> 1)}[${(2 * w) % 4}]`, hi = `${q(w >> 1)}[${(2 * w) % 4 + 1}]`;
+      return `to16(from16(old[${w}] & 0xffffu) + ${lo}) | (to16(from16(old[${w}] >> 16u) + ${hi}) << 16u)`;
+    };
+    const old = o.split ? "select(outp[wi], vec4<u32>(0u), fresh)" : "outp[wi]";
+    return `if (ov_${r.key} && col < P.d) { let wi = (ob_${r.key} + col) >> 3u; let old = ${old}; outp[wi] = vec4<u32>(${
+      [0, 1, 2, 3].map(word).join(", ")
+    }); }`;
+  }
   if (o.out16) {
     return Array.from({ length: 4 }, (_, w) => {
       const lo = `${q(w >> 1)}[${(2 * w) % 4}]`, hi = `${q(w >> 1)}[${(2 * w) % 4 + 1}]`;

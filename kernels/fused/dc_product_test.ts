@@ -19,7 +19,8 @@ Deno.test("dC direct product: chunks of 8 columns a thread, no barrier, P read a
   const w = dCDirectProductWgsl({ tile: t, dtype: "bf16", vec: true, out16: true, split: true });
   assert.ok(!w.includes("workgroupBarrier"), "no barrier in the product");
   assert.ok(w.includes("dc += 256u") && w.includes("Ps[(35u + 4u * tm) * 32u + g]"), w);
-  assert.equal((w.match(/select\(outp\[wi\], 0u, fresh\)/g) ?? []).length, 8 * 4);
+  // with E's 16-byte loads a row lane's 8 columns are one 16-byte read-modify-write
+  assert.equal((w.match(/select\(outp\[wi\], vec4<u32>\(0u\), fresh\)/g) ?? []).length, 8);
   // a whole tile over a whole chunk takes the loop without bounds tests, E's index stepped
   assert.ok(w.includes("if (kdepth == 128u && dc + 256u <= P.d)") && w.includes("ei = ni;"), w);
   const scalar = dCDirectProductWgsl({

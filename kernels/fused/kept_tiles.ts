@@ -224,18 +224,20 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
  * segment [vS, vE) (positions) of C's from cR0, the output binding's first row oR0, depth d, the
  * segments' first global tiles tBase and vBase, vTotal vocab tiles in all, nOuter owned tiles or
  * slices, lo and hi (the walked tiles; dE: 0 and the segment's tiles, cut by the splits), sRows
- * (dE: rows between the splits' slab parts). Bindings: E, C, the output, lse, the row weights w,
- * [perm], [mask] (one bit per backward tile, from the filter pass), [bounds] (balanced splits),
- * [order] (the dC pass's tile order), [targets, coef, folded] (dC with foldTargets).
+ * (dE: rows between the splits' slab parts). Bindings: E, C, the output (16-bit: words, 4 a vector
+ * with the direct product's 16-byte loads), lse, the row weights w, [perm], [mask] (one bit per
+ * backward tile, from the filter pass), [bounds] (balanced splits), [order] (the dC pass's tile
+ * order), [targets, coef, folded] (dC with foldTargets).
  */
 function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
+  const out = s.out16 ? (s.direct && s.vec ? "vec4<u32>" : "u32") : "f32";
   return signature({
     params: u32s("tS tE eR0 vS vE cR0 oR0 d tBase vBase vTotal nOuter lo hi sRows"),
     bindings: {
       e: { elem: st, access: "read" },
       c: { elem: st, access: "read" },
-      outp: { elem: s.out16 ? "u32" : "f32", access: "read_write" },
+      outp: { elem: out, access: "read_write" },
       lse: { elem: "f32", access: "read" },
       w: { elem: "f32", access: "read" },
       perm: { elem: "u32", access: "read", when: s.o.sort },
@@ -577,13 +579,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       ${
     s.direct
-      ? dCDirectProductWgsl({
-        tile: t,
-        dtype: o.dtype,
-        vec: s.vec,
-        out16: !!s.out16,
-        split: s.split,
-      })
+      ? dCDirectProductWgsl({ ...s, tile: t, dtype: o.dtype, out16: !!s.out16 })
       : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {
