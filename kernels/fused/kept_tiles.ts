@@ -549,6 +549,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
+  const direct = { tile: t, dtype: o.dtype, vec: s.vec, out16: !!s.out16, split: s.split };
   const logits = logitsMainloop(
     { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec },
     false,
@@ -578,9 +579,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       workgroupBarrier();
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       ${
-    s.direct
-      ? dCDirectProductWgsl({ ...s, tile: t, dtype: o.dtype, out16: !!s.out16 })
-      : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
+    s.direct ? dCDirectProductWgsl(direct) : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {
         ${_gradProduct(s, crow)}
