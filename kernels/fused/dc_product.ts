@@ -16,7 +16,9 @@
  *
  * A whole token tile's product over a whole chunk (every tile but a segment's last, every chunk
  * but a ragged last one) runs a copy of the loop without the loads' bounds tests, E's index
- * stepped from one four tokens to the next instead of recomputed.
+ * stepped from one four tokens to the next instead of recomputed. With E's 16-byte loads a 16-bit
+ * dC's row lane (8 columns, 4 words) is read and written as one 16-byte vector: the pass binds its
+ * output as vec4<u32> there (kernels/fused/kept_tiles.ts).
  *
  * Each output element is the same sum as the staged product's, term by term in token order with
  * the same fma, then the same read-modify-write, so dC is the same bit for bit.

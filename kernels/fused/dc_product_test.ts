@@ -28,9 +28,11 @@ Deno.test("dC direct product: chunks of 8 columns a thread, no barrier, P read a
     dtype: "bf16",
     vec: false,
     out16: true,
-    split: false,
+    split: true,
   });
   assert.ok(!scalar.includes("kdepth == 128u"), "8 scalar loads: the general loop only");
+  // and 4 words a row lane, each its own read-modify-write
+  assert.equal((scalar.match(/select\(outp\[wi\], 0u, fresh\)/g) ?? []).length, 8 * 4);
 });
 
 Deno.test({
