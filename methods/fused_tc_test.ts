@@ -25,6 +25,7 @@ import { GpuContext } from "../gpu/context.ts";
 import { resolveOptions } from "../core/options.ts";
 import { makeFixture } from "../fixtures/mod.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
+import { BENCH_BASE } from "../tuning/fused_backward_configs.ts";
 
 const ctx0 = await testContext();
 /** The emulated kernels run under Deno's WebGPU (see the module doc). */
@@ -39,16 +40,6 @@ const EMULATED_TC = {
   mode: "emulated" as const,
 };
 const emulatedTc = fusedTcMethod(EMULATED_TC);
-/** Ours' variant, for kernel options. */
-const FUSED = {
-  name: "fused-bound",
-  label: "x",
-  description: "x",
-  filter: true,
-  sort: true,
-  fusedForwardBackward: false,
-  gradDtype: "input" as const,
-};
 const emulatedMap = fusedTcMethod({
   name: "fused-tilemap-tc-emulated",
   label: "x",
@@ -184,14 +175,9 @@ Deno.test({
     // filter's entry bits: on this recipe each token tile's hot rows fill as few tiles as any order
     // could, so the bound skips the sort, with either filter's bits, and the gradients stay
     const bound = { backward: { sortBound: true } };
-    const tcB = await runMethod(ctx0, fusedTcMethod(EMULATED_TC, bound), x, o, {
-      dtype: "bf16",
-      gradOutput: g,
-    });
-    const fmaB = await runMethod(ctx0, fusedMethod(FUSED, bound), x, o, {
-      dtype: "bf16",
-      gradOutput: g,
-    });
+    const opt = { dtype: "bf16" as const, gradOutput: g };
+    const tcB = await runMethod(ctx0, fusedTcMethod(EMULATED_TC, bound), x, o, opt);
+    const fmaB = await runMethod(ctx0, fusedMethod({ ...BENCH_BASE, name: "b" }, bound), x, o, opt);
     assert.equal(fmaB.stats!.sortSkipped, 1, "the FMA filter's bits: the bound skips the sort");
     assert.equal(tcB.stats!.sortSkipped, 1, "the tensor-core filter's bits: the bound skips it");
     for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(tcB[k], tc[k], k);

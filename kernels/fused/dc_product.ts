@@ -89,40 +89,46 @@ function _half(o: DCDirectProductOptions, name: string, h: number): string {
   return `vec4<f32>(${name}[${j}], ${name}[${j + 1}], ${name}[${j + 2}], ${name}[${j + 3}])`;
 }
 
+/**
+ * A 16-bit pair word of row lane `r` (columns 2w, 2w + 1 of its 8) with its two sums added to the
+ * old word `prev`, each half rounded to nearest even.
+ */
+function _pairWord(r: Lane, w: number, prev: string): string {
+  const q = `q_${r.key}_${w >> 1}`, lo = `${q}[${(2 * w) % 4}]`, hi = `${q}[${(2 * w) % 4 + 1}]`;
+  return `to16(from16(${prev} & 0xffffu) + ${lo}) | (to16(from16(${prev} >> 16u) + ${hi}) << 16u)`;
+}
+
+/** The read-modify-write's statements, one a line. */
+const SEP = "\n        ";
+
 /** The read-modify-write of a row lane's 8 columns (f32, or 4 words of 16-bit pairs). */
 function _rmw(o: DCDirectProductOptions, r: Lane): string {
-  const q = (h: number) => `q_${r.key}_${h}`;
   const old = (
     i: string,
   ) => (o.split ? `select(outp[${i}], ${o.out16 ? "0u" : "0.0"}, fresh)` : `outp[${i}]`);
   if (o.out16 && o.vec) {
     // d a multiple of 8: the row lane's 8 columns are 4 words of one 16-byte vector
-    const word = (w: number) => {
-      const lo = `${q(w >> 1)}[${(2 * w) % 4}]`, hi = `${q(w >> 1)}[${(2 * w) % 4 + 1}]`;
-      return `to16(from16(old[${w}] & 0xffffu) + ${lo}) | (to16(from16(old[${w}] >> 16u) + ${hi}) << 16u)`;
-    };
-    const old = o.split ? "select(outp[wi], vec4<u32>(0u), fresh)" : "outp[wi]";
-    return `if (ov_${r.key} && col < P.d) { let wi = (ob_${r.key} + col) >> 3u; let old = ${old}; outp[wi] = vec4<u32>(${
-      [0, 1, 2, 3].map(word).join(", ")
+    const prev = o.split ? "select(outp[wi], vec4<u32>(0u), fresh)" : "outp[wi]";
+    return `if (ov_${r.key} && col < P.d) { let wi = (ob_${r.key} + col) >> 3u; let old = ${prev}; outp[wi] = vec4<u32>(${
+      [0, 1, 2, 3].map((w) => _pairWord(r, w, `old[${w}]`)).join(", ")
     }); }`;
   }
   if (o.out16) {
-    return Array.from({ length: 4 }, (_, w) => {
-      const lo = `${q(w >> 1)}[${(2 * w) % 4}]`, hi = `${q(w >> 1)}[${(2 * w) % 4 + 1}]`;
-      return `if (ov_${r.key} && col + ${2 * w}u < P.d) { let wi = (ob_${r.key} + col + ${
-        2 * w
-      }u) >> 1u; let old = ${
-        old("wi")
-      }; outp[wi] = to16(from16(old & 0xffffu) + ${lo}) | (to16(from16(old >> 16u) + ${hi}) << 16u); }`;
-    }).join("\n        ");
+    return Array.from(
+      { length: 4 },
+      (_, w) =>
+        `if (ov_${r.key} && col + ${2 * w}u < P.d) { let wi = (ob_${r.key} + col + ${
+          2 * w
+        }u) >> 1u; let old = ${old("wi")}; outp[wi] = ${_pairWord(r, w, "old")}; }`,
+    ).join(SEP);
   }
   return Array.from(
     { length: 8 },
     (_, j) =>
       `if (ov_${r.key} && col + ${j}u < P.d) { let i = ob_${r.key} + col + ${j}u; outp[i] = ${
         old("i")
-      } + ${q(j >> 2)}[${j % 4}]; }`,
-  ).join("\n        ");
+      } + q_${r.key}_${j >> 2}[${j % 4}]; }`,
+  ).join(SEP);
 }
 
 /**
@@ -145,12 +151,13 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
   ]);
   const cur = [0, 1, 2, 3].map((kk) => _loadE(o, `e${kk}`, `${kk}u`));
   const next = [0, 1, 2, 3].map((kk) => _loadE(o, `n${kk}`, `k + ${4 + kk}u`));
+  // four tokens' multiplies: P's values of the thread's rows, then the fma of each E column
+  const step = [...aLoads, ...fmas].join("\n            ");
   const general = `${cur.join("\n          ")}
           for (var g = 0u; g < (kdepth + 3u) / 4u; g++) {
             let k = 4u * g;
             ${next.join("\n            ")}
-            ${aLoads.join("\n            ")}
-            ${fmas.join("\n            ")}
+            ${step}
             e0 = n0; e1 = n1; e2 = n2; e3 = n3;
           }`;
   return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
@@ -159,7 +166,7 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
         ${
     o.vec
       ? `if (kdepth == ${t.bn}u && dc + ${CH}u <= P.d) {
-          ${_fullLoop(o, aLoads, fmas)}
+          ${_fullLoop(o, step)}
         } else {
           ${general}
         }`
@@ -174,7 +181,7 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
  * general loop's sums in its order, without its bounds tests, E's index stepped instead of
  * recomputed, the last four tokens outside the loop (no load past the tile).
  */
-function _fullLoop(o: DCDirectProductOptions, aLoads: string[], fmas: string[]): string {
+function _fullLoop(o: DCDirectProductOptions, step: string): string {
   const t = o.tile;
   const ld = (name: string, kk: number, base: string) =>
     `var ${name} = e[${base}${kk ? ` + ${kk}u * ew` : ""}];`;
@@ -186,14 +193,12 @@ function _fullLoop(o: DCDirectProductOptions, aLoads: string[], fmas: string[]):
           for (var g = 0u; g < ${t.bn / 4 - 1}u; g++) {
             let ni = ei + 4u * ew;
             ${next.join(" ")}
-            ${aLoads.join("\n            ")}
-            ${fmas.join("\n            ")}
+            ${step}
             e0 = n0; e1 = n1; e2 = n2; e3 = n3;
             ei = ni;
           }
           {
             let g = ${t.bn / 4 - 1}u;
-            ${aLoads.join("\n            ")}
-            ${fmas.join("\n            ")}
+            ${step}
           }`;
 }
