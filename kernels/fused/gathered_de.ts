@@ -65,12 +65,13 @@ import {
 export type { GatheredDEKernelOptions } from "./gathered_de_wgsl.ts";
 
 /**
- * The product tile of pass `dE`: for 128-token tiles on hardware 128×32 (8×4 a thread, 16-byte
- * loads, [k][row] staging; tuned on the H100, see docs/performance.md), else TT×64 with at most 256
- * threads (TT/16 rows a thread, at least 4).
+ * The product tile of pass `dE`: for 128-token tiles on hardware 128×64 (8×4 a thread, 256
+ * threads, 16-byte loads, [k][row] staging; on the H200 the fastest on both engines, and 128×32,
+ * chosen on the H100 before the row list, took 1.6× as long on Dawn: docs/performance.md), else
+ * TT×64 with at most 256 threads (TT/16 rows a thread, at least 4).
  */
 export function gatheredDETile(bt: BackwardTile, hardware: boolean): GemmTile {
-  if (hardware && bt.tokens === TILE_HW.bm) return { ...TILE_HW, bn: 32, tn: 4 };
+  if (hardware && bt.tokens === TILE_HW.bm) return { ...TILE_HW, bn: 64, tn: 4 };
   return { bm: bt.tokens, bn: 64, bk: 16, tm: Math.max(4, bt.tokens / 16), tn: 4 };
 }
 

@@ -51,6 +51,11 @@ interface GatherCase {
   sort: boolean;
   tile: BackwardTile;
   maxRoundSlots?: number;
+  /**
+   * The product on hardware's tile (vector loads, [k][row] staging) with the backward tile's rows,
+   * not software's.
+   */
+  hardwareTile?: boolean;
   /** Rounds recorded (the worst case) and rounds the plan filled. */
   rounds: number;
   used: number;
@@ -104,6 +109,19 @@ function gatherCases(wide: boolean): GatherCase[] {
       used: 1,
       skips: true,
     },
+    {
+      tag: "the product on hardware's tile, its rows the backward tile's",
+      x: caseInputs({ n: 300, v: 1100, d: 328, dtype: "bf16", beta: 0.1, seed: 11 }),
+      dtype: "bf16",
+      beta: 0.1,
+      grad16: true,
+      sort: true,
+      tile: BACKWARD_TILE_SMALL,
+      hardwareTile: true,
+      rounds: 5,
+      used: 5,
+      skips: false,
+    },
   ];
   if (wide) {
     cases.push({
@@ -114,6 +132,18 @@ function gatherCases(wide: boolean): GatherCase[] {
       grad16: true,
       sort: true,
       tile: BACKWARD_TILE_WIDE,
+      rounds: 2,
+      used: 2,
+      skips: false,
+    }, {
+      tag: "the 128×64 backward tile, the product on hardware's tile",
+      x: caseInputs({ n: 200, v: 1000, d: 600, dtype: "bf16", beta: 0.1, ignoreFraction: 0.1 }),
+      dtype: "bf16",
+      beta: 0.1,
+      grad16: true,
+      sort: true,
+      tile: BACKWARD_TILE_WIDE,
+      hardwareTile: true,
       rounds: 2,
       used: 2,
       skips: false,
@@ -142,7 +172,12 @@ Deno.test({
       };
       const gathered = await runBackward(ctx, cs.x, o, cs.dtype, {
         ...b,
-        dEGather: { maxRoundSlots: cs.maxRoundSlots },
+        dEGather: {
+          maxRoundSlots: cs.maxRoundSlots,
+          productTile: cs.hardwareTile
+            ? { ...gatheredDETile(BACKWARD_TILE_WIDE, true), bm: cs.tile.tokens }
+            : undefined,
+        },
       });
       const perTile = await runBackward(ctx, cs.x, o, cs.dtype, { ...b, dEGather: false });
       const { got, again, ref, bwd } = gathered;
