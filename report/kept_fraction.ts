@@ -148,12 +148,18 @@ export function keptFractionMarkdown(
       } |`
     ),
     "",
-    `Source: the Table 3 reports of these fixtures (commits ${
-      [...new Set(points.map((p) => p.commit))].join(", ")
-    }), ${r.env.date.slice(0, 10)}; driver ${r.env.driver?.version ?? "unknown"}.`,
+    `Source: the Table 3 reports of these fixtures (${_commits(points.map((p) => p.commit))}), ${
+      r.env.date.slice(0, 10)
+    }; driver ${r.env.driver?.version ?? "unknown"}.`,
     "",
   ];
   return lines.join("\n");
+}
+
+/** "commit a" or "commits a, b": the distinct commits of the points. */
+function _commits(all: string[]): string {
+  const c = [...new Set(all)];
+  return `${c.length === 1 ? "commit" : "commits"} ${c.join(", ")}`;
 }
 
 /** The chart: fwd+bwd time against k, one line per method, F(k) and the aim. */

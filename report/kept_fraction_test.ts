@@ -90,6 +90,12 @@ Deno.test("kept fraction: k from the fused backward's counts, P from the baselin
     /\| llm \| 0\.385 \| 10\.2 \| 32\.2 \| 28\.3 \| 50\.0 \(1\.55\) \| 30\.6 \(0\.95\) \|/,
   );
   assert.match(md, /\| llm:spread=2 \| 0\.950 \| 10\.0 \| 40\.0 \| 39\.0 \| 45\.0 \(1\.13\) ✗ \|/);
+  assert.match(md, /\(commit 0123456\), /);
+  const later = { ...points[1], commit: "89abcde" };
+  assert.match(
+    keptFractionMarkdown(_report("llm", 385, 10.2, 50), [points[0], later]),
+    /\(commits 0123456, 89abcde\), /,
+  );
 });
 
 Deno.test("kept fraction: reports that cannot be read side by side are refused by name", () => {
