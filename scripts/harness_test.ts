@@ -203,7 +203,11 @@ Deno.test("harness: every new flag refuses bad input with one line, exit 2, noth
     const withOut = script.startsWith("scripts/") ? ["--out", out, ...args] : args;
     const r = await runScript(script, withOut, { trimStderr: true });
     assert.equal(r.code, 2, `${script} ${args.join(" ")}: ${r.stderr}`);
-    assert.match(r.stderr, new RegExp(`^error: .*${re.source}`), `${script} ${args.join(" ")}`);
+    assert.match(
+      r.stderr,
+      new RegExp(`^error: .*${re.source}`),
+      `${script} ${args.join(" ")}: ${r.stderr}`,
+    );
     assert.equal(r.stderr.split("\n").length, 1, r.stderr);
     assert.ok(!existsSync(out), `${script}: nothing written`);
     assert.equal(await Deno.readTextFile(notHistory), "a,b\r\n");

@@ -1,7 +1,8 @@
 /**
  * `deno task test [PATH...] [--jobs N] [--filter TEXT] [--record FILE]`: the project's tests,
  * every test file in a `deno test` process of its own, N at a time, the heaviest first
- * (testing/run_tests.ts). The tree is type-checked once before any test runs. Each file's
+ * (testing/run_tests.ts). The test files and the command lines they run are type-checked once
+ * before any test runs. Each file's
  * output is printed whole when it ends; the last line sums them as `deno test` does. Exit 0 when
  * every file passed, 1 otherwise (a failed test, a file that did not load, a process killed
  * twice), 2 for bad input.
@@ -17,6 +18,7 @@ import { defineCommand, runCli } from "../core/cli.ts";
 import { checkOutputs, writeAllOrNothing } from "../io/outputs.ts";
 import {
   type FileRun,
+  findEntryPoints,
   findTestFiles,
   heaviestFirst,
   runTestFiles,
@@ -72,7 +74,8 @@ export async function testMain(args: string[]): Promise<number> {
   const jobs = f.jobs ?? navigator.hardwareConcurrency;
   const t0 = performance.now();
   const check = await new Deno.Command(Deno.execPath(), {
-    args: ["check", "--quiet", ...files],
+    // and the command lines the tests run, which `deno run` does not type-check
+    args: ["check", "--quiet", ...files, ...findEntryPoints(_ROOT)],
     cwd: _ROOT,
     stdin: "null",
   }).output();

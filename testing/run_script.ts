@@ -1,8 +1,10 @@
 /**
- * The one way tests run a command-line entry point: `deno run -A <script> ...args` (or other
- * permission flags) as a
- * subprocess, with colour off, either to completion ({@link runScript}) or watched line by line
- * until it has printed enough to be killed ({@link spawnScript}, {@link readUntil}).
+ * The one way tests run a command-line entry point: `deno run --quiet -A <script> ...args` (or
+ * other permission flags) as a subprocess, with colour off, either to completion
+ * ({@link runScript}) or watched line by line until it has printed enough to be killed
+ * ({@link spawnScript}, {@link readUntil}). `--quiet` keeps Deno's own notices (the downloads of
+ * a dependency not yet in the cache) out of the script's stderr; the script's own output and
+ * uncaught errors still come through.
  * @module
  */
 
@@ -43,7 +45,7 @@ export async function runScript(
   o: ScriptOptions = {},
 ): Promise<ScriptRun> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
+    args: ["run", "--quiet", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: "piped",
     stderr: "piped",
     env: _env(o),
@@ -67,7 +69,7 @@ export function spawnScript(
   o: ScriptOptions = {},
 ): Deno.ChildProcess {
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", ...(o.permissions ?? ["-A"]), _path(script), ...args],
+    args: ["run", "--quiet", ...(o.permissions ?? ["-A"]), _path(script), ...args],
     stdout: watch === "stdout" ? "piped" : "null",
     stderr: watch === "stderr" ? "piped" : "null",
     env: _env(o),

@@ -7,7 +7,8 @@
  * environment, the WebGPU engine's native library and the temporary directories of each file its
  * own.
  *
- * The whole tree is type-checked once first; the files then run with `--no-check`. A file whose
+ * The test files and the command lines they run ({@link findEntryPoints}) are type-checked once
+ * first; the files then run with `--no-check`. A file whose
  * process the system killed with a signal (lavapipe's LLVM has aborted as a process exited after
  * every test had passed) runs once more, and that run decides; a file with a failed test never
  * does.
@@ -49,6 +50,28 @@ export function findTestFiles(root: string, paths: readonly string[] = []): stri
   );
   if (picked.length === 0) throw new InputError(`no test files in ${paths.join(", ")}`);
   return picked;
+}
+
+/** The folders whose command lines the tests run as subprocesses (testing/run_script.ts). */
+const _ENTRY_DIRS = ["scripts", "bench"];
+
+/**
+ * The command lines the tests run as subprocesses: every module directly in `scripts/` and
+ * `bench/` under `root` that is not a test (relative paths, sorted). They are type-checked with
+ * the tests, since `deno run` does not type-check and a test may be the only one to run them.
+ */
+export function findEntryPoints(root: string): string[] {
+  const out: string[] = [];
+  for (const dir of _ENTRY_DIRS) {
+    const abs = join(root, dir);
+    if (!existsSync(abs)) continue;
+    for (const e of readdirSync(abs, { withFileTypes: true })) {
+      if (e.isFile() && /\.ts$/.test(e.name) && !_TEST_FILE.test(e.name)) {
+        out.push(`${dir}/${e.name}`);
+      }
+    }
+  }
+  return out.sort();
 }
 
 /**

@@ -3,6 +3,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { InputError } from "../core/errors.ts";
 import {
+  findEntryPoints,
   findTestFiles,
   heaviestFirst,
   killedBySignal,
@@ -52,6 +53,22 @@ Deno.test("run tests: finds test modules as deno test does, not in tools, output
     () => findTestFiles(root, ["k/contest.ts"]),
     (e) => e instanceof InputError && e.message === "no test files in k/contest.ts",
   );
+});
+
+Deno.test("run tests: the command lines the tests run, to be checked (and fetched) first", async () => {
+  const root = await tempDir("run_tests_entries_");
+  _tree(root, {
+    "scripts/b.ts": "",
+    "scripts/a.ts": "",
+    "scripts/a_test.ts": "",
+    "scripts/peers/p.py": "",
+    "scripts/peers/q.ts": "",
+    "scripts/run.sh": "",
+    "bench/gpu_time.ts": "",
+    "core/cli.ts": "",
+  });
+  assert.deepEqual(findEntryPoints(root), ["bench/gpu_time.ts", "scripts/a.ts", "scripts/b.ts"]);
+  assert.deepEqual(findEntryPoints(join(root, "core")), []);
 });
 
 Deno.test("run tests: heaviest first, files without a time before all, ties in order", () => {
