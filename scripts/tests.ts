@@ -2,10 +2,9 @@
  * `deno task test [PATH...] [--jobs N] [--filter TEXT] [--record FILE]`: the project's tests,
  * every test file in a `deno test` process of its own, N at a time, the heaviest first
  * (testing/run_tests.ts). The test files and the command lines they run are type-checked once
- * before any test runs. Each file's
- * output is printed whole when it ends; the last line sums them as `deno test` does. Exit 0 when
- * every file passed, 1 otherwise (a failed test, a file that did not load, a process killed
- * twice), 2 for bad input.
+ * before any test runs. Each file's output is printed whole when it ends; the last line sums them
+ * as `deno test` does. Exit 0 when every file passed, 1 otherwise (a failed test, a file that did
+ * not load, a process killed twice), 2 for bad input.
  *
  * The order comes from testing/test_seconds.json, each file's seconds in an earlier run on a
  * machine without a GPU; `--record` writes this run's seconds in that form. (The file is named

@@ -8,10 +8,9 @@
  * own.
  *
  * The test files and the command lines they run ({@link findEntryPoints}) are type-checked once
- * first; the files then run with `--no-check`. A file whose
- * process the system killed with a signal (lavapipe's LLVM has aborted as a process exited after
- * every test had passed) runs once more, and that run decides; a file with a failed test never
- * does.
+ * first; the files then run with `--no-check`. A file whose process the system killed with a
+ * signal (lavapipe's LLVM has aborted as a process exited after every test had passed) runs once
+ * more, and that run decides; a file with a failed test never does.
  * @module
  */
 import { existsSync, readdirSync, statSync } from "node:fs";

@@ -55,7 +55,7 @@ Deno.test("run tests: finds test modules as deno test does, not in tools, output
   );
 });
 
-Deno.test("run tests: the command lines the tests run, to be checked (and fetched) first", async () => {
+Deno.test("run tests: the command lines the tests run, type-checked with them", async () => {
   const root = await tempDir("run_tests_entries_");
   _tree(root, {
     "scripts/b.ts": "",
