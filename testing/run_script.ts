@@ -38,6 +38,16 @@ function _env(o: ScriptOptions): Record<string, string> {
   return env;
 }
 
+/** The `deno run --quiet` of `script`: its arguments, environment and working directory. */
+function _denoRun(script: string, args: readonly string[], o: ScriptOptions): Deno.CommandOptions {
+  return {
+    args: ["run", "--quiet", ...(o.permissions ?? ["-A"]), _path(script), ...args],
+    env: _env(o),
+    clearEnv: true,
+    cwd: o.cwd,
+  };
+}
+
 /** Runs `script` with `args` to completion; returns its exit code, stdout and stderr. */
 export async function runScript(
   script: string,
@@ -45,12 +55,9 @@ export async function runScript(
   o: ScriptOptions = {},
 ): Promise<ScriptRun> {
   const out = await new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...(o.permissions ?? ["-A"]), _path(script), ...args],
+    ..._denoRun(script, args, o),
     stdout: "piped",
     stderr: "piped",
-    env: _env(o),
-    clearEnv: true,
-    cwd: o.cwd,
   }).output();
   const dec = new TextDecoder();
   const stderr = dec.decode(out.stderr);
@@ -69,12 +76,9 @@ export function spawnScript(
   o: ScriptOptions = {},
 ): Deno.ChildProcess {
   return new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...(o.permissions ?? ["-A"]), _path(script), ...args],
+    ..._denoRun(script, args, o),
     stdout: watch === "stdout" ? "piped" : "null",
     stderr: watch === "stderr" ? "piped" : "null",
-    env: _env(o),
-    clearEnv: true,
-    cwd: o.cwd,
   }).spawn();
 }
 

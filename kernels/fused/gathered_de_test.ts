@@ -124,7 +124,7 @@ function gatherCases(wide: boolean): GatherCase[] {
     },
   ];
   if (wide) {
-    cases.push({
+    const wideCase: GatherCase = {
       tag: "the 128×64 backward tile",
       x: caseInputs({ n: 200, v: 1000, d: 600, dtype: "bf16", beta: 0.1, ignoreFraction: 0.1 }),
       dtype: "bf16",
@@ -135,18 +135,11 @@ function gatherCases(wide: boolean): GatherCase[] {
       rounds: 2,
       used: 2,
       skips: false,
-    }, {
+    };
+    cases.push(wideCase, {
+      ...wideCase,
       tag: "the 128×64 backward tile, the product on hardware's tile",
-      x: caseInputs({ n: 200, v: 1000, d: 600, dtype: "bf16", beta: 0.1, ignoreFraction: 0.1 }),
-      dtype: "bf16",
-      beta: 0.1,
-      grad16: true,
-      sort: true,
-      tile: BACKWARD_TILE_WIDE,
       hardwareTile: true,
-      rounds: 2,
-      used: 2,
-      skips: false,
     });
   }
   return cases;
