@@ -66,9 +66,10 @@ export type { GatheredDEKernelOptions } from "./gathered_de_wgsl.ts";
 
 /**
  * The product tile of pass `dE`: for 128-token tiles on hardware 128×64 (8×4 a thread, 256
- * threads, 16-byte loads, [k][row] staging; on the H200 the fastest on both engines, and 128×32,
- * chosen on the H100 before the row list, took 1.6× as long on Dawn: docs/performance.md), else
- * TT×64 with at most 256 threads (TT/16 rows a thread, at least 4).
+ * threads, 16-byte loads, [k][row] staging; on the H200 the fastest on wgpu, and on Dawn 1.6× as
+ * fast as 128×32, which was chosen on the H100 before the row list; 4×8 a thread is faster on Dawn
+ * only: docs/performance.md), else TT×64 with at most 256 threads (TT/16 rows a thread, at least
+ * 4).
  */
 export function gatheredDETile(bt: BackwardTile, hardware: boolean): GemmTile {
   if (hardware && bt.tokens === TILE_HW.bm) return { ...TILE_HW, bn: 64, tn: 4 };
