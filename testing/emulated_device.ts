@@ -7,6 +7,7 @@
  * @module
  */
 import { GpuContext } from "../gpu/context.ts";
+import type { Engine } from "../gpu/engine.ts";
 
 /** What an emulated adapter looks like to the kernels. */
 export interface AdapterProfile {
@@ -181,15 +182,16 @@ export function emulatedDevice(
 
 /**
  * A context on an {@link emulatedDevice} that records the WGSL handed to `pipeline` and
- * `pipelineNow`; `maxBindingBytes` lowers the per-binding limit as ContextOptions does.
+ * `pipelineNow`; `maxBindingBytes` lowers the per-binding limit as ContextOptions does, and
+ * `engine` (default `deno`) picks the engine whose defaults the methods take.
  */
 export function emulatedContext(
   profile: AdapterProfile,
-  o: { maxBindingBytes?: number } = {},
+  o: { maxBindingBytes?: number; engine?: Engine } = {},
 ): EmulatedContext {
   const { adapter, device } = emulatedDevice(profile);
   const ctx = GpuContext.fromOpened(adapter, device, {
-    engine: "deno",
+    engine: o.engine ?? "deno",
     engineVersion: "emulated",
     maxBindingBytes: o.maxBindingBytes,
   });

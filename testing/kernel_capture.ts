@@ -8,6 +8,7 @@ import { type Dtype, type LceOptions, type Reduction, resolveOptions } from "../
 import { Recorder } from "../gpu/recorder.ts";
 import { createTensor } from "../gpu/tensor.ts";
 import type { GpuContext } from "../gpu/context.ts";
+import type { Engine } from "../gpu/engine.ts";
 import { METHODS } from "../methods/mod.ts";
 import type { LceMethod } from "../methods/types.ts";
 import {
@@ -18,7 +19,10 @@ import {
   SOFTWARE_PROFILE,
 } from "./emulated_device.ts";
 
-/** A shape on an adapter profile, optionally with a lowered per-binding limit (sharding). */
+/**
+ * A shape on an adapter profile, optionally with a lowered per-binding limit (sharding) and an
+ * engine whose defaults differ (default `deno`).
+ */
 export interface ManifestTarget {
   name: string;
   profile: AdapterProfile;
@@ -26,6 +30,7 @@ export interface ManifestTarget {
   v: number;
   d: number;
   maxBindingBytes?: number;
+  engine?: Engine;
 }
 
 /** The shapes of {@link methodRuns}. */
@@ -42,6 +47,7 @@ export const MANIFEST_TARGETS: ManifestTarget[] = [
   },
   { name: "h100-paper", profile: H100_PROFILE, n: 8192, v: 256000, d: 2304 },
   { name: "h100-llm", profile: H100_PROFILE, n: 4096, v: 32000, d: 1024 },
+  { name: "h100-llm-dawn", profile: H100_PROFILE, n: 4096, v: 32000, d: 1024, engine: "dawn" },
 ];
 
 /** One configuration's kernels: `label sha` lines in capture order. */
@@ -108,7 +114,10 @@ export async function methodRuns(
     for (const method of o.methods ?? METHODS) {
       for (const { tag, dtype, opts } of optionGrid()) {
         const key = `${t.name} ${method.name} ${tag}`;
-        const em = emulatedContext(t.profile, { maxBindingBytes: t.maxBindingBytes });
+        const em = emulatedContext(t.profile, {
+          maxBindingBytes: t.maxBindingBytes,
+          engine: t.engine,
+        });
         const spec = { n: t.n, v: t.v, d: t.d, dtype };
         const why = method.unsupported?.(em.ctx, spec, opts);
         if (why !== undefined) {

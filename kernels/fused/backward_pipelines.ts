@@ -141,7 +141,10 @@ export async function compileBackward(
       cVec: spec.d % vecWidth(spec.dtype) === 0,
       ...p.gather,
       n: spec.n,
-      gemmTile: p.gather.productTile ?? gatheredDETile(tile, !ctx.report.isFallbackAdapter),
+      gemmTile: p.gather.productTile ?? gatheredDETile(tile, {
+        hardware: !ctx.report.isFallbackAdapter,
+        engine: ctx.engine,
+      }),
     })
     : undefined;
   const dense = p.denseDE

@@ -45,6 +45,7 @@
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import { type Engine, isDawn } from "../../gpu/engine.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, download } from "../../gpu/tensor.ts";
 import { type GemmTile, TILE_HW } from "../gemm_codegen.ts";
@@ -64,15 +65,25 @@ import {
 
 export type { GatheredDEKernelOptions } from "./gathered_de_wgsl.ts";
 
+/** Where the gathered dE's product runs: a hardware adapter or not, and the WebGPU engine. */
+export interface GatheredDETarget {
+  /** A hardware adapter (not a software one). */
+  hardware: boolean;
+  /** The engine (gpu/engine.ts). */
+  engine: Engine;
+}
+
 /**
- * The product tile of pass `dE`: for 128-token tiles on hardware 128×64 (8×4 a thread, 256
- * threads, 16-byte loads, [k][row] staging; on the H200 the fastest on wgpu, and on Dawn 1.6× as
- * fast as 128×32, which was chosen on the H100 before the row list; 4×8 a thread is faster on Dawn
- * only: docs/performance.md), else TT×64 with at most 256 threads (TT/16 rows a thread, at least
- * 4).
+ * The product tile of pass `dE`: for 128-token tiles on hardware 128×64 (256 threads, 16-byte
+ * loads, [k][row] staging), 8×4 a thread under Deno's WebGPU and 4×8 a thread under Dawn (on the
+ * H200 each the faster on its engine, by 5% on wgpu and 13% on Dawn; 128×32, chosen on the H100
+ * before the row list, took 1.6× as long on Dawn: docs/performance.md); else TT×64 with at most
+ * 256 threads (TT/16 rows a thread, at least 4).
  */
-export function gatheredDETile(bt: BackwardTile, hardware: boolean): GemmTile {
-  if (hardware && bt.tokens === TILE_HW.bm) return { ...TILE_HW, bn: 64, tn: 4 };
+export function gatheredDETile(bt: BackwardTile, on: GatheredDETarget): GemmTile {
+  if (on.hardware && bt.tokens === TILE_HW.bm) {
+    return isDawn(on.engine) ? { ...TILE_HW, bn: 64, tm: 4, tn: 8 } : { ...TILE_HW, bn: 64, tn: 4 };
+  }
   return { bm: bt.tokens, bn: 64, bk: 16, tm: Math.max(4, bt.tokens / 16), tn: 4 };
 }
 

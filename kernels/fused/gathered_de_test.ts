@@ -19,6 +19,7 @@ import {
   type BackwardTile,
 } from "./backward_tiles.ts";
 import { gatheredDETile } from "./gathered_de.ts";
+import { type Engine, ENGINES } from "../../gpu/engine.ts";
 
 /**
  * Inputs whose softmax is peaked on 4 "hot" classifier rows in vocab tiles 0, 2, 6 and 10 (of 64
@@ -52,10 +53,10 @@ interface GatherCase {
   tile: BackwardTile;
   maxRoundSlots?: number;
   /**
-   * The product on hardware's tile (vector loads, [k][row] staging) with the backward tile's rows,
-   * not software's.
+   * The product on hardware's tile of this engine (vector loads, [k][row] staging) with the
+   * backward tile's rows, not software's: each engine's tile runs on whichever engine tests.
    */
-  hardwareTile?: boolean;
+  hardwareTile?: Engine;
   /** Rounds recorded (the worst case) and rounds the plan filled. */
   rounds: number;
   used: number;
@@ -109,19 +110,19 @@ function gatherCases(wide: boolean): GatherCase[] {
       used: 1,
       skips: true,
     },
-    {
-      tag: "the product on hardware's tile, its rows the backward tile's",
-      x: caseInputs({ n: 300, v: 1100, d: 328, dtype: "bf16", beta: 0.1, seed: 11 }),
+    ...ENGINES.slice(0, 2).map((engine, i): GatherCase => ({
+      tag: `the product on ${engine}'s hardware tile, its rows the backward tile's`,
+      x: caseInputs({ n: 300, v: 1100, d: 328, dtype: "bf16", beta: 0.1, seed: 11 + i }),
       dtype: "bf16",
       beta: 0.1,
       grad16: true,
       sort: true,
       tile: BACKWARD_TILE_SMALL,
-      hardwareTile: true,
+      hardwareTile: engine,
       rounds: 5,
       used: 5,
       skips: false,
-    },
+    })),
   ];
   if (wide) {
     const wideCase: GatherCase = {
@@ -136,11 +137,14 @@ function gatherCases(wide: boolean): GatherCase[] {
       used: 2,
       skips: false,
     };
-    cases.push(wideCase, {
-      ...wideCase,
-      tag: "the 128×64 backward tile, the product on hardware's tile",
-      hardwareTile: true,
-    });
+    cases.push(
+      wideCase,
+      ...ENGINES.slice(0, 2).map((engine): GatherCase => ({
+        ...wideCase,
+        tag: `the 128×64 backward tile, the product on ${engine}'s hardware tile`,
+        hardwareTile: engine,
+      })),
+    );
   }
   return cases;
 }
@@ -168,7 +172,10 @@ Deno.test({
         dEGather: {
           maxRoundSlots: cs.maxRoundSlots,
           productTile: cs.hardwareTile
-            ? { ...gatheredDETile(BACKWARD_TILE_WIDE, true), bm: cs.tile.tokens }
+            ? {
+              ...gatheredDETile(BACKWARD_TILE_WIDE, { hardware: true, engine: cs.hardwareTile }),
+              bm: cs.tile.tokens,
+            }
             : undefined,
         },
       });
@@ -237,10 +244,12 @@ Deno.test({
 
 Deno.test("gathered dE: the product tile has the backward tile's rows and ≤ 256 threads", () => {
   for (const bt of [BACKWARD_TILE_SMALL, BACKWARD_TILE_WIDE]) {
-    for (const hw of [false, true]) {
-      const t = gatheredDETile(bt, hw);
-      assert.equal(t.bm, bt.tokens);
-      assert.ok((t.bm / t.tm) * (t.bn / t.tn) <= 256);
+    for (const hardware of [false, true]) {
+      for (const engine of ENGINES) {
+        const t = gatheredDETile(bt, { hardware, engine });
+        assert.equal(t.bm, bt.tokens);
+        assert.ok((t.bm / t.tm) * (t.bn / t.tn) <= 256);
+      }
     }
   }
 });
