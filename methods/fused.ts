@@ -105,7 +105,6 @@ export interface FusedKernelOptions {
     | "denseDCTailRows"
     | "dCSplit"
     | "dCProduct"
-    | "dCRowGroups"
   >;
   denseChunkRows?: number;
 }

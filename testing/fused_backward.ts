@@ -49,8 +49,7 @@ export interface BackwardCase {
   /** The order decision's bound (default the backward's: on hardware adapters only). */
   sortBound?: boolean;
   /** The dC pass's gradient product (default the backward's). */
-  dCProduct?: FusedBackwardOptions["dCProduct"];  /** The direct product's row groups (default 1). */
-  dCRowGroups?: number;
+  dCProduct?: FusedBackwardOptions["dCProduct"];
 }
 
 /** A parity case of the backward's tests: the input and gradient dtypes, β, softcap, d, order. */

@@ -73,8 +73,6 @@ export interface BackwardOptionsPlan {
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
   dCProduct?: "staged" | "direct";
-  /** The direct product's row groups (FusedBackwardOptions.dCRowGroups). */
-  dCRowGroups?: number;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -138,7 +136,6 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDCTuning: o.denseDCTuning,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
-    dCRowGroups: o.dCRowGroups,
   };
 }
 

@@ -118,11 +118,6 @@ export interface FusedBackwardOptions {
    * token made the pass 22% slower on lavapipe in f32).
    */
   dCProduct?: "staged" | "direct";
-  /**
-   * The direct product's row groups (kernels/fused/dc_product.ts `rowGroups`): a thread's
-   * vocabulary rows taken in this many groups a chunk. The same dC bit for bit. Default 1.
-   */
-  dCRowGroups?: number;
 }
 
 /** The dC split's tuning (kernels/fused/dc_split.ts): both default there. */

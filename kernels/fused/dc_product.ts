@@ -40,11 +40,6 @@ export interface DCDirectProductOptions {
   out16: boolean;
   /** dC split: `fresh` (the segment's first update of a borrowed tile) writes instead of adding. */
   split: boolean;
-  /**
-   * The thread's vocabulary rows taken in this many groups a chunk, each group's product and
-   * read-modify-write before the next's (E read once a group; fewer accumulators live). Default 1.
-   */
-  rowGroups?: number;
 }
 
 /** Columns of d a chunk of the product covers (8 a thread, bn/tn threads across). */
@@ -144,29 +139,7 @@ export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
   const t = o.tile;
   const CH = dCDirectChunk(t);
   // the thread's vocabulary rows: its logits lanes (their keys name ov_ and ob_)
-  const all = tileLanes(accSlots(t)).rows;
-  const G = o.rowGroups ?? 1;
-  if (!Number.isInteger(G) || G < 1 || all.length % G !== 0) {
-    throw new RangeError(`dC direct product: ${all.length} rows a thread in ${G} groups`);
-  }
-  const per = all.length / G;
-  const groups = Array.from({ length: G }, (_, i) => all.slice(i * per, (i + 1) * per));
-  return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
-        let col = dc + 8u * tn;
-        ${
-    G === 1 ? _groupProduct(o, all) : groups.map((rows) =>
-      `{
-        ${_groupProduct(o, rows)}
-        }`
-    ).join("\n        ")
-  }
-      }`;
-}
-
-/** One group of the thread's rows over a chunk: its product, then its read-modify-write. */
-function _groupProduct(o: DCDirectProductOptions, rows: Lane[]): string {
-  const t = o.tile;
-  const CH = dCDirectChunk(t);
+  const rows = tileLanes(accSlots(t)).rows;
   const qs = rows.flatMap((r) => [`q_${r.key}_0`, `q_${r.key}_1`]);
   const aLoads = rows.map((r) => `let a_${r.key} = Ps[${r.expr} * ${t.bn / 4}u + g];`);
   const fmas = [0, 1, 2, 3].flatMap((kk) => [
@@ -187,7 +160,9 @@ function _groupProduct(o: DCDirectProductOptions, rows: Lane[]): string {
             ${step}
             e0 = n0; e1 = n1; e2 = n2; e3 = n3;
           }`;
-  return `${qs.map((q) => `var ${q} = vec4<f32>(0.0);`).join(" ")}
+  return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
+        let col = dc + 8u * tn;
+        ${qs.map((q) => `var ${q} = vec4<f32>(0.0);`).join(" ")}
         ${
     o.vec
       ? `if (kdepth == ${t.bn}u && dc + ${CH}u <= P.d) {
@@ -197,7 +172,8 @@ function _groupProduct(o: DCDirectProductOptions, rows: Lane[]): string {
         }`
       : general
   }
-        ${rows.map((r) => _rmw(o, r)).join("\n        ")}`;
+        ${rows.map((r) => _rmw(o, r)).join("\n        ")}
+      }`;
 }
 
 /**

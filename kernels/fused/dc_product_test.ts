@@ -45,8 +45,6 @@ Deno.test({
       filter?: false;
       split?: boolean;
       shardRows?: number;
-      /** The product's row groups, run besides and checked bit for bit against the staged. */
-      rowGroups?: number;
     };
     // the hardware tile where the adapter has its workgroup memory (not lavapipe's 32 KiB)
     const small = BACKWARD_TILE_SMALL;
@@ -64,7 +62,6 @@ Deno.test({
         sort: false,
         hot: [5, 600],
         split: true,
-        rowGroups: 2,
       },
       // sorted rows, softcap, d even but not a multiple of 8: scalar loads, 16-bit pairs
       {
@@ -76,7 +73,6 @@ Deno.test({
         gradDtype: "input",
         sort: true,
         hot: [5, 70, 140],
-        rowGroups: 2,
       },
       // d odd: dC in an f32 scratch, without the filter (every tile); f32 inputs and gradients
       {
@@ -112,7 +108,6 @@ Deno.test({
         sort: false,
         hot: [5, 400],
         shardRows: 300,
-        rowGroups: 4,
       },
     ];
     const report: string[] = [];
@@ -135,11 +130,6 @@ Deno.test({
       assert.deepEqual(direct.got.dC, staged.got.dC, `${tag}: dC bit for bit the staged product's`);
       assert.deepEqual(direct.again.dC, direct.got.dC, `${tag}: dC bitwise reproducible`);
       assert.deepEqual(direct.got.dE, staged.got.dE, `${tag}: dE untouched`);
-      if (cs.rowGroups) {
-        const g = { ...b, dCProduct: "direct" as const, dCRowGroups: cs.rowGroups };
-        const grouped = await runBackward(ctx, x, o, cs.dtype, g);
-        assert.deepEqual(grouped.got.dC, staged.got.dC, `${tag}: row groups, dC bit for bit`);
-      }
       if (cs.gradDtype === "f32") {
         assertGrads(`${tag} direct`, direct.got, direct.ref, x.d);
       } else {

@@ -148,8 +148,6 @@ export interface TilePassKernelOptions {
   foldTargets?: boolean;
   /** dC only: the gradient product reads E from storage, P as vectors (kernels/fused/dc_product.ts). */
   dCDirect?: boolean;
-  /** dC direct only: the product's row groups (kernels/fused/dc_product.ts `rowGroups`). */
-  dCRowGroups?: number;
 }
 
 /** What the tile pass's pieces are decided from (one place per switch). */
@@ -581,9 +579,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       workgroupBarrier();
       let kdepth = ${dE ? `min(${VT}u, P.vE - v0)` : `min(${TT}u, P.tE - t0)`};
       ${
-    s.direct
-      ? dCDirectProductWgsl({ ...direct, rowGroups: o.dCRowGroups })
-      : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
+    s.direct ? dCDirectProductWgsl(direct) : `for (var dc = 0u; dc < P.d; dc += ${gt.bn}u) {
         ${zeroGrad}
         {
         ${_gradProduct(s, crow)}
