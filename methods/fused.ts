@@ -105,6 +105,7 @@ export interface FusedKernelOptions {
     | "denseDCTailRows"
     | "dCSplit"
     | "dCProduct"
+    | "dCStage2d"
   >;
   denseChunkRows?: number;
 }

@@ -50,6 +50,8 @@ export interface BackwardCase {
   sortBound?: boolean;
   /** The dC pass's gradient product (default the backward's). */
   dCProduct?: FusedBackwardOptions["dCProduct"];
+  /** The direct dC pass's logits on [k][row] staging. */
+  dCStage2d?: boolean;
 }
 
 /** A parity case of the backward's tests: the input and gradient dtypes, β, softcap, d, order. */

@@ -73,6 +73,8 @@ export interface BackwardOptionsPlan {
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
   dCProduct?: "staged" | "direct";
+  /** FusedBackwardOptions.dCStage2d. */
+  dCStage2d?: boolean;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -136,6 +138,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDCTuning: o.denseDCTuning,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
+    dCStage2d: o.dCStage2d,
   };
 }
 

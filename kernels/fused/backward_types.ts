@@ -118,6 +118,8 @@ export interface FusedBackwardOptions {
    * token made the pass 22% slower on lavapipe in f32).
    */
   dCProduct?: "staged" | "direct";
+  /** The direct dC pass's logits product on [k][row] staging (GemmTile.stage2d). Default off. */
+  dCStage2d?: boolean;
 }
 
 /** The dC split's tuning (kernels/fused/dc_split.ts): both default there. */

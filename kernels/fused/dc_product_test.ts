@@ -45,6 +45,8 @@ Deno.test({
       filter?: false;
       split?: boolean;
       shardRows?: number;
+      /** Also run the logits on [k][row] staging, checked bit for bit against the staged. */
+      stage2d?: boolean;
     };
     // the hardware tile where the adapter has its workgroup memory (not lavapipe's 32 KiB)
     const small = BACKWARD_TILE_SMALL;
@@ -62,6 +64,7 @@ Deno.test({
         sort: false,
         hot: [5, 600],
         split: true,
+        stage2d: true,
       },
       // sorted rows, softcap, d even but not a multiple of 8: scalar loads, 16-bit pairs
       {
@@ -73,6 +76,7 @@ Deno.test({
         gradDtype: "input",
         sort: true,
         hot: [5, 70, 140],
+        stage2d: true,
       },
       // d odd: dC in an f32 scratch, without the filter (every tile); f32 inputs and gradients
       {
@@ -108,6 +112,7 @@ Deno.test({
         sort: false,
         hot: [5, 400],
         shardRows: 300,
+        stage2d: true,
       },
     ];
     const report: string[] = [];
@@ -130,6 +135,10 @@ Deno.test({
       assert.deepEqual(direct.got.dC, staged.got.dC, `${tag}: dC bit for bit the staged product's`);
       assert.deepEqual(direct.again.dC, direct.got.dC, `${tag}: dC bitwise reproducible`);
       assert.deepEqual(direct.got.dE, staged.got.dE, `${tag}: dE untouched`);
+      if (cs.stage2d) {
+        const s2 = await runBackward(ctx, x, o, cs.dtype, { ...b, dCStage2d: true });
+        assert.deepEqual(s2.got.dC, staged.got.dC, `${tag}: [k][row] logits, dC bit for bit`);
+      }
       if (cs.gradDtype === "f32") {
         assertGrads(`${tag} direct`, direct.got, direct.ref, x.d);
       } else {

@@ -48,6 +48,7 @@ import {
   accSlots,
   accVecs,
   gemmMainloop,
+  gemmShared,
   gemmThreadCoords,
   type GemmTile,
   tileThreads,
@@ -148,6 +149,8 @@ export interface TilePassKernelOptions {
   foldTargets?: boolean;
   /** dC only: the gradient product reads E from storage, P as vectors (kernels/fused/dc_product.ts). */
   dCDirect?: boolean;
+  /** dC direct only: the logits product staged as [k][row] arrays (GemmTile.stage2d). */
+  dCStage2d?: boolean;
 }
 
 /** What the tile pass's pieces are decided from (one place per switch). */
@@ -184,7 +187,8 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
   const dE = o.kind === "dE";
   const slices = dE ? o.rowSlices ?? 1 : 1;
   const tile = dE ? dESliceTile(o.tile, slices) : o.tile;
-  const t = backwardGemmTiles(tile)[o.kind];
+  const lt = backwardGemmTiles(tile)[o.kind];
+  const t = !dE && o.dCDirect && o.dCStage2d ? { ...lt, stage2d: true } : lt;
   const gt = backwardGradTiles(tile)[o.kind];
   validateTile(t);
   validateTile(gt);
@@ -525,8 +529,10 @@ ${lossConstants(o.opts, o.v)}
 ${_tileSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
-var<workgroup> As: array<vec4<f32>, ${staging.a}>;
-var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;
+${
+    s.t.stage2d ? gemmShared({ tile: s.t }) : `var<workgroup> As: array<vec4<f32>, ${staging.a}>;
+var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;`
+  }
 ${s.direct ? dCDirectPsDecl(s.t) : `var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;`}
 ${s.filter ? "var<workgroup> s_keep: u32;" : ""}
 ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
