@@ -23,8 +23,8 @@
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
  *   (the shortest segment 1 or 4 kept tiles), `dcstaged`, `dcdirect` (the dC pass's gradient
- *   product: kernels/fused/dc_product.ts), `dcs2d` (the direct dC pass's logits on [k][row]
- *   staging; `dckept-s2d` with the kept tiles always);
+ *   product: kernels/fused/dc_product.ts), `dcs2d`, `dcflat` (the direct dC pass's logits on
+ *   [k][row] staging or not; `dckept-s2d` with the kept tiles always);
  * - any `g<BN>k<BK>t<TM>x<TN>[smw][-kg[smw]]`: the gathered dE's product tile (128 rows, 16-byte
  *   loads; flags `s` [k][row] staging, `m` thread-major staging, `w` the warp layout of
  *   tuning/gemm_layouts.ts), and with `-kg` the `kept g` pass's 128×64 tile with its flags;
@@ -110,6 +110,7 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   dcstaged: () => backward({ dCProduct: "staged" }),
   dcdirect: () => backward({ dCProduct: "direct" }),
   dcs2d: () => backward({ dCStage2d: true }),
+  dcflat: () => backward({ dCStage2d: false }),
   "dckept-s2d": () => backward({ denseDC: "never", dCStage2d: true }),
   "split-s128": () => backward({ dCSplit: { slots: 128 } }),
   "split-s192": () => backward({ dCSplit: { slots: 192 } }),

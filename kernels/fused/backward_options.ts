@@ -73,7 +73,7 @@ export interface BackwardOptionsPlan {
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
   dCProduct?: "staged" | "direct";
-  /** FusedBackwardOptions.dCStage2d. */
+  /** FusedBackwardOptions.dCStage2d, its default resolved. */
   dCStage2d?: boolean;
 }
 
@@ -138,7 +138,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDCTuning: o.denseDCTuning,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
-    dCStage2d: o.dCStage2d,
+    dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),
   };
 }
 

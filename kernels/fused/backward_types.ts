@@ -118,7 +118,11 @@ export interface FusedBackwardOptions {
    * token made the pass 22% slower on lavapipe in f32).
    */
   dCProduct?: "staged" | "direct";
-  /** The direct dC pass's logits product on [k][row] staging (GemmTile.stage2d). Default off. */
+  /**
+   * The direct dC pass's logits product on [k][row] staging (GemmTile.stage2d), the same dC bit
+   * for bit. Default: on hardware adapters under Deno's WebGPU, where it ran the dC pass 2.5–3.2%
+   * faster on the H200; off under Dawn, where it did not (docs/performance.md).
+   */
   dCStage2d?: boolean;
 }
 
