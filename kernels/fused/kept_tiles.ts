@@ -523,16 +523,15 @@ function _loadOutRows(s: _TileShape): string {
 /** Module-scope declarations: constants, params, bindings, helpers and workgroup memory. */
 function _tileDecls(s: _TileShape): string {
   const { o, vec, out16 } = s;
-  const staging = backwardStaging(s.t, s.gt);
+  const st = backwardStaging(s.t, s.gt);
+  const flat = `var<workgroup> As: array<vec4<f32>, ${st.a}>;
+var<workgroup> Bs: array<vec4<f32>, ${st.b}>;`;
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 ${_tileSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${out16 ? wgslTo16(out16) + wgslFrom16(out16) : ""}
-${
-    s.t.stage2d ? gemmShared({ tile: s.t }) : `var<workgroup> As: array<vec4<f32>, ${staging.a}>;
-var<workgroup> Bs: array<vec4<f32>, ${staging.b}>;`
-  }
+${s.t.stage2d ? gemmShared({ tile: s.t }) : flat}
 ${s.direct ? dCDirectPsDecl(s.t) : `var<workgroup> Ps: array<f32, ${s.t.bm * s.t.bn}>;`}
 ${s.filter ? "var<workgroup> s_keep: u32;" : ""}
 ${s.balanced ? "var<workgroup> s_range: vec2<u32>;" : ""}
