@@ -106,6 +106,7 @@ export interface FusedKernelOptions {
     | "dCSplit"
     | "dCProduct"
     | "dCStage2d"
+    | "dCRows16"
   >;
   denseChunkRows?: number;
 }

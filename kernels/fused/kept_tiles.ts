@@ -43,7 +43,6 @@
  * ({@link defaultDERowSlices}); without the filter S = 4, R = 1 ({@link defaultDESplits}).
  * @module
  */
-import type { Dtype, LceOptions } from "../../core/options.ts";
 import {
   accSlots,
   accVecs,
@@ -60,7 +59,6 @@ import {
   backwardGemmTiles,
   backwardGradTiles,
   backwardStaging,
-  type BackwardTile,
   dESliceTile,
 } from "./backward_tiles.ts";
 import {
@@ -74,84 +72,14 @@ import {
 } from "./backward_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import { firstEmptyWgsl } from "./dc_split.ts";
-import { dCDirectProductWgsl, dCDirectPsDecl, dCDirectPsStore } from "./dc_product.ts";
-
-/** Options of {@link tilePassWgsl}. */
-export interface TilePassKernelOptions {
-  /**
-   * `dC`: a workgroup owns a vocab tile; `dE`: owns a row slice of a token tile (see
-   * {@link TilePassKernelOptions.rowSlices}).
-   */
-  kind: "dC" | "dE";
-  tile: BackwardTile;
-  /**
-   * dE only: row slices per TT-token backward tile (default 1): a workgroup owns TT/rowSlices
-   * tokens ({@link dESliceTile}) and reads the mask bit of the backward tile holding them.
-   */
-  rowSlices?: number;
-  /**
-   * dE only: splits S (default 1), the grid's y dimension (split = workgroup_id.y, so that the
-   * splits of one dispatch run side by side: separate dispatches writing one buffer are ordered).
-   * Split s walks vocab tiles [⌊s·T/S⌋, ⌊(s+1)·T/S⌋) of the segment's T = P.hi tiles, or with
-   * `balanced` the range from `bounds`, and accumulates into rows (row − P.oR0 + s·P.sRows) of
-   * its output binding (the slab part s).
-   */
-  splits?: number;
-  /**
-   * dE with the filter only: the splits cut each token tile's *kept* tiles into S equal counts
-   * ({@link keptBoundsWgsl}) instead of its vocab tiles into S equal ranges. The kernel then binds
-   * `bounds` after the mask.
-   */
-  balanced?: boolean;
-  dtype: Dtype;
-  opts: LceOptions;
-  /** Vocabulary size |V|. */
-  v: number;
-  /** Filter threshold ε, or null for no filter. */
-  eps: number | null;
-  /** Address classifier rows through the permutation `perm`. */
-  sort: boolean;
-  /**
-   * E and C bound as 16-byte vectors, the logits product reading 16 bytes along k (bf16 only, and
-   * only where vecLoadsFit(tile with vec, "bf16", d) holds: the caller's promise).
-   */
-  vecLoads?: boolean;
-  /**
-   * dC with the filter only: workgroup slot ot walks vocab tile order[vBase + ot] of its segment
-   * (kernels/fused/dc_order.ts: most kept token tiles first) and stops at the first tile with no
-   * kept token tile (its count, order[vTotal + vBase + tile]); the kernel binds `order` after the
-   * mask.
-   */
-  ordered?: boolean;
-  /**
-   * dC ordered only: long walks split (kernels/fused/dc_split.ts). Workgroup slot ot walks segment
-   * ot − S_r of the tile of rank r (S from the split plan, in the order's third part: S_r ≤ ot <
-   * S_{r+1}), the kept token tiles [⌊s·c/m⌋, ⌊(s+1)·c/m⌋) of its c in m segments; segment 0 adds
-   * into the tile's rows, segment s ≥ 1 into a borrowed empty tile's rows, its first update a
-   * write. The grid covers up to twice the segment's tiles.
-   */
-  split?: boolean;
-  /**
-   * dC only: the output is packed 16-bit of this dtype (d even), updated in place: each thread
-   * reads a word, adds its two f32 contributions and writes it back rounded to nearest even (a
-   * thread owns both halves of every word it writes: its columns come in aligned groups of 4).
-   */
-  out16?: Dtype16;
-  /**
-   * dC only: the tile's epilogue adds each token's target coefficient a_n (the exact target term
-   * −w_n(1−β)·f'(z_t), kernels/fused/corrections.ts) to the gradient of its target logit when the
-   * target lies in the tile, and sets the token's word in `folded` to 1; the target scatter then
-   * adds only the tokens not folded. A kept tile's update is then the gradient's own sum, whose
-   * partial sums stay near the final row instead of starting from the rows' large target sums
-   * (with a 16-bit dC rounded at every update, that cancellation cost most of its accuracy). The
-   * kernel binds `targets`, `coef` and `folded` last.
-   */
-  foldTargets?: boolean;
-  /** dC only: the gradient product reads E from storage, P as vectors (kernels/fused/dc_product.ts). */
-  dCDirect?: boolean;
-  /** dC direct only: the logits product staged as [k][row] arrays (GemmTile.stage2d). */
-  dCStage2d?: boolean;
-}
+import type { TilePassKernelOptions } from "./kept_tiles_options.ts";
+export type { TilePassKernelOptions } from "./kept_tiles_options.ts";
+import {
+  dCDirectProductWgsl,
+  dCDirectPsDecl,
+  dCDirectPsStore,
+  dCDirectRows,
+} from "./dc_product.ts";
 
 /** What the tile pass's pieces are decided from (one place per switch). */
 interface _TileShape {
@@ -179,8 +107,9 @@ interface _TileShape {
   fold: boolean;
   /** dC ordered: long walks split ({@link TilePassKernelOptions.split}). */
   split: boolean;
-  /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}). */
+  /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}), its rows16. */
   direct: boolean;
+  rows16: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -220,6 +149,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     fold: !dE && o.foldTargets === true,
     split: !dE && filter && o.ordered === true && o.split === true,
     direct: !dE && o.dCDirect === true,
+    rows16: !dE && o.dCDirect === true && vec && o.dCRows16 === true,
   };
 }
 
@@ -235,7 +165,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
  */
 function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
-  const out = s.out16 ? (s.direct && s.vec ? "vec4<u32>" : "u32") : "f32";
+  const out = s.out16 ? (s.direct && s.vec ? `vec${s.rows16 ? 2 : 4}<u32>` : "u32") : "f32";
   return signature({
     params: u32s("tS tE eR0 vS vE cR0 oR0 d tBase vBase vTotal nOuter lo hi sRows"),
     bindings: {
@@ -251,6 +181,7 @@ function _tileSignature(s: _TileShape) {
       targets: { elem: "i32", access: "read", when: s.fold },
       coef: { elem: "f32", access: "read", when: s.fold },
       folded: { elem: "u32", access: "read_write", when: s.fold },
+      ev: { elem: "vec2<u32>", access: "read", when: s.rows16 },
     },
     layout: { pad: ["_b"], breaks: [8] },
   });
@@ -319,15 +250,19 @@ function _foldLanes(s: _TileShape, tok: Lane[], voc: Lane[], vrow: (x: string) =
 
 /** Per output row lane: ov_ (inside the segment) and ob_ (its offset in the output binding). */
 function _outRows(s: _TileShape, vrow: (x: string) => string): string {
-  return tileLanes(accSlots(s.t)).rows.map((l) =>
-    s.dE
-      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
-      : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
-        s.split
-          ? _outRow(s, `min(o0 + ${l.expr}, P.vE - 1u)`)
-          : vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
-      } - P.oR0) * P.d, ov_${l.key});`
-  ).join("\n    ");
+  const pr = s.rows16 ? dCDirectRows(s.t) : undefined; // and the product's 16 rows a thread
+  return [
+    ...pr ? [pr.pre] : [],
+    ...[...tileLanes(accSlots(s.t)).rows, ...pr?.lanes ?? []].map((l) =>
+      s.dE
+        ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
+        : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
+          s.split
+            ? _outRow(s, `min(o0 + ${l.expr}, P.vE - 1u)`)
+            : vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
+        } - P.oR0) * P.d, ov_${l.key});`
+    ),
+  ].join("\n    ");
 }
 
 /** dC split: the output tile's row at position x (a borrowed tile's own rows through s_orows). */
@@ -554,7 +489,8 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const direct = { tile: t, dtype: o.dtype, vec: s.vec, out16: !!s.out16, split: s.split };
+  const { vec, split, rows16 } = s;
+  const direct = { tile: t, dtype: o.dtype, vec, out16: !!s.out16, split, rows16 };
   const logits = logitsMainloop(
     { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec },
     false,
