@@ -106,7 +106,6 @@ export interface FusedKernelOptions {
     | "dCSplit"
     | "dCProduct"
     | "dCStage2d"
-    | "dCRows16"
   >;
   denseChunkRows?: number;
 }

@@ -52,8 +52,6 @@ export interface BackwardCase {
   dCProduct?: FusedBackwardOptions["dCProduct"];
   /** The direct dC pass's logits on [k][row] staging. */
   dCStage2d?: boolean;
-  /** The direct dC product's 16 rows a thread. */
-  dCRows16?: boolean;
 }
 
 /** A parity case of the backward's tests: the input and gradient dtypes, β, softcap, d, order. */

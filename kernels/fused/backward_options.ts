@@ -75,8 +75,6 @@ export interface BackwardOptionsPlan {
   dCProduct?: "staged" | "direct";
   /** FusedBackwardOptions.dCStage2d, its default resolved. */
   dCStage2d?: boolean;
-  /** FusedBackwardOptions.dCRows16, its default resolved. */
-  dCRows16: boolean;
 }
 
 /** Validates the options and fills in the defaults. */
@@ -141,7 +139,6 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),
-    dCRows16: o.dCRows16 ?? false,
   };
 }
 

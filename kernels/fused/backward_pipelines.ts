@@ -104,7 +104,6 @@ export async function compileBackward(
     // the direct product where E is read 16 bytes at a time (FusedBackwardOptions.dCProduct)
     dCDirect: (p.dCProduct ?? (dCVec ? "direct" : "staged")) === "direct",
     dCStage2d: p.dCStage2d,
-    dCRows16: p.dCRows16,
   }, "fused_backward_dC");
   const dCOrder = p.dCOrder ? await prepareDCOrder(ctx) : undefined;
   const dCSplit = p.dCSplit

@@ -124,12 +124,6 @@ export interface FusedBackwardOptions {
    * faster on the H200; off under Dawn, where it did not (docs/performance.md).
    */
   dCStage2d?: boolean;
-  /**
-   * The direct dC pass's gradient product with 16 vocabulary rows × 4 columns of d a thread
-   * (E read 8 bytes a token) instead of its 8 logits rows × 8 columns, the same dC bit for bit
-   * (kernels/fused/dc_product.ts). Only where E is read 16 bytes at a time. Default: off.
-   */
-  dCRows16?: boolean;
 }
 
 /** The dC split's tuning (kernels/fused/dc_split.ts): both default there. */

@@ -20,18 +20,12 @@
  * dC's row lane (8 columns, 4 words) is read and written as one 16-byte vector: the pass binds its
  * output as vec4<u32> there (kernels/fused/kept_tiles.ts).
  *
- * With `rows16` (E read 16 bytes a token, E also bound as 8-byte pairs of words, `ev`) a thread
- * owns 16 consecutive vocabulary rows of the tile instead of its logits lanes, and 4 columns of
- * d: each 8-byte load of E then serves 64 fma, as a 16-byte one does with 8 rows, half the bytes
- * of E a multiply; P is read a row at a time (4 tokens as a vector) where its multiplies are, so
- * 4 values of P are live instead of 32. Its rows' ov_ and ob_ come from {@link dCDirectRows}.
- *
  * Each output element is the same sum as the staged product's, term by term in token order with
  * the same fma, then the same read-modify-write, so dC is the same bit for bit.
  * @module
  */
 import type { Dtype } from "../../core/options.ts";
-import { accSlots, type GemmTile, tileThreads } from "../gemm_codegen.ts";
+import { accSlots, type GemmTile } from "../gemm_codegen.ts";
 import { loadF32 } from "../wgsl_common.ts";
 import { type Lane, tileLanes } from "./backward_wgsl.ts";
 
@@ -46,33 +40,11 @@ export interface DCDirectProductOptions {
   out16: boolean;
   /** dC split: `fresh` (the segment's first update of a borrowed tile) writes instead of adding. */
   split: boolean;
-  /** 16 rows × 4 columns a thread (needs `vec`; the `ev` binding), else its logits lanes × 8. */
-  rows16?: boolean;
 }
 
-/** Threads across a chunk with 16 rows a thread. */
-function _cols16(t: GemmTile): number {
-  if (t.bm % 16 !== 0 || tileThreads(t) % (t.bm / 16) !== 0) {
-    throw new RangeError(`dC direct product: 16 rows a thread do not divide tile ${t.bm}×${t.bn}`);
-  }
-  return tileThreads(t) / (t.bm / 16);
-}
-
-/** Columns of d a chunk of the product covers (8 a thread, bn/tn threads across; 16 rows: 4). */
-export function dCDirectChunk(t: GemmTile, rows16 = false): number {
-  return rows16 ? 4 * _cols16(t) : 8 * (t.bn / t.tn);
-}
-
-/**
- * A thread's 16 vocabulary rows of the product with `rows16`: the row lanes (keys p0 … p15, whose
- * ov_ and ob_ the caller declares after `pre`).
- */
-export function dCDirectRows(t: GemmTile): { pre: string; lanes: Lane[] } {
-  const cols = _cols16(t);
-  return {
-    pre: `let pr_ = lid / ${cols}u; let pc_ = lid % ${cols}u;`,
-    lanes: Array.from({ length: 16 }, (_, i) => ({ key: `p${i}`, expr: `(16u * pr_ + ${i}u)` })),
-  };
+/** Columns of d a chunk of the product covers (8 a thread, bn/tn threads across). */
+export function dCDirectChunk(t: GemmTile): number {
+  return 8 * (t.bn / t.tn);
 }
 
 /** The workgroup array P is staged in: vec4 along the tokens (bm·bn/4 of them). */
@@ -164,7 +136,6 @@ function _rmw(o: DCDirectProductOptions, r: Lane): string {
  * tile's tokens), t0, tm, tn, the row lanes' ov_ and ob_, and with `split` `fresh`.
  */
 export function dCDirectProductWgsl(o: DCDirectProductOptions): string {
-  if (o.rows16) return _rows16Wgsl(o);
   const t = o.tile;
   const CH = dCDirectChunk(t);
   // the thread's vocabulary rows: its logits lanes (their keys name ov_ and ob_)
@@ -230,85 +201,4 @@ function _fullLoop(o: DCDirectProductOptions, step: string): string {
             let g = ${t.bn / 4 - 1}u;
             ${step}
           }`;
-}
-
-/** E's 4 columns of a pair of words (bf16) as a vec4<f32>. */
-function _quad(w: string): string {
-  return `vec4<f32>(bitcast<f32>(${w}.x << 16u), bitcast<f32>(${w}.x & 0xffff0000u), ` +
-    `bitcast<f32>(${w}.y << 16u), bitcast<f32>(${w}.y & 0xffff0000u))`;
-}
-
-/** The product with 16 rows × 4 columns a thread ({@link DCDirectProductOptions.rows16}). */
-function _rows16Wgsl(o: DCDirectProductOptions): string {
-  const t = o.tile;
-  if (!o.vec) throw new RangeError("dC direct product: 16 rows a thread need E's vector loads");
-  const CH = dCDirectChunk(t, true);
-  const lanes = dCDirectRows(t).lanes;
-  const qs = lanes.map((r) => `var q_${r.key} = vec4<f32>(0.0);`).join(" ");
-  // four tokens' multiplies: E's columns unpacked once, then a row at a time its P and fma
-  const step = [
-    ...[0, 1, 2, 3].map((kk) => `let f${kk} = ${_quad(`e${kk}`)};`),
-    ...lanes.map((r) =>
-      `{ let a = Ps[${r.expr} * ${t.bn / 4}u + g]; ${
-        ["x", "y", "z", "w"].map((c, kk) =>
-          `q_${r.key} = fma(vec4<f32>(a.${c}), f${kk}, q_${r.key});`
-        )
-          .join(" ")
-      } }`
-    ),
-  ].join("\n            ");
-  const ld = (name: string, k: string) =>
-    `var ${name} = vec2<u32>(0u);
-          if (${k} < kdepth && col < P.d) { ${name} = ev[((t0 + ${k} - P.eR0) * P.d + col) / 4u]; }`;
-  const cur = [0, 1, 2, 3].map((kk) => ld(`e${kk}`, `${kk}u`));
-  const next = [0, 1, 2, 3].map((kk) => ld(`n${kk}`, `k + ${4 + kk}u`));
-  const fl = (name: string, kk: number, base: string) =>
-    `var ${name} = ev[${base}${kk ? ` + ${kk}u * ew` : ""}];`;
-  const rmw = lanes.map((r) => {
-    const q = `q_${r.key}`;
-    if (o.out16) {
-      const prev = o.split ? "select(outp[wi], vec2<u32>(0u), fresh)" : "outp[wi]";
-      const pair = (w: number, old: string) =>
-        `to16(from16(${old} & 0xffffu) + ${q}[${2 * w}]) | (to16(from16(${old} >> 16u) + ${q}[${
-          2 * w + 1
-        }]) << 16u)`;
-      return `if (ov_${r.key} && col < P.d) { let wi = (ob_${r.key} + col) >> 2u; let old = ${prev}; outp[wi] = vec2<u32>(${
-        pair(0, "old.x")
-      }, ${pair(1, "old.y")}); }`;
-    }
-    return [0, 1, 2, 3].map((j) =>
-      `if (ov_${r.key} && col < P.d) { let i = ob_${r.key} + col + ${j}u; outp[i] = ${
-        o.split ? "select(outp[i], 0.0, fresh)" : "outp[i]"
-      } + ${q}[${j}]; }`
-    ).join(SEP);
-  });
-  return `for (var dc = 0u; dc < P.d; dc += ${CH}u) {
-        let col = dc + 4u * pc_;
-        ${qs}
-        if (kdepth == ${t.bn}u && dc + ${CH}u <= P.d) {
-          let ew = P.d / 4u;
-          var ei = ((t0 - P.eR0) * P.d + col) / 4u;
-          ${[0, 1, 2, 3].map((kk) => fl(`e${kk}`, kk, "ei")).join(" ")}
-          for (var g = 0u; g < ${t.bn / 4 - 1}u; g++) {
-            let ni = ei + 4u * ew;
-            ${[0, 1, 2, 3].map((kk) => fl(`n${kk}`, kk, "ni")).join(" ")}
-            ${step}
-            e0 = n0; e1 = n1; e2 = n2; e3 = n3;
-            ei = ni;
-          }
-          {
-            let g = ${t.bn / 4 - 1}u;
-            ${step}
-          }
-        } else {
-          ${cur.join("\n          ")}
-          for (var g = 0u; g < (kdepth + 3u) / 4u; g++) {
-            let k = 4u * g;
-            ${next.join("\n            ")}
-            ${step}
-            e0 = n0; e1 = n1; e2 = n2; e3 = n3;
-          }
-        }
-        ${rmw.join("\n        ")}
-      }`;
 }

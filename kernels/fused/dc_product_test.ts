@@ -33,14 +33,6 @@ Deno.test("dC direct product: chunks of 8 columns a thread, no barrier, P read a
   assert.ok(!scalar.includes("kdepth == 128u"), "8 scalar loads: the general loop only");
   // and 4 words a row lane, each its own read-modify-write
   assert.equal((scalar.match(/select\(outp\[wi\], 0u, fresh\)/g) ?? []).length, 8 * 4);
-  // 16 rows × 4 columns a thread: 8-byte loads of E, each row's P read where it is multiplied
-  const r16 = { tile: t, dtype: "bf16" as const, vec: true, out16: true, split: true };
-  const w16 = dCDirectProductWgsl({ ...r16, rows16: true });
-  assert.equal(dCDirectChunk(t, true), 256);
-  assert.ok(!w16.includes("workgroupBarrier") && w16.includes("ev[ei + 3u * ew]"), w16);
-  assert.ok(w16.includes("let a = Ps[(16u * pr_ + 15u) * 32u + g];"), w16);
-  assert.equal((w16.match(/select\(outp\[wi\], vec2<u32>\(0u\), fresh\)/g) ?? []).length, 16);
-  assert.throws(() => dCDirectProductWgsl({ ...r16, vec: false, rows16: true }), /vector loads/);
 });
 
 Deno.test({
@@ -55,8 +47,6 @@ Deno.test({
       shardRows?: number;
       /** Also run the logits on [k][row] staging, checked bit for bit against the staged. */
       stage2d?: boolean;
-      /** Also run the product with 16 rows a thread (E read 16 bytes a token), likewise. */
-      rows16?: boolean;
     };
     // the hardware tile where the adapter has its workgroup memory (not lavapipe's 32 KiB)
     const small = BACKWARD_TILE_SMALL;
@@ -75,7 +65,6 @@ Deno.test({
         hot: [5, 600],
         split: true,
         stage2d: true,
-        rows16: true,
       },
       // sorted rows, softcap, d even but not a multiple of 8: scalar loads, 16-bit pairs
       {
@@ -112,18 +101,6 @@ Deno.test({
         split: true,
       },
       { tile: small, dtype: "f32", beta: 0.1, d: 20, gradDtype: "f32", sort: true, hot: [9, 300] },
-      // bf16 with f32 gradients: 16-byte loads of E, dC's f32 rows read and written as scalars
-      {
-        tile: wide,
-        dtype: "bf16",
-        beta: 0.1,
-        d: 48,
-        gradDtype: "f32",
-        sort: true,
-        hot: [5, 70],
-        split: true,
-        rows16: true,
-      },
       // E and C in shards of 300 rows: several token segments, a chunk past d = 264; the whole
       // token tiles' whole chunks take the loop without bounds tests, the rest the general one
       {
@@ -136,7 +113,6 @@ Deno.test({
         hot: [5, 400],
         shardRows: 300,
         stage2d: true,
-        rows16: true,
       },
     ];
     const report: string[] = [];
@@ -168,12 +144,6 @@ Deno.test({
         const s2d = { ...b, dCProduct: "direct" as const, dCStage2d: true };
         const s2 = await runBackward(ctx, x, o, cs.dtype, s2d);
         assert.deepEqual(s2.got.dC, staged.got.dC, `${tag}: [k][row] logits, dC bit for bit`);
-      }
-      if (cs.rows16) {
-        const r16 = { ...b, dCProduct: "direct" as const, dCRows16: true };
-        const r = await runBackward(ctx, x, o, cs.dtype, r16);
-        assert.deepEqual(r.got.dC, staged.got.dC, `${tag}: 16 rows a thread, dC bit for bit`);
-        assert.deepEqual(r.again.dC, r.got.dC, `${tag}: 16 rows a thread, reproducible`);
       }
       if (cs.gradDtype === "f32") {
         assertGrads(`${tag} direct`, direct.got, direct.ref, x.d);

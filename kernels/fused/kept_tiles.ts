@@ -74,12 +74,7 @@ import { signature, u32s } from "../../gpu/signature.ts";
 import { firstEmptyWgsl } from "./dc_split.ts";
 import type { TilePassKernelOptions } from "./kept_tiles_options.ts";
 export type { TilePassKernelOptions } from "./kept_tiles_options.ts";
-import {
-  dCDirectProductWgsl,
-  dCDirectPsDecl,
-  dCDirectPsStore,
-  dCDirectRows,
-} from "./dc_product.ts";
+import { dCDirectProductWgsl, dCDirectPsDecl, dCDirectPsStore } from "./dc_product.ts";
 
 /** What the tile pass's pieces are decided from (one place per switch). */
 interface _TileShape {
@@ -107,9 +102,8 @@ interface _TileShape {
   fold: boolean;
   /** dC ordered: long walks split ({@link TilePassKernelOptions.split}). */
   split: boolean;
-  /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}), its rows16. */
+  /** dC: the direct gradient product ({@link TilePassKernelOptions.dCDirect}). */
   direct: boolean;
-  rows16: boolean;
 }
 
 function _tileShape(o: TilePassKernelOptions): _TileShape {
@@ -149,7 +143,6 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
     fold: !dE && o.foldTargets === true,
     split: !dE && filter && o.ordered === true && o.split === true,
     direct: !dE && o.dCDirect === true,
-    rows16: !dE && o.dCDirect === true && vec && o.dCRows16 === true,
   };
 }
 
@@ -165,7 +158,7 @@ function _tileShape(o: TilePassKernelOptions): _TileShape {
  */
 function _tileSignature(s: _TileShape) {
   const st = wgslStorageType(s.o.dtype, s.vec);
-  const out = s.out16 ? (s.direct && s.vec ? `vec${s.rows16 ? 2 : 4}<u32>` : "u32") : "f32";
+  const out = s.out16 ? (s.direct && s.vec ? "vec4<u32>" : "u32") : "f32";
   return signature({
     params: u32s("tS tE eR0 vS vE cR0 oR0 d tBase vBase vTotal nOuter lo hi sRows"),
     bindings: {
@@ -181,7 +174,6 @@ function _tileSignature(s: _TileShape) {
       targets: { elem: "i32", access: "read", when: s.fold },
       coef: { elem: "f32", access: "read", when: s.fold },
       folded: { elem: "u32", access: "read_write", when: s.fold },
-      ev: { elem: "vec2<u32>", access: "read", when: s.rows16 },
     },
     layout: { pad: ["_b"], breaks: [8] },
   });
@@ -250,19 +242,15 @@ function _foldLanes(s: _TileShape, tok: Lane[], voc: Lane[], vrow: (x: string) =
 
 /** Per output row lane: ov_ (inside the segment) and ob_ (its offset in the output binding). */
 function _outRows(s: _TileShape, vrow: (x: string) => string): string {
-  const pr = s.rows16 ? dCDirectRows(s.t) : undefined; // and the product's 16 rows a thread
-  return [
-    ...pr ? [pr.pre] : [],
-    ...[...tileLanes(accSlots(s.t)).rows, ...pr?.lanes ?? []].map((l) =>
-      s.dE
-        ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
-        : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
-          s.split
-            ? _outRow(s, `min(o0 + ${l.expr}, P.vE - 1u)`)
-            : vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
-        } - P.oR0) * P.d, ov_${l.key});`
-    ),
-  ].join("\n    ");
+  return tileLanes(accSlots(s.t)).rows.map((l) =>
+    s.dE
+      ? `let ov_${l.key} = (t0 + ${l.expr}) < P.tE; let ob_${l.key} = select(0u, (t0 + ${l.expr} - oR0) * P.d, ov_${l.key});`
+      : `let ov_${l.key} = (v0 + ${l.expr}) < P.vE; let ob_${l.key} = select(0u, (${
+        s.split
+          ? _outRow(s, `min(o0 + ${l.expr}, P.vE - 1u)`)
+          : vrow(`min(v0 + ${l.expr}, P.vE - 1u)`)
+      } - P.oR0) * P.d, ov_${l.key});`
+  ).join("\n    ");
 }
 
 /** dC split: the output tile's row at position x (a borrowed tile's own rows through s_orows). */
@@ -489,8 +477,7 @@ export function tilePassWgsl(o: TilePassKernelOptions): string {
   const zero = accVecs(t).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const zeroGrad = accVecs(gt).map((v) => `${v} = vec4<f32>(0.0);`).join(" ");
   const accNames = [...new Set([...accVecs(t), ...accVecs(gt)])];
-  const { vec, split, rows16 } = s;
-  const direct = { tile: t, dtype: o.dtype, vec, out16: !!s.out16, split, rows16 };
+  const direct = { tile: t, dtype: o.dtype, vec: s.vec, out16: !!s.out16, split: s.split };
   const logits = logitsMainloop(
     { tile: t, dtype: o.dtype, crow, tokenRows: dE, vec: s.vec },
     false,

@@ -81,6 +81,4 @@ export interface TilePassKernelOptions {
   dCDirect?: boolean;
   /** dC direct only: the logits product staged as [k][row] arrays (GemmTile.stage2d). */
   dCStage2d?: boolean;
-  /** dC direct with vecLoads only: 16 rows × 4 columns a thread (dc_product.ts; binds `ev` last). */
-  dCRows16?: boolean;
 }

@@ -150,8 +150,6 @@ export function recordDCPass(
           ...o.tail,
           order: o.order,
           ...o.fold,
-          // the direct product's 8-byte loads of E (16 rows a thread)
-          ev: o.kernel.sig.bindings.some((b) => b.name === "ev") ? es.buffer : undefined,
         });
         p.dispatch(kernel.pipeline, bg, groups);
       }
