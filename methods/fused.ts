@@ -106,6 +106,7 @@ export interface FusedKernelOptions {
     | "dCSplit"
     | "dCProduct"
     | "dCStage2d"
+    | "mapRefine"
   >;
   denseChunkRows?: number;
 }
@@ -394,7 +395,8 @@ export const fusedTileMap: LceMethod = fusedMethod({
   name: "fused-tilemap",
   label: "Ours + tile map",
   description: "Ours without sorting; the forward keeps each tile's largest logit, and the " +
-    "backward's gradient filter reads those maxima instead of recomputing the tiles",
+    "backward's gradient filter reads those maxima instead of recomputing every tile (then " +
+    "recomputes only the tiles they keep, where they keep at most 75%)",
   filter: true,
   sort: false,
   fusedForwardBackward: false,

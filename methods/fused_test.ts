@@ -437,3 +437,61 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "fused-tilemap: the refined map keeps the exact filter's tiles (gradients bit for bit " +
+    "fused-nosort's), taken by the map's kept fraction",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const o = resolveOptions({ beta: 0.1, reduction: "mean" });
+    const map = (mapRefine: "auto" | "always" | "never") =>
+      fusedMethod({
+        name: `fused-tilemap-${mapRefine}`,
+        label: "Ours + tile map",
+        description: "",
+        filter: true,
+        sort: false,
+        fusedForwardBackward: false,
+        gradDtype: "input",
+        tileMap: true,
+      }, { backward: { mapRefine } });
+    const run = (m: LceMethod, x: HostInputs) =>
+      runMethod(ctx, m, x, o, { dtype: "bf16", gradOutput: 1.3 });
+    const report: string[] = [];
+    // the map's bound keeps tiles the exact filter drops (its slack, and L_min the least LSE of
+    // a token tile): at α = 18 about 44% of them (refined), at α = 17 about 81% (not)
+    for (const alpha of [18, 17]) {
+      const x = _peaked({ n: 140, v: 1000, d: 33, alpha, dtype: "bf16" });
+      const exact = await run(fusedNoSort, x);
+      const always = await run(map("always"), x);
+      const never = await run(map("never"), x);
+      const auto = await run(map("auto"), x);
+      const st = (r: typeof exact) => r.stats!;
+      const total = st(exact).tilesTotal!;
+      const keptBy = (r: typeof exact) => total - st(r).tilesSkipped!;
+      report.push(
+        `α ${alpha}: exact keeps ${keptBy(exact)}, the map ${keptBy(never)} of ${total}; ` +
+          `auto refined ${st(auto).mapRefined}`,
+      );
+      assert.equal(st(always).mapRefined, 1, `α ${alpha}: always refines`);
+      assert.equal(keptBy(always), keptBy(exact), `α ${alpha}: refined, the exact filter's count`);
+      for (const k of ["loss", "dE", "dC"] as const) {
+        assert.deepEqual(always[k], exact[k], `α ${alpha}: ${k} bit for bit fused-nosort's`);
+      }
+      assert.equal(st(never).mapRefined, undefined, `α ${alpha}: never records no refine`);
+      assert.ok(keptBy(never) >= keptBy(exact), `α ${alpha}: the map keeps a superset`);
+      // auto: refined where the map keeps at most 75% of the tiles, else the map's mask stands
+      const refine = keptBy(never) <= 0.75 * total;
+      assert.equal(st(auto).mapRefined, refine ? 1 : 0, `α ${alpha}: auto`);
+      const want = refine ? always : never;
+      assert.equal(keptBy(auto), keptBy(want), `α ${alpha}: auto's count`);
+      for (const k of ["dE", "dC"] as const) {
+        assert.deepEqual(auto[k], want[k], `α ${alpha}: auto's ${k}`);
+      }
+      assert.ok(keptBy(never) > keptBy(exact), `${report.at(-1)}: the map keeps more`);
+      assert.equal(refine, alpha === 18, `${report.at(-1)}: the fixture's intent`);
+    }
+    console.log(report.join("\n"));
+  },
+});

@@ -29,7 +29,9 @@
  *    recorded and the `order decision` pass (kernels/fused/order_decision.ts), and with dE splits
  *    the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
- *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products).
+ *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products); then, where
+ *    recorded, `map refine decision` and under its gate `map refine`, the exact filter over the
+ *    tiles the map keeps (kernels/fused/map_refine.ts).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
  * 4. With the filter, by default, pass `dE plan`, then `kept g` and `dE` (gathered_de.ts) in
  *    rounds of token tiles: the kept tiles' g in dC's not yet written storage, then each token
@@ -196,6 +198,8 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
   if (pipes.mapFilter && mask && counter) {
     const { tileMap } = a as Required<FusedBackwardArgs>;
     pipes.mapFilter.record(rec, { ...base, tileMap, lse: a.lse, w: a.w, mask, counter });
+    const { targets, lse, w } = a, tiles = r.tTotal * r.vTotal, d = p.spec.d;
+    pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d });
   }
   if (filterPass && p.filterTile && mask && counter) {
     recordFilterPass({
@@ -408,6 +412,7 @@ export async function prepareFusedBackward(
       pipes.gathered?.release();
       pipes.dense?.release();
       pipes.denseDC?.release();
+      pipes.mapRefine?.release();
     },
     usedDERounds() {
       return pipes.gathered && pipes.gathered.lastRounds > 0
@@ -427,12 +432,13 @@ export async function prepareFusedBackward(
       };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
       const dE = pipes.dense ? { denseDE: (await pipes.dense.took()) ? 1 : 0 } : {};
+      const map = pipes.mapRefine ? { mapRefined: (await pipes.mapRefine.refined()) ? 1 : 0 } : {};
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
         ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
         : {};
       // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once
       if (dC.denseDC === 1) roundings.dC = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
-      return { ...stats, ...split, ...dE, ...dC };
+      return { ...stats, ...split, ...dE, ...dC, ...map };
     },
     record(rec, a) {
       checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);

@@ -24,6 +24,7 @@ import {
 } from "./backward_tiles.ts";
 import { defaultFilterTile, type FilterPassKernelOptions, filterPassWgsl } from "./filter.ts";
 import type { TileMapTile } from "./tile_map.ts";
+import type { MapRefineMode } from "./map_refine.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
 import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
@@ -51,6 +52,8 @@ export interface BackwardOptionsPlan {
   filterScales: boolean;
   /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
   mapTile?: TileMapTile;
+  /** With it, the exact filter's refine of its mask, where recorded, and that filter's tile. */
+  mapRefine?: { mode: Exclude<MapRefineMode, "never">; filterTile: GemmTile };
   /** The order decision runs (sorting with the filter, decideOrder). */
   decide: boolean;
   /** With it, the sorted order's work only where its bound may win (sortBound). */
@@ -127,6 +130,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
     filterScales: o.filterKernel !== undefined,
     mapTile,
+    mapRefine: _mapRefine(ctx, o, mapTile !== undefined, tile),
     decide,
     sortBound: decide && (o.sortBound ?? !ctx.report.isFallbackAdapter),
     balanced: eps !== null && splits > 1,
@@ -140,6 +144,13 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),
   };
+}
+
+/** The map filter's refine where it is recorded: by default on hardware adapters only. */
+function _mapRefine(ctx: GpuContext, o: FusedBackwardOptions, map: boolean, tile: BackwardTile) {
+  const mode = o.mapRefine ?? (ctx.report.isFallbackAdapter ? "never" : "auto");
+  if (!map || mode === "never") return undefined;
+  return { mode, filterTile: o.filterTile ?? defaultFilterTile(ctx, tile) };
 }
 
 /** The dC split's tuning where it is recorded: with the dC order, by default on hardware only. */

@@ -26,6 +26,7 @@ import { gatheredDETile, prepareGatheredDE } from "./gathered_de.ts";
 import { prepareDCOrder } from "./dc_order.ts";
 import { prepareDCSplit } from "./dc_split.ts";
 import { prepareDenseDE } from "./dense_de.ts";
+import { prepareMapRefine } from "./map_refine.ts";
 import { type DenseDCPlan, prepareDenseDC } from "./dense_dc.ts";
 import type { BackwardOptionsPlan } from "./backward_options.ts";
 
@@ -70,7 +71,25 @@ async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
     ? await prepareMapFilter(ctx, { tile, mapTile: p.mapTile, opts: p.opts, v: spec.v, eps })
     : undefined;
   const sortBound = p.sortBound ? await prepareSortBound(ctx, tile) : undefined;
-  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound };
+  // the map's refine: the FMA filter the plain rows take, in the own order (map_refine.ts)
+  const r = p.mapRefine;
+  const mapRefine = eps !== null && r
+    ? await prepareMapRefine(ctx, {
+      filter: {
+        tile,
+        dtype: spec.dtype,
+        opts: p.opts,
+        v: spec.v,
+        eps,
+        filterTile: r.filterTile,
+        vecLoads: vecLoadsFit(r.filterTile, spec.dtype, spec.d),
+        sort: false,
+      },
+      filterTile: r.filterTile,
+      mode: r.mode,
+    })
+    : undefined;
+  return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound, mapRefine };
 }
 
 /**

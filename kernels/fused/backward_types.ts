@@ -12,6 +12,7 @@ import type { GemmTile } from "../gemm_codegen.ts";
 import type { Dtype16 } from "../cast16.ts";
 import type { GradDtype, WorkspaceLayout } from "./backward_plan.ts";
 import type { BackwardTile } from "./backward_tiles.ts";
+import type { MapRefineMode } from "./map_refine.ts";
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
@@ -74,6 +75,12 @@ export interface FusedBackwardOptions {
    * instead of recomputing every tile. Needs the filter and the vocabulary's own order (no sort).
    */
   mapFilter?: { tile: TileMapTile };
+  /**
+   * With the map filter: refine its mask by the exact filter over the tiles it keeps where it
+   * keeps at most 75% of them (`auto`), always, or never (kernels/fused/map_refine.ts). Default:
+   * `auto` on hardware adapters, `never` on software ones (a filter pass more).
+   */
+  mapRefine?: MapRefineMode;
   /**
    * The filter pass of another kernel family (the tensor-core one, kernels/tc/tc_filter.ts): its
    * WGSL from the filter's own options, with the same parameters and bindings (and
@@ -162,6 +169,8 @@ export interface FusedBackwardStats {
   denseDE?: number;
   /** 1 where the last record's dC took the dense path, 0 where the kept tiles' (with one). */
   denseDC?: number;
+  /** 1 where the last record refined the tile map's mask, 0 where not (with a refine). */
+  mapRefined?: number;
   /** The extra dC walk segments of the last record, where the dC split is recorded. */
   dCSplits?: number;
   /**

@@ -102,6 +102,14 @@ export interface FilterPassKernelOptions {
    * operands' scales there (the tensor-core one, kernels/tc/tc_filter_wgsl.ts).
    */
   scales?: boolean;
+  /**
+   * Refine a mask in place instead of filling a zeroed one (the tile map's exact filter,
+   * kernels/fused/tile_map.ts): a workgroup none of whose backward tiles is set in the mask stops
+   * before its products; the others clear the bits of their set tiles that keep no element and
+   * take them off counter[0]. The kept tiles are then exactly those the mask held and the plain
+   * pass keeps. Not with entry bits.
+   */
+  refine?: boolean;
 }
 
 /** What the filter pass's pieces are decided from (one place per switch). */
@@ -126,6 +134,7 @@ interface _FilterShape {
   vec: boolean;
   /** Words of the workgroup's entry bits per token sub-tile (columns v0 … v0 + bn − 1). */
   HW: number;
+  refine: boolean;
 }
 
 function _filterShape(o: FilterPassKernelOptions): _FilterShape {
@@ -136,11 +145,12 @@ function _filterShape(o: FilterPassKernelOptions): _FilterShape {
   if (!Number.isInteger(subT) || !Number.isInteger(subV) || subT * subV > 32) {
     throw new RangeError(`filter tile ${JSON.stringify(t)} does not cover whole backward tiles`);
   }
-  const hot = o.entryBits === true;
+  const hot = o.entryBits === true, refine = o.refine === true;
   if (hot && o.sort) throw new RangeError("filter pass: entry bits are taken in the own order");
+  if (hot && refine) throw new RangeError("filter pass: a refining pass records no entry bits");
   const colReg = hot && subT === 1;
   const HW = t.bn / 32 + 1, set = hot && !colReg;
-  return { o, t, TT, VT, subT, subV, hot, colReg, set, vec: o.vecLoads === true, HW };
+  return { o, t, TT, VT, subT, subV, hot, colReg, set, vec: o.vecLoads === true, HW, refine };
 }
 
 /**
@@ -263,6 +273,50 @@ function _entryBitsFlush(s: _FlushShape): string {
   }`;
 }
 
+/**
+ * The loop over the workgroup's backward tiles inside the segment, `body` seeing `bit` (index
+ * a·subV + b) and `mi` (the tile's mask bit).
+ */
+function _eachTile(s: _FlushShape, body: string): string {
+  return `for (var a = 0u; a < ${s.subT}u; a++) {
+      let ts = t0 + a * ${s.TT}u;
+      if (ts >= P.tE) { break; }
+      for (var b = 0u; b < ${s.subV}u; b++) {
+        let vs = v0 + b * ${s.VT}u;
+        if (vs >= P.vE) { break; }
+        let bit = a * ${s.subV}u + b;
+        let mi = (P.tBase + (ts - P.tS) / ${s.TT}u) * P.vTotal + P.vBase + (vs - P.vS) / ${s.VT}u;
+        ${body}
+      }
+    }`;
+}
+
+/** A refining pass's start: the mask's bits of its tiles (`prior`), and none set: stop. */
+function _refineStart(s: _FlushShape): string {
+  return `if (lid == 0u) {
+    var bits = 0u;
+    ${_eachTile(s, "bits |= ((atomicLoad(&mask[mi >> 5u]) >> (mi & 31u)) & 1u) << bit;")}
+    s_prior = bits;
+  }
+  let prior = workgroupUniformLoad(&s_prior);
+  if (prior == 0u) { return; }`;
+}
+
+/** A refining pass's end (thread 0): the set tiles that keep no element cleared and uncounted. */
+function _refineFlush(s: _FlushShape): string {
+  return `if (lid == 0u) {
+    let drop = prior & ~atomicLoad(&s_any);
+    var n = 0u;
+    ${
+    _eachTile(
+      s,
+      "if (((drop >> bit) & 1u) != 0u) { atomicAnd(&mask[mi >> 5u], ~(1u << (mi & 31u))); n += 1u; }",
+    )
+  }
+    if (n != 0u) { atomicSub(&counter[0], n); }
+  }`;
+}
+
 /** The kept backward tiles' bits set in the mask and counted (thread 0). */
 function _keptTilesFlush(s: _FlushShape, any = "s_any"): string {
   return `if (lid == 0u) {
@@ -304,7 +358,7 @@ const EPS: f32 = ${f32Lit(o.eps)};
 ${_filterSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
-var<workgroup> s_any: atomic<u32>;
+var<workgroup> s_any: atomic<u32>;${s.refine ? "\nvar<workgroup> s_prior: u32;" : ""}
 ${set ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -312,13 +366,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
-  ${set ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
+  ${set ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}${
+    s.refine ? `\n  ${_refineStart(s)}` : ""
+  }
   ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${_filterTest(s)}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
   ${_entryBitsFlush(s)}
-  ${_keptTilesFlush(s)}
+  ${s.refine ? _refineFlush(s) : _keptTilesFlush(s)}
 }
 `;
 }
@@ -433,10 +489,12 @@ export function recordFilterPass(
     hot?: TrackedBuffer;
     /** The `scales` binding of another kernel family's filter (FilterPassKernelOptions.scales). */
     scales?: TrackedBuffer;
+    /** The pass's label (default `fused backward filter`). */
+    label?: string;
   },
 ): void {
   const { rec, e, c, filterTile, kernel } = o;
-  rec.pass("fused backward filter", (p) => {
+  rec.pass(o.label ?? "fused backward filter", (p) => {
     for (const vs of o.voc) {
       const cs = c.shardOf(vs.start);
       const gVoc = Math.ceil((vs.end - vs.start) / filterTile.bn);

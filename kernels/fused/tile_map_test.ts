@@ -292,11 +292,28 @@ async function _masks(
     counter: counter2,
   });
   await rec.finish();
+  const map = _bits(await readWords(ctx, maskMap.buffer, words), tT * vT);
+  const mapCount = (await readWords(ctx, counter2.buffer, 1))[0];
+  // the exact filter refining the map's mask in place (kernels/fused/map_refine.ts)
+  const refine = await ctx.pipeline(
+    filterPassWgsl({ tile: bt, filterTile: ft, dtype, opts: o, v, eps, sort: false, refine: true }),
+    "map refine",
+  );
+  const rec2 = new Recorder(ctx);
+  rec2.pass("map refine", (p) => {
+    const u = rec2.uniform(new Uint32Array([0, n, 0, 0, v, 0, d, 0, 0, vT, 0, 0]), "params");
+    const bufs = [u, r.e.shards[0].buffer, r.c.shards[0].buffer, lse.shards[0].buffer];
+    bufs.push(wt.shards[0].buffer, maskMap, counter2);
+    p.dispatch(refine, rec2.bindGroup(refine, bufs), Math.ceil(n / ft.bm), Math.ceil(v / ft.bn));
+  });
+  await rec2.finish();
   const out = {
     exact: _bits(await readWords(ctx, maskExact.buffer, words), tT * vT),
-    map: _bits(await readWords(ctx, maskMap.buffer, words), tT * vT),
+    map,
+    refined: _bits(await readWords(ctx, maskMap.buffer, words), tT * vT),
     exactCount: (await readWords(ctx, counters.buffer, 1))[0],
-    mapCount: (await readWords(ctx, counter2.buffer, 1))[0],
+    mapCount,
+    refinedCount: (await readWords(ctx, counter2.buffer, 1))[0],
     total: tT * vT,
   };
   for (const b of [maskExact, maskMap, counters, counter2]) b.destroy();
@@ -305,7 +322,8 @@ async function _masks(
 }
 
 Deno.test({
-  name: "map filter: keeps every tile the exact filter keeps, and skips most on the cce recipe",
+  name:
+    "map filter: keeps every tile the exact filter keeps, skips most on the cce recipe; its refine keeps exactly the exact filter's",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
@@ -362,6 +380,9 @@ Deno.test({
       assert.equal(m.mapCount, m.map.length, tag);
       assert.ok(m.exact.length > 0, `${tag}: the exact filter keeps some tiles`);
       assert.ok(m.map.length <= cs.most, `${tag}: the map filter keeps ${m.map.length}`);
+      // refined in place by the exact filter over the map's tiles: the exact filter's tiles
+      assert.deepEqual(m.refined, m.exact, `${tag}: the refined mask`);
+      assert.equal(m.refinedCount, m.exact.length, `${tag}: the refined count`);
       if (m.map.length > m.exact.length) strict++;
     }
     assert.ok(strict >= 2, "some cases have tiles near ε that only the map filter keeps");

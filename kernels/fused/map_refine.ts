@@ -1,0 +1,106 @@
+/**
+ * The tile map's exact filter (`map refine`, the "Ours + tile map" row's backward): after the map
+ * filter (kernels/fused/tile_map.ts) has set the mask from the forward's tile maxima, the filter
+ * pass (kernels/fused/filter.ts, `refine`) recomputes the tiles the map keeps, and only those, and
+ * clears the ones that keep no element. The kept tiles are then those the exact filter keeps (the
+ * map keeps a superset of them: its bound), so the gradient passes after it do the work of `Ours`
+ * without sorting, bit for bit its gradients, at the cost of recomputing the map's tiles once
+ * instead of every tile.
+ *
+ * Where the map keeps more than {@link MAP_REFINE_BELOW} of the tiles the refine is skipped: the
+ * dense dE path (kernels/fused/dense_de.ts, from 0.75) would take most of its work anyway, and a
+ * recompute of nearly every tile costs a product's worth; then the map's mask stands, as before.
+ * The choice is made on the GPU from the map filter's count (kernels/fused/dense_decision.ts),
+ * the refine recorded under a gate of it (gpu/gate.ts): no read back.
+ * @module
+ */
+import type { GpuContext } from "../../gpu/context.ts";
+import { GATE_CAPACITY } from "../../gpu/gate.ts";
+import { compileKernel } from "../../gpu/signature.ts";
+import type { GemmTile } from "../gemm_codegen.ts";
+import {
+  type FilterPassKernelOptions,
+  filterPassSignature,
+  filterPassWgsl,
+  type FilterRecordOptions,
+  recordFilterPass,
+} from "./filter.ts";
+import { type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
+
+/**
+ * The map's kept fraction above which the refine is skipped (`auto`): where the dense dE path
+ * takes over (kernels/fused/dense_de.ts `DENSE_DE_ABOVE`).
+ */
+export const MAP_REFINE_BELOW = 0.75;
+
+/** Whether the tile map's mask is refined: by its kept fraction (`auto`), or always, or never. */
+export type MapRefineMode = "auto" | "always" | "never";
+
+/** What a refine records beside the filter's own (the decision reads the map filter's count). */
+export type MapRefineArgs =
+  & Omit<FilterRecordOptions, "hotWords">
+  & Omit<DensePathArgs, "sortDecided">
+  & { d: number };
+
+/** A compiled refine: its filter pass and its decision. */
+export interface PreparedMapRefine {
+  /** Records pass `map refine decision`, then the refining filter under its gate. */
+  record(a: MapRefineArgs): void;
+  /** Whether the last record refined the mask (reads the decision's flag back). */
+  refined(): Promise<boolean>;
+  release(): void;
+}
+
+/**
+ * Compiles the refine: the filter pass of `filter` (the options the plain filter would take, in
+ * the own order, without entry bits) refining the mask.
+ */
+export async function prepareMapRefine(
+  ctx: GpuContext,
+  o: {
+    filter: FilterPassKernelOptions;
+    filterTile: GemmTile;
+    mode: Exclude<MapRefineMode, "never">;
+  },
+): Promise<PreparedMapRefine> {
+  const fo = { ...o.filter, refine: true, entryBits: false, sort: false, scales: false };
+  const kernel = await compileKernel(
+    ctx,
+    filterPassSignature(fo),
+    filterPassWgsl(fo),
+    "fused_backward_map_refine",
+  );
+  // the decision's flag is 1 where the map keeps more than the threshold: no refine
+  const above = o.mode === "always" ? 2 : MAP_REFINE_BELOW;
+  const decision = await prepareDenseDecision(ctx, { name: "map refine", mode: "auto", above });
+  return {
+    record(a) {
+      decision.record({ ...a, sortDecided: false });
+      const lse = a.lse.shards[0].buffer, w = a.w.shards[0].buffer;
+      decision.under(a.rec, 0, () => {
+        // a gated pass holds at most GATE_CAPACITY dispatches: one a segment pair
+        for (const vs of a.voc) {
+          for (let i = 0; i < a.tok.length; i += GATE_CAPACITY) {
+            recordFilterPass({
+              ...a,
+              voc: [vs],
+              tok: a.tok.slice(i, i + GATE_CAPACITY),
+              hotWords: 0,
+              kernel,
+              filterTile: o.filterTile,
+              lse,
+              w,
+              label: "fused backward map refine",
+            });
+          }
+        }
+      });
+    },
+    async refined() {
+      return !(await decision.took());
+    },
+    release() {
+      decision.release();
+    },
+  };
+}
