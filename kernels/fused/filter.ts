@@ -291,15 +291,55 @@ function _eachTile(s: _FlushShape, body: string): string {
     }`;
 }
 
-/** A refining pass's start: the mask's bits of its tiles (`prior`), and none set: stop. */
-function _refineStart(s: _FlushShape): string {
-  return `if (lid == 0u) {
-    var bits = 0u;
-    ${_eachTile(s, "bits |= ((atomicLoad(&mask[mi >> 5u]) >> (mi & 31u)) & 1u) << bit;")}
-    s_prior = bits;
+/**
+ * WGSL of a refining pass ({@link FilterPassKernelOptions.refine}): workgroup (x, y) walks the
+ * filter tiles y·G … y·G + G − 1 of token block x's row, G = ⌈tiles / num_workgroups.y⌉ (the
+ * record picks the grid), so a grid that would mostly stop at once (the paper's shape: 64,000
+ * filter tiles, a few dozen set) launches a few thousand workgroups, each reading its tiles' bits
+ * and stepping past the unset ones; a tile with bits set is the plain pass's, then its flush.
+ */
+function _refineWgsl(s: _FilterShape, crow: (x: string) => string): string {
+  const { o, t, vec } = s;
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+const EPS: f32 = ${f32Lit(o.eps)};
+${_filterSignature(s).wgsl}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${gemmShared({ tile: t })}
+var<workgroup> s_any: atomic<u32>;
+var<workgroup> s_prior: u32;
+@compute @workgroup_size(${tileThreads(t)})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  ${gemmThreadCoords(t)}
+  let t0 = P.tS + wg.x * ${t.bm}u;
+  let tiles = (P.vE - P.vS + ${t.bn - 1}u) / ${t.bn}u;
+  let group = (tiles + nwg.y - 1u) / nwg.y;
+  for (var gi = 0u; gi < group; gi++) {
+    let vt = wg.y * group + gi;
+    if (vt >= tiles) { break; }
+    let v0 = P.vS + vt * ${t.bn}u;
+    // the mask's bits of the tile's backward tiles; none set: the next tile
+    if (lid == 0u) {
+      atomicStore(&s_any, 0u);
+      var bits = 0u;
+      ${_eachTile(s, "bits |= ((atomicLoad(&mask[mi >> 5u]) >> (mi & 31u)) & 1u) << bit;")}
+      s_prior = bits;
+    }
+    let prior = workgroupUniformLoad(&s_prior);
+    workgroupBarrier(); // s_prior is rewritten by the next tile
+    if (prior == 0u) { continue; }
+    {
+    ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
+    ${_filterTest(s)}
+    if (bits != 0u) { atomicOr(&s_any, bits); }
+    }
+    workgroupBarrier();
+    ${_refineFlush(s)}
+    workgroupBarrier(); // s_any and the staging are rewritten by the next tile
   }
-  let prior = workgroupUniformLoad(&s_prior);
-  if (prior == 0u) { return; }`;
+}
+`;
 }
 
 /** A refining pass's end (thread 0): the set tiles that keep no element cleared and uncounted. */
@@ -352,13 +392,14 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   const s = _filterShape(o);
   const { t, set, vec } = s;
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
+  if (s.refine) return _refineWgsl(s, crow);
   return `${enableDirectives([o.dtype])}
 ${lossConstants(o.opts, o.v)}
 const EPS: f32 = ${f32Lit(o.eps)};
 ${_filterSignature(s).wgsl}
 ${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
 ${gemmShared({ tile: t })}
-var<workgroup> s_any: atomic<u32>;${s.refine ? "\nvar<workgroup> s_prior: u32;" : ""}
+var<workgroup> s_any: atomic<u32>;
 ${set ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -366,15 +407,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let t0 = P.tS + wg.x * ${t.bm}u;
   let v0 = P.vS + wg.y * ${t.bn}u;
   if (lid == 0u) { atomicStore(&s_any, 0u); }
-  ${set ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}${
-    s.refine ? `\n  ${_refineStart(s)}` : ""
-  }
+  ${set ? `if (lid < ${s.subT * s.HW}u) { atomicStore(&s_hot[lid], 0u); }` : ""}
   ${logitsMainloop({ tile: t, dtype: o.dtype, crow, tokenRows: true, vec })}
   ${_filterTest(s)}
   if (bits != 0u) { atomicOr(&s_any, bits); }
   workgroupBarrier();
   ${_entryBitsFlush(s)}
-  ${s.refine ? _refineFlush(s) : _keptTilesFlush(s)}
+  ${_keptTilesFlush(s)}
 }
 `;
 }
@@ -491,6 +530,11 @@ export function recordFilterPass(
     scales?: TrackedBuffer;
     /** The pass's label (default `fused backward filter`). */
     label?: string;
+    /**
+     * A refining pass ({@link FilterPassKernelOptions.refine}): about this many workgroups a
+     * segment pair, each walking ⌈tiles / workgroups⌉ filter tiles of its token block's row.
+     */
+    refineWorkgroups?: number;
   },
 ): void {
   const { rec, e, c, filterTile, kernel } = o;
@@ -504,6 +548,10 @@ export function recordFilterPass(
         if (gVoc > 65535 || gTok > 65535) {
           throw new GpuError("limits", `fused backward: filter grid ${gTok}×${gVoc}`);
         }
+        // a refining pass: each workgroup walks a group of its row's filter tiles
+        const group = o.refineWorkgroups
+          ? Math.max(1, Math.ceil((gTok * gVoc) / o.refineWorkgroups))
+          : 1;
         const params = {
           tS: ts.start,
           tE: ts.end,
@@ -528,7 +576,7 @@ export function recordFilterPass(
           hot: o.hot,
           scales: o.scales,
         });
-        p.dispatch(kernel.pipeline, bg, gTok, gVoc);
+        p.dispatch(kernel.pipeline, bg, gTok, Math.ceil(gVoc / group));
       }
     }
   });

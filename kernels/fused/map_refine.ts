@@ -33,6 +33,14 @@ import { type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
  */
 export const MAP_REFINE_BELOW = 0.75;
 
+/**
+ * Workgroups the refine launches a segment pair, about: each walks a group of its token block's
+ * filter tiles (kernels/fused/filter.ts, refine), so that a mask with few tiles set costs a few
+ * thousand workgroups' reads of its bits, not a workgroup a tile (0.8 ms more at the paper's shape
+ * on an H200, where the tile map's whole backward took 3.0).
+ */
+export const MAP_REFINE_WORKGROUPS = 2048;
+
 /** Whether the tile map's mask is refined: by its kept fraction (`auto`), or always, or never. */
 export type MapRefineMode = "auto" | "always" | "never";
 
@@ -91,6 +99,7 @@ export async function prepareMapRefine(
               lse,
               w,
               label: "fused backward map refine",
+              refineWorkgroups: MAP_REFINE_WORKGROUPS,
             });
           }
         }

@@ -294,7 +294,8 @@ async function _masks(
   await rec.finish();
   const map = _bits(await readWords(ctx, maskMap.buffer, words), tT * vT);
   const mapCount = (await readWords(ctx, counter2.buffer, 1))[0];
-  // the exact filter refining the map's mask in place (kernels/fused/map_refine.ts)
+  // the exact filter refining the map's mask in place (kernels/fused/map_refine.ts), two
+  // workgroups a token block, each walking half of its row's filter tiles
   const refine = await ctx.pipeline(
     filterPassWgsl({ tile: bt, filterTile: ft, dtype, opts: o, v, eps, sort: false, refine: true }),
     "map refine",
@@ -304,7 +305,7 @@ async function _masks(
     const u = rec2.uniform(new Uint32Array([0, n, 0, 0, v, 0, d, 0, 0, vT, 0, 0]), "params");
     const bufs = [u, r.e.shards[0].buffer, r.c.shards[0].buffer, lse.shards[0].buffer];
     bufs.push(wt.shards[0].buffer, maskMap, counter2);
-    p.dispatch(refine, rec2.bindGroup(refine, bufs), Math.ceil(n / ft.bm), Math.ceil(v / ft.bn));
+    p.dispatch(refine, rec2.bindGroup(refine, bufs), Math.ceil(n / ft.bm), 2);
   });
   await rec2.finish();
   const out = {
