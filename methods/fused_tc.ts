@@ -11,8 +11,9 @@
  *   filter pass, the one that recomputes every logit tile, runs on tensor cores
  *   (kernels/tc/tc_filter.ts); the kept tiles' gradient products stay on the FMA passes (at the
  *   paper's shape the filter keeps about 0.05% of the tiles).
- * - `fused-tilemap-tc` backward: the tile-map backward unchanged (the map filter reads the
- *   forward's tile maxima, no products; kept tiles on the FMA passes).
+ * - `fused-tilemap-tc` backward: `fused-tilemap`'s (the map filter reads the forward's tile
+ *   maxima, no products, and where the map keeps at most 75% of the tiles the FMA filter refines
+ *   its mask, kernels/fused/map_refine.ts; kept tiles on the FMA passes).
  *
  * Inputs: bf16 or f16 (bf16 converts to f16 exactly after the scale, see kernels/tc/tc_scale.ts).
  * f32 inputs would be rounded to f16's 11 significant bits: these rows refuse them.

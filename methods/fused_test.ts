@@ -492,6 +492,22 @@ Deno.test({
       assert.ok(keptBy(never) > keptBy(exact), `${report.at(-1)}: the map keeps more`);
       assert.equal(refine, alpha === 18, `${report.at(-1)}: the fixture's intent`);
     }
+    // E, C and the gradients over 4 KiB bindings: the refine's passes a segment pair at a time
+    const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      const x = _peaked({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" });
+      const ro = { dtype: "bf16" as const, gradOutput: 1.3 };
+      const exact = await runMethod(sharded, fusedNoSort, x, o, ro);
+      const refined = await runMethod(sharded, map("always"), x, o, ro);
+      assert.equal(refined.stats!.mapRefined, 1);
+      assert.equal(refined.stats!.tilesSkipped, exact.stats!.tilesSkipped, "sharded: the count");
+      for (const k of ["loss", "dE", "dC"] as const) {
+        assert.deepEqual(refined[k], exact[k], `sharded: ${k} bit for bit fused-nosort's`);
+      }
+      report.push(`sharded: ${exact.stats!.tilesSkipped} of ${exact.stats!.tilesTotal} skipped`);
+    } finally {
+      sharded.destroy();
+    }
     console.log(report.join("\n"));
   },
 });

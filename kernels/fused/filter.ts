@@ -104,10 +104,10 @@ export interface FilterPassKernelOptions {
   scales?: boolean;
   /**
    * Refine a mask in place instead of filling a zeroed one (the tile map's exact filter,
-   * kernels/fused/tile_map.ts): a workgroup none of whose backward tiles is set in the mask stops
-   * before its products; the others clear the bits of their set tiles that keep no element and
-   * take them off counter[0]. The kept tiles are then exactly those the mask held and the plain
-   * pass keeps. Not with entry bits.
+   * kernels/fused/map_refine.ts): a workgroup walks a group of filter tiles of its token block's
+   * row, steps past those none of whose backward tiles is set in the mask, and for the others
+   * clears the bits of the set tiles that keep no element and takes them off counter[0]. The kept
+   * tiles are then exactly those the mask held and the plain pass keeps. Not with entry bits.
    */
   refine?: boolean;
 }
@@ -294,9 +294,8 @@ function _eachTile(s: _FlushShape, body: string): string {
 /**
  * WGSL of a refining pass ({@link FilterPassKernelOptions.refine}): workgroup (x, y) walks the
  * filter tiles y·G … y·G + G − 1 of token block x's row, G = ⌈tiles / num_workgroups.y⌉ (the
- * record picks the grid), so a grid that would mostly stop at once (the paper's shape: 64,000
- * filter tiles, a few dozen set) launches a few thousand workgroups, each reading its tiles' bits
- * and stepping past the unset ones; a tile with bits set is the plain pass's, then its flush.
+ * record picks the grid; G = 1 is a workgroup a tile), reading each tile's bits and stepping past
+ * the unset ones; a tile with bits set is the plain pass's, then its flush.
  */
 function _refineWgsl(s: _FilterShape, crow: (x: string) => string): string {
   const { o, t, vec } = s;

@@ -4,8 +4,9 @@
  * pass (kernels/fused/filter.ts, `refine`) recomputes the tiles the map keeps, and only those, and
  * clears the ones that keep no element. The kept tiles are then those the exact filter keeps (the
  * map keeps a superset of them: its bound), so the gradient passes after it do the work of `Ours`
- * without sorting, bit for bit its gradients, at the cost of recomputing the map's tiles once
- * instead of every tile.
+ * without sorting, bit for bit its gradients, at the cost of recomputing the filter tiles (128 ×
+ * 256 on hardware) that hold a tile the map keeps, instead of every tile: on `llm`, where the map
+ * keeps 67% of the tiles, nearly all of them (docs/performance.md, the tile map).
  *
  * Where the map keeps more than {@link MAP_REFINE_BELOW} of the tiles the refine is skipped: the
  * dense dE path (kernels/fused/dense_de.ts, from 0.75) would take most of its work anyway, and a
@@ -35,9 +36,11 @@ export const MAP_REFINE_BELOW = 0.75;
 
 /**
  * Workgroups the refine launches a segment pair, about: each walks a group of its token block's
- * filter tiles (kernels/fused/filter.ts, refine), so that a mask with few tiles set costs a few
- * thousand workgroups' reads of its bits, not a workgroup a tile (0.8 ms more at the paper's shape
- * on an H200, where the tile map's whole backward took 3.0).
+ * filter tiles (kernels/fused/filter.ts, refine), instead of a workgroup a tile (64,000 at the
+ * paper's shape, nearly all stopping at once). Measured on an H200, it changed nothing that
+ * mattered: the refine's 0.8 ms at the paper's shape stayed (3.78 → 3.81 ms for the backward),
+ * `llm:zipf=3`'s backward went 4.81 → 5.24 ms, the rest within 1%
+ * (reports/tuning/map_refine_group_nvidia-h200.log); the tables are this one's.
  */
 export const MAP_REFINE_WORKGROUPS = 2048;
 
