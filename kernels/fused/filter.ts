@@ -291,6 +291,18 @@ function _eachTile(s: _FlushShape, body: string): string {
     }`;
 }
 
+/** Module-scope WGSL both filter passes open with (the staging, the kept-tile bits `s_any`). */
+function _filterHeader(s: _FilterShape): string {
+  const { o, t, vec } = s;
+  return `${enableDirectives([o.dtype])}
+${lossConstants(o.opts, o.v)}
+const EPS: f32 = ${f32Lit(o.eps)};
+${_filterSignature(s).wgsl}
+${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
+${gemmShared({ tile: t })}
+var<workgroup> s_any: atomic<u32>;`;
+}
+
 /**
  * WGSL of a refining pass ({@link FilterPassKernelOptions.refine}): workgroup (x, y) walks the
  * filter tiles y·G … y·G + G − 1 of token block x's row, G = ⌈tiles / num_workgroups.y⌉ (the
@@ -299,13 +311,7 @@ function _eachTile(s: _FlushShape, body: string): string {
  */
 function _refineWgsl(s: _FilterShape, crow: (x: string) => string): string {
   const { o, t, vec } = s;
-  return `${enableDirectives([o.dtype])}
-${lossConstants(o.opts, o.v)}
-const EPS: f32 = ${f32Lit(o.eps)};
-${_filterSignature(s).wgsl}
-${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
-${gemmShared({ tile: t })}
-var<workgroup> s_any: atomic<u32>;
+  return `${_filterHeader(s)}
 var<workgroup> s_prior: u32;
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>,
@@ -392,13 +398,7 @@ export function filterPassWgsl(o: FilterPassKernelOptions): string {
   const { t, set, vec } = s;
   const crow = (x: string) => `(${o.sort ? `perm[${x}]` : `(${x})`} - P.cR0)`;
   if (s.refine) return _refineWgsl(s, crow);
-  return `${enableDirectives([o.dtype])}
-${lossConstants(o.opts, o.v)}
-const EPS: f32 = ${f32Lit(o.eps)};
-${_filterSignature(s).wgsl}
-${dtypeHelpers([{ name: "e", dtype: o.dtype, vec }, { name: "c", dtype: o.dtype, vec }])}
-${gemmShared({ tile: t })}
-var<workgroup> s_any: atomic<u32>;
+  return `${_filterHeader(s)}
 ${set ? `var<workgroup> s_hot: array<atomic<u32>, ${s.subT * s.HW}>;` : ""}
 @compute @workgroup_size(${tileThreads(t)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
