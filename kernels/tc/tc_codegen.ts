@@ -36,6 +36,7 @@ import {
   tileCols,
   tileMma,
   tileRows,
+  tileSubgroups,
   validateTcTile,
 } from "./tc_tiles.ts";
 
@@ -316,7 +317,15 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const t = o.tile;
   validateTcTile(t);
   const sides = _sides(o);
-  const threads = tcThreads(t, o.sgSize);
+  const consumers = tileSubgroups(t);
+  if (t.producers) {
+    if (o.mode === "emulated" || o.diag) {
+      throw new RangeError("tc mainloop: producer subgroups are native and without diagnostics");
+    }
+    // the producers load with their own index from 0
+    for (const s of sides) s.tid = `(lid - ${consumers * o.sgSize}u)`;
+  }
+  const threads = t.producers ? t.producers * o.sgSize : tcThreads(t, o.sgSize);
   for (const s of sides) {
     const w = vecWidth(s.op.dtype);
     if (s.op.vec && (s.op.contig === "k" ? t.bk % w : s.rows % w) !== 0) {
@@ -347,6 +356,36 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const loopFetch = (kb: string) => mmaOnly ? "" : fetch(kb);
   const loopStash = (copy: number) => mmaOnly ? "" : stash(copy);
   const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
+  if (t.producers) {
+    // warp specialisation: consumers multiply copy kt % 2 while producers stash step kt + 1 into
+    // the other copy and fetch step kt + 2; one barrier a step
+    const role = (copy: number, next: string) =>
+      `if (sg < ${consumers}u) {
+      ${compute(copy)}
+    } else {
+      ${stash(1 - copy)}
+      ${fetch(next)}
+    }`;
+    return `${accs.join(" ")}
+${decls}
+{
+  ${kTiles}
+  if (sg >= ${consumers}u) {
+    ${fetch("0u")}
+    ${stash(0)}
+    ${fetch(`${t.bk}u`)}
+  }
+  workgroupBarrier();
+  for (var kt = 0u; kt < k_tiles; kt += 2u) {
+    ${role(0, `(kt + 2u) * ${t.bk}u`)}
+    workgroupBarrier();
+    if (kt + 1u < k_tiles) {
+      ${role(1, `(kt + 3u) * ${t.bk}u`)}
+      workgroupBarrier();
+    }
+  }
+}`;
+  }
   if (!t.dbuf) {
     return `${accs.join(" ")}
 ${decls}

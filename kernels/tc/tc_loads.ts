@@ -30,6 +30,8 @@ export interface StageSide {
   off: string;
   ld: string;
   scale?: string;
+  /** The loading thread's index (a WGSL u32 expression; `lid` unless producers load). */
+  tid?: string;
   /** Staging arrays (hi, and lo when split) and the staged row length in halves. */
   arr: string;
   arrLo?: string;
@@ -137,7 +139,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rv${lc}${i}`;
-    const idx = `(lid + ${i * threads}u)`;
+    const idx = `(${s.tid ?? "lid"} + ${i * threads}u)`;
     const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
     const pos = alongK
       ? `let vr = ${idx} / ${t.bk / w}u; let vk = (${idx} % ${t.bk / w}u) * ${w}u;`
@@ -185,7 +187,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const out: StageLoads = { decls: [], fetch: [], stashes: [] };
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rs${lc}${i}`;
-    const idx = `(lid + ${i * threads}u)`;
+    const idx = `(${s.tid ?? "lid"} + ${i * threads}u)`;
     const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
     const pos = alongK
       ? `let er = ${idx} / ${t.bk}u; let ek = ${idx} % ${t.bk}u;`

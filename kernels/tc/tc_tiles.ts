@@ -37,6 +37,12 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
+  /**
+   * Producer subgroups (warp specialisation; double-buffered tiles of the plain product only):
+   * this many subgroups beside the computing ones only load and stage the next K-step while the
+   * others multiply the current one, one barrier a step. Without it every subgroup does both.
+   */
+  producers?: number;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -63,7 +69,7 @@ export function tileSubgroups(t: TcTile): number {
 
 /** Threads of a tile's workgroup with subgroups of `sgSize` invocations. */
 export function tcThreads(t: TcTile, sgSize: number): number {
-  return tileSubgroups(t) * sgSize;
+  return (tileSubgroups(t) + (t.producers ?? 0)) * sgSize;
 }
 
 /**
@@ -87,7 +93,8 @@ export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 3
 export function validateTcTile(t: TcTile): void {
   const mma = tileMma(t);
   const ok = [t.sgRows, t.sgCols, t.mt, t.nt, t.bk].every((x) => Number.isInteger(x) && x >= 1) &&
-    t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0;
+    t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0 &&
+    (t.producers === undefined || (Number.isInteger(t.producers) && t.producers >= 1 && !!t.dbuf));
   if (!ok) throw new RangeError(`unsupported tensor-core tile ${JSON.stringify(t)}`);
 }
 
@@ -95,7 +102,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }`;
+  }${t.producers ? ` ws${t.producers}` : ""}`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -182,6 +189,12 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
+  t128_k32_ws4: { ...TC_TILE_128, producers: 4 },
+  t128_k32_ws2: { ...TC_TILE_128, producers: 2 },
+  t128_k16_ws2: { ...TC_TILE_128, bk: 16, producers: 2 },
+  t128_k16_ws4: { ...TC_TILE_128, bk: 16, producers: 4 },
+  t128x256_k16_ws4: { ...TC_TILE_128X256, producers: 4 },
+  t128x256_k16_ws8: { ...TC_TILE_128X256, producers: 8 },
 };
 
 /**
