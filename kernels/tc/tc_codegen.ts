@@ -119,6 +119,7 @@ function _sides(o: TcMainloopOptions): StageSide[] {
       arr: `${p}s${name}`,
       arrLo: op.split ? `${p}s${name}lo` : undefined,
       flat,
+      copyVars: !flat && t.dbuf && t.copyVars ? true : undefined,
       ..._staging(t, name, op.contig, flat),
       subOf: name === "A" ? `(sg / ${t.sgCols}u)` : `(sg % ${t.sgCols}u)`,
       prefix: p,
@@ -187,6 +188,10 @@ export function tcShared(o: TcMainloopOptions): string {
     [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
       s.flat
         ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
+        : s.copyVars
+        ? [...Array(copies).keys()].map((c) =>
+          `var<workgroup> ${arr}${c ? `_${c}` : ""}: array<array<f16, ${s.subElems}>, ${s.subs}>;`
+        ).join("\n")
         : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
     )
   ).join("\n");
@@ -240,6 +245,9 @@ function _matrixAt(
     return { at: "", sub: "0u", off: `${at} + ${copy * s.subElems + c}u`, layout };
   }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
+  if (s.copyVars) {
+    return { at: `${copy ? `_${copy}` : ""}[${s.subOf}]`, sub: s.subOf, off: `${c}u`, layout };
+  }
   const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
   return { at: `[${sub}]`, sub, off: `${c}u`, layout };
 }
@@ -318,6 +326,9 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   validateTcTile(t);
   const sides = _sides(o);
   const consumers = tileSubgroups(t);
+  if (t.copyVars && o.mode === "emulated") {
+    throw new RangeError("tc mainloop: staging copies in variables of their own are native only");
+  }
   if (t.producers) {
     if (o.mode === "emulated" || o.diag) {
       throw new RangeError("tc mainloop: producer subgroups are native and without diagnostics");

@@ -45,6 +45,8 @@ export interface StageSide {
    * sub-arrays made slower (an H200, robustness on).
    */
   flat: boolean;
+  /** Each staging copy a workgroup variable of its own (TcTile.copyVars; not flat). */
+  copyVars?: boolean;
   subs: number;
   subRows: number;
   /** Halves of one sub-array. */
@@ -125,6 +127,8 @@ function _el(s: StageSide, copy: number, r: string, k: string, j?: number): stri
     ? `${rr} * ${s.stride}u + ${k}${plus}`
     : `${k} * ${s.stride}u + ${rr}${plus}`;
   if (s.flat) return `[${copy === 0 ? within : `${copy * s.subElems}u + ${within}`}]`;
+  // a copy in a variable of its own: the suffix names it (`sA` + `_1[…]`)
+  if (s.copyVars) return `${copy === 0 ? "" : `_${copy}`}[${sub}][${within}]`;
   const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
   return `[${outer}][${within}]`;
 }

@@ -43,6 +43,13 @@ export interface TcTile {
    * others multiply the current one, one barrier a step. Without it every subgroup does both.
    */
   producers?: number;
+  /**
+   * With `dbuf`: each staging copy its own workgroup variable (`sA`, `sA_1`), so that a matrix
+   * load of either copy indexes its variable by the subgroup's sub-array alone, as the one-copy
+   * tile does, instead of by copy·subs + sub-array. Staging with a split operand is flat and
+   * ignores it.
+   */
+  copyVars?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -94,7 +101,9 @@ export function validateTcTile(t: TcTile): void {
   const mma = tileMma(t);
   const ok = [t.sgRows, t.sgCols, t.mt, t.nt, t.bk].every((x) => Number.isInteger(x) && x >= 1) &&
     t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0 &&
-    (t.producers === undefined || (Number.isInteger(t.producers) && t.producers >= 1 && !!t.dbuf));
+    (t.producers === undefined ||
+      (Number.isInteger(t.producers) && t.producers >= 1 && !!t.dbuf)) &&
+    (!t.copyVars || !!t.dbuf);
   if (!ok) throw new RangeError(`unsupported tensor-core tile ${JSON.stringify(t)}`);
 }
 
@@ -102,7 +111,7 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.producers ? ` ws${t.producers}` : ""}`;
+  }${t.copyVars ? " vars" : ""}${t.producers ? ` ws${t.producers}` : ""}`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -195,6 +204,12 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128_k16_ws4: { ...TC_TILE_128, bk: 16, producers: 4 },
   t128x256_k16_ws4: { ...TC_TILE_128X256, producers: 4 },
   t128x256_k16_ws8: { ...TC_TILE_128X256, producers: 8 },
+  t128_k32_dbv: { ...TC_TILE_128, copyVars: true },
+  t128_k16_dbv: { ...TC_TILE_128, bk: 16, copyVars: true },
+  t128_k32_wsv4: { ...TC_TILE_128, copyVars: true, producers: 4 },
+  t128x256_k16_dbv: { ...TC_TILE_128X256, copyVars: true },
+  t128x256_k16_wsv4: { ...TC_TILE_128X256, copyVars: true, producers: 4 },
+  t128_8sg_k32_dbv: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, copyVars: true },
 };
 
 /**
