@@ -390,10 +390,31 @@ ${decls}
   for (var kt = 0u; kt < k_tiles; kt += 2u) {
     ${role(0, `(kt + 2u) * ${t.bk}u`)}
     workgroupBarrier();
-    if (kt + 1u < k_tiles) {
+    ${t.evenSteps ? "" : "if (kt + 1u < k_tiles) {"}
       ${role(1, `(kt + 3u) * ${t.bk}u`)}
       workgroupBarrier();
-    }
+    ${t.evenSteps ? "" : "}"}
+  }
+}`;
+  }
+  if (!t.dbuf && t.evenSteps) {
+    const step = (kb: string) =>
+      `{
+    ${loopStash(0)}
+    workgroupBarrier();
+    ${loopFetch(kb)}
+    ${compute(0)}
+    workgroupBarrier();
+    }`;
+    return `${accs.join(" ")}
+${decls}
+{
+  ${kTiles}
+  ${fetch("0u")}
+  ${mmaOnly ? stash(0) : ""}
+  for (var kt = 0u; kt < k_tiles; kt += 2u) {
+    ${step(`(kt + 1u) * ${t.bk}u`)}
+    ${step(`(kt + 2u) * ${t.bk}u`)}
   }
 }`;
   }
@@ -423,14 +444,14 @@ ${decls}
   for (var kt = 0u; kt < k_tiles; kt += 2u) {
     ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
     ${compute(0)}
-    if (kt + 1u < k_tiles) {
+    ${t.evenSteps ? "" : "if (kt + 1u < k_tiles) {"}
       ${loopStash(1)}
       workgroupBarrier();
       ${loopFetch(`(kt + 2u) * ${t.bk}u`)}
       ${compute(1)}
       ${loopStash(0)}
       workgroupBarrier();
-    }
+    ${t.evenSteps ? "" : "}"}
   }
   workgroupBarrier();
 }`;

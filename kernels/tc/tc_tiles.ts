@@ -50,6 +50,11 @@ export interface TcTile {
    * ignores it.
    */
   copyVars?: boolean;
+  /**
+   * Two K-steps a loop iteration with no test between them: an odd count of steps runs one more
+   * of zeros (the loads zero-fill past K). One copy: the loop body unrolled twice.
+   */
+  evenSteps?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -111,7 +116,9 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.copyVars ? " vars" : ""}${t.producers ? ` ws${t.producers}` : ""}`;
+  }${t.copyVars ? " vars" : ""}${t.evenSteps ? " even" : ""}${
+    t.producers ? ` ws${t.producers}` : ""
+  }`;
 }
 
 /** What a context offers the tensor-core kernels. */
@@ -210,6 +217,13 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128x256_k16_dbv: { ...TC_TILE_128X256, copyVars: true },
   t128x256_k16_wsv4: { ...TC_TILE_128X256, copyVars: true, producers: 4 },
   t128_8sg_k32_dbv: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, copyVars: true },
+  t128_k32_dbe: { ...TC_TILE_128, evenSteps: true },
+  t128_k32_dbve: { ...TC_TILE_128, copyVars: true, evenSteps: true },
+  t128_k32_e: { ...TC_TILE_128, dbuf: false, evenSteps: true },
+  t128_k32_wse4: { ...TC_TILE_128, evenSteps: true, producers: 4 },
+  t128x256_k16_dbe: { ...TC_TILE_128X256, evenSteps: true },
+  t128x256_k32_e: { ...TC_TILE_128X256_K32, evenSteps: true },
+  t128_8sg_k32_dbe: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, evenSteps: true },
 };
 
 /**
