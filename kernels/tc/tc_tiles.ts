@@ -55,6 +55,10 @@ export interface TcTile {
    * of zeros (the loads zero-fill past K). One copy: the loop body unrolled twice.
    */
   evenSteps?: boolean;
+  /** Bench probe: halves of workgroup memory declared and written beside the staging. */
+  padShared?: number;
+  /** Bench probe: a second barrier after each K-step's arithmetic (double-buffered tiles). */
+  extraBarrier?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -223,6 +227,8 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128_k32_wse4: { ...TC_TILE_128, evenSteps: true, producers: 4 },
   t128x256_k16_dbe: { ...TC_TILE_128X256, evenSteps: true },
   t128x256_k32_e: { ...TC_TILE_128X256_K32, evenSteps: true },
+  t128_k32_pad: { ...TC_TILE_128, dbuf: false, padShared: 10240 },
+  t128_k32_dbe2: { ...TC_TILE_128, evenSteps: true, extraBarrier: true },
   t128_8sg_k32_dbe: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, evenSteps: true },
 };
 
