@@ -36,7 +36,6 @@ import {
   tileCols,
   tileMma,
   tileRows,
-  tileSubgroups,
   validateTcTile,
 } from "./tc_tiles.ts";
 
@@ -119,7 +118,6 @@ function _sides(o: TcMainloopOptions): StageSide[] {
       arr: `${p}s${name}`,
       arrLo: op.split ? `${p}s${name}lo` : undefined,
       flat,
-      copyVars: !flat && t.dbuf && t.copyVars ? true : undefined,
       ..._staging(t, name, op.contig, flat),
       subOf: name === "A" ? `(sg / ${t.sgCols}u)` : `(sg % ${t.sgCols}u)`,
       prefix: p,
@@ -168,7 +166,7 @@ export function tcSharedBytes(
     return s.subs * s.subElems;
   };
   const a = elems("A", o.aContig) * (o.split ? 2 : 1);
-  return (a + elems("B", o.bContig)) * copies * 2 + (t.padShared ?? 0) * 2;
+  return (a + elems("B", o.bContig)) * copies * 2;
 }
 
 /**
@@ -184,21 +182,13 @@ export function wgWords(words: number): number {
 /** Workgroup declarations of the staging arrays (f16; enable f16 is the kernel's). */
 export function tcShared(o: TcMainloopOptions): string {
   const copies = o.tile.dbuf ? 2 : 1;
-  const pad = o.tile.padShared
-    ? `var<workgroup> ${o.prefix ?? ""}pad: array<f16, ${o.tile.padShared}>;\n`
-    : "";
-  return pad +
-    _sides(o).flatMap((s) =>
-      [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
-        s.flat
-          ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
-          : s.copyVars
-          ? [...Array(copies).keys()].map((c) =>
-            `var<workgroup> ${arr}${c ? `_${c}` : ""}: array<array<f16, ${s.subElems}>, ${s.subs}>;`
-          ).join("\n")
-          : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
-      )
-    ).join("\n");
+  return _sides(o).flatMap((s) =>
+    [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
+      s.flat
+        ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
+        : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
+    )
+  ).join("\n");
 }
 
 /** Accumulator names `acc_i_j` of a subgroup's register tile, with (i, j). */
@@ -249,9 +239,6 @@ function _matrixAt(
     return { at: "", sub: "0u", off: `${at} + ${copy * s.subElems + c}u`, layout };
   }
   // the subgroup's own sub-array of the copy; the offset inside it is a constant
-  if (s.copyVars) {
-    return { at: `${copy ? `_${copy}` : ""}[${s.subOf}]`, sub: s.subOf, off: `${c}u`, layout };
-  }
   const sub = copy === 0 ? s.subOf : `${copy * s.subs}u + ${s.subOf}`;
   return { at: `[${sub}]`, sub, off: `${c}u`, layout };
 }
@@ -329,18 +316,7 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const t = o.tile;
   validateTcTile(t);
   const sides = _sides(o);
-  const consumers = tileSubgroups(t);
-  if (t.copyVars && o.mode === "emulated") {
-    throw new RangeError("tc mainloop: staging copies in variables of their own are native only");
-  }
-  if (t.producers) {
-    if (o.mode === "emulated" || o.diag) {
-      throw new RangeError("tc mainloop: producer subgroups are native and without diagnostics");
-    }
-    // the producers load with their own index from 0
-    for (const s of sides) s.tid = `(lid - ${consumers * o.sgSize}u)`;
-  }
-  const threads = t.producers ? t.producers * o.sgSize : tcThreads(t, o.sgSize);
+  const threads = tcThreads(t, o.sgSize);
   for (const s of sides) {
     const w = vecWidth(s.op.dtype);
     if (s.op.vec && (s.op.contig === "k" ? t.bk % w : s.rows % w) !== 0) {
@@ -371,61 +347,10 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   const loopFetch = (kb: string) => mmaOnly ? "" : fetch(kb);
   const loopStash = (copy: number) => mmaOnly ? "" : stash(copy);
   const kTiles = `let k_tiles = (${o.K} + ${t.bk - 1}u) / ${t.bk}u;`;
-  if (t.producers) {
-    // warp specialisation: consumers multiply copy kt % 2 while producers stash step kt + 1 into
-    // the other copy and fetch step kt + 2; one barrier a step
-    const role = (copy: number, next: string) =>
-      `if (sg < ${consumers}u) {
-      ${compute(copy)}
-    } else {
-      ${stash(1 - copy)}
-      ${fetch(next)}
-    }`;
-    return `${accs.join(" ")}
-${decls}
-{
-  ${kTiles}
-  if (sg >= ${consumers}u) {
-    ${fetch("0u")}
-    ${stash(0)}
-    ${fetch(`${t.bk}u`)}
-  }
-  workgroupBarrier();
-  for (var kt = 0u; kt < k_tiles; kt += 2u) {
-    ${role(0, `(kt + 2u) * ${t.bk}u`)}
-    workgroupBarrier();
-    ${t.evenSteps ? "" : "if (kt + 1u < k_tiles) {"}
-      ${role(1, `(kt + 3u) * ${t.bk}u`)}
-      workgroupBarrier();
-    ${t.evenSteps ? "" : "}"}
-  }
-}`;
-  }
-  if (!t.dbuf && t.evenSteps) {
-    const step = (kb: string) =>
-      `{
-    ${loopStash(0)}
-    workgroupBarrier();
-    ${loopFetch(kb)}
-    ${compute(0)}
-    workgroupBarrier();
-    }`;
-    return `${accs.join(" ")}
-${decls}
-{
-  ${kTiles}
-  ${fetch("0u")}
-  ${mmaOnly ? stash(0) : ""}
-  for (var kt = 0u; kt < k_tiles; kt += 2u) {
-    ${step(`(kt + 1u) * ${t.bk}u`)}
-    ${step(`(kt + 2u) * ${t.bk}u`)}
-  }
-}`;
-  }
   if (!t.dbuf) {
     return `${accs.join(" ")}
 ${decls}
-{${t.padShared ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
+{
   ${kTiles}
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
@@ -447,15 +372,15 @@ ${decls}
   workgroupBarrier();
   for (var kt = 0u; kt < k_tiles; kt += 2u) {
     ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
-    ${compute(0)}${t.extraBarrier ? "\n    workgroupBarrier();" : ""}
-    ${t.evenSteps ? "" : "if (kt + 1u < k_tiles) {"}
+    ${compute(0)}
+    if (kt + 1u < k_tiles) {
       ${loopStash(1)}
       workgroupBarrier();
       ${loopFetch(`(kt + 2u) * ${t.bk}u`)}
       ${compute(1)}
       ${loopStash(0)}
-      workgroupBarrier();${t.extraBarrier ? "\n      workgroupBarrier();" : ""}
-    ${t.evenSteps ? "" : "}"}
+      workgroupBarrier();
+    }
   }
   workgroupBarrier();
 }`;

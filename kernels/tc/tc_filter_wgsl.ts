@@ -52,9 +52,6 @@ function _round(
   hb: number,
 ) {
   const t = o.tcTile, mma = tileMma(t), ep = tcEpilogueShape(t, o.sgSize);
-  if (t.producers) {
-    throw new RangeError("tc filter: producer subgroups are the plain product's only");
-  }
   const TT = o.tile.tokens, VT = o.tile.vocab, subV = tileCols(t) / VT;
   const store = tcStoreAcc(
     main,

@@ -122,9 +122,6 @@ function _round(
   hb: number,
 ): string {
   const t = o.tile, mma = tileMma(t), ep = tcEpilogueShape(t, o.sgSize);
-  if (t.producers) {
-    throw new RangeError("tc forward: producer subgroups are the plain product's only");
-  }
   const store = tcStoreAcc(
     main,
     { i, j },

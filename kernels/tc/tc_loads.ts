@@ -30,8 +30,6 @@ export interface StageSide {
   off: string;
   ld: string;
   scale?: string;
-  /** The loading thread's index (a WGSL u32 expression; `lid` unless producers load). */
-  tid?: string;
   /** Staging arrays (hi, and lo when split) and the staged row length in halves. */
   arr: string;
   arrLo?: string;
@@ -45,8 +43,6 @@ export interface StageSide {
    * sub-arrays made slower (an H200, robustness on).
    */
   flat: boolean;
-  /** Each staging copy a workgroup variable of its own (TcTile.copyVars; not flat). */
-  copyVars?: boolean;
   subs: number;
   subRows: number;
   /** Halves of one sub-array. */
@@ -127,8 +123,6 @@ function _el(s: StageSide, copy: number, r: string, k: string, j?: number): stri
     ? `${rr} * ${s.stride}u + ${k}${plus}`
     : `${k} * ${s.stride}u + ${rr}${plus}`;
   if (s.flat) return `[${copy === 0 ? within : `${copy * s.subElems}u + ${within}`}]`;
-  // a copy in a variable of its own: the suffix names it (`sA` + `_1[…]`)
-  if (s.copyVars) return `${copy === 0 ? "" : `_${copy}`}[${sub}][${within}]`;
   const outer = copy === 0 ? sub : `${copy * s.subs}u + ${sub}`;
   return `[${outer}][${within}]`;
 }
@@ -143,7 +137,7 @@ function _vectorLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const direct = s.op.dtype === "f16" && !s.scale && !s.arrLo;
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rv${lc}${i}`;
-    const idx = `(${s.tid ?? "lid"} + ${i * threads}u)`;
+    const idx = `(lid + ${i * threads}u)`;
     const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
     const pos = alongK
       ? `let vr = ${idx} / ${t.bk / w}u; let vk = (${idx} % ${t.bk / w}u) * ${w}u;`
@@ -191,7 +185,7 @@ function _scalarLoads(o: TcMainloopOptions, s: StageSide, threads: number): Stag
   const out: StageLoads = { decls: [], fetch: [], stashes: [] };
   for (let i = 0; i * threads < count; i++) {
     const reg = `${s.prefix}rs${lc}${i}`;
-    const idx = `(${s.tid ?? "lid"} + ${i * threads}u)`;
+    const idx = `(lid + ${i * threads}u)`;
     const guard = (i + 1) * threads > count ? `${idx} < ${count}u` : "true";
     const pos = alongK
       ? `let er = ${idx} / ${t.bk}u; let ek = ${idx} % ${t.bk}u;`

@@ -100,12 +100,10 @@ function _stores(
       x.f,
     )
   );
-  // producer subgroups (TcTile.producers) hold no results: only the others store
-  const mine = (code: string) => t.producers ? `if (sg < ${tileSubgroups(t)}u) { ${code} }` : code;
   // the scratch path serves edge tiles and accumulation only: a loop, not unrolled
   const rounds = accs.map((a) =>
-    `${mine(tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`))}
-      workgroupBarrier();${t.producers ? `\n      if (sg < ${tileSubgroups(t)}u) {` : ""}
+    `${tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`)}
+      workgroupBarrier();
       for (var el = sl; el < ${e}u; el += ${o.sgSize}u) {
         let m = m0 + sr + ${a.i * mma.m}u + el / ${mma.n}u;
         let n = n0 + sc + ${a.j * mma.n}u + el % ${mma.n}u;
@@ -115,14 +113,14 @@ function _stores(
           if (${x.acc}) { v = v + ${x.buf}[i]; }
           ${x.buf}[i] = v;
         }
-      }${t.producers ? "\n      }" : ""}
+      }
       workgroupBarrier();`
   );
   // without straight stores none is emitted: a matrix store in dead code still sets the binding's
   // minimum size
   if (x.straight === undefined) return rounds.join("\n      ");
   return `if (${x.straight}) {
-      ${mine(straight.join("\n      "))}
+      ${straight.join("\n      ")}
     } else {
       ${rounds.join("\n      ")}
     }`;

@@ -79,32 +79,6 @@ function smallFamilies(): CatalogKernel[] {
       }
     }
   }
-  // staging copies in variables of their own, and producer subgroups (warp specialisation), with
-  // straight and scratch stores
-  for (
-    const [tag, tile] of [
-      ["copy variables", { ...SMALL, dbuf: true, copyVars: true }],
-      ["producers", { ...SMALL, dbuf: true, producers: 4 }],
-    ] as const
-  ) {
-    for (const straight of [true, false]) {
-      const ko: TcMatmulKernelOptions = {
-        tile,
-        sgSize: 32,
-        a: { dtype: "bf16", contig: "k", vec: true },
-        b: { dtype: "bf16", contig: "k", vec: true },
-        scaleA: true,
-        scaleB: true,
-        straight,
-      };
-      out.push({
-        name: `matmul ${tag} ${straight}`,
-        code: tcMatmulWgsl(ko),
-        sig: tcMatmulSignature(ko),
-        matrices: straight ? ["outp", "part"] : [],
-      });
-    }
-  }
   for (const tileMax of [false, true]) {
     const fo = {
       tile: SMALL,

@@ -37,28 +37,6 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
-  /**
-   * Producer subgroups (warp specialisation; double-buffered tiles of the plain product only):
-   * this many subgroups beside the computing ones only load and stage the next K-step while the
-   * others multiply the current one, one barrier a step. Without it every subgroup does both.
-   */
-  producers?: number;
-  /**
-   * With `dbuf`: each staging copy its own workgroup variable (`sA`, `sA_1`), so that a matrix
-   * load of either copy indexes its variable by the subgroup's sub-array alone, as the one-copy
-   * tile does, instead of by copy·subs + sub-array. Staging with a split operand is flat and
-   * ignores it.
-   */
-  copyVars?: boolean;
-  /**
-   * Two K-steps a loop iteration with no test between them: an odd count of steps runs one more
-   * of zeros (the loads zero-fill past K). One copy: the loop body unrolled twice.
-   */
-  evenSteps?: boolean;
-  /** Bench probe: halves of workgroup memory declared and written beside the staging. */
-  padShared?: number;
-  /** Bench probe: a second barrier after each K-step's arithmetic (double-buffered tiles). */
-  extraBarrier?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -85,7 +63,7 @@ export function tileSubgroups(t: TcTile): number {
 
 /** Threads of a tile's workgroup with subgroups of `sgSize` invocations. */
 export function tcThreads(t: TcTile, sgSize: number): number {
-  return (tileSubgroups(t) + (t.producers ?? 0)) * sgSize;
+  return tileSubgroups(t) * sgSize;
 }
 
 /**
@@ -109,10 +87,7 @@ export const TC_TILE_SMALL: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 3
 export function validateTcTile(t: TcTile): void {
   const mma = tileMma(t);
   const ok = [t.sgRows, t.sgCols, t.mt, t.nt, t.bk].every((x) => Number.isInteger(x) && x >= 1) &&
-    t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0 &&
-    (t.producers === undefined ||
-      (Number.isInteger(t.producers) && t.producers >= 1 && !!t.dbuf)) &&
-    (!t.copyVars || !!t.dbuf);
+    t.bk % mma.k === 0 && t.bk % 8 === 0 && mma.m % 8 === 0 && mma.n % 8 === 0;
   if (!ok) throw new RangeError(`unsupported tensor-core tile ${JSON.stringify(t)}`);
 }
 
@@ -120,8 +95,6 @@ export function validateTcTile(t: TcTile): void {
 export function tcTileName(t: TcTile): string {
   return `${tileRows(t)}x${tileCols(t)} ${t.sgRows}x${t.sgCols}sg ${t.mt}x${t.nt} k${t.bk}${
     t.dbuf ? " dbuf" : ""
-  }${t.copyVars ? " vars" : ""}${t.evenSteps ? " even" : ""}${
-    t.producers ? ` ws${t.producers}` : ""
   }`;
 }
 
@@ -209,27 +182,6 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
-  t128_k32_ws4: { ...TC_TILE_128, producers: 4 },
-  t128_k32_ws2: { ...TC_TILE_128, producers: 2 },
-  t128_k16_ws2: { ...TC_TILE_128, bk: 16, producers: 2 },
-  t128_k16_ws4: { ...TC_TILE_128, bk: 16, producers: 4 },
-  t128x256_k16_ws4: { ...TC_TILE_128X256, producers: 4 },
-  t128x256_k16_ws8: { ...TC_TILE_128X256, producers: 8 },
-  t128_k32_dbv: { ...TC_TILE_128, copyVars: true },
-  t128_k16_dbv: { ...TC_TILE_128, bk: 16, copyVars: true },
-  t128_k32_wsv4: { ...TC_TILE_128, copyVars: true, producers: 4 },
-  t128x256_k16_dbv: { ...TC_TILE_128X256, copyVars: true },
-  t128x256_k16_wsv4: { ...TC_TILE_128X256, copyVars: true, producers: 4 },
-  t128_8sg_k32_dbv: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, copyVars: true },
-  t128_k32_dbe: { ...TC_TILE_128, evenSteps: true },
-  t128_k32_dbve: { ...TC_TILE_128, copyVars: true, evenSteps: true },
-  t128_k32_e: { ...TC_TILE_128, dbuf: false, evenSteps: true },
-  t128_k32_wse4: { ...TC_TILE_128, evenSteps: true, producers: 4 },
-  t128x256_k16_dbe: { ...TC_TILE_128X256, evenSteps: true },
-  t128x256_k32_e: { ...TC_TILE_128X256_K32, evenSteps: true },
-  t128_k32_pad: { ...TC_TILE_128, dbuf: false, padShared: 10240 },
-  t128_k32_dbe2: { ...TC_TILE_128, evenSteps: true, extraBarrier: true },
-  t128_8sg_k32_dbe: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, dbuf: true, evenSteps: true },
 };
 
 /**
