@@ -35,7 +35,8 @@ Deno.test("tc tiles: the bench's tiles are valid and fit 48 KiB", () => {
   for (const t of Object.values(TC_BENCH_TILES)) {
     validateTcTile(t);
     // the product's staging and its epilogue scratch (a result matrix a subgroup)
-    const bytes = tcSharedBytes(t, { aContig: "k", bContig: "k" }) + tileSubgroups(t) * 1024;
+    const bytes = tcSharedBytes(t, { aContig: "k", bContig: "k" }) +
+      (t.scratchTurns ? 1 : tileSubgroups(t)) * 1024;
     assert.ok(bytes <= 48 << 10, `${tcTileName(t)}: ${bytes} bytes`);
   }
   assert.throws(() => validateTcTile({ ...T_2X1, bk: 12 }), /unsupported tensor-core tile/);
@@ -94,3 +95,27 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
     false,
   ]);
 });
+
+Deno.test(
+  "tc matmul (emulated): one scratch matrix in turns, edges, accumulation",
+  EMULATE,
+  async () => {
+    const kernel = {
+      tile: { ...T_2X1, scratchTurns: true },
+      aDtype: "bf16",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: false,
+    } as const;
+    await check(ctx0, { kernel, m: 70, n: 45, k: 40, seed: 6 });
+    await check(ctx0, { kernel, m: 37, n: 29, k: 37, accumulate: true, alpha: 0.5, seed: 7 });
+    await check(ctx0, {
+      kernel: { ...kernel, tile: { ...T_1X2, scratchTurns: true } },
+      m: 43,
+      n: 80,
+      k: 200,
+      splitK: 3,
+      seed: 8,
+    });
+  },
+);

@@ -101,8 +101,10 @@ function _stores(
     )
   );
   // the scratch path serves edge tiles and accumulation only: a loop, not unrolled
-  const rounds = accs.map((a) =>
-    `${tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`)}
+  const rounds = t.scratchTurns
+    ? _turns(o, main, x)
+    : accs.map((a) =>
+      `${tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`)}
       workgroupBarrier();
       for (var el = sl; el < ${e}u; el += ${o.sgSize}u) {
         let m = m0 + sr + ${a.i * mma.m}u + el / ${mma.n}u;
@@ -115,7 +117,7 @@ function _stores(
         }
       }
       workgroupBarrier();`
-  );
+    );
   // without straight stores none is emitted: a matrix store in dead code still sets the binding's
   // minimum size
   if (x.straight === undefined) return rounds.join("\n      ");
@@ -124,6 +126,41 @@ function _stores(
     } else {
       ${rounds.join("\n      ")}
     }`;
+}
+
+/**
+ * The scratch stores with one matrix of scratch ({@link TcTile.scratchTurns}): for each
+ * accumulator the subgroups take the scratch in turn, and the whole workgroup writes each
+ * subgroup's matrix out.
+ */
+function _turns(
+  o: TcMatmulKernelOptions,
+  main: TcMainloopOptions,
+  x: { buf: string; base: string; ld: string; f: string; acc: string },
+): string[] {
+  const t = o.tile, mma = tileMma(t), e = mma.m * mma.n;
+  const threads = tcThreads(t, o.sgSize);
+  return tcAccs(t).map((a) =>
+    `for (var s = 0u; s < ${tileSubgroups(t)}u; s++) {
+        if (sg == s) {
+          ${tcStoreAcc(main, a, "scr", "0u", `${mma.n}u`)}
+        }
+        workgroupBarrier();
+        let tr = (s / ${t.sgCols}u) * ${t.mt * mma.m}u + ${a.i * mma.m}u;
+        let tc = (s % ${t.sgCols}u) * ${t.nt * mma.n}u + ${a.j * mma.n}u;
+        for (var el = lid; el < ${e}u; el += ${threads}u) {
+          let m = m0 + tr + el / ${mma.n}u;
+          let n = n0 + tc + el % ${mma.n}u;
+          if (m < P.M && n < P.N) {
+            let i = ${x.base} + m * ${x.ld} + n;
+            var v = ${x.f} * scr[el];
+            if (${x.acc}) { v = v + ${x.buf}[i]; }
+            ${x.buf}[i] = v;
+          }
+        }
+        workgroupBarrier();
+      }`
+  );
 }
 
 /**
@@ -170,7 +207,7 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
 ${tcMatmulSignature(o).wgsl}
 ${helpers}
 ${tcModuleDecls(main, ["outp", "part", "scr"])}
-var<workgroup> scr: array<f32, ${tileSubgroups(t) * mma.m * mma.n}>;
+var<workgroup> scr: array<f32, ${(t.scratchTurns ? 1 : tileSubgroups(t)) * mma.m * mma.n}>;
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)

@@ -37,6 +37,14 @@ export interface TcTile {
    * (the next step's global loads are still issued before the arithmetic).
    */
   dbuf?: boolean;
+  /**
+   * The product kernel's store scratch (edge tiles, accumulation) is one 16×16 f32 matrix the
+   * subgroups take in turn, instead of one a subgroup: 1 KiB of workgroup memory, not 1 KiB a
+   * subgroup.
+   */
+  scratchTurns?: boolean;
+  /** Bench probe: halves of workgroup memory declared and written beside the staging. */
+  padShared?: number;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -182,6 +190,24 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
+  t128_k32_db_st: { ...TC_TILE_128, scratchTurns: true },
+  t128_k32_st: { ...TC_TILE_128, dbuf: false, scratchTurns: true },
+  t128x256_k16_db_st: { ...TC_TILE_128X256, scratchTurns: true },
+  t128x256_k32_st: { ...TC_TILE_128X256_K32, scratchTurns: true },
+  t256x128_k16_db_st: {
+    sgRows: 4,
+    sgCols: 2,
+    mt: 4,
+    nt: 4,
+    bk: 16,
+    dbuf: true,
+    scratchTurns: true,
+  },
+  t128_k64_st: { ...TC_TILE_128, bk: 64, dbuf: false, scratchTurns: true },
+  t128_k32_pad32: { ...TC_TILE_128, dbuf: false, padShared: 4096 },
+  t128_k32_pad36: { ...TC_TILE_128, dbuf: false, padShared: 6144 },
+  t128_k32_pad40: { ...TC_TILE_128, dbuf: false, padShared: 8192 },
+  t128_k32_pad42: { ...TC_TILE_128, dbuf: false, padShared: 9216 },
 };
 
 /**
