@@ -192,6 +192,11 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t64_k32_db: TC_TILE_SMALL,
   t128_k32_db_st: { ...TC_TILE_128, scratchTurns: true },
   t128_k32_st: { ...TC_TILE_128, dbuf: false, scratchTurns: true },
+  t128_k16_db_st: { ...TC_TILE_128, bk: 16, scratchTurns: true },
+  t128_k16_st: { ...TC_TILE_128, bk: 16, dbuf: false, scratchTurns: true },
+  t128_k32_pad26: { ...TC_TILE_128, dbuf: false, padShared: 1024 },
+  t128_k32_pad28: { ...TC_TILE_128, dbuf: false, padShared: 2048 },
+  t128_k32_pad30: { ...TC_TILE_128, dbuf: false, padShared: 3072 },
   t128x256_k16_db_st: { ...TC_TILE_128X256, scratchTurns: true },
   t128x256_k32_st: { ...TC_TILE_128X256_K32, scratchTurns: true },
   t256x128_k16_db_st: {
