@@ -354,7 +354,7 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   if (!t.dbuf) {
     return `${accs.join(" ")}
 ${decls}
-{${t.padShared ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
+{${t.padShared && !t.padAtEnd ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
   ${kTiles}
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
@@ -363,7 +363,7 @@ ${decls}
     ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
     ${compute(0)}
     workgroupBarrier();
-  }
+  }${t.padShared && t.padAtEnd ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
 }`;
   }
   return `${accs.join(" ")}

@@ -45,6 +45,8 @@ export interface TcTile {
   scratchTurns?: boolean;
   /** Bench probe: halves of workgroup memory declared and written beside the staging. */
   padShared?: number;
+  /** Bench probe: the padding written after the K loop instead of before it. */
+  padAtEnd?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -195,6 +197,10 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t128_k16_db_st: { ...TC_TILE_128, bk: 16, scratchTurns: true },
   t128_k16_st: { ...TC_TILE_128, bk: 16, dbuf: false, scratchTurns: true },
   t128_k32_pad26: { ...TC_TILE_128, dbuf: false, padShared: 1024 },
+  t128_k32_pad26e: { ...TC_TILE_128, dbuf: false, padShared: 1024, padAtEnd: true },
+  t128_k32_pad40e: { ...TC_TILE_128, dbuf: false, padShared: 8192, padAtEnd: true },
+  t128_k32_pad1e: { ...TC_TILE_128, dbuf: false, padShared: 8, padAtEnd: true },
+  t128_k32_pad1: { ...TC_TILE_128, dbuf: false, padShared: 8 },
   t128_k32_pad28: { ...TC_TILE_128, dbuf: false, padShared: 2048 },
   t128_k32_pad30: { ...TC_TILE_128, dbuf: false, padShared: 3072 },
   t128x256_k16_db_st: { ...TC_TILE_128X256, scratchTurns: true },
