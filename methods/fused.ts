@@ -107,6 +107,7 @@ export interface FusedKernelOptions {
     | "dCProduct"
     | "dCStage2d"
     | "mapRefine"
+    | "mapRefineMinTiles"
   >;
   denseChunkRows?: number;
 }

@@ -445,9 +445,10 @@ Deno.test({
   async fn() {
     const ctx = await testContext();
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
-    const map = (mapRefine: "auto" | "always" | "never") =>
+    // the count bound off (0): these fixtures hold 32 tiles in all, below the default's 256
+    const map = (mapRefine: "auto" | "always" | "never", mapRefineMinTiles = 0) =>
       fusedMethod({
-        name: `fused-tilemap-${mapRefine}`,
+        name: `fused-tilemap-${mapRefine}-${mapRefineMinTiles}`,
         label: "Ours + tile map",
         description: "",
         filter: true,
@@ -455,7 +456,7 @@ Deno.test({
         fusedForwardBackward: false,
         gradDtype: "input",
         tileMap: true,
-      }, { backward: { mapRefine } });
+      }, { backward: { mapRefine, mapRefineMinTiles } });
     const run = (m: LceMethod, x: HostInputs) =>
       runMethod(ctx, m, x, o, { dtype: "bf16", gradOutput: 1.3 });
     const report: string[] = [];
@@ -491,6 +492,18 @@ Deno.test({
       }
       assert.ok(keptBy(never) > keptBy(exact), `${report.at(-1)}: the map keeps more`);
       assert.equal(refine, alpha === 18, `${report.at(-1)}: the fixture's intent`);
+      if (refine) {
+        // the least count: refined at the map's own count, not one above it (then the map's
+        // mask stands, bit for bit `never`'s)
+        const at = await run(map("auto", keptBy(never)), x);
+        assert.equal(st(at).mapRefined, 1, `α ${alpha}: refined at the least count`);
+        const few = await run(map("auto", keptBy(never) + 1), x);
+        assert.equal(st(few).mapRefined, 0, `α ${alpha}: too few kept tiles to refine`);
+        assert.equal(keptBy(few), keptBy(never), `α ${alpha}: the map's count stands`);
+        for (const k of ["dE", "dC"] as const) {
+          assert.deepEqual(few[k], never[k], `α ${alpha}: ${k} with the map's mask`);
+        }
+      }
     }
     // E, C and the gradients over 4 KiB bindings: the refine's passes a segment pair at a time
     const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });

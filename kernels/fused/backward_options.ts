@@ -53,7 +53,7 @@ export interface BackwardOptionsPlan {
   /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
   mapTile?: TileMapTile;
   /** With it, the exact filter's refine of its mask, where recorded, and that filter's tile. */
-  mapRefine?: { mode: Exclude<MapRefineMode, "never">; filterTile: GemmTile };
+  mapRefine?: { mode: Exclude<MapRefineMode, "never">; filterTile: GemmTile; minTiles?: number };
   /** The order decision runs (sorting with the filter, decideOrder). */
   decide: boolean;
   /** With it, the sorted order's work only where its bound may win (sortBound). */
@@ -150,7 +150,13 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
 function _mapRefine(ctx: GpuContext, o: FusedBackwardOptions, map: boolean, tile: BackwardTile) {
   const mode = o.mapRefine ?? (ctx.report.isFallbackAdapter ? "never" : "auto");
   if (!map || mode === "never") return undefined;
-  return { mode, filterTile: o.filterTile ?? defaultFilterTile(ctx, tile) };
+  const minTiles = o.mapRefineMinTiles;
+  if (minTiles !== undefined && !(Number.isInteger(minTiles) && minTiles >= 0)) {
+    throw new RangeError(
+      `fused backward: mapRefineMinTiles must be a non-negative integer, got ${minTiles}`,
+    );
+  }
+  return { mode, filterTile: o.filterTile ?? defaultFilterTile(ctx, tile), minTiles };
 }
 
 /** The dC split's tuning where it is recorded: with the dC order, by default on hardware only. */

@@ -87,6 +87,7 @@ async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
       },
       filterTile: r.filterTile,
       mode: r.mode,
+      minTiles: r.minTiles,
     })
     : undefined;
   return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound, mapRefine };

@@ -77,10 +77,13 @@ export interface FusedBackwardOptions {
   mapFilter?: { tile: TileMapTile };
   /**
    * With the map filter: refine its mask by the exact filter over the tiles it keeps where it
-   * keeps at most 75% of them (`auto`), always, or never (kernels/fused/map_refine.ts). Default:
-   * `auto` on hardware adapters, `never` on software ones (a filter pass more).
+   * keeps at most 75% of them and at least `mapRefineMinTiles` (`auto`), always, or never
+   * (kernels/fused/map_refine.ts). Default: `auto` on hardware adapters, `never` on software ones
+   * (a filter pass more).
    */
   mapRefine?: MapRefineMode;
+  /** The least kept count of the map at which `auto` refines (default MAP_REFINE_MIN_TILES, 256). */
+  mapRefineMinTiles?: number;
   /**
    * The filter pass of another kernel family (the tensor-core one, kernels/tc/tc_filter.ts): its
    * WGSL from the filter's own options, with the same parameters and bindings (and

@@ -22,9 +22,12 @@ export type DenseMode = "auto" | "always" | "never";
 
 const _MODES: Record<Exclude<DenseMode, "never">, number> = { auto: 0, always: 1 };
 
-/** The decision's signature: the kept counts (own order, sorted order), the flag it writes. */
+/**
+ * The decision's signature: the kept counts (own order, sorted order), the flag it writes; the
+ * flag is 1 above the fraction `above` of the tiles, and also below `fewer` kept tiles.
+ */
 export const DENSE_DECISION_SIG = signature({
-  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32" },
+  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32", fewer: "u32" },
   bindings: {
     counter: { elem: "u32", access: "read" },
     flag: { elem: "u32", access: "read_write" },
@@ -34,7 +37,7 @@ export const DENSE_DECISION_SIG = signature({
 /**
  * WGSL of a decision pass (one invocation): the kept count of the order the backward uses (the
  * sorted one where the order decision takes it: counter[1], else counter[0]), and flag[0] = 1 for
- * the dense path.
+ * the dense path (or, for the tile map's refine, for no refine).
  */
 export function denseDecisionWgsl(): string {
   return `${DENSE_DECISION_SIG.wgsl}
@@ -44,7 +47,7 @@ fn main() {
   if (P.sortDecided == 1u && ${SORT_MARGIN[1]}u * counter[1] < ${SORT_MARGIN[0]}u * counter[0]) {
     kept = counter[1];
   }
-  var dense = f32(kept) > P.above * f32(P.total);
+  var dense = f32(kept) > P.above * f32(P.total) || kept < P.fewer;
   if (P.mode == 1u) { dense = true; }
   flag[0] = select(0u, 1u, dense);
 }
@@ -88,6 +91,8 @@ export async function prepareDenseDecision(
     mode: Exclude<DenseMode, "never">;
     /** The kept fraction above which `auto` takes the dense path. */
     above: number;
+    /** Kept tiles below which `auto` sets the flag as well (default 0: never). */
+    fewer?: number;
   },
 ): Promise<PreparedDenseDecision> {
   const gate: PreparedGate = await prepareGate(ctx);
@@ -110,6 +115,7 @@ export async function prepareDenseDecision(
           sortDecided: a.sortDecided ? 1 : 0,
           mode: _MODES[o.mode],
           above: o.above,
+          fewer: o.fewer ?? 0,
         };
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });

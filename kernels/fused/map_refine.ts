@@ -11,6 +11,8 @@
  * Where the map keeps more than {@link MAP_REFINE_BELOW} of the tiles the refine is skipped: the
  * dense dE path (kernels/fused/dense_de.ts, from 0.75) would take most of its work anyway, and a
  * recompute of nearly every tile costs a product's worth; then the map's mask stands, as before.
+ * It is skipped too where the map keeps fewer than {@link MAP_REFINE_MIN_TILES} tiles: too few
+ * for the tiles it could drop to repay its own pass.
  * The choice is made on the GPU from the map filter's count (kernels/fused/dense_decision.ts),
  * the refine recorded under a gate of it (gpu/gate.ts): no read back.
  * @module
@@ -33,6 +35,16 @@ import { type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
  * takes over (kernels/fused/dense_de.ts `DENSE_DE_ABOVE`).
  */
 export const MAP_REFINE_BELOW = 0.75;
+
+/**
+ * The map's kept tiles (128 × 64 on hardware) below which the refine is skipped (`auto`). At the
+ * paper's shape the map keeps 128 tiles, the exact filter's own: the refine took 0.80 ms of the
+ * map row's 3.8 ms backward on an H200 and 0.79 ms on an H100 and dropped none, while the kept
+ * tiles' passes after it took 1.4 ms for all 128 (kept g 0.68, dE 0.28, dC 0.40). Below a few
+ * hundred kept tiles those passes cost about what the refine does, so the refine cannot repay
+ * itself even if it dropped most of them (docs/performance.md, the tile map).
+ */
+export const MAP_REFINE_MIN_TILES = 256;
 
 /**
  * Workgroups the refine launches a segment pair, about: each walks a group of its token block's
@@ -72,6 +84,8 @@ export async function prepareMapRefine(
     filter: FilterPassKernelOptions;
     filterTile: GemmTile;
     mode: Exclude<MapRefineMode, "never">;
+    /** `auto` skips the refine below this many kept tiles (default {@link MAP_REFINE_MIN_TILES}). */
+    minTiles?: number;
   },
 ): Promise<PreparedMapRefine> {
   const fo = { ...o.filter, refine: true, entryBits: false, sort: false, scales: false };
@@ -81,9 +95,15 @@ export async function prepareMapRefine(
     filterPassWgsl(fo),
     "fused_backward_map_refine",
   );
-  // the decision's flag is 1 where the map keeps more than the threshold: no refine
-  const above = o.mode === "always" ? 2 : MAP_REFINE_BELOW;
-  const decision = await prepareDenseDecision(ctx, { name: "map refine", mode: "auto", above });
+  // the decision's flag is 1 where the map keeps more than the threshold or fewer than the
+  // least count: no refine
+  const always = o.mode === "always";
+  const decision = await prepareDenseDecision(ctx, {
+    name: "map refine",
+    mode: "auto",
+    above: always ? 2 : MAP_REFINE_BELOW,
+    fewer: always ? 0 : o.minTiles ?? MAP_REFINE_MIN_TILES,
+  });
   return {
     record(a) {
       decision.record({ ...a, sortDecided: false });
