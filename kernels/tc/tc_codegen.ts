@@ -166,7 +166,7 @@ export function tcSharedBytes(
     return s.subs * s.subElems;
   };
   const a = elems("A", o.aContig) * (o.split ? 2 : 1);
-  return (a + elems("B", o.bContig)) * copies * 2 + (t.padShared ?? 0) * 2;
+  return (a + elems("B", o.bContig)) * copies * 2;
 }
 
 /**
@@ -182,17 +182,13 @@ export function wgWords(words: number): number {
 /** Workgroup declarations of the staging arrays (f16; enable f16 is the kernel's). */
 export function tcShared(o: TcMainloopOptions): string {
   const copies = o.tile.dbuf ? 2 : 1;
-  const pad = o.tile.padShared
-    ? `var<workgroup> ${o.prefix ?? ""}pad: array<f16, ${o.tile.padShared}>;\n`
-    : "";
-  return pad +
-    _sides(o).flatMap((s) =>
-      [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
-        s.flat
-          ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
-          : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
-      )
-    ).join("\n");
+  return _sides(o).flatMap((s) =>
+    [s.arr, s.arrLo].filter((x) => x !== undefined).map((arr) =>
+      s.flat
+        ? `var<workgroup> ${arr}: array<f16, ${copies * s.subElems}>;`
+        : `var<workgroup> ${arr}: array<array<f16, ${s.subElems}>, ${copies * s.subs}>;`
+    )
+  ).join("\n");
 }
 
 /** Accumulator names `acc_i_j` of a subgroup's register tile, with (i, j). */
@@ -354,7 +350,7 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
   if (!t.dbuf) {
     return `${accs.join(" ")}
 ${decls}
-{${t.padShared && !t.padAtEnd ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
+{
   ${kTiles}
   ${fetch("0u")}
   for (var kt = 0u; kt < k_tiles; kt++) {
@@ -363,7 +359,7 @@ ${decls}
     ${loopFetch(`(kt + 1u) * ${t.bk}u`)}
     ${compute(0)}
     workgroupBarrier();
-  }${t.padShared && t.padAtEnd ? `\n  ${o.prefix ?? ""}pad[lid] = f16(0.0);` : ""}
+  }
 }`;
   }
   return `${accs.join(" ")}

@@ -11,7 +11,8 @@
  * Stores: a tile wholly inside the output, not accumulating, stores each accumulator straight to
  * the output with subgroupMatrixStore (scaled by subgroupMatrixScalarMultiply); other tiles (edges,
  * accumulation) go one matrix per subgroup at a time through a workgroup scratch of f32, from
- * which each invocation writes its elements with bounds tests.
+ * which each invocation writes its elements with bounds tests (with TcTile.scratchTurns, one
+ * matrix of scratch the subgroups take in turn, written out by the whole workgroup).
  * @module
  */
 import { dtypeHelpers } from "../wgsl_common.ts";

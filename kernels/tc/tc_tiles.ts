@@ -40,13 +40,10 @@ export interface TcTile {
   /**
    * The product kernel's store scratch (edge tiles, accumulation) is one 16×16 f32 matrix the
    * subgroups take in turn, instead of one a subgroup: 1 KiB of workgroup memory, not 1 KiB a
-   * subgroup.
+   * subgroup. On an H200 the 128×128 tile's workgroup past 24 KiB, by as little as 16 bytes, loses
+   * a third of its rate (docs/tensor_cores.md#status): this leaves the tile 3 KiB under it.
    */
   scratchTurns?: boolean;
-  /** Bench probe: halves of workgroup memory declared and written beside the staging. */
-  padShared?: number;
-  /** Bench probe: the padding written after the K loop instead of before it. */
-  padAtEnd?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
@@ -192,36 +189,8 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t256x128_k32: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   t64x128_k32_db: { sgRows: 1, sgCols: 2, mt: 4, nt: 4, bk: 32, dbuf: true },
   t64_k32_db: TC_TILE_SMALL,
-  t128_k32_db_st: { ...TC_TILE_128, scratchTurns: true },
   t128_k32_st: { ...TC_TILE_128, dbuf: false, scratchTurns: true },
-  t128_k16_db_st: { ...TC_TILE_128, bk: 16, scratchTurns: true },
-  t128_k16_st: { ...TC_TILE_128, bk: 16, dbuf: false, scratchTurns: true },
-  t128_k32_pad26: { ...TC_TILE_128, dbuf: false, padShared: 1024 },
-  t128_k32_pad26e: { ...TC_TILE_128, dbuf: false, padShared: 1024, padAtEnd: true },
-  t128_k32_pad40e: { ...TC_TILE_128, dbuf: false, padShared: 8192, padAtEnd: true },
-  t128_k32_pad1e: { ...TC_TILE_128, dbuf: false, padShared: 8, padAtEnd: true },
-  t128_k32_pad1: { ...TC_TILE_128, dbuf: false, padShared: 8 },
-  t128_k32_st_pad24: { ...TC_TILE_128, dbuf: false, scratchTurns: true, padShared: 1536 },
-  t128_k32_st_pad24p: { ...TC_TILE_128, dbuf: false, scratchTurns: true, padShared: 1544 },
-  t128_k32_st_pad22: { ...TC_TILE_128, dbuf: false, scratchTurns: true, padShared: 512 },
-  t128_k32_pad28: { ...TC_TILE_128, dbuf: false, padShared: 2048 },
-  t128_k32_pad30: { ...TC_TILE_128, dbuf: false, padShared: 3072 },
-  t128x256_k16_db_st: { ...TC_TILE_128X256, scratchTurns: true },
-  t128x256_k32_st: { ...TC_TILE_128X256_K32, scratchTurns: true },
-  t256x128_k16_db_st: {
-    sgRows: 4,
-    sgCols: 2,
-    mt: 4,
-    nt: 4,
-    bk: 16,
-    dbuf: true,
-    scratchTurns: true,
-  },
-  t128_k64_st: { ...TC_TILE_128, bk: 64, dbuf: false, scratchTurns: true },
-  t128_k32_pad32: { ...TC_TILE_128, dbuf: false, padShared: 4096 },
-  t128_k32_pad36: { ...TC_TILE_128, dbuf: false, padShared: 6144 },
-  t128_k32_pad40: { ...TC_TILE_128, dbuf: false, padShared: 8192 },
-  t128_k32_pad42: { ...TC_TILE_128, dbuf: false, padShared: 9216 },
+  t128_8sg_k32_st: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, scratchTurns: true },
 };
 
 /**
