@@ -505,6 +505,12 @@ Deno.test({
         }
       }
     }
+    for (const bad of [-1, 2.5]) {
+      await assert.rejects(
+        run(map("auto", bad), _peaked({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" })),
+        /mapRefineMinTiles must be a non-negative integer/,
+      );
+    }
     // E, C and the gradients over 4 KiB bindings: the refine's passes a segment pair at a time
     const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
     try {
