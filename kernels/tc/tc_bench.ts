@@ -112,7 +112,8 @@ export async function tcProductRecorder(
 /**
  * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
  * methods' TC_FORWARD_TILE): 128×256 with K-step 32 and 16, in one copy and in two, and 128×128
- * tiles; `_map`: the same forward keeping the tile map, as Ours + tile map (tensor cores) runs it.
+ * tiles; `_map`: the same forward keeping the tile map, as Ours + tile map (tensor cores) runs it;
+ * `_s1`: the epilogue's scratch one matrix a subgroup (TcTile.singleScratch).
  */
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean }> = {
   f128x256_k32: TC_FORWARD_TILE,
@@ -123,6 +124,18 @@ export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean
   f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   f128_k32_map: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, tileMax: true },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
+  // the 128×128 forward in 24 KiB (docs/tensor_cores.md#why-two-staging-copies-are-slow-workgroup-memory),
+  // and with the tile map's 16 bytes past it
+  f128_k32_s1: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, singleScratch: true },
+  f128_k32_s1_map: {
+    sgRows: 2,
+    sgCols: 2,
+    mt: 4,
+    nt: 4,
+    bk: 32,
+    singleScratch: true,
+    tileMax: true,
+  },
 };
 
 /**

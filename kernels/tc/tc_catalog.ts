@@ -22,6 +22,9 @@ import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc
 import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
 
+/** The bench's 128×128 forward with one epilogue scratch matrix a subgroup (tc_bench.ts). */
+const FORWARD_128_S1: TcTile = { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, singleScratch: true };
+
 /** One kernel of the catalog. */
 export interface CatalogKernel {
   name: string;
@@ -98,13 +101,17 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
           ["softcap Σz tile map", 30, true, true],
         ] as const
       ) {
-        const fo = { tile: TC_FORWARD_TILE, sgSize, dtype, softcap, sumZ, vecLoads, tileMax };
-        out.push({
-          name: `forward ${dtype}${vecLoads ? " vec" : ""} ${tag}`,
-          code: tcForwardWgsl(fo),
-          sig: tcForwardSignature(fo),
-          matrices: [],
-        });
+        for (
+          const [tileTag, tile] of [["", TC_FORWARD_TILE], [" 128x128 s1", FORWARD_128_S1]] as const
+        ) {
+          const fo = { tile, sgSize, dtype, softcap, sumZ, vecLoads, tileMax };
+          out.push({
+            name: `forward ${dtype}${vecLoads ? " vec" : ""} ${tag}${tileTag}`,
+            code: tcForwardWgsl(fo),
+            sig: tcForwardSignature(fo),
+            matrices: [],
+          });
+        }
       }
     }
   }

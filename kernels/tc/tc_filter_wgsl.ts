@@ -57,7 +57,7 @@ function _round(
     main,
     { i, j },
     "scr",
-    `sg * ${2 * ep.half}u + ${hb * ep.half}u`,
+    `sg * ${ep.copies * ep.half}u + ${hb * ep.half}u`,
     `${mma.n}u`,
     "unscale",
   );
@@ -80,9 +80,11 @@ function _round(
     workgroupBarrier();
     {
       let c0 = sc + ${j * mma.n}u + lh * ${ep.cols}u;
-      let base = sg * ${2 * ep.half}u + ${hb * ep.half}u + lr * ${mma.n}u + lh * ${ep.cols}u;
+      let base = sg * ${ep.copies * ep.half}u + ${
+    hb * ep.half
+  }u + lr * ${mma.n}u + lh * ${ep.cols}u;
       ${tests.join("\n      ")}
-    }`;
+    }${ep.copies === 1 ? "\n    workgroupBarrier();" : ""}`;
 }
 
 /**
@@ -163,7 +165,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   ${rowVals.join("\n  ")}
   ${tcMainloop(main)}
   var bits = 0u;
-  ${tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % 2)).join("\n  ")}
+  ${tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % ep.copies)).join("\n  ")}
   if (bits != 0u) { atomicOr(&s_any[0], bits); }
   workgroupBarrier();
   ${filterFlushWgsl({ bm, bn, tile: o.tile, entryBits: o.entryBits === true, any: "s_any[0]" })}

@@ -13,7 +13,8 @@ import { createTensor, download, fromHost } from "../../gpu/tensor.ts";
 import { type HostInputs, resolveOptions } from "../../core/options.ts";
 import { roundArray } from "../../core/dtype.ts";
 import { createTileMap, tileMapLayout, tileMapValue } from "../fused/tile_map.ts";
-import { prepareTcForward } from "./tc_forward.ts";
+import { prepareTcForward, TC_FORWARD_TILE_EMULATED } from "./tc_forward.ts";
+import type { TcTile } from "./tc_tiles.ts";
 
 const ctx = await testContext();
 const EMULATE = { ...GPU_TEST, ignore: ctx.engine !== "deno" };
@@ -41,14 +42,14 @@ function _maxima(x: HostInputs, t: { bm: number; bn: number }, softcap?: number)
 }
 
 /** Runs the emulated forward with and without the map; the map's values, LSE and loss rows. */
-async function _run(x: HostInputs, softcap?: number) {
+async function _run(x: HostInputs, softcap?: number, tile?: TcTile) {
   const spec = { n: x.n, v: x.v, d: x.d, dtype: "bf16" as const };
   const opts = resolveOptions({ beta: 0.1, softcap });
   const e = fromHost(ctx, { dtype: "bf16", rows: x.n, cols: x.d, role: "input", label: "E" }, x.e);
   const c = fromHost(ctx, { dtype: "bf16", rows: x.v, cols: x.d, role: "input", label: "C" }, x.c);
   const targets = columnVector(ctx, x.targets, "targets");
   const once = async (tileMax: boolean) => {
-    const fwd = await prepareTcForward(ctx, { spec, opts, tileMax, mode: "emulated" });
+    const fwd = await prepareTcForward(ctx, { spec, opts, tileMax, mode: "emulated", tile });
     const vec = (label: string) =>
       createTensor(ctx, { dtype: "f32", rows: x.n, cols: 1, role: "output", label });
     const lse = vec("lse"), lossRows = vec("loss rows");
@@ -120,5 +121,44 @@ Deno.test({
     _check(neg, undefined, "negative logits", r2);
     const ragged = _maxima(neg, r2.withMap.tile).filter((w) => !w.full);
     assert.ok(ragged.every((w) => w.m < 0), "the ragged block's logits are all negative");
+  },
+});
+
+/** Float64 log-sum-exp of each row's capped logits. */
+function _lse(x: HostInputs, softcap?: number): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < x.n; i++) {
+    const z: number[] = [];
+    for (let v = 0; v < x.v; v++) {
+      let s = 0;
+      for (let k = 0; k < x.d; k++) s += x.e[i * x.d + k] * x.c[v * x.d + k];
+      z.push(softcap === undefined ? s : softcap * Math.tanh(s / softcap));
+    }
+    const m = Math.max(...z);
+    out.push(m + Math.log(z.reduce((a, b) => a + Math.exp(b - m), 0)));
+  }
+  return out;
+}
+
+Deno.test({
+  name: "tc forward (emulated): one epilogue scratch matrix a subgroup, the same bits as two",
+  ...EMULATE,
+  async fn() {
+    const x = caseInputs({ n: 100, v: 177, d: 40, dtype: "bf16", beta: 0.1, seed: 37 });
+    for (const softcap of [undefined, 6]) {
+      const two = await _run(x, softcap, TC_FORWARD_TILE_EMULATED);
+      const one = await _run(x, softcap, { ...TC_FORWARD_TILE_EMULATED, singleScratch: true });
+      const tag = `softcap ${softcap}`;
+      for (const k of ["plain", "withMap"] as const) {
+        assert.deepEqual(one[k].lse, two[k].lse, `${tag} ${k}: lse`);
+        assert.deepEqual(one[k].loss, two[k].loss, `${tag} ${k}: loss rows`);
+      }
+      assert.deepEqual(one.withMap.values, two.withMap.values, `${tag}: the map`);
+      const want = _lse(x, softcap);
+      for (const [i, w] of want.entries()) {
+        const got = one.plain.lse[i];
+        assert.ok(Math.abs(got - w) <= 1e-4 * (1 + Math.abs(w)), `${tag}: lse ${i} ${got} ≠ ${w}`);
+      }
+    }
   },
 });

@@ -8,7 +8,8 @@
  *
  * Epilogue. Accumulators reach the epilogue through workgroup memory: round by round, each
  * subgroup stores one of its result matrices (times 1/(scale_E·scale_C)) into its own half of a
- * double scratch (so one barrier a round), and each invocation takes one row of it and
+ * double scratch (so one barrier a round; with TcTile.singleScratch into a single one, and a
+ * second barrier after the round's reads), and each invocation takes one row of it and
  * NN/(sgSize/MM) of its columns (read in an order rotated by the row, which spreads the reads
  * over all 32 banks): softcap, the vocabulary edge, and an online (max, Σexp) per row block held
  * in registers across the workgroup's tiles (one rescale a round), Σz, the tile map's maximum,
@@ -74,12 +75,15 @@ export function tcEpilogueShape(t: TcTile, sgSize: number) {
     );
   }
   const half = mma.m * mma.n; // one matrix, row stride NN
+  const copies = t.singleScratch ? 1 : 2;
   return {
     lanesPerRow,
     cols,
     parts: t.sgCols * lanesPerRow,
     half,
-    scratch: tileSubgroups(t) * 2 * half,
+    /** Matrices of scratch a subgroup: 2 (one barrier a round) or 1 (two). */
+    copies,
+    scratch: tileSubgroups(t) * copies * half,
   };
 }
 
@@ -126,7 +130,7 @@ function _round(
     main,
     { i, j },
     "scr",
-    `sg * ${2 * ep.half}u + ${hb * ep.half}u`,
+    `sg * ${ep.copies * ep.half}u + ${hb * ep.half}u`,
     `${mma.n}u`,
     "unscale",
   );
@@ -152,10 +156,12 @@ function _round(
     workgroupBarrier();
     {
       let cb = n0 + sc + ${j * mma.n}u + lh * ${ep.cols}u;
-      let base = sg * ${2 * ep.half}u + ${hb * ep.half}u + lr * ${mma.n}u + lh * ${ep.cols}u;
+      let base = sg * ${ep.copies * ep.half}u + ${
+    hb * ep.half
+  }u + lr * ${mma.n}u + lh * ${ep.cols}u;
       let vlim = i32(P.vRows) - i32(cb);
       ${lines.join("\n      ")}
-    }`;
+    }${ep.copies === 1 ? "\n    workgroupBarrier();" : ""}`;
 }
 
 /** The final merge of each row's partial states (sgCols × invocations per row) in fixed order. */
@@ -228,7 +234,7 @@ export function tcForwardWgsl(o: TcForwardKernelOptions): string {
   if (m0 + rr${i} < P.rows) { tg_${i} = u32(targets[P.rowStart + m0 + rr${i}]) - P.vStart; }
   var st_m_${i} = NEG_INF; var st_s_${i} = 0.0;${o.sumZ ? ` var st_z_${i} = 0.0;` : ""}`
   );
-  const rounds = tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % 2));
+  const rounds = tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % ep.copies));
   return `${tcEnables(o.mode)}
 const NEG_INF: f32 = -3.0e38;
 ${softcapFn(o.softcap)}

@@ -44,6 +44,12 @@ export interface TcTile {
    * a third of its rate (docs/tensor_cores.md#status): this leaves the tile 3 KiB under it.
    */
   scratchTurns?: boolean;
+  /**
+   * The fused forward's epilogue scratch (kernels/tc/tc_forward_wgsl.ts) one result matrix a
+   * subgroup instead of two, for a second barrier a round: the 128×128 forward's workgroup memory
+   * 24 KiB instead of 28 (without the in-kernel Σz and the tile map).
+   */
+  singleScratch?: boolean;
   /** The MMA shape (default {@link MMA_16X16X16}). */
   mma?: MmaShape;
 }
