@@ -257,6 +257,29 @@ export const tileMapForwardWgsl16 = {
   }`,
 };
 
+/**
+ * {@link tileMapForwardWgsl16} without its atomics, for a forward whose workgroup memory must not
+ * grow by their 16 bytes (the 128×128 tensor-core forward with one epilogue scratch matrix a
+ * subgroup, TcTile.singleScratch: 24 KiB): each of the `threads` invocations writes its maximum
+ * into the epilogue's scratch `scr` (free after the tile's last round, which ends with a barrier),
+ * and invocation 0 takes their maximum. The same entry bit for bit: the key is monotonic in the
+ * value, so the key of the maximum is the maximum of the keys.
+ */
+export function tileMapForwardWgsl16Scratch(threads: number) {
+  return {
+    decls: TILE_MAP_KEY_WGSL,
+    init: tileMapForwardWgsl16.init,
+    row: tileMapForwardWgsl16.row,
+    store: `scr[lid] = tmx;
+  workgroupBarrier();
+  if (lid == 0u) {
+    var m = scr[0];
+    for (var q = 1u; q < ${threads}u; q++) { m = max(m, scr[q]); }
+    tmap[(P.mapRow0 + wg.y) * P.mapCols + P.mapCol0 + it] = tmap_key(m);
+  }`,
+  };
+}
+
 /** Options of {@link mapFilterWgsl}. */
 export interface MapFilterKernelOptions {
   /** The backward tile (TT tokens × VT vocabulary entries): one mask bit per tile. */

@@ -125,7 +125,7 @@ export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean
   f128_k32_map: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, tileMax: true },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
   // the 128×128 forward in 24 KiB (docs/tensor_cores.md#why-two-staging-copies-are-slow-workgroup-memory),
-  // and with the tile map's 16 bytes past it
+  // alone and keeping the tile map (its maximum through the scratch)
   f128_k32_s1: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, singleScratch: true },
   f128_k32_s1_map: {
     sgRows: 2,

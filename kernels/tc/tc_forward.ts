@@ -36,6 +36,7 @@ import {
   tcTileName,
   tileCols,
   tileRows,
+  tileSubgroups,
 } from "./tc_tiles.ts";
 
 /**
@@ -123,7 +124,7 @@ function _plan(ctx: GpuContext, o: TcForwardOptions) {
   const ep = tcEpilogueShape(tile, sgSize);
   const shared = tcSharedBytes(tile, { aContig: "k", bContig: "k" }) +
     4 * Math.max(ep.scratch, tileRows(tile) * ep.parts * 3) +
-    (mode === "emulated" ? 4 * ep.scratch / 2 * tile.mt * tile.nt : 0);
+    (mode === "emulated" ? 4 * tileSubgroups(tile) * ep.half * tile.mt * tile.nt : 0);
   const limit = ctx.device.limits.maxComputeWorkgroupStorageSize;
   if (shared > limit) {
     const t = tcTileName(tile);

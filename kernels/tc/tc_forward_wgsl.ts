@@ -22,7 +22,7 @@
 import type { Dtype } from "../../core/options.ts";
 import { dtypeHelpers, LSE_MERGE } from "../wgsl_common.ts";
 import { softcapFn, treeSum } from "../fused/forward_epilogue.ts";
-import { tileMapForwardWgsl16 as tileMap } from "../fused/tile_map.ts";
+import { tileMapForwardWgsl16, tileMapForwardWgsl16Scratch } from "../fused/tile_map.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
@@ -52,7 +52,8 @@ export interface TcForwardKernelOptions {
   vecLoads: boolean;
   /**
    * Write each tile's largest capped logit into the tile map (in a ragged last token block, with
-   * the zero logits of its missing rows: see tileMapForwardWgsl16).
+   * the zero logits of its missing rows: see tileMapForwardWgsl16; with TcTile.singleScratch
+   * through the epilogue's scratch, tileMapForwardWgsl16Scratch).
    */
   tileMax: boolean;
   mode?: TcMode;
@@ -149,7 +150,7 @@ function _round(
     ...(o.sumZ
       ? [`st_z_${i} += ${treeSum(qs.map((q) => `select(0.0, z${q}, i32(c${q}) < vlim)`))};`]
       : []),
-    ...(o.tileMax ? [tileMap.row] : []),
+    ...(o.tileMax ? [tileMapForwardWgsl16.row] : []),
     `let lt = tg_${i} - cb; if (lt < ${ep.cols}u && i32(lt) < vlim) { zt[P.rowStart + m0 + rr${i}] = softcap(scr[base + lt]); }`,
   ];
   return `${store}
@@ -235,6 +236,13 @@ export function tcForwardWgsl(o: TcForwardKernelOptions): string {
   var st_m_${i} = NEG_INF; var st_s_${i} = 0.0;${o.sumZ ? ` var st_z_${i} = 0.0;` : ""}`
   );
   const rounds = tcAccs(t).map((a, r) => _round(o, main, a.i, a.j, r % ep.copies));
+  // with one scratch matrix a subgroup the map's maximum goes through the scratch: no atomics
+  const threads = tcThreads(t, o.sgSize);
+  const scrWords = wgWords(Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2)));
+  if (t.singleScratch && scrWords < threads) {
+    throw new RangeError(`tc forward: a scratch of ${scrWords} words for ${threads} invocations`);
+  }
+  const tileMap = t.singleScratch ? tileMapForwardWgsl16Scratch(threads) : tileMapForwardWgsl16;
   return `${tcEnables(o.mode)}
 const NEG_INF: f32 = -3.0e38;
 ${softcapFn(o.softcap)}
@@ -242,9 +250,9 @@ ${LSE_MERGE}
 ${tcForwardSignature(o).wgsl}
 ${o.vecLoads ? "" : dtypeHelpers([{ name: "e", dtype: o.dtype }, { name: "c", dtype: o.dtype }])}
 ${tcModuleDecls(main, ["scr"])}
-var<workgroup> scr: array<f32, ${wgWords(Math.max(ep.scratch, bm * ep.parts * (o.sumZ ? 3 : 2)))}>;
+var<workgroup> scr: array<f32, ${scrWords}>;
 ${o.tileMax ? tileMap.decls : ""}
-@compute @workgroup_size(${tcThreads(t, o.sgSize)})
+@compute @workgroup_size(${threads})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
   }) {
