@@ -110,6 +110,19 @@ export async function tcProductRecorder(
 }
 
 /**
+ * The 128×128 forward with one epilogue scratch matrix a subgroup (TcTile.singleScratch): 24 KiB
+ * of workgroup memory. A bench tile; the catalog validates it.
+ */
+export const TC_FORWARD_128_S1: TcTile = {
+  sgRows: 2,
+  sgCols: 2,
+  mt: 4,
+  nt: 4,
+  bk: 32,
+  singleScratch: true,
+};
+
+/**
  * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
  * methods' TC_FORWARD_TILE): 128×256 with K-step 32 and 16, in one copy and in two, and 128×128
  * tiles; `_map`: the same forward keeping the tile map, as Ours + tile map (tensor cores) runs it;
@@ -126,16 +139,8 @@ export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
   // the 128×128 forward in 24 KiB (docs/tensor_cores.md#why-two-staging-copies-are-slow-workgroup-memory),
   // alone and keeping the tile map (its maximum through the scratch)
-  f128_k32_s1: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, singleScratch: true },
-  f128_k32_s1_map: {
-    sgRows: 2,
-    sgCols: 2,
-    mt: 4,
-    nt: 4,
-    bk: 32,
-    singleScratch: true,
-    tileMax: true,
-  },
+  f128_k32_s1: TC_FORWARD_128_S1,
+  f128_k32_s1_map: { ...TC_FORWARD_128_S1, tileMax: true },
 };
 
 /**

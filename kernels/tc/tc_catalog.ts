@@ -17,13 +17,11 @@ import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./t
 import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE } from "./tc_forward.ts";
+import { TC_FORWARD_128_S1 } from "./tc_bench.ts";
 import { tcFilterDispatchTile } from "./tc_filter.ts";
 import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
 import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
-
-/** The bench's 128×128 forward with one epilogue scratch matrix a subgroup (tc_bench.ts). */
-const FORWARD_128_S1: TcTile = { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, singleScratch: true };
 
 /** One kernel of the catalog. */
 export interface CatalogKernel {
@@ -102,7 +100,10 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
         ] as const
       ) {
         for (
-          const [tileTag, tile] of [["", TC_FORWARD_TILE], [" 128x128 s1", FORWARD_128_S1]] as const
+          const [tileTag, tile] of [["", TC_FORWARD_TILE], [
+            " 128x128 s1",
+            TC_FORWARD_128_S1,
+          ]] as const
         ) {
           const fo = { tile, sgSize, dtype, softcap, sumZ, vecLoads, tileMax };
           out.push({

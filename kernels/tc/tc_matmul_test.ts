@@ -9,8 +9,9 @@ import assert from "node:assert/strict";
 import { GpuContext } from "../../gpu/context.ts";
 import { GPU_TEST, testContext } from "../../testing/gpu.ts";
 import { checkProduct, type ProductCheck } from "./tc_product_check.ts";
-import { TC_BENCH_TILES, tcTileName, tileSubgroups, validateTcTile } from "./tc_tiles.ts";
+import { TC_BENCH_TILES, tcTileName, validateTcTile } from "./tc_tiles.ts";
 import { tcSharedBytes } from "./tc_codegen.ts";
+import { tcStoreScratchWords } from "./tc_matmul_wgsl.ts";
 import type { TcMatmulKernel } from "./tc_matmul.ts";
 import type { TcTile } from "./tc_tiles.ts";
 
@@ -35,8 +36,7 @@ Deno.test("tc tiles: the bench's tiles are valid and fit 48 KiB", () => {
   for (const t of Object.values(TC_BENCH_TILES)) {
     validateTcTile(t);
     // the product's staging and its epilogue scratch (a result matrix a subgroup)
-    const bytes = tcSharedBytes(t, { aContig: "k", bContig: "k" }) +
-      (t.scratchTurns ? 1 : tileSubgroups(t)) * 1024;
+    const bytes = tcSharedBytes(t, { aContig: "k", bContig: "k" }) + 4 * tcStoreScratchWords(t);
     assert.ok(bytes <= 48 << 10, `${tcTileName(t)}: ${bytes} bytes`);
   }
   assert.throws(() => validateTcTile({ ...T_2X1, bk: 12 }), /unsupported tensor-core tile/);

@@ -80,6 +80,15 @@ export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b">) {
 }
 
 /**
+ * Words (f32) of the product kernel's store scratch: a result matrix a subgroup, or one in all
+ * with {@link TcTile.scratchTurns}.
+ */
+export function tcStoreScratchWords(t: TcTile): number {
+  const mma = tileMma(t);
+  return (t.scratchTurns ? 1 : tileSubgroups(t)) * mma.m * mma.n;
+}
+
+/**
  * Stores of every accumulator into `buf` (outp or part): straight ones for a full tile, or
  * through the scratch. `base` is the element of the tile's first row and column, `ld` the row
  * stride, `f` the factor, `acc` whether to add the old value (WGSL bool expression).
@@ -107,15 +116,14 @@ function _stores(
     : accs.map((a) =>
       `${tcStoreAcc(main, a, "scr", `sg * ${e}u`, `${mma.n}u`)}
       workgroupBarrier();
-      for (var el = sl; el < ${e}u; el += ${o.sgSize}u) {
-        let m = m0 + sr + ${a.i * mma.m}u + el / ${mma.n}u;
-        let n = n0 + sc + ${a.j * mma.n}u + el % ${mma.n}u;
-        if (m < P.M && n < P.N) {
-          let i = ${x.base} + m * ${x.ld} + n;
-          var v = ${x.f} * scr[sg * ${e}u + el];
-          if (${x.acc}) { v = v + ${x.buf}[i]; }
-          ${x.buf}[i] = v;
-        }
+      ${
+        _writeOut(o, x, {
+          from: "sl",
+          step: o.sgSize,
+          row: `sr + ${a.i * mma.m}u`,
+          col: `sc + ${a.j * mma.n}u`,
+          at: `sg * ${e}u + el`,
+        })
       }
       workgroupBarrier();`
     );
@@ -130,6 +138,29 @@ function _stores(
 }
 
 /**
+ * The write-out of one result matrix from the scratch: invocations from `from` in steps of `step`
+ * take its elements (scratch index `at`, of `el`), the matrix's first row and column `row` and
+ * `col` inside the tile, each element bounds-tested and scaled (and added to the old value).
+ */
+function _writeOut(
+  o: TcMatmulKernelOptions,
+  x: { buf: string; base: string; ld: string; f: string; acc: string },
+  w: { from: string; step: number; row: string; col: string; at: string },
+): string {
+  const mma = tileMma(o.tile), e = mma.m * mma.n;
+  return `for (var el = ${w.from}; el < ${e}u; el += ${w.step}u) {
+        let m = m0 + ${w.row} + el / ${mma.n}u;
+        let n = n0 + ${w.col} + el % ${mma.n}u;
+        if (m < P.M && n < P.N) {
+          let i = ${x.base} + m * ${x.ld} + n;
+          var v = ${x.f} * scr[${w.at}];
+          if (${x.acc}) { v = v + ${x.buf}[i]; }
+          ${x.buf}[i] = v;
+        }
+      }`;
+}
+
+/**
  * The scratch stores with one matrix of scratch ({@link TcTile.scratchTurns}): for each
  * accumulator the subgroups take the scratch in turn, and the whole workgroup writes each
  * subgroup's matrix out.
@@ -139,8 +170,7 @@ function _turns(
   main: TcMainloopOptions,
   x: { buf: string; base: string; ld: string; f: string; acc: string },
 ): string[] {
-  const t = o.tile, mma = tileMma(t), e = mma.m * mma.n;
-  const threads = tcThreads(t, o.sgSize);
+  const t = o.tile, mma = tileMma(t);
   return tcAccs(t).map((a) =>
     `for (var s = 0u; s < ${tileSubgroups(t)}u; s++) {
         if (sg == s) {
@@ -149,16 +179,9 @@ function _turns(
         workgroupBarrier();
         let tr = (s / ${t.sgCols}u) * ${t.mt * mma.m}u + ${a.i * mma.m}u;
         let tc = (s % ${t.sgCols}u) * ${t.nt * mma.n}u + ${a.j * mma.n}u;
-        for (var el = lid; el < ${e}u; el += ${threads}u) {
-          let m = m0 + tr + el / ${mma.n}u;
-          let n = n0 + tc + el % ${mma.n}u;
-          if (m < P.M && n < P.N) {
-            let i = ${x.base} + m * ${x.ld} + n;
-            var v = ${x.f} * scr[el];
-            if (${x.acc}) { v = v + ${x.buf}[i]; }
-            ${x.buf}[i] = v;
-          }
-        }
+        ${
+      _writeOut(o, x, { from: "lid", step: tcThreads(t, o.sgSize), row: "tr", col: "tc", at: "el" })
+    }
         workgroupBarrier();
       }`
   );
@@ -170,7 +193,7 @@ function _turns(
  * range [z·kPer, min(K, (z+1)·kPer)), stored as the GEMM core's split-K stores it.
  */
 export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
-  const t = o.tile, mma = tileMma(t);
+  const t = o.tile;
   const bm = tileRows(t), bn = tileCols(t);
   const ka = o.a.contig === "k" ? "1u" : "P.lda", kb = o.b.contig === "k" ? "1u" : "P.ldb";
   const main: TcMainloopOptions = {
@@ -208,7 +231,7 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
 ${tcMatmulSignature(o).wgsl}
 ${helpers}
 ${tcModuleDecls(main, ["outp", "part", "scr"])}
-var<workgroup> scr: array<f32, ${(t.scratchTurns ? 1 : tileSubgroups(t)) * mma.m * mma.n}>;
+var<workgroup> scr: array<f32, ${tcStoreScratchWords(t)}>;
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${
     tcEntryParams(o.mode)
