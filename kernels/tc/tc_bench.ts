@@ -141,6 +141,8 @@ export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean
   // alone and keeping the tile map (its maximum through the scratch)
   f128_k32_s1: TC_FORWARD_128_S1,
   f128_k32_s1_map: { ...TC_FORWARD_128_S1, tileMax: true },
+  // 8 subgroups in 20 KiB: K-step 16 and one scratch matrix a subgroup
+  f128_8sg_k16_s1: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 16, singleScratch: true },
 };
 
 /**

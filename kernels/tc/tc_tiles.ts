@@ -197,6 +197,10 @@ export const TC_BENCH_TILES: Record<string, TcTile> = {
   t64_k32_db: TC_TILE_SMALL,
   t128_k32_st: { ...TC_TILE_128, dbuf: false, scratchTurns: true },
   t128_8sg_k32_st: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32, scratchTurns: true },
+  // more subgroups a workgroup within 24 KiB: the store scratch taken in turn
+  t128_16sg_k32_st: { sgRows: 4, sgCols: 4, mt: 2, nt: 2, bk: 32, scratchTurns: true },
+  t128x256_k16_st: { ...TC_TILE_128X256_K16, scratchTurns: true },
+  t256x128_k16_st: { sgRows: 4, sgCols: 2, mt: 4, nt: 4, bk: 16, scratchTurns: true },
 };
 
 /**
