@@ -7,7 +7,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { Recorder } from "../../gpu/recorder.ts";
 import { createTensor, type DeviceTensor, upload } from "../../gpu/tensor.ts";
 import { type Dtype, resolveOptions } from "../../core/options.ts";
-import { prepareTcForward, TC_FORWARD_TILE } from "./tc_forward.ts";
+import { prepareTcForward, TC_FORWARD_TILE, TC_FORWARD_TILE_SUMZ } from "./tc_forward.ts";
 import { InputError } from "../../core/errors.ts";
 import { prepareMatmul } from "../matmul.ts";
 import { TILE_HW_WIDE } from "../gemm_tiles.ts";
@@ -110,37 +110,23 @@ export async function tcProductRecorder(
 }
 
 /**
- * The 128×128 forward with one epilogue scratch matrix a subgroup (TcTile.singleScratch): 24 KiB
- * of workgroup memory. A bench tile; the catalog validates it.
- */
-export const TC_FORWARD_128_S1: TcTile = {
-  sgRows: 2,
-  sgCols: 2,
-  mt: 4,
-  nt: 4,
-  bk: 32,
-  singleScratch: true,
-};
-
-/**
- * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape (the first is the
- * methods' TC_FORWARD_TILE): 128×256 with K-step 32 and 16, in one copy and in two, and 128×128
- * tiles; `_map`: the same forward keeping the tile map, as Ours + tile map (tensor cores) runs it;
- * `_s1`: the epilogue's scratch one matrix a subgroup (TcTile.singleScratch).
+ * Tiles of the fused forward scripts/bench_tc.ts times at the paper's shape: the methods'
+ * TC_FORWARD_TILE (128×128 in 24 KiB, `_s1`: one epilogue scratch matrix a subgroup,
+ * TcTile.singleScratch) and TC_FORWARD_TILE_SUMZ (128×256, K-step 32), then 128×256 with K-step
+ * 16 in one copy and in two, and other 128×128 tiles; `_map`: the same forward keeping the tile
+ * map, as Ours + tile map (tensor cores) runs it.
  */
 export const TC_FORWARD_BENCH_TILES: Record<string, TcTile & { tileMax?: boolean }> = {
-  f128x256_k32: TC_FORWARD_TILE,
-  f128x256_k32_map: { ...TC_FORWARD_TILE, tileMax: true },
-  f128x256_k16: { ...TC_FORWARD_TILE, bk: 16 },
-  f128x256_k16_map: { ...TC_FORWARD_TILE, bk: 16, tileMax: true },
-  f128x256_k16_db: { ...TC_FORWARD_TILE, bk: 16, dbuf: true },
+  f128_k32_s1: TC_FORWARD_TILE,
+  f128_k32_s1_map: { ...TC_FORWARD_TILE, tileMax: true },
+  f128x256_k32: TC_FORWARD_TILE_SUMZ,
+  f128x256_k32_map: { ...TC_FORWARD_TILE_SUMZ, tileMax: true },
+  f128x256_k16: { ...TC_FORWARD_TILE_SUMZ, bk: 16 },
+  f128x256_k16_map: { ...TC_FORWARD_TILE_SUMZ, bk: 16, tileMax: true },
+  f128x256_k16_db: { ...TC_FORWARD_TILE_SUMZ, bk: 16, dbuf: true },
   f128_k32: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32 },
   f128_k32_map: { sgRows: 2, sgCols: 2, mt: 4, nt: 4, bk: 32, tileMax: true },
   f128_8sg_k32: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 32 },
-  // the 128×128 forward in 24 KiB (docs/tensor_cores.md#why-two-staging-copies-are-slow-workgroup-memory),
-  // alone and keeping the tile map (its maximum through the scratch)
-  f128_k32_s1: TC_FORWARD_128_S1,
-  f128_k32_s1_map: { ...TC_FORWARD_128_S1, tileMax: true },
   // 8 subgroups in 20 KiB: K-step 16 and one scratch matrix a subgroup
   f128_8sg_k16_s1: { sgRows: 2, sgCols: 4, mt: 4, nt: 2, bk: 16, singleScratch: true },
 };

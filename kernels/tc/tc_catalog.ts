@@ -16,9 +16,8 @@ import { filterPassSignature } from "../fused/filter.ts";
 import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
 import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
-import { TC_FORWARD_TILE } from "./tc_forward.ts";
-import { TC_FORWARD_128_S1 } from "./tc_bench.ts";
-import { tcFilterDispatchTile } from "./tc_filter.ts";
+import { TC_FORWARD_TILE, TC_FORWARD_TILE_SUMZ } from "./tc_forward.ts";
+import { TC_FILTER_TILE, tcFilterDispatchTile } from "./tc_filter.ts";
 import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
 import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
@@ -101,8 +100,8 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       ) {
         for (
           const [tileTag, tile] of [["", TC_FORWARD_TILE], [
-            " 128x128 s1",
-            TC_FORWARD_128_S1,
+            " 128x256",
+            TC_FORWARD_TILE_SUMZ,
           ]] as const
         ) {
           const fo = { tile, sgSize, dtype, softcap, sumZ, vecLoads, tileMax };
@@ -127,7 +126,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       ) {
         const fo: TcFilterKernelOptions = {
           tile: BACKWARD_TILE_LARGE,
-          filterTile: tcFilterDispatchTile(TC_FORWARD_TILE),
+          filterTile: tcFilterDispatchTile(TC_FILTER_TILE),
           dtype,
           opts: resolveOptions({ beta, softcap }),
           v: 256000,
@@ -136,7 +135,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
           entryBits,
           vecLoads,
           scales: true,
-          tcTile: TC_FORWARD_TILE,
+          tcTile: TC_FILTER_TILE,
           sgSize,
         };
         out.push({

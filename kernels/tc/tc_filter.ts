@@ -9,8 +9,14 @@ import type { GemmTile } from "../gemm_tiles.ts";
 import type { FusedBackwardOptions } from "../fused/backward_types.ts";
 import type { TcMode } from "./tc_codegen.ts";
 import { tcFilterWgsl } from "./tc_filter_wgsl.ts";
-import { TC_FORWARD_TILE } from "./tc_forward.ts";
-import { tcSupport, type TcTile, tileCols, tileRows } from "./tc_tiles.ts";
+import { TC_TILE_128X256_K32, tcSupport, type TcTile, tileCols, tileRows } from "./tc_tiles.ts";
+
+/**
+ * The filter's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 32, one copy (the
+ * forward's tile before the 128×128 one; the filter's atomics would take a 128×128 tile past
+ * 24 KiB of workgroup memory).
+ */
+export const TC_FILTER_TILE: TcTile = TC_TILE_128X256_K32;
 
 /** The filter's tile when emulated: 64×64, the software adapters' backward tile. */
 export const TC_FILTER_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 2, bk: 16 };
@@ -26,13 +32,13 @@ export function tcFilterDispatchTile(tcTile: TcTile): GemmTile {
   return { bm, bn, bk: tcTile.bk, tm: 4, tn, vec: true };
 }
 
-/** The filter kernel of the tensor-core backward (the forward's tile on hardware). */
+/** The filter kernel of the tensor-core backward ({@link TC_FILTER_TILE} on hardware). */
 export function tcFilterKernel(
   ctx: GpuContext,
   o: { mode?: TcMode; tile?: TcTile } = {},
 ): NonNullable<FusedBackwardOptions["filterKernel"]> {
   const mode = o.mode ?? "native";
-  const tcTile = o.tile ?? (mode === "native" ? TC_FORWARD_TILE : TC_FILTER_TILE_EMULATED);
+  const tcTile = o.tile ?? (mode === "native" ? TC_FILTER_TILE : TC_FILTER_TILE_EMULATED);
   const sgSize = mode === "native" ? tcSupport(ctx).sgSize : 32;
   // the dispatch shape; vec with the K-step lets the backward enable 16-byte loads where d allows
   const tile = tcFilterDispatchTile(tcTile);

@@ -3,13 +3,12 @@ import assert from "node:assert/strict";
 import { resolveOptions } from "../../core/options.ts";
 import { validateTile } from "../gemm_tiles.ts";
 import { BACKWARD_TILE_LARGE } from "../fused/backward_tiles.ts";
-import { TC_FILTER_TILE_EMULATED, tcFilterDispatchTile } from "./tc_filter.ts";
+import { TC_FILTER_TILE, TC_FILTER_TILE_EMULATED, tcFilterDispatchTile } from "./tc_filter.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
-import { TC_FORWARD_TILE } from "./tc_forward.ts";
 import { TC_TILE_128, tileCols, tileRows } from "./tc_tiles.ts";
 
 Deno.test("tc filter: the dispatch tile of every tile the methods use is a valid GEMM tile", () => {
-  for (const t of [TC_FORWARD_TILE, TC_FILTER_TILE_EMULATED, TC_TILE_128]) {
+  for (const t of [TC_FILTER_TILE, TC_FILTER_TILE_EMULATED, TC_TILE_128]) {
     const d = tcFilterDispatchTile(t);
     assert.equal(d.bm, tileRows(t));
     assert.equal(d.bn, tileCols(t));
@@ -20,7 +19,7 @@ Deno.test("tc filter: the dispatch tile of every tile the methods use is a valid
 Deno.test("tc filter: the WGSL's switches for entry bits", () => {
   const base: TcFilterKernelOptions = {
     tile: BACKWARD_TILE_LARGE,
-    filterTile: tcFilterDispatchTile(TC_FORWARD_TILE),
+    filterTile: tcFilterDispatchTile(TC_FILTER_TILE),
     dtype: "bf16",
     opts: resolveOptions({ beta: 0.1 }),
     v: 256000,
@@ -28,7 +27,7 @@ Deno.test("tc filter: the WGSL's switches for entry bits", () => {
     sort: false,
     vecLoads: true,
     scales: true,
-    tcTile: TC_FORWARD_TILE,
+    tcTile: TC_FILTER_TILE,
     sgSize: 32,
   };
   assert.doesNotMatch(tcFilterWgsl(base), /s_hot|&hot\[/);

@@ -40,11 +40,26 @@ import {
 } from "./tc_tiles.ts";
 
 /**
- * The forward's tile on hardware: 128×256, 8 subgroups of 4×4 matrices, K-step 32, one copy (the
- * fastest of TC_FORWARD_BENCH_TILES at the paper's shape: 3% ahead of K-step 16 on an H100 with
- * Dawn's robustness, 10% on an H200 without it; docs/tensor_cores.md).
+ * The forward's tile on hardware: 128×128, 4 subgroups of 4×4 matrices, K-step 32, one copy, one
+ * epilogue scratch matrix a subgroup (TcTile.singleScratch): 24 KiB of workgroup memory, under
+ * the limit past which an H200 runs these kernels a third slower. The fastest of
+ * TC_FORWARD_BENCH_TILES at the paper's shape on an H200 with Dawn's robustness: 47.4 ms against
+ * the 128×256 tile's 48.4, and keeping the tile map 45.1 against 48.7 (docs/tensor_cores.md).
  */
-export const TC_FORWARD_TILE: TcTile = TC_TILE_128X256_K32;
+export const TC_FORWARD_TILE: TcTile = {
+  sgRows: 2,
+  sgCols: 2,
+  mt: 4,
+  nt: 4,
+  bk: 32,
+  singleScratch: true,
+};
+/**
+ * The forward's tile on hardware where it sums z itself (softcap with smoothing): 128×256, 8
+ * subgroups of 4×4 matrices, K-step 32, one copy. The 128×128 tile would need 26 KiB there, past
+ * the limit, where it ran 69 ms against this one's 48.4 (without Σz, on an H200).
+ */
+export const TC_FORWARD_TILE_SUMZ: TcTile = TC_TILE_128X256_K32;
 /** The emulation's tile (tests on software adapters: 32 KiB of workgroup memory). */
 export const TC_FORWARD_TILE_EMULATED: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 
@@ -115,12 +130,13 @@ function _plan(ctx: GpuContext, o: TcForwardOptions) {
   const sup = tcSupport(ctx);
   if (mode === "native" && sup.reason) throw new GpuError("limits", `tc forward: ${sup.reason}`);
   const sgSize = mode === "native" ? sup.sgSize : 32;
-  const tile = o.tile ?? (mode === "native" ? TC_FORWARD_TILE : TC_FORWARD_TILE_EMULATED);
   const smoothing: SmoothingPlan = !o.opts.smoothing
     ? "none"
     : o.opts.capped
     ? "in-kernel"
     : "identity";
+  const native = smoothing === "in-kernel" ? TC_FORWARD_TILE_SUMZ : TC_FORWARD_TILE;
+  const tile = o.tile ?? (mode === "native" ? native : TC_FORWARD_TILE_EMULATED);
   const ep = tcEpilogueShape(tile, sgSize);
   const shared = tcSharedBytes(tile, { aContig: "k", bContig: "k" }) +
     4 * Math.max(ep.scratch, tileRows(tile) * ep.parts * 3) +
