@@ -476,6 +476,11 @@ Deno.test({
           `auto refined ${st(auto).mapRefined}`,
       );
       assert.equal(st(always).mapRefined, 1, `α ${alpha}: always refines`);
+      // the map's own count before the refine, as the map alone keeps
+      for (const [name, r] of [["always", always], ["auto", auto]] as const) {
+        assert.equal(st(r).mapKeptTiles, keptBy(never), `α ${alpha}: ${name}'s map count`);
+      }
+      assert.equal(st(never).mapKeptTiles, undefined, `α ${alpha}: never has no map count`);
       assert.equal(keptBy(always), keptBy(exact), `α ${alpha}: refined, the exact filter's count`);
       for (const k of ["loss", "dE", "dC"] as const) {
         assert.deepEqual(always[k], exact[k], `α ${alpha}: ${k} bit for bit fused-nosort's`);
@@ -499,6 +504,7 @@ Deno.test({
         assert.equal(st(at).mapRefined, 1, `α ${alpha}: refined at the least count`);
         const few = await run(map("auto", keptBy(never) + 1), x);
         assert.equal(st(few).mapRefined, 0, `α ${alpha}: too few kept tiles to refine`);
+        assert.equal(st(few).mapKeptTiles, keptBy(few), `α ${alpha}: unrefined, the count's`);
         assert.equal(keptBy(few), keptBy(never), `α ${alpha}: the map's count stands`);
         for (const k of ["dE", "dC"] as const) {
           assert.deepEqual(few[k], never[k], `α ${alpha}: ${k} with the map's mask`);

@@ -174,6 +174,11 @@ export interface FusedBackwardStats {
   denseDC?: number;
   /** 1 where the last record refined the tile map's mask, 0 where not (with a refine). */
   mapRefined?: number;
+  /**
+   * The tiles the tile map's mask kept before its refine in the last record (with a refine):
+   * tilesTotal − tilesSkipped where it was not refined, at least that where it was.
+   */
+  mapKeptTiles?: number;
   /** The extra dC walk segments of the last record, where the dC split is recorded. */
   dCSplits?: number;
   /**

@@ -36,8 +36,8 @@ export const DENSE_DECISION_SIG = signature({
 
 /**
  * WGSL of a decision pass (one invocation): the kept count of the order the backward uses (the
- * sorted one where the order decision takes it: counter[1], else counter[0]), and flag[0] = 1 for
- * the dense path (or, for the tile map's refine, for no refine).
+ * sorted one where the order decision takes it: counter[1], else counter[0]), flag[0] = 1 for
+ * the dense path (or, for the tile map's refine, for no refine) and flag[1] = that count.
  */
 export function denseDecisionWgsl(): string {
   return `${DENSE_DECISION_SIG.wgsl}
@@ -50,6 +50,7 @@ fn main() {
   var dense = f32(kept) > P.above * f32(P.total) || kept < P.fewer;
   if (P.mode == 1u) { dense = true; }
   flag[0] = select(0u, 1u, dense);
+  flag[1] = kept;
 }
 `;
 }
@@ -80,6 +81,8 @@ export interface PreparedDenseDecision {
   under(rec: Recorder, want: 0 | 1, fn: () => void): void;
   /** Whether the last decision recorded took the dense path (reads the flag back). */
   took(): Promise<boolean>;
+  /** The kept count the last decision recorded read (reads it back). */
+  kept(): Promise<number>;
   release(): void;
 }
 
@@ -101,7 +104,7 @@ export async function prepareDenseDecision(
   const flag = createTensor(ctx, {
     dtype: "u32",
     rows: 1,
-    cols: 1,
+    cols: 2,
     role: "workspace",
     label: `${o.name} flag`,
   });
@@ -125,6 +128,9 @@ export async function prepareDenseDecision(
     },
     async took() {
       return (await download(ctx, flag))[0] === 1;
+    },
+    async kept() {
+      return (await download(ctx, flag))[1];
     },
     release() {
       flag.destroy();

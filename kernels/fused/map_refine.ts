@@ -71,6 +71,8 @@ export interface PreparedMapRefine {
   record(a: MapRefineArgs): void;
   /** Whether the last record refined the mask (reads the decision's flag back). */
   refined(): Promise<boolean>;
+  /** The tiles the map kept in the last record, before any refine (read back). */
+  mapKept(): Promise<number>;
   release(): void;
 }
 
@@ -130,6 +132,9 @@ export async function prepareMapRefine(
     },
     async refined() {
       return !(await decision.took());
+    },
+    mapKept() {
+      return decision.kept();
     },
     release() {
       decision.release();
