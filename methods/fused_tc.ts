@@ -12,8 +12,10 @@
  *   (kernels/tc/tc_filter.ts); the kept tiles' gradient products stay on the FMA passes (at the
  *   paper's shape the filter keeps about 0.05% of the tiles).
  * - `fused-tilemap-tc` backward: `fused-tilemap`'s (the map filter reads the forward's tile
- *   maxima, no products, and where the map keeps at most 75% of the tiles the FMA filter refines
- *   its mask, kernels/fused/map_refine.ts; kept tiles on the FMA passes).
+ *   maxima, no products), but where the map keeps at most 75% of the tiles (and at least 256) its
+ *   mask is refined by the tensor-core filter over every tile, not by the FMA filter over the
+ *   tiles the map keeps (kernels/fused/map_refine.ts, `full`): then the kept tiles are those
+ *   `fused-tc` keeps in its own order. Kept tiles on the FMA passes.
  *
  * Inputs: bf16 or f16 (bf16 converts to f16 exactly after the scale, see kernels/tc/tc_scale.ts).
  * f32 inputs would be rounded to f16's 11 significant bits: these rows refuse them.
@@ -67,10 +69,13 @@ export interface FusedTcVariant {
 /**
  * Kernel options no shipped tensor-core row sets, for tests: the backward's order decision and
  * its bound (on by default, the bound off on software adapters), which read the filter's entry
- * bits.
+ * bits; the tile map's refine and its least count (`auto` on hardware, `never` on software).
  */
 export interface FusedTcKernelOptions {
-  backward?: Pick<FusedBackwardOptions, "decideOrder" | "sortBound">;
+  backward?: Pick<
+    FusedBackwardOptions,
+    "decideOrder" | "sortBound" | "mapRefine" | "mapRefineMinTiles"
+  >;
 }
 
 /** Builds the method of a tensor-core fused variant (with kernel options: tests). */
@@ -107,6 +112,7 @@ async function _prepare(
     gradDtype: "input",
     mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
     filterKernel: f.tileMap ? undefined : tcFilterKernel(ctx, { mode }),
+    mapRefineFilter: f.tileMap ? tcFilterKernel(ctx, { mode }) : undefined,
     ...k.backward,
   });
   const keepColsum = fwd.smoothing === "identity";

@@ -12,7 +12,7 @@ import { runMethod } from "./run.ts";
 import { fused, fusedMethod, fusedTileMap } from "./fused.ts";
 import { fusedTc, fusedTcMethod, fusedTileMapTc, tcUnsupported } from "./fused_tc.ts";
 import { assertParity, caseInputs } from "../testing/parity.ts";
-import { peakedInputs } from "../testing/fused_backward.ts";
+import { peakedInputs, peakedSoftmaxInputs } from "../testing/fused_backward.ts";
 import { roundArray } from "../core/dtype.ts";
 import { assertMatchesReference, methodTolerance } from "../testing/fuzz.ts";
 import { GPU_TEST, testContext } from "../testing/gpu.ts";
@@ -40,14 +40,15 @@ const EMULATED_TC = {
   mode: "emulated" as const,
 };
 const emulatedTc = fusedTcMethod(EMULATED_TC);
-const emulatedMap = fusedTcMethod({
+const EMULATED_MAP = {
   name: "fused-tilemap-tc-emulated",
   label: "x",
   description: "x",
   sort: false,
   tileMap: true,
-  mode: "emulated",
-});
+  mode: "emulated" as const,
+};
+const emulatedMap = fusedTcMethod(EMULATED_MAP);
 
 Deno.test(
   "fused-tc rows: registered; unsupported here with the reason; f32 refused",
@@ -213,6 +214,38 @@ Deno.test({
     for (const k of ["loss", "dE", "dC"] as const) assert.deepEqual(decided[k], always[k], k);
     const tol = methodTolerance(fusedTc, { n, v, d, dtype: "bf16", beta: 0.1 });
     assertMatchesReference(decided, x, o, 1, tol, defaultFilterEps("bf16"));
+  },
+});
+
+Deno.test({
+  name: "fused-tilemap-tc (emulated): its refine is the tensor-core filter over every tile, " +
+    "fused-tc's own-order tiles and gradients bit for bit",
+  ...EMULATE,
+  async fn() {
+    // a peaked softmax over a classifier with a non-zero column mean: the map's bound keeps
+    // tiles the exact filter drops (methods/fused_test.ts, the FMA map's refine)
+    const n = 140, v = 1000, d = 33;
+    const x = peakedSoftmaxInputs({ n, v, d, alpha: 18, dtype: "bf16" });
+    const o = resolveOptions({ beta: 0.1 });
+    const opt = { dtype: "bf16" as const, gradOutput: 1.3 };
+    const map = (mapRefine: "always" | "never") =>
+      runMethod(ctx0, fusedTcMethod(EMULATED_MAP, { backward: { mapRefine } }), x, o, opt);
+    const refined = await map("always"), unrefined = await map("never");
+    const own = await runMethod(ctx0, fusedTcMethod({ ...EMULATED_TC, sort: false }), x, o, opt);
+    const kept = (r: typeof own) => r.stats!.tilesTotal! - r.stats!.tilesSkipped!;
+    console.log(
+      `map keeps ${kept(unrefined)}, refined ${kept(refined)}, fused-tc ${kept(own)} ` +
+        `of ${own.stats!.tilesTotal}`,
+    );
+    assert.equal(refined.stats!.mapRefined, 1);
+    assert.equal(refined.stats!.mapKeptTiles, kept(unrefined), "the map's own count");
+    assert.ok(kept(unrefined) > kept(own), "the map keeps tiles the filter drops");
+    assert.equal(kept(refined), kept(own), "refined: the tensor-core filter's count");
+    for (const k of ["loss", "dE", "dC"] as const) {
+      assert.deepEqual(refined[k], own[k], `${k} bit for bit fused-tc's in its own order`);
+    }
+    const tol = methodTolerance(fusedTileMapTc, { n, v, d, dtype: "bf16", beta: 0.1 });
+    assertMatchesReference(refined, x, o, 1.3, tol, defaultFilterEps("bf16"));
   },
 });
 

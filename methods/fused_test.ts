@@ -15,15 +15,13 @@ import { METHODS } from "./mod.ts";
 import { runMethod } from "./run.ts";
 import type { LceMethod } from "./types.ts";
 import { assertParity, gradRoundingTol, PARITY_TOL } from "../testing/parity.ts";
-import { GPU_TEST, randomArray, testContext } from "../testing/gpu.ts";
+import { GPU_TEST, testContext } from "../testing/gpu.ts";
 import { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { uploadGradOut, uploadInputs } from "./run.ts";
-import { roundArray } from "../core/dtype.ts";
 import {
   type Dtype,
   type HostInputs,
-  IGNORE_INDEX,
   type LceOptions,
   type Reduction,
   resolveOptions,
@@ -33,6 +31,7 @@ import { defaultFilterEps, gradRowsPerBinding } from "../kernels/fused/backward_
 import { defaultBackwardTile } from "../kernels/fused/backward_tiles.ts";
 import { prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { bufferBytes, methodPeaks } from "../testing/method_peaks.ts";
+import { PEAKED_HOT, peakedSoftmaxInputs } from "../testing/fused_backward.ts";
 
 const ALL: LceMethod[] = [fused, fusedNoSort, fusedNoFilter, fusedFb, fusedFbNoFilter];
 const FILTERED: LceMethod[] = [fused, fusedNoSort, fusedFb];
@@ -155,43 +154,6 @@ Deno.test({
   },
 });
 
-/** The hot rows of _peaked (v ≥ 251). */
-const HOT = [3, 77, 150, 201, 250];
-
-/**
- * Peaked softmax over a classifier with a clearly non-zero column mean: C_v = m + u_v with |m| ≈ 2
- * and |u_v| ≈ 1, except 5 "hot" rows scattered over the vocabulary whose noise is 3× longer; token
- * n's embedding is α·û_j/|û_j|² for one hot row j (so z_nj − z_nv ≥ 2α/3 for every non-hot v).
- * 80% of the targets are that hot row, 10% random, 10% ignored.
- */
-function _peaked(o: { n: number; v: number; d: number; alpha: number; dtype: Dtype }): HostInputs {
-  const { n, v, d } = o;
-  const a = Math.sqrt(3 / d);
-  const mean = randomArray(d, 1, 2 * a);
-  const c = randomArray(v * d, 2, a);
-  for (const j of HOT) for (let k = 0; k < d; k++) c[j * d + k] *= 3;
-  const e = new Float32Array(n * d);
-  const pick = randomArray(n, 3);
-  const targets = new Int32Array(n);
-  for (let i = 0; i < n; i++) {
-    const j = HOT[i % HOT.length];
-    let nrm = 0;
-    for (let k = 0; k < d; k++) nrm += c[j * d + k] ** 2;
-    for (let k = 0; k < d; k++) e[i * d + k] = (o.alpha / nrm) * c[j * d + k];
-    const u = (pick[i] + 1) / 2;
-    targets[i] = u < 0.1 ? IGNORE_INDEX : u < 0.2 ? Math.floor(u * 10 * v) % v : j;
-  }
-  for (let i = 0; i < v * d; i++) c[i] += mean[i % d];
-  return {
-    n,
-    v,
-    d,
-    e: roundArray(e, o.dtype),
-    c: roundArray(c, o.dtype),
-    targets,
-  };
-}
-
 /**
  * Runs `m` and checks it against float64 within the parity tolerance plus what the filter may
  * legitimately drop: an element of a skipped tile has g = p·f' + (β/|V|)(z/s)² < ε, so with ĝ the
@@ -265,7 +227,7 @@ Deno.test({
   async fn() {
     const ctx = await testContext();
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
-    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 40, dtype: "bf16" });
+    const x = peakedSoftmaxInputs({ n: 70, v: 257, d: 33, alpha: 40, dtype: "bf16" });
     // Σ_v C_v is dominated by |V|·m: the rank-one term −(β/|V|)·w_n·Σ_{v in skipped tiles} C_v that
     // a biased filter would drop is, per element, about (β/|V|)·w·(skipped rows)·|m_k|.
     const colSum = new Float64Array(x.d);
@@ -287,7 +249,7 @@ Deno.test({
     // they come first and share one vocab tile (for each token tile).
     const tile = defaultBackwardTile(ctx);
     const tokTiles = Math.ceil(x.n / tile.tokens), vocTiles = Math.ceil(x.v / tile.vocab);
-    const hotTiles = new Set(HOT.map((j) => Math.floor(j / tile.vocab))).size;
+    const hotTiles = new Set(PEAKED_HOT.map((j) => Math.floor(j / tile.vocab))).size;
     assert.equal(skipped.fused, tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-f32grad"], tokTiles * (vocTiles - 1));
     assert.equal(skipped["fused-fb"], tokTiles * (vocTiles - 1));
@@ -303,7 +265,7 @@ Deno.test({
   async fn() {
     const ctx = await testContext();
     const o = resolveOptions({ beta: 0.1, softcap: 50, reduction: "sum" });
-    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
+    const x = peakedSoftmaxInputs({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
     const r = await _assertFilterBound(ctx, fused, x, o, "bf16", 0.6);
     assert.ok(r.stats.tilesSkipped! > 0, "the filter skipped tiles");
     assert.ok(r.ghat > 1e-6 && r.ghat < defaultFilterEps("bf16"), `ĝ ${r.ghat}`);
@@ -315,7 +277,7 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const x = _peaked({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
+    const x = peakedSoftmaxInputs({ n: 70, v: 257, d: 33, alpha: 14, dtype: "bf16" });
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
     for (const m of [fused, fusedNoFilter, fusedFb]) {
       const a = await runMethod(ctx, m, x, o, { dtype: "bf16", gradOutput: 1.3 });
@@ -392,7 +354,7 @@ Deno.test({
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
-    const x = _peaked({ n: 37, v: 131, d: 29, alpha: 14, dtype: "f32" });
+    const x = peakedSoftmaxInputs({ n: 37, v: 131, d: 29, alpha: 14, dtype: "f32" });
     const o = resolveOptions({ beta: 0.1, reduction: "mean" });
     const p = await fusedFb.prepare(ctx, { n: x.n, v: x.v, d: x.d, dtype: "f32" }, o);
     const inputs = uploadInputs(ctx, x, "f32");
@@ -463,7 +425,7 @@ Deno.test({
     // the map's bound keeps tiles the exact filter drops (its slack, and L_min the least LSE of
     // a token tile): at α = 18 about 44% of them (refined), at α = 17 about 81% (not)
     for (const alpha of [18, 17]) {
-      const x = _peaked({ n: 140, v: 1000, d: 33, alpha, dtype: "bf16" });
+      const x = peakedSoftmaxInputs({ n: 140, v: 1000, d: 33, alpha, dtype: "bf16" });
       const exact = await run(fusedNoSort, x);
       const always = await run(map("always"), x);
       const never = await run(map("never"), x);
@@ -513,14 +475,17 @@ Deno.test({
     }
     for (const bad of [-1, 2.5]) {
       await assert.rejects(
-        run(map("auto", bad), _peaked({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" })),
+        run(
+          map("auto", bad),
+          peakedSoftmaxInputs({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" }),
+        ),
         /mapRefineMinTiles must be a non-negative integer/,
       );
     }
     // E, C and the gradients over 4 KiB bindings: the refine's passes a segment pair at a time
     const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
     try {
-      const x = _peaked({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" });
+      const x = peakedSoftmaxInputs({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" });
       const ro = { dtype: "bf16" as const, gradOutput: 1.3 };
       const exact = await runMethod(sharded, fusedNoSort, x, o, ro);
       const refined = await runMethod(sharded, map("always"), x, o, ro);

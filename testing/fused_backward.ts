@@ -4,7 +4,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { columnVector } from "./gpu.ts";
+import { columnVector, randomArray } from "./gpu.ts";
 import type { GpuContext } from "../gpu/context.ts";
 import { Recorder } from "../gpu/recorder.ts";
 import { download, fromHost } from "../gpu/tensor.ts";
@@ -22,7 +22,7 @@ import { BACKWARD_TILE_SMALL, type BackwardTile } from "../kernels/fused/backwar
 import { type FusedBackwardOptions, prepareFusedBackward } from "../kernels/fused/backward.ts";
 import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { caseInputs } from "./parity.ts";
-import { bf16BitsToF32, f32ToBf16Bits } from "../core/dtype.ts";
+import { bf16BitsToF32, f32ToBf16Bits, roundArray } from "../core/dtype.ts";
 
 /** The backward's options a test varies. */
 export interface BackwardCase {
@@ -360,4 +360,42 @@ export async function assertDensePath(
       cols: x.d,
     });
   }
+}
+/** The hot rows of {@link peakedSoftmaxInputs} (v ≥ 251). */
+export const PEAKED_HOT = [3, 77, 150, 201, 250];
+
+/**
+ * Peaked softmax over a classifier with a clearly non-zero column mean: C_v = m + u_v with |m| ≈ 2
+ * and |u_v| ≈ 1, except 5 "hot" rows scattered over the vocabulary whose noise is 3× longer; token
+ * n's embedding is α·û_j/|û_j|² for one hot row j (so z_nj − z_nv ≥ 2α/3 for every non-hot v).
+ * 80% of the targets are that hot row, 10% random, 10% ignored.
+ */
+export function peakedSoftmaxInputs(
+  o: { n: number; v: number; d: number; alpha: number; dtype: Dtype },
+): HostInputs {
+  const { n, v, d } = o;
+  const a = Math.sqrt(3 / d);
+  const mean = randomArray(d, 1, 2 * a);
+  const c = randomArray(v * d, 2, a);
+  for (const j of PEAKED_HOT) for (let k = 0; k < d; k++) c[j * d + k] *= 3;
+  const e = new Float32Array(n * d);
+  const pick = randomArray(n, 3);
+  const targets = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const j = PEAKED_HOT[i % PEAKED_HOT.length];
+    let nrm = 0;
+    for (let k = 0; k < d; k++) nrm += c[j * d + k] ** 2;
+    for (let k = 0; k < d; k++) e[i * d + k] = (o.alpha / nrm) * c[j * d + k];
+    const u = (pick[i] + 1) / 2;
+    targets[i] = u < 0.1 ? IGNORE_INDEX : u < 0.2 ? Math.floor(u * 10 * v) % v : j;
+  }
+  for (let i = 0; i < v * d; i++) c[i] += mean[i % d];
+  return {
+    n,
+    v,
+    d,
+    e: roundArray(e, o.dtype),
+    c: roundArray(c, o.dtype),
+    targets,
+  };
 }

@@ -199,7 +199,8 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
     const { tileMap } = a as Required<FusedBackwardArgs>;
     pipes.mapFilter.record(rec, { ...base, tileMap, lse: a.lse, w: a.w, mask, counter });
     const { targets, lse, w } = a, tiles = r.tTotal * r.vTotal, d = p.spec.d;
-    pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d });
+    const scales = a.filterScales;
+    pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d, scales });
   }
   if (filterPass && p.filterTile && mask && counter) {
     recordFilterPass({

@@ -52,8 +52,16 @@ export interface BackwardOptionsPlan {
   filterScales: boolean;
   /** The forward's tile the map filter reads the map at (the map filter replaces the filter). */
   mapTile?: TileMapTile;
-  /** With it, the exact filter's refine of its mask, where recorded, and that filter's tile. */
-  mapRefine?: { mode: Exclude<MapRefineMode, "never">; filterTile: GemmTile; minTiles?: number };
+  /**
+   * With it, the exact filter's refine of its mask, where recorded, and that filter's tile; `full`:
+   * the generator of FusedBackwardOptions.mapRefineFilter, run over every tile.
+   */
+  mapRefine?: {
+    mode: Exclude<MapRefineMode, "never">;
+    filterTile: GemmTile;
+    minTiles?: number;
+    full?: (o: FilterPassKernelOptions) => string;
+  };
   /** The order decision runs (sorting with the filter, decideOrder). */
   decide: boolean;
   /** With it, the sorted order's work only where its bound may win (sortBound). */
@@ -156,7 +164,9 @@ function _mapRefine(ctx: GpuContext, o: FusedBackwardOptions, map: boolean, tile
       `fused backward: mapRefineMinTiles must be a non-negative integer, got ${minTiles}`,
     );
   }
-  return { mode, filterTile: o.filterTile ?? defaultFilterTile(ctx, tile), minTiles };
+  const full = o.mapRefineFilter;
+  const filterTile = full?.tile ?? o.filterTile ?? defaultFilterTile(ctx, tile);
+  return { mode, filterTile, minTiles, full: full?.wgsl };
 }
 
 /** The dC split's tuning where it is recorded: with the dC order, by default on hardware only. */

@@ -88,6 +88,7 @@ async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
       filterTile: r.filterTile,
       mode: r.mode,
       minTiles: r.minTiles,
+      full: r.full,
     })
     : undefined;
   return { filterPass, keptBounds, sortedMask, orderSelect, mapFilter, sortBound, mapRefine };

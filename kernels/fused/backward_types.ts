@@ -92,6 +92,13 @@ export interface FusedBackwardOptions {
    */
   filterKernel?: { tile: GemmTile; wgsl(o: FilterPassKernelOptions): string };
   /**
+   * With the map's refine: the refine as this filter pass (a filterKernel, e.g. the tensor-core
+   * one) over every tile in the own order, the mask and the count cleared before it, instead of
+   * the FMA filter over the tiles the map keeps (kernels/fused/map_refine.ts). Its `scales`
+   * binding is FusedBackwardArgs.filterScales.
+   */
+  mapRefineFilter?: { tile: GemmTile; wgsl(o: FilterPassKernelOptions): string };
+  /**
    * With the filter and the gathered dE: dE's tiled part as dense products where the filter keeps
    * most tiles, decided on the GPU per call (`auto`), always, or `never` (no dense path recorded;
    * kernels/fused/dense_de.ts). Default `auto` on hardware adapters; `never` with `filterKernel`

@@ -15,11 +15,19 @@
  * for the tiles it could drop to repay its own pass.
  * The choice is made on the GPU from the map filter's count (kernels/fused/dense_decision.ts),
  * the refine recorded under a gate of it (gpu/gate.ts): no read back.
+ *
+ * With a filter of another kernel family (`full`: the tensor-core rows' filter,
+ * FusedBackwardOptions.mapRefineFilter) the refine is that filter over every tile instead, after a
+ * pass that clears the mask and the count (`map refine clear`): the kept tiles are then that
+ * filter's own, as its row without the map keeps them in its own order. A tensor-core filter over
+ * every tile costs less than the FMA filter over most of them (on `llm` on an H200, 2.6 against
+ * 9.6 ms).
  * @module
  */
 import type { GpuContext } from "../../gpu/context.ts";
 import { GATE_CAPACITY } from "../../gpu/gate.ts";
-import { compileKernel } from "../../gpu/signature.ts";
+import type { TrackedBuffer } from "../../gpu/context.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
 import type { GemmTile } from "../gemm_codegen.ts";
 import {
   type FilterPassKernelOptions,
@@ -63,7 +71,31 @@ export type MapRefineMode = "auto" | "always" | "never";
 export type MapRefineArgs =
   & Omit<FilterRecordOptions, "hotWords">
   & Omit<DensePathArgs, "sortDecided">
-  & { d: number };
+  & {
+    d: number;
+    /** The `scales` binding of a `full` refine's filter (FusedBackwardArgs.filterScales). */
+    scales?: TrackedBuffer;
+  };
+
+/** The clear before a `full` refine: the mask's first `words` words and counter[0] to zero. */
+export const MAP_REFINE_CLEAR_SIG = signature({
+  params: { words: "u32" },
+  bindings: {
+    mask: { elem: "u32", access: "read_write" },
+    counter: { elem: "u32", access: "read_write" },
+  },
+});
+
+/** WGSL of the clear (256 invocations a workgroup, a word each). */
+export function mapRefineClearWgsl(): string {
+  return `${MAP_REFINE_CLEAR_SIG.wgsl}
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  if (gid.x < P.words) { mask[gid.x] = 0u; }
+  if (gid.x == 0u) { counter[0] = 0u; }
+}
+`;
+}
 
 /** A compiled refine: its filter pass and its decision. */
 export interface PreparedMapRefine {
@@ -88,15 +120,23 @@ export async function prepareMapRefine(
     mode: Exclude<MapRefineMode, "never">;
     /** `auto` skips the refine below this many kept tiles (default {@link MAP_REFINE_MIN_TILES}). */
     minTiles?: number;
+    /** A filter of another kernel family run over every tile instead (see the module doc). */
+    full?: (o: FilterPassKernelOptions) => string;
   },
 ): Promise<PreparedMapRefine> {
-  const fo = { ...o.filter, refine: true, entryBits: false, sort: false, scales: false };
+  const full = o.full !== undefined;
+  const fo = full
+    ? { ...o.filter, refine: false, entryBits: false, sort: false, scales: true }
+    : { ...o.filter, refine: true, entryBits: false, sort: false, scales: false };
   const kernel = await compileKernel(
     ctx,
     filterPassSignature(fo),
-    filterPassWgsl(fo),
+    (o.full ?? filterPassWgsl)(fo),
     "fused_backward_map_refine",
   );
+  const clear = full
+    ? await compileKernel(ctx, MAP_REFINE_CLEAR_SIG, mapRefineClearWgsl(), "map refine clear")
+    : undefined;
   // the decision's flag is 1 where the map keeps more than the threshold or fewer than the
   // least count: no refine
   const always = o.mode === "always";
@@ -111,6 +151,14 @@ export async function prepareMapRefine(
       decision.record({ ...a, sortDecided: false });
       const lse = a.lse.shards[0].buffer, w = a.w.shards[0].buffer;
       decision.under(a.rec, 0, () => {
+        if (clear) {
+          if (!a.scales) throw new RangeError("map refine: its filter needs `scales`");
+          const words = Math.ceil(a.tiles / 32);
+          a.rec.pass("map refine clear", (p) => {
+            const bg = clear.bind(a.rec, { words }, { mask: a.mask, counter: a.counter });
+            p.dispatch(clear.pipeline, bg, Math.ceil(words / 256));
+          });
+        }
         // a gated pass holds at most GATE_CAPACITY dispatches: one a segment pair
         for (const vs of a.voc) {
           for (let i = 0; i < a.tok.length; i += GATE_CAPACITY) {
@@ -124,7 +172,8 @@ export async function prepareMapRefine(
               lse,
               w,
               label: "fused backward map refine",
-              refineWorkgroups: MAP_REFINE_WORKGROUPS,
+              refineWorkgroups: full ? undefined : MAP_REFINE_WORKGROUPS,
+              scales: a.scales,
             });
           }
         }

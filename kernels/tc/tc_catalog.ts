@@ -122,6 +122,8 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
           ["entry bits", 0.1, undefined, false, true],
           ["sorted", 0, undefined, true, false],
           ["softcap", 0.1, 20, false, false],
+          // the tile map's refine (kernels/fused/map_refine.ts, `full`): own order, no entry bits
+          ["map refine", 0.1, undefined, false, false],
         ] as const
       ) {
         const fo: TcFilterKernelOptions = {
