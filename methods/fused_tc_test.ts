@@ -246,6 +246,27 @@ Deno.test({
     }
     const tol = methodTolerance(fusedTileMapTc, { n, v, d, dtype: "bf16", beta: 0.1 });
     assertMatchesReference(refined, x, o, 1.3, tol, defaultFilterEps("bf16"));
+    // E, C and the gradients over 4 KiB bindings: the refine's passes a segment pair at a time
+    const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
+    try {
+      const always = fusedTcMethod(EMULATED_MAP, { backward: { mapRefine: "always" } });
+      const r = await runMethod(sharded, always, x, o, opt);
+      const own1 = await runMethod(
+        sharded,
+        fusedTcMethod({ ...EMULATED_TC, sort: false }),
+        x,
+        o,
+        opt,
+      );
+      assert.equal(r.stats!.mapRefined, 1);
+      assert.ok(Number(r.stats!.mapKeptTiles) > kept(own1), "sharded: the map keeps more");
+      assert.equal(kept(r), kept(own1), "sharded: the count");
+      for (const k of ["loss", "dE", "dC"] as const) {
+        assert.deepEqual(r[k], own1[k], `sharded: ${k} bit for bit`);
+      }
+    } finally {
+      sharded.destroy();
+    }
   },
 });
 

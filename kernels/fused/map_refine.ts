@@ -24,9 +24,8 @@
  * 9.6 ms).
  * @module
  */
-import type { GpuContext } from "../../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import { GATE_CAPACITY } from "../../gpu/gate.ts";
-import type { TrackedBuffer } from "../../gpu/context.ts";
 import { compileKernel, signature } from "../../gpu/signature.ts";
 import type { GemmTile } from "../gemm_codegen.ts";
 import {
@@ -148,11 +147,11 @@ export async function prepareMapRefine(
   });
   return {
     record(a) {
+      if (clear && !a.scales) throw new RangeError("map refine: its filter needs `scales`");
       decision.record({ ...a, sortDecided: false });
       const lse = a.lse.shards[0].buffer, w = a.w.shards[0].buffer;
       decision.under(a.rec, 0, () => {
         if (clear) {
-          if (!a.scales) throw new RangeError("map refine: its filter needs `scales`");
           const words = Math.ceil(a.tiles / 32);
           a.rec.pass("map refine clear", (p) => {
             const bg = clear.bind(a.rec, { words }, { mask: a.mask, counter: a.counter });
