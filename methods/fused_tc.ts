@@ -32,6 +32,7 @@ import { createTileMap } from "../kernels/fused/tile_map.ts";
 import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { prepareTcForward } from "../kernels/tc/tc_forward.ts";
 import { tcFilterKernel } from "../kernels/tc/tc_filter.ts";
+import { prepareTcDenseDE } from "../kernels/tc/tc_dense_de.ts";
 import { tcSupport } from "../kernels/tc/tc_tiles.ts";
 import type { LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { lossTensor, vector } from "./_common.ts";
@@ -74,7 +75,7 @@ export interface FusedTcVariant {
 export interface FusedTcKernelOptions {
   backward?: Pick<
     FusedBackwardOptions,
-    "decideOrder" | "sortBound" | "mapRefine" | "mapRefineMinTiles"
+    "decideOrder" | "sortBound" | "mapRefine" | "mapRefineMinTiles" | "denseDE"
   >;
 }
 
@@ -113,6 +114,7 @@ async function _prepare(
     mapFilter: f.tileMap ? { tile: fwd.tile } : undefined,
     filterKernel: f.tileMap ? undefined : tcFilterKernel(ctx, { mode }),
     mapRefineFilter: f.tileMap ? tcFilterKernel(ctx, { mode }) : undefined,
+    denseDEPath: (c, d) => prepareTcDenseDE(c, { ...d, tcMode: mode }),
     ...k.backward,
   });
   const keepColsum = fwd.smoothing === "identity";

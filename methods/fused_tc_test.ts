@@ -271,6 +271,44 @@ Deno.test({
 });
 
 Deno.test({
+  name: "fused tensor-core rows (emulated): the tensor-core dense dE, forced, against float64; " +
+    "dC the kept path's bit for bit",
+  ...EMULATE,
+  async fn() {
+    const x = peakedSoftmaxInputs({ n: 140, v: 1000, d: 33, alpha: 18, dtype: "bf16" });
+    const o = resolveOptions({ beta: 0.1 });
+    const opt = { dtype: "bf16" as const, gradOutput: 1.3 };
+    for (const f of [EMULATED_TC, EMULATED_MAP]) {
+      const dense = fusedTcMethod(f, { backward: { denseDE: "always" } });
+      const r = await runMethod(ctx0, dense, x, o, opt);
+      const kept = await runMethod(ctx0, fusedTcMethod(f), x, o, opt);
+      assert.equal(r.stats!.denseDE, 1, `${f.name}: the dense dE taken`);
+      assert.equal(kept.stats!.denseDE, undefined, `${f.name}: none recorded by default here`);
+      const tol = methodTolerance(f.tileMap ? fusedTileMapTc : fusedTc, {
+        n: 140,
+        v: 1000,
+        d: 33,
+        dtype: "bf16",
+        beta: 0.1,
+      });
+      assertMatchesReference(r, x, o, 1.3, tol, defaultFilterEps("bf16"));
+      assert.deepEqual(r.dC, kept.dC, `${f.name}: dC is the kept tiles' pass's`);
+      assert.notDeepEqual(r.dE, kept.dE, `${f.name}: dE from other products`);
+      await assertParity(ctx0, dense, {
+        n: 45,
+        v: 177,
+        d: 32,
+        dtype: "f16",
+        beta: 0.1,
+        softcap: 5,
+        ignoreFraction: 0.2,
+        seed: 11,
+      });
+    }
+  },
+});
+
+Deno.test({
   name: "fused tensor-core rows (emulated): memory of the FMA rows plus the two scales",
   ...EMULATE,
   async fn() {

@@ -51,8 +51,9 @@ export const TC_CHECK_COMMAND = defineCommand({
     methods: {
       type: "string",
       arg: "M1,M2",
-      help: "methods to check (`fused-tilemap-tc-refined`: its map always refined)",
-      default: "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined",
+      help: "methods to check (`fused-tilemap-tc-refined`: its map always refined; " +
+        "`fused-tc-dense`: its dense dE always taken)",
+      default: "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined,fused-tc-dense",
     },
     small: { type: "boolean", help: "leave out the real-vocabulary cases" },
     emulate: {
@@ -70,13 +71,18 @@ const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 
 /**
  * A tensor-core method by name, native or emulated; `fused-tilemap-tc-refined` is the tile-map row
- * with its refine (the tensor-core filter over every tile) always taken, which the small cases
- * would not take by themselves.
+ * with its refine (the tensor-core filter over every tile) always taken and `fused-tc-dense`
+ * `fused-tc` with its tensor-core dense dE always taken, which the small cases would not take by
+ * themselves.
  */
 function _method(name: string, mode: TcMode): LceMethod {
   if (name === "fused-tilemap-tc-refined") {
     const f = { name, label: name, description: name, sort: false, tileMap: true, mode };
     return fusedTcMethod(f, { backward: { mapRefine: "always" } });
+  }
+  if (name === "fused-tc-dense") {
+    const f = { name, label: name, description: name, sort: true, tileMap: false, mode };
+    return fusedTcMethod(f, { backward: { denseDE: "always" } });
   }
   if (mode === "native") return methodByName(name);
   if (name === "baseline-tc") return baselineTcMethod({ name, mode });

@@ -76,6 +76,8 @@ export interface BackwardOptionsPlan {
   denseDE?: Exclude<DenseDEMode, "never">;
   /** Its product tile, where given. */
   denseDETile?: GemmTile;
+  /** Another kernel family's dense dE path, where given (FusedBackwardOptions.denseDEPath). */
+  denseDEPath?: FusedBackwardOptions["denseDEPath"];
   /** The dense dC path's mode, where it is recorded (kernels/fused/dense_dc.ts). */
   denseDC?: Exclude<DenseDCMode, "never">;
   /** Its tiles, where given. */
@@ -146,7 +148,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     dCOrder: eps !== null && (o.dCOrder ?? true),
     denseDE: _denseMode(ctx, o, gather !== undefined),
     denseDETile: o.denseDETile,
-    denseDC: _denseMode(ctx, { ...o, denseDE: o.denseDC }, eps !== null),
+    denseDEPath: o.denseDEPath,
+    denseDC: _denseMode(ctx, { ...o, denseDE: o.denseDC, denseDEPath: undefined }, eps !== null),
     denseDCTuning: o.denseDCTuning,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
@@ -188,7 +191,8 @@ function _dCSplit(ctx: GpuContext, o: FusedBackwardOptions, ordered: boolean) {
  * the CI gate's fused rows ran 0.85–0.91× as fast).
  */
 function _denseMode(ctx: GpuContext, o: FusedBackwardOptions, gather: boolean) {
-  const off = o.filterKernel !== undefined || ctx.report.isFallbackAdapter;
+  const off = (o.filterKernel !== undefined && o.denseDEPath === undefined) ||
+    ctx.report.isFallbackAdapter;
   const mode = o.denseDE ?? (off ? "never" : "auto");
   return gather && mode !== "never" ? mode : undefined;
 }

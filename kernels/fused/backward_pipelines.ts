@@ -169,7 +169,9 @@ export async function compileBackward(
       }),
     })
     : undefined;
-  const dense = p.denseDE
+  const dense = p.denseDE && p.denseDEPath
+    ? await p.denseDEPath(ctx, { spec, opts, mode: p.denseDE })
+    : p.denseDE
     ? await prepareDenseDE(ctx, {
       spec,
       opts,

@@ -15,7 +15,8 @@ import type { BackwardTile } from "./backward_tiles.ts";
 import type { MapRefineMode } from "./map_refine.ts";
 import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
-import type { DenseDEMode } from "./dense_de.ts";
+import type { DenseDEMode, DenseDEPath, PreparedDenseDE } from "./dense_de.ts";
+import type { GpuContext } from "../../gpu/context.ts";
 import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
 
 /** Options of `prepareFusedBackward`. */
@@ -108,6 +109,12 @@ export interface FusedBackwardOptions {
   denseDE?: DenseDEMode;
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
   denseDETile?: GemmTile;
+  /**
+   * The dense dE path of another kernel family (the tensor-core one, kernels/tc/tc_dense_de.ts)
+   * instead of the GEMM core's: with it `denseDE` defaults to `auto` on hardware adapters even
+   * with `filterKernel`.
+   */
+  denseDEPath?: (ctx: GpuContext, o: DenseDEPath) => Promise<PreparedDenseDE>;
   /**
    * With the filter: dC as dense products where the filter keeps most tiles, decided on the GPU
    * per call (`auto`), always, or `never` (kernels/fused/dense_dc.ts). Recorded only where E, C

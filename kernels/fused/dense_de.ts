@@ -73,6 +73,13 @@ export function denseDETile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : DENSE_DE_TILE_HW;
 }
 
+/** What a dense dE path of another kernel family is prepared with (FusedBackwardOptions.denseDEPath). */
+export interface DenseDEPath {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  mode: Exclude<DenseDEMode, "never">;
+}
+
 /** What a record of the dense path reads (see {@link PreparedDenseDE.record}). */
 export interface DenseDEArgs extends DensePathArgs {
   grads: BackwardGradients;

@@ -43,6 +43,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     vecB: boolean;
     diag?: "copy-only" | "mma-only";
     straight?: boolean;
+    aReadWrite?: boolean;
   }) => {
     const ko: TcMatmulKernelOptions = {
       tile,
@@ -53,11 +54,12 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       scaleB: b !== "f16",
       diag: o.diag,
       straight: o.straight,
+      aReadWrite: o.aReadWrite,
     };
     out.push({
       name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}${
         o.straight === false ? " scratch stores" : ""
-      }`,
+      }${o.aReadWrite ? " A read_write" : ""}`,
       code: tcMatmulWgsl(ko),
       sig: tcMatmulSignature(ko),
       matrices: o.straight === false ? [] : ["outp", "part"],
@@ -85,6 +87,8 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       const { logits, split } = BASELINE_TC_TILES;
       mm("logits", logits, dt, dt, { vecA, vecB });
       mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB });
+      // the tensor-core dense dE's (kernels/tc/tc_dense_de.ts: G in the output's buffer)
+      mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB, aReadWrite: true });
       mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
     }
     // the variant of outputs smaller than one matrix (no matrix stores into storage)

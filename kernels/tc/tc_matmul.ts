@@ -52,6 +52,12 @@ export interface TcMatmulKernel {
   mode?: TcMode;
   /** Bench diagnostics (wrong results; see tc_codegen.ts). */
   diag?: "copy-only" | "mma-only";
+  /**
+   * A's binding read_write, so that A may lie in the output's buffer at a disjoint range (a
+   * read-only binding beside a writable one of the same buffer is refused; kernels/matmul_wgsl.ts
+   * `aReadWrite`).
+   */
+  aReadWrite?: boolean;
 }
 
 /** Where the operands' scales are: a buffer of f32 powers of two and the index of each. */
@@ -264,6 +270,7 @@ export async function prepareTcMatmul(
     diag: kernel.diag,
     mode,
     straight: v.straight,
+    aReadWrite: kernel.aReadWrite,
   });
   const label = `tc matmul ${tcTileName(t)}`;
   const variants = new Map<string, _Compiled>();

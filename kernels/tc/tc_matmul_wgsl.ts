@@ -53,6 +53,8 @@ export interface TcMatmulKernelOptions {
    * binding size of them beyond one element (tc_bindings.ts), which tiny outputs need.
    */
   straight?: boolean;
+  /** A's binding read_write (TcMatmulKernel.aReadWrite). */
+  aReadWrite?: boolean;
 }
 
 /**
@@ -61,7 +63,7 @@ export interface TcMatmulKernelOptions {
  * split-K slices of kPer with `first` as in the GEMM core (kernels/matmul_wgsl.ts); the operands'
  * scales at scales[aSc] and scales[bSc].
  */
-export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b">) {
+export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b" | "aReadWrite">) {
   return signature({
     params: {
       ...u32s("M N K aOff lda bOff ldb cOff ldc accumulate"),
@@ -69,7 +71,7 @@ export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b">) {
       ...u32s("kPer first aSc bSc"),
     },
     bindings: {
-      a: { elem: tcStorageType(o.a), access: "read" },
+      a: { elem: tcStorageType(o.a), access: o.aReadWrite ? "read_write" : "read" },
       b: { elem: tcStorageType(o.b), access: "read" },
       outp: { elem: "f32", access: "read_write" },
       part: { elem: "f32", access: "read_write" },
