@@ -10,7 +10,8 @@
  *   the order decision, exact sparse and rank-one terms, gradients in the input dtype) whose
  *   filter pass, the one that recomputes every logit tile, runs on tensor cores
  *   (kernels/tc/tc_filter.ts); the kept tiles' gradient products stay on the FMA passes (at the
- *   paper's shape the filter keeps about 0.05% of the tiles).
+ *   paper's shape the filter keeps about 0.05% of the tiles), but where it keeps more than 35%
+ *   of them dE is formed densely on tensor cores instead (kernels/tc/tc_dense_de.ts, both rows).
  * - `fused-tilemap-tc` backward: `fused-tilemap`'s (the map filter reads the forward's tile
  *   maxima, no products), but where the map keeps at most 75% of the tiles (and at least 256) its
  *   mask is refined by the tensor-core filter over every tile, not by the FMA filter over the
