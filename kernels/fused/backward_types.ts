@@ -103,8 +103,8 @@ export interface FusedBackwardOptions {
    * With the filter and the gathered dE: dE's tiled part as dense products where the filter keeps
    * most tiles, decided on the GPU per call (`auto`), always, or `never` (no dense path recorded;
    * kernels/fused/dense_de.ts). Default `auto` on hardware adapters; `never` with `filterKernel`
-   * (its dense products would be the FMA core's) and on software adapters, where a dispatch
-   * costs tens of microseconds and the gated passes would slow small backwards.
+   * but no `denseDEPath` (its dense products would be the FMA core's) and on software adapters,
+   * where a dispatch costs tens of microseconds and the gated passes would slow small backwards.
    */
   denseDE?: DenseDEMode;
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
