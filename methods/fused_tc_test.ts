@@ -50,6 +50,17 @@ const EMULATED_MAP = {
 };
 const emulatedMap = fusedTcMethod(EMULATED_MAP);
 
+/** An odd f16 parity case with softcap, β and ignored rows (each test its own seed). */
+const ODD_F16 = {
+  n: 45,
+  v: 177,
+  d: 32,
+  dtype: "f16",
+  beta: 0.1,
+  softcap: 5,
+  ignoreFraction: 0.2,
+} as const;
+
 Deno.test(
   "fused-tc rows: registered; unsupported here with the reason; f32 refused",
   GPU_TEST,
@@ -125,16 +136,7 @@ Deno.test({
   name: "fused-tilemap-tc (emulated): parity, also with sharded E, C, dE and dC",
   ...EMULATE,
   async fn() {
-    await assertParity(ctx0, emulatedMap, {
-      n: 45,
-      v: 177,
-      d: 32,
-      dtype: "f16",
-      beta: 0.1,
-      softcap: 5,
-      ignoreFraction: 0.2,
-      seed: 4,
-    });
+    await assertParity(ctx0, emulatedMap, { ...ODD_F16, seed: 4 });
     const sharded = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
     try {
       await assertParity(sharded, emulatedMap, {
@@ -294,16 +296,7 @@ Deno.test({
       assertMatchesReference(r, x, o, 1.3, tol, defaultFilterEps("bf16"));
       assert.deepEqual(r.dC, kept.dC, `${f.name}: dC is the kept tiles' pass's`);
       assert.notDeepEqual(r.dE, kept.dE, `${f.name}: dE from other products`);
-      await assertParity(ctx0, dense, {
-        n: 45,
-        v: 177,
-        d: 32,
-        dtype: "f16",
-        beta: 0.1,
-        softcap: 5,
-        ignoreFraction: 0.2,
-        seed: 11,
-      });
+      await assertParity(ctx0, dense, { ...ODD_F16, seed: 11 });
     }
   },
 });

@@ -433,11 +433,9 @@ export async function prepareFusedBackward(
       };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
       const dE = pipes.dense ? { denseDE: (await pipes.dense.took()) ? 1 : 0 } : {};
-      const map = pipes.mapRefine
-        ? {
-          mapRefined: (await pipes.mapRefine.refined()) ? 1 : 0,
-          mapKeptTiles: await pipes.mapRefine.mapKept(),
-        }
+      const refine = await pipes.mapRefine?.state();
+      const map = refine
+        ? { mapRefined: refine.refined ? 1 : 0, mapKeptTiles: refine.mapKept }
         : {};
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
         ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }

@@ -36,7 +36,7 @@
  * each output element of a product is owned by one thread, no split-K.
  * @module
  */
-import type { GpuContext } from "../../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import { type DeviceTensor, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { compileKernel, compileKernelNow } from "../../gpu/signature.ts";
@@ -83,6 +83,49 @@ export interface DenseDEPath {
 /** What a record of the dense path reads (see {@link PreparedDenseDE.record}). */
 export interface DenseDEArgs extends DensePathArgs {
   grads: BackwardGradients;
+}
+
+/**
+ * Where a dense dE's chunks go: Z of `vc` vocabulary rows at byte `start` of `free` (dC's first
+ * output buffer, behind dE's f32 accumulator where `shared`); undefined where the path does not
+ * apply (E, C or the accumulator over several bindings, too little free storage).
+ */
+export interface DenseDEChunks {
+  free: TrackedBuffer;
+  shared: boolean;
+  start: number;
+  vc: number;
+}
+
+/** The chunks of a record ({@link DenseDEChunks}), or undefined where none fit. */
+export function denseDEChunks(
+  ctx: GpuContext,
+  a: DenseDEArgs,
+  spec: Shape,
+): DenseDEChunks | undefined {
+  const { n, v, d } = spec;
+  const one = (t: DeviceTensor) => t.shards.length === 1;
+  if (a.tok.length !== 1 || a.voc.length !== 1 || !one(a.e) || !one(a.c)) return undefined;
+  // dE's f32 accumulator: one shard from row 0, in dC's first buffer with 16-bit gradients
+  const accShard = a.grads.dE.shards;
+  if (accShard.length !== 1 || accShard[0].rowStart !== 0) return undefined;
+  const acc = { buffer: accShard[0].buffer, rows: accShard[0].rows };
+  const { free, shared, start, end } = dCScratch(a.grads, acc, d, ctx.maxBindingBytes);
+  // whole 64-row chunks: each chunk's Z starts on a binding offset
+  const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
+  const vc = Math.min(v, fit);
+  return vc < Math.min(v, 64) ? undefined : { free, shared, start, vc };
+}
+
+/** Chunk [v0, v0 + cols)'s Z (f32, n × cols) where {@link denseDEChunks} puts it. */
+export function denseDEChunk(ctx: GpuContext, c: DenseDEChunks, n: number, cols: number) {
+  return tensorOnBuffer(ctx, { buffer: c.free.buffer, offset: c.start }, {
+    dtype: "f32",
+    rows: n,
+    cols,
+    label: "dense dE chunk",
+    role: "workspace",
+  });
 }
 
 /** The compiled dense path. */
@@ -173,17 +216,9 @@ export async function prepareDenseDE(
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;
-      const one = (t: DeviceTensor) => t.shards.length === 1;
-      if (a.tok.length !== 1 || a.voc.length !== 1 || !one(a.e) || !one(a.c)) return false;
-      // dE's f32 accumulator: one shard from row 0, in dC's first buffer with 16-bit gradients
-      const accShard = a.grads.dE.shards;
-      if (accShard.length !== 1 || accShard[0].rowStart !== 0) return false;
-      const acc = { buffer: accShard[0].buffer, rows: accShard[0].rows };
-      const { free, shared, start, end } = dCScratch(a.grads, acc, d, ctx.maxBindingBytes);
-      if (shared !== o.out16) return false;
-      const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
-      const vc = Math.min(v, fit);
-      if (vc < Math.min(v, 64)) return false;
+      const chunks = denseDEChunks(ctx, a, spec);
+      if (!chunks || chunks.shared !== o.out16) return false;
+      const { free, start, vc } = chunks;
       prepared.lastChunkRows = vc;
       const { rec } = a;
       decision.record(a);
@@ -193,13 +228,7 @@ export async function prepareDenseDE(
       decision.under(rec, 1, () => {
         recordGatedPasses(rec, "dense dE", starts, () => 3, (v0, pass) => {
           const cols = Math.min(v, v0 + vc) - v0;
-          const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
-            dtype: "f32",
-            rows: n,
-            cols,
-            label: "dense dE chunk",
-            role: "workspace",
-          });
+          const z = denseDEChunk(ctx, chunks, n, cols);
           const cv = rowView(a.c, v0, v0 + cols);
           const e = { tensor: a.e, trans: false };
           zMm.record(rec, { a: e, b: { view: cv, trans: false }, out: z, splitK: 1, pass });

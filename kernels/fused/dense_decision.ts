@@ -81,8 +81,8 @@ export interface PreparedDenseDecision {
   under(rec: Recorder, want: 0 | 1, fn: () => void): void;
   /** Whether the last decision recorded took the dense path (reads the flag back). */
   took(): Promise<boolean>;
-  /** The kept count the last decision recorded read (reads it back). */
-  kept(): Promise<number>;
+  /** That and the kept count the decision read, in one read back. */
+  state(): Promise<{ took: boolean; kept: number }>;
   release(): void;
 }
 
@@ -129,8 +129,9 @@ export async function prepareDenseDecision(
     async took() {
       return (await download(ctx, flag))[0] === 1;
     },
-    async kept() {
-      return (await download(ctx, flag))[1];
+    async state() {
+      const f = await download(ctx, flag);
+      return { took: f[0] === 1, kept: f[1] };
     },
     release() {
       flag.destroy();

@@ -100,10 +100,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 export interface PreparedMapRefine {
   /** Records pass `map refine decision`, then the refining filter under its gate. */
   record(a: MapRefineArgs): void;
-  /** Whether the last record refined the mask (reads the decision's flag back). */
-  refined(): Promise<boolean>;
-  /** The tiles the map kept in the last record, before any refine (read back). */
-  mapKept(): Promise<number>;
+  /**
+   * Whether the last record refined the mask, and the tiles the map kept before any refine (one
+   * read back of the decision's flag).
+   */
+  state(): Promise<{ refined: boolean; mapKept: number }>;
   release(): void;
 }
 
@@ -178,11 +179,9 @@ export async function prepareMapRefine(
         }
       });
     },
-    async refined() {
-      return !(await decision.took());
-    },
-    mapKept() {
-      return decision.kept();
+    async state() {
+      const s = await decision.state();
+      return { refined: !s.took, mapKept: s.kept };
     },
     release() {
       decision.release();

@@ -27,9 +27,13 @@ import { tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { rowView } from "../matmul.ts";
 import { prepareLogitGrad } from "../logit_grad.ts";
-import { dCScratch } from "../fused/backward_plan.ts";
 import { prepareDenseDecision } from "../fused/dense_decision.ts";
-import type { DenseDEArgs, PreparedDenseDE } from "../fused/dense_de.ts";
+import {
+  type DenseDEArgs,
+  denseDEChunk,
+  denseDEChunks,
+  type PreparedDenseDE,
+} from "../fused/dense_de.ts";
 import type { TcMode } from "./tc_codegen.ts";
 import { prepareTcMatmul } from "./tc_matmul.ts";
 import { prepareTcScales } from "./tc_scale.ts";
@@ -105,16 +109,9 @@ export async function prepareTcDenseDE(
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;
-      const one = (t: DenseDEArgs["e"]) => t.shards.length === 1;
-      if (a.tok.length !== 1 || a.voc.length !== 1 || !one(a.e) || !one(a.c)) return false;
-      const accShard = a.grads.dE.shards;
-      if (accShard.length !== 1 || accShard[0].rowStart !== 0) return false;
-      const acc = { buffer: accShard[0].buffer, rows: accShard[0].rows };
-      const { free, shared, start, end } = dCScratch(a.grads, acc, d, ctx.maxBindingBytes);
-      // whole 64-column chunks: each chunk's Z starts on a binding offset
-      const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
-      const vc = Math.min(v, fit);
-      if (vc < Math.min(v, 64)) return false;
+      const chunks = denseDEChunks(ctx, a, spec);
+      if (!chunks) return false;
+      const { free, shared, vc } = chunks;
       prepared.lastChunkRows = vc;
       // the accumulator bound over its own rows only where it shares dC's buffer with Z
       const dE = shared
@@ -133,13 +130,7 @@ export async function prepareTcDenseDE(
         scales.record(rec, { tensors: [a.e, a.c], first: SE, into: sc });
         for (let v0 = 0; v0 < v; v0 += vc) {
           const cols = Math.min(v, v0 + vc) - v0;
-          const z = tensorOnBuffer(ctx, { buffer: free.buffer, offset: start }, {
-            dtype: "f32",
-            rows: n,
-            cols,
-            label: "dense dE chunk",
-            role: "workspace",
-          });
+          const z = denseDEChunk(ctx, chunks, n, cols);
           const cv = rowView(a.c, v0, v0 + cols);
           zMm.record(rec, {
             a: { tensor: a.e, trans: false },
