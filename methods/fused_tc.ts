@@ -11,7 +11,8 @@
  *   filter pass, the one that recomputes every logit tile, runs on tensor cores
  *   (kernels/tc/tc_filter.ts); the kept tiles' gradient products stay on the FMA passes (at the
  *   paper's shape the filter keeps about 0.05% of the tiles), but where it keeps more than 35%
- *   of them dE is formed densely on tensor cores instead (kernels/tc/tc_dense_de.ts, both rows).
+ *   of them dE and dC are formed densely on tensor cores instead, within the same memory
+ *   (kernels/tc/tc_dense_de.ts, kernels/tc/tc_dense_dc.ts; both rows).
  * - `fused-tilemap-tc` backward: `fused-tilemap`'s (the map filter reads the forward's tile
  *   maxima, no products), but where the map keeps at most 75% of the tiles (and at least 256) its
  *   mask is refined by the tensor-core filter over every tile, not by the FMA filter over the
@@ -34,6 +35,7 @@ import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { prepareTcForward } from "../kernels/tc/tc_forward.ts";
 import { tcFilterKernel } from "../kernels/tc/tc_filter.ts";
 import { prepareTcDenseDE } from "../kernels/tc/tc_dense_de.ts";
+import { prepareTcDenseDC, TC_DENSE_DC_G_BYTES } from "../kernels/tc/tc_dense_dc.ts";
 import { tcSupport } from "../kernels/tc/tc_tiles.ts";
 import type { LceMethod, MethodStats, PreparedMethod, ProblemSpec } from "./types.ts";
 import { lossTensor, vector } from "./_common.ts";
@@ -76,7 +78,13 @@ export interface FusedTcVariant {
 export interface FusedTcKernelOptions {
   backward?: Pick<
     FusedBackwardOptions,
-    "decideOrder" | "sortBound" | "mapRefine" | "mapRefineMinTiles" | "denseDE"
+    | "decideOrder"
+    | "sortBound"
+    | "mapRefine"
+    | "mapRefineMinTiles"
+    | "denseDE"
+    | "denseDC"
+    | "denseDCTailRows"
   >;
 }
 
@@ -116,6 +124,10 @@ async function _prepare(
     filterKernel: f.tileMap ? undefined : tcFilterKernel(ctx, { mode }),
     mapRefineFilter: f.tileMap ? tcFilterKernel(ctx, { mode }) : undefined,
     denseDEPath: (c, d) => prepareTcDenseDE(c, { ...d, tcMode: mode }),
+    denseDCPath: {
+      gBytes: TC_DENSE_DC_G_BYTES,
+      prepare: (c, d) => prepareTcDenseDC(c, { ...d, tcMode: mode }),
+    },
     ...k.backward,
   });
   const keepColsum = fwd.smoothing === "identity";

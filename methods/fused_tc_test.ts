@@ -302,6 +302,46 @@ Deno.test({
 });
 
 Deno.test({
+  name: "fused tensor-core rows (emulated): the tensor-core dense dC, forced, in chunks, " +
+    "against float64; dE the kept path's bit for bit",
+  ...EMULATE,
+  async fn() {
+    const o = resolveOptions({ beta: 0.1 });
+    const opt = { dtype: "bf16" as const, gradOutput: 1.3 };
+    // d even: dC written in place in bf16; d odd: into its f32 scratch, cast afterwards. A tail
+    // of 128 rows: 4 chunks and more (a chunk's f32 G in the rows below it)
+    const n = 64, v = 1000;
+    for (const d of [64, 65]) {
+      const x = peakedSoftmaxInputs({ n, v, d, alpha: 18, dtype: "bf16" });
+      for (const f of [EMULATED_TC, EMULATED_MAP]) {
+        const forced = { denseDC: "always", denseDCTailRows: 128 } as const;
+        const dense = fusedTcMethod(f, { backward: forced });
+        const r = await runMethod(ctx0, dense, x, o, opt);
+        const kept = await runMethod(ctx0, fusedTcMethod(f), x, o, opt);
+        const tag = `${f.name}, d = ${d}`;
+        assert.equal(r.stats!.denseDC, 1, `${tag}: the dense dC taken`);
+        assert.equal(kept.stats!.denseDC, undefined, `${tag}: none recorded by default here`);
+        assert.equal(r.stats!.dCRoundings, 1, `${tag}: G in f32, dC rounded once`);
+        const tol = methodTolerance(f.tileMap ? fusedTileMapTc : fusedTc, {
+          n,
+          v,
+          d,
+          dtype: "bf16",
+          beta: 0.1,
+        });
+        assertMatchesReference(r, x, o, 1.3, tol, defaultFilterEps("bf16"));
+        assert.deepEqual(r.dE, kept.dE, `${tag}: dE is the kept tiles' path's`);
+        assert.notDeepEqual(r.dC, kept.dC, `${tag}: dC from other products`);
+      }
+    }
+    const both = fusedTcMethod(EMULATED_TC, {
+      backward: { denseDE: "always", denseDC: "always", denseDCTailRows: 48 },
+    });
+    await assertParity(ctx0, both, { ...ODD_F16, seed: 12 });
+  },
+});
+
+Deno.test({
   name: "fused tensor-core rows (emulated): memory of the FMA rows plus the two scales",
   ...EMULATE,
   async fn() {

@@ -32,13 +32,15 @@ import { InputError } from "../core/errors.ts";
 import type { TcMode } from "../kernels/tc/tc_codegen.ts";
 import { compileCatalog } from "../kernels/tc/tc_catalog.ts";
 import { runProbe } from "../kernels/tc/tc_probe.ts";
-import { checkProduct, type ProductCheck } from "../kernels/tc/tc_product_check.ts";
-import { BASELINE_TC_TILES, tcSupport } from "../kernels/tc/tc_tiles.ts";
+import { checkProduct } from "../kernels/tc/tc_product_check.ts";
+import { tcSupport } from "../kernels/tc/tc_tiles.ts";
 import {
   checkCases,
   checkDeterminism,
+  checkTaken,
   tcCheckCases,
   type TcCheckLine,
+  tcCheckProducts,
 } from "../testing/tc_gpu_check.ts";
 
 /** The command line of `tc_check.ts`. */
@@ -52,7 +54,7 @@ export const TC_CHECK_COMMAND = defineCommand({
       type: "string",
       arg: "M1,M2",
       help: "methods to check (`fused-tilemap-tc-refined`: its map always refined; " +
-        "`fused-tc-dense`: its dense dE always taken)",
+        "`fused-tc-dense`: its dense dE and dense dC always taken)",
       default: "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined,fused-tc-dense",
     },
     small: { type: "boolean", help: "leave out the real-vocabulary cases" },
@@ -72,8 +74,8 @@ const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 /**
  * A tensor-core method by name, native or emulated; `fused-tilemap-tc-refined` is the tile-map row
  * with its refine (the tensor-core filter over every tile) always taken and `fused-tc-dense`
- * `fused-tc` with its tensor-core dense dE always taken, which the small cases would not take by
- * themselves.
+ * `fused-tc` with its tensor-core dense dE and dense dC always taken, which the small cases would
+ * not take by themselves ({@link _TAKEN}: a run that did not take them fails).
  */
 function _method(name: string, mode: TcMode): LceMethod {
   if (name === "fused-tilemap-tc-refined") {
@@ -82,7 +84,7 @@ function _method(name: string, mode: TcMode): LceMethod {
   }
   if (name === "fused-tc-dense") {
     const f = { name, label: name, description: name, sort: true, tileMap: false, mode };
-    return fusedTcMethod(f, { backward: { denseDE: "always" } });
+    return fusedTcMethod(f, { backward: { denseDE: "always", denseDC: "always" } });
   }
   if (mode === "native") return methodByName(name);
   if (name === "baseline-tc") return baselineTcMethod({ name, mode });
@@ -93,57 +95,11 @@ function _method(name: string, mode: TcMode): LceMethod {
   throw new InputError(`--methods: '${name}' is not a tensor-core method (--emulate)`);
 }
 
-/** The products of the methods at odd shapes (see baseline-tc's tiles). */
-function _products(): (ProductCheck & { name: string })[] {
-  const { logits: lt, split } = BASELINE_TC_TILES;
-  const logits = { tile: lt, aTrans: false, bTrans: false } as const;
-  const dE = { tile: split, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
-  const dC = { tile: split, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
-  return [
-    {
-      name: "E·Cᵀ bf16 197×133×77",
-      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
-      m: 197,
-      n: 133,
-      k: 77,
-    },
-    {
-      name: "E·Cᵀ bf16 264×520×136 split-K 3",
-      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
-      m: 264,
-      n: 520,
-      k: 136,
-      splitK: 3,
-    },
-    {
-      name: "E·Cᵀ f16 300×257×264 C of 1e-3",
-      kernel: { ...logits, aDtype: "f16", bDtype: "f16" },
-      m: 300,
-      n: 257,
-      k: 264,
-      sa: 1,
-      sb: 1e-3,
-    },
-    {
-      name: "G·C f32/bf16 split 129×264×300 accumulate",
-      kernel: { ...dE, bDtype: "bf16" },
-      m: 129,
-      n: 264,
-      k: 300,
-      accumulate: true,
-      sa: 1e-4,
-    },
-    {
-      name: "Gᵀ·E f32/bf16 split 300×264×129 alpha",
-      kernel: { ...dC, bDtype: "bf16" },
-      m: 300,
-      n: 264,
-      k: 129,
-      alpha: -0.5,
-    },
-    { name: "Gᵀ·E f32/f16 split 77×91×45", kernel: { ...dC, bDtype: "f16" }, m: 77, n: 91, k: 45 },
-  ];
-}
+/** The stats the forcing methods must show taken. */
+const _TAKEN: Record<string, string[]> = {
+  "fused-tilemap-tc-refined": ["mapRefined"],
+  "fused-tc-dense": ["denseDE", "denseDC"],
+};
 
 /** Runs the command with `args`. */
 export async function tcCheckMain(args: string[]): Promise<number> {
@@ -183,7 +139,7 @@ export async function tcCheckMain(args: string[]): Promise<number> {
     for (const k of v.emulate ? [] : await compileCatalog(ctx)) {
       log({ method: "compile", case: k.name, ok: !k.error, detail: k.error ?? "ok", ms: k.ms });
     }
-    for (const p of _products()) {
+    for (const p of tcCheckProducts()) {
       const t0 = performance.now();
       try {
         const r = await checkProduct(
@@ -225,17 +181,18 @@ export async function tcCheckMain(args: string[]): Promise<number> {
   // the small cases and determinism first; the real vocabularies (a minute or two each, most of
   // it the float64 reference) last
   const small = tcCheckCases({ large: false });
-  await checkCases(ctx, methods, small, log);
+  await checkCases(ctx, methods, small, log, _TAKEN);
   await checkDeterminism(ctx, methods, small.find((c) => c.recipe === "cce")!, log);
   await save(false);
   const large = v.small
     ? []
     : tcCheckCases({ large: true }).filter((c) => !small.some((s) => s.name === c.name));
   for (const c of large) {
-    await checkCases(ctx, methods, [c], log);
+    await checkCases(ctx, methods, [c], log, _TAKEN);
     await save(false);
   }
   ctx.destroy();
+  checkTaken(lines, methods, _TAKEN, log);
   const failed = lines.filter((l) => !l.ok).length;
   console.log(`${lines.length - failed} passed, ${failed} failed`);
   await save(true);

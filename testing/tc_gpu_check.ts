@@ -18,6 +18,8 @@ import { defaultFilterEps } from "../kernels/fused/backward_plan.ts";
 import { caseInputs, gradRoundingTol, PARITY_TOL, type ParityCase } from "./parity.ts";
 import { caseGradOutput, caseOptions } from "./rounded_logits_tol.ts";
 import { CANCELLED, termScales } from "./fuzz.ts";
+import type { ProductCheck } from "../kernels/tc/tc_product_check.ts";
+import { BASELINE_TC_TILES } from "../kernels/tc/tc_tiles.ts";
 
 /** A case of the check: a parity case, or the cce recipe (peaked logits: the filter skips). */
 export type TcCase = ParityCase & { name: string; recipe?: "cce" };
@@ -98,12 +100,19 @@ export function tcCompare(
   return { ok, detail: `${parts.join(" ")} (of tolerance)` };
 }
 
-/** Runs every method on every case against the reference (computed once per case). */
+/**
+ * Runs every method on every case against the reference (computed once per case). `taken` names,
+ * for a method, the stats of the paths it forces (`mapRefined`, `denseDE`, `denseDC`): a run
+ * where one is 0 (not taken) fails, as it checked something else; where one is absent the path
+ * does not apply at that shape (its chunks do not fit), which the line says
+ * ({@link checkTaken} then asks that each was taken somewhere).
+ */
 export async function checkCases(
   ctx: GpuContext,
   methods: LceMethod[],
   cases: TcCase[],
   log: (l: TcCheckLine) => void,
+  taken: Record<string, string[]> = {},
 ): Promise<TcCheckLine[]> {
   const out: TcCheckLine[] = [];
   for (const c of cases) {
@@ -117,11 +126,20 @@ export async function checkCases(
         if (why) throw new Error(`unsupported: ${why}`);
         const got = await runMethod(ctx, m, data.x, data.o, { dtype: c.dtype, gradOutput: data.g });
         const r = tcCompare(got, want, c.d, c.dtype as "bf16" | "f16", data);
+        const keys = taken[m.name] ?? [];
+        const missed = keys.filter((k) => got.stats?.[k] === 0);
+        const absent = keys.filter((k) => got.stats?.[k] === undefined);
+        const took = keys.filter((k) => got.stats?.[k] === 1);
+        const notes = [
+          took.length ? `taken: ${took.join(", ")}` : "",
+          absent.length ? `does not apply here: ${absent.join(", ")}` : "",
+          missed.length ? `FAIL not taken: ${missed.join(", ")}` : "",
+        ].filter((x) => x);
         line = {
           method: m.name,
           case: c.name,
-          ok: r.ok,
-          detail: r.detail,
+          ok: r.ok && missed.length === 0,
+          detail: [r.detail, ...notes].join("; "),
           ms: performance.now() - t0,
         };
       } catch (e) {
@@ -133,6 +151,32 @@ export async function checkCases(
     }
   }
   return out;
+}
+
+/**
+ * One line per forced path (`taken`, as {@link checkCases}'s) of the methods checked: it fails
+ * where no case's line says it was taken, so a check cannot pass having run none of them.
+ */
+export function checkTaken(
+  lines: TcCheckLine[],
+  methods: LceMethod[],
+  taken: Record<string, string[]>,
+  log: (l: TcCheckLine) => void,
+): void {
+  for (const m of methods) {
+    for (const k of taken[m.name] ?? []) {
+      const n = lines.filter((l) =>
+        l.method === m.name && l.ok && new RegExp(`taken: [^;]*\\b${k}\\b`).test(l.detail)
+      ).length;
+      log({
+        method: m.name,
+        case: `${k} taken`,
+        ok: n > 0,
+        detail: n > 0 ? `in ${n} passing cases` : "in no case: the forced path was never checked",
+        ms: 0,
+      });
+    }
+  }
 }
 
 /** Runs each method twice on a case; the gradients and loss must be identical bit for bit. */
@@ -247,4 +291,71 @@ export function tcCheckCases(o: { large: boolean }): TcCase[] {
     });
   }
   return cases;
+}
+
+/** The products of the methods at odd shapes (see baseline-tc's tiles). */
+export function tcCheckProducts(): (ProductCheck & { name: string })[] {
+  const { logits: lt, split } = BASELINE_TC_TILES;
+  const logits = { tile: lt, aTrans: false, bTrans: false } as const;
+  const dE = { tile: split, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
+  const dC = { tile: split, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
+  return [
+    {
+      name: "E·Cᵀ bf16 197×133×77",
+      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
+      m: 197,
+      n: 133,
+      k: 77,
+    },
+    {
+      name: "E·Cᵀ bf16 264×520×136 split-K 3",
+      kernel: { ...logits, aDtype: "bf16", bDtype: "bf16" },
+      m: 264,
+      n: 520,
+      k: 136,
+      splitK: 3,
+    },
+    {
+      name: "E·Cᵀ f16 300×257×264 C of 1e-3",
+      kernel: { ...logits, aDtype: "f16", bDtype: "f16" },
+      m: 300,
+      n: 257,
+      k: 264,
+      sa: 1,
+      sb: 1e-3,
+    },
+    {
+      name: "G·C f32/bf16 split 129×264×300 accumulate",
+      kernel: { ...dE, bDtype: "bf16" },
+      m: 129,
+      n: 264,
+      k: 300,
+      accumulate: true,
+      sa: 1e-4,
+    },
+    {
+      name: "Gᵀ·E f32/bf16 split 300×264×129 alpha",
+      kernel: { ...dC, bDtype: "bf16" },
+      m: 300,
+      n: 264,
+      k: 129,
+      alpha: -0.5,
+    },
+    { name: "Gᵀ·E f32/f16 split 77×91×45", kernel: { ...dC, bDtype: "f16" }, m: 77, n: 91, k: 45 },
+    // the tensor-core dense dC's (16-bit output; odd n: words shared by two rows)
+    {
+      name: "Gᵀ·E f32/bf16 split → bf16 300×264×129",
+      kernel: { ...dC, bDtype: "bf16", outDtype: "bf16", aReadWrite: true },
+      m: 300,
+      n: 264,
+      k: 129,
+    },
+    {
+      name: "Gᵀ·E f32/f16 split → f16 77×91×45",
+      kernel: { ...dC, bDtype: "f16", outDtype: "f16", aReadWrite: true },
+      m: 77,
+      n: 91,
+      k: 45,
+    },
+  ];
 }

@@ -379,6 +379,7 @@ export async function prepareFusedBackward(
     layout: { ...layout, maxBindingBytes: layout.maxBindingBytes ?? ctx.maxBindingBytes },
     denseDC,
     denseDCTailRows: o.denseDCTailRows,
+    denseDCGBytes: o.denseDCPath?.gBytes,
   });
   const denseDCPlan = p.denseDC ? denseDCPlanFor(workspace({}, true)) : undefined;
   const pipes = await compileBackward(ctx, p, denseDCPlan);
@@ -432,7 +433,9 @@ export async function prepareFusedBackward(
         ...(pipes.sortBound ? { sortSkipped: sortedOrderWins(got[0], got[3]) ? 0 : 1 } : {}),
       };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
-      const dE = pipes.dense ? { denseDE: (await pipes.dense.took()) ? 1 : 0 } : {};
+      const dE = pipes.dense && pipes.dense.lastChunkRows > 0
+        ? { denseDE: (await pipes.dense.took()) ? 1 : 0 }
+        : {};
       const refine = await pipes.mapRefine?.state();
       const map = refine
         ? { mapRefined: refine.refined ? 1 : 0, mapKeptTiles: refine.mapKept }
@@ -440,8 +443,10 @@ export async function prepareFusedBackward(
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
         ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
         : {};
-      // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once
-      if (dC.denseDC === 1) roundings.dC = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
+      // the dense dC rounds G (16 bits where dC is accumulated in place, but another kernel
+      // family's f32 G) and the output once
+      const g16 = p.dCInPlace !== undefined && !p.denseDCPath;
+      if (dC.denseDC === 1) roundings.dC = g16 ? 2 : p.out16 ? 1 : 0;
       return { ...stats, ...split, ...dE, ...dC, ...map };
     },
     record(rec, a) {

@@ -27,7 +27,8 @@ import type { TileMapTile } from "./tile_map.ts";
 import type { MapRefineMode } from "./map_refine.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode } from "./dense_de.ts";
-import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
+import type { DenseMode } from "./dense_decision.ts";
+import type { DenseDCMode, DenseDCPath, DenseDCTuning } from "./dense_dc.ts";
 import type { DCSplitTuning, FusedBackwardOptions } from "./backward_types.ts";
 
 /** The problem, options and defaults a backward is prepared for. */
@@ -82,6 +83,8 @@ export interface BackwardOptionsPlan {
   denseDC?: Exclude<DenseDCMode, "never">;
   /** Its tiles, where given. */
   denseDCTuning?: DenseDCTuning;
+  /** Another kernel family's dense dC path, where given (FusedBackwardOptions.denseDCPath). */
+  denseDCPath?: DenseDCPath;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
@@ -146,11 +149,12 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     balanced: eps !== null && splits > 1,
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),
-    denseDE: _denseMode(ctx, o, gather !== undefined),
+    denseDE: _denseMode(ctx, o.denseDE, o, o.denseDEPath !== undefined, gather !== undefined),
     denseDETile: o.denseDETile,
     denseDEPath: o.denseDEPath,
-    denseDC: _denseMode(ctx, { ...o, denseDE: o.denseDC, denseDEPath: undefined }, eps !== null),
+    denseDC: _denseMode(ctx, o.denseDC, o, o.denseDCPath !== undefined, eps !== null),
     denseDCTuning: o.denseDCTuning,
+    denseDCPath: o.denseDCPath,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),
@@ -185,14 +189,20 @@ function _dCSplit(ctx: GpuContext, o: FusedBackwardOptions, ordered: boolean) {
 }
 
 /**
- * The dense dE path's mode (the dense dC's likewise, `gather` then the filter): with the gathered
- * dE, unless `never`, the default with filterKernel
- * and on software adapters (a dispatch costs tens of microseconds there: with the gated passes
- * the CI gate's fused rows ran 0.85–0.91× as fast).
+ * A dense path's mode (`given`; `path`: another kernel family's path is given; `applies`: the
+ * gathered dE for the dense dE, the filter for the dense dC): where it applies, unless `never`,
+ * the default with filterKernel but no other family's path (its dense products would be the FMA
+ * core's) and on software adapters (a dispatch costs tens of microseconds there: with the gated
+ * passes the CI gate's fused rows ran 0.85–0.91× as fast).
  */
-function _denseMode(ctx: GpuContext, o: FusedBackwardOptions, gather: boolean) {
-  const off = (o.filterKernel !== undefined && o.denseDEPath === undefined) ||
-    ctx.report.isFallbackAdapter;
-  const mode = o.denseDE ?? (off ? "never" : "auto");
-  return gather && mode !== "never" ? mode : undefined;
+function _denseMode(
+  ctx: GpuContext,
+  given: DenseMode | undefined,
+  o: FusedBackwardOptions,
+  path: boolean,
+  applies: boolean,
+) {
+  const off = (o.filterKernel !== undefined && !path) || ctx.report.isFallbackAdapter;
+  const mode = given ?? (off ? "never" : "auto");
+  return applies && mode !== "never" ? mode : undefined;
 }

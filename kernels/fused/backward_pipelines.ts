@@ -180,15 +180,13 @@ export async function compileBackward(
       productTile: p.denseDETile,
     })
     : undefined;
-  const denseDCPath = p.denseDC && denseDC
-    ? await prepareDenseDC(ctx, {
-      spec,
-      opts,
-      mode: p.denseDC,
-      outDtype: p.dCInPlace ?? "f32",
-      plan: denseDC,
-      tuning: p.denseDCTuning,
-    })
+  const dc = p.denseDC && denseDC
+    ? { spec, opts, mode: p.denseDC, outDtype: p.dCInPlace ?? "f32", plan: denseDC } as const
+    : undefined;
+  const denseDCPath = dc && p.denseDCPath
+    ? await p.denseDCPath.prepare(ctx, dc)
+    : dc
+    ? await prepareDenseDC(ctx, { ...dc, tuning: p.denseDCTuning })
     : undefined;
   return {
     ...filter,

@@ -353,6 +353,8 @@ export function fusedBackwardWorkspaceBytes(o: {
   denseDC?: boolean;
   /** Its tail's rows at most (FusedBackwardOptions.denseDCTailRows). */
   denseDCTailRows?: number;
+  /** Bytes of its G an element where another kernel family's (FusedBackwardOptions.denseDCPath). */
+  denseDCGBytes?: number;
 }): number {
   if (o.denseDC) {
     const rest = fusedBackwardWorkspaceBytes({ ...o, denseDC: false });
@@ -428,6 +430,7 @@ export function denseDCPlanFor(
     v: spec.v,
     d: spec.d,
     outBytes,
+    gBytes: o.denseDCGBytes,
     // the rest as where Σ_v C_v is not handed in, so that the plan does not depend on it
     restBytes: fusedBackwardWorkspaceBytes({
       ...o,

@@ -17,7 +17,7 @@ import type { TileMapTile } from "./tile_map.ts";
 import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode, DenseDEPath, PreparedDenseDE } from "./dense_de.ts";
 import type { GpuContext } from "../../gpu/context.ts";
-import type { DenseDCMode, DenseDCTuning } from "./dense_dc.ts";
+import type { DenseDCMode, DenseDCPath, DenseDCTuning } from "./dense_dc.ts";
 
 /** Options of `prepareFusedBackward`. */
 export interface FusedBackwardOptions {
@@ -127,6 +127,12 @@ export interface FusedBackwardOptions {
   /** The dense dC's tail at most this many rows (tests: several chunks at small shapes). */
   denseDCTailRows?: number;
   /**
+   * The dense dC path of another kernel family (the tensor-core one, kernels/tc/tc_dense_dc.ts)
+   * instead of the GEMM core's, its chunks planned for its G's bytes: with it `denseDC` defaults
+   * to `auto` on hardware adapters even with `filterKernel`.
+   */
+  denseDCPath?: DenseDCPath;
+  /**
    * With the filter and the dC order: the dC pass's long walks cut into segments of about
    * max(lMin, ⌈kept tiles / slots⌉) kept token tiles, each its own workgroup, the partials in the
    * rows of vocab tiles no token tile keeps (kernels/fused/dc_split.ts), or `false`. Default on
@@ -182,7 +188,10 @@ export interface FusedBackwardArgs {
 export interface FusedBackwardStats {
   tilesSkipped: number;
   tilesTotal: number;
-  /** 1 where the last record's dE took the dense path, 0 where the kept tiles' (with one). */
+  /**
+   * 1 where the last record's dE took the dense path, 0 where the kept tiles' (with one that
+   * applied: none where its chunks did not fit, as denseDC).
+   */
   denseDE?: number;
   /** 1 where the last record's dC took the dense path, 0 where the kept tiles' (with one). */
   denseDC?: number;

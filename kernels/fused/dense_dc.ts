@@ -115,6 +115,8 @@ export function denseDCPlan(o: {
   v: number;
   d: number;
   outBytes: number;
+  /** Bytes of G's element where they differ from the accumulator's (another kernel family's). */
+  gBytes?: number;
   restBytes: number;
   maxBindingBytes: number;
   /** The tail's rows at most (tests: more chunks at small shapes). */
@@ -128,8 +130,8 @@ export function denseDCPlan(o: {
   const off = _ALIGN / _gcd(_ALIGN, rowBytes % _ALIGN === 0 ? _ALIGN : rowBytes % _ALIGN);
   const q = (off * _GROUP) / _gcd(off, _GROUP);
   const budget = Math.min(DENSE_DC_TAIL_BYTES, FUSED_BACKWARD_WORKSPACE_LIMIT - o.restBytes);
-  // G takes dC's element: n·outBytes bytes a vocabulary row
-  const gRow = n * outBytes;
+  // G takes dC's element (or gBytes): n·outBytes bytes a vocabulary row
+  const gRow = n * (o.gBytes ?? outBytes);
   const fit = Math.min(Math.floor(budget / gRow), o.maxTailRows ?? Infinity);
   const tailRows = Math.floor(fit / q) * q;
   if (tailRows < Math.min(v, _MIN_TAIL)) return undefined;
@@ -155,6 +157,27 @@ export function denseDCPlan(o: {
 export interface DenseDCArgs extends DensePathArgs {
   /** dC's accumulator (the output, or its f32 scratch), not yet written. */
   dC: DeviceTensor;
+}
+
+/**
+ * What a dense dC path of another kernel family is prepared with
+ * (FusedBackwardOptions.denseDCPath): its chunks come from a plan for its G's bytes.
+ */
+export interface DenseDCPathOptions {
+  spec: Shape & { dtype: Dtype };
+  opts: LceOptions;
+  mode: Exclude<DenseDCMode, "never">;
+  /** dC's accumulator dtype (f32, or the 16-bit output written in place). */
+  outDtype: "f32" | "bf16" | "f16";
+  /** The chunks ({@link denseDCPlan}), or undefined where the path cannot apply. */
+  plan: DenseDCPlan | undefined;
+}
+
+/** A dense dC path of another kernel family (FusedBackwardOptions.denseDCPath). */
+export interface DenseDCPath {
+  /** Bytes of its G an element (the plan's chunks and tail). */
+  gBytes: number;
+  prepare(ctx: GpuContext, o: DenseDCPathOptions): Promise<PreparedDenseDC>;
 }
 
 /** The compiled dense dC path. */

@@ -18,7 +18,14 @@ import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE, TC_FORWARD_TILE_SUMZ } from "./tc_forward.ts";
 import { TC_FILTER_TILE, tcFilterDispatchTile } from "./tc_filter.ts";
-import { ABSMAX_SIGNATURE, absmaxWgsl, SCALES_SIGNATURE, scalesWgsl } from "./tc_scale.ts";
+import {
+  ABSMAX_SIGNATURE,
+  absmaxWgsl,
+  CLEAR_SIGNATURE,
+  clearWgsl,
+  SCALES_SIGNATURE,
+  scalesWgsl,
+} from "./tc_scale.ts";
 import { BASELINE_TC_TILES, TC_BENCH_TILES, tcSupport, type TcTile } from "./tc_tiles.ts";
 import type { TcDtype } from "./tc_codegen.ts";
 
@@ -44,6 +51,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     diag?: "copy-only" | "mma-only";
     straight?: boolean;
     aReadWrite?: boolean;
+    out16?: "bf16" | "f16";
   }) => {
     const ko: TcMatmulKernelOptions = {
       tile,
@@ -55,14 +63,15 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       diag: o.diag,
       straight: o.straight,
       aReadWrite: o.aReadWrite,
+      out16: o.out16,
     };
     out.push({
       name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}${
         o.straight === false ? " scratch stores" : ""
-      }${o.aReadWrite ? " A read_write" : ""}`,
+      }${o.aReadWrite ? " A read_write" : ""}${o.out16 ? ` → ${o.out16}` : ""}`,
       code: tcMatmulWgsl(ko),
       sig: tcMatmulSignature(ko),
-      matrices: o.straight === false ? [] : ["outp", "part"],
+      matrices: o.straight === false ? [] : o.out16 ? ["part"] : ["outp", "part"],
     });
   };
   for (const [name, tile] of Object.entries(TC_BENCH_TILES)) {
@@ -90,6 +99,11 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       // the tensor-core dense dE's (kernels/tc/tc_dense_de.ts: G in the output's buffer)
       mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB, aReadWrite: true });
       mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
+      // the tensor-core dense dC's (kernels/tc/tc_dense_dc.ts: G in the output's buffer, dC in
+      // its 16-bit dtype, or in f32 where d is odd)
+      const dense = { aTrans: true, bTrans: true, split: true, vecA, vecB, aReadWrite: true };
+      mm("dC", split, "f32", dt, { ...dense, out16: dt });
+      mm("dC", split, "f32", dt, dense);
     }
     // the variant of outputs smaller than one matrix (no matrix stores into storage)
     mm("logits", BASELINE_TC_TILES.logits, dt, dt, { vecA: false, vecB: false, straight: false });
@@ -157,6 +171,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     out.push({ name: `absmax ${dt}`, code: absmaxWgsl(dt), sig: ABSMAX_SIGNATURE, matrices: [] });
   }
   out.push({ name: "scales", code: scalesWgsl(), sig: SCALES_SIGNATURE, matrices: [] });
+  out.push({ name: "scales clear", code: clearWgsl(), sig: CLEAR_SIGNATURE, matrices: [] });
   return out;
 }
 

@@ -18,6 +18,10 @@
  * writes the accumulator through a binding of the accumulator's rows only: two writable bindings
  * of disjoint ranges. The scales take one small buffer pair of their own (16 bytes each).
  *
+ * Dispatches: E's and C's scales, then each chunk's product, G, G's scale and product, in as few
+ * gated passes as the gate's capacity allows (a gated pass costs its arm dispatch and its
+ * timestamps even where the path is not taken).
+ *
  * Deterministic: the chunks go in a fixed order, no split-K, each output element owned by one
  * subgroup.
  * @module
@@ -26,6 +30,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { rowView } from "../matmul.ts";
+import { recordGatedPasses } from "../../gpu/gate.ts";
 import { prepareLogitGrad } from "../logit_grad.ts";
 import { prepareDenseDecision } from "../fused/dense_decision.ts";
 import {
@@ -126,9 +131,17 @@ export async function prepareTcDenseDE(
       const { rec } = a;
       decision.record(a);
       decision.under(rec, 0, filtered);
+      // E's and C's scales, then a chunk's four steps, in as few gated passes as they fit
+      const starts = Array.from({ length: Math.ceil(v / vc) }, (_, i) => i * vc);
+      const items: (number | "scales")[] = ["scales", ...starts];
+      // a chunk: the two products, G, and G's scale (one shard: clear, absmax, scales)
+      const count = (x: number | "scales") => x === "scales" ? scales.dispatches([a.e, a.c]) : 6;
       decision.under(rec, 1, () => {
-        scales.record(rec, { tensors: [a.e, a.c], first: SE, into: sc });
-        for (let v0 = 0; v0 < v; v0 += vc) {
+        recordGatedPasses(rec, "dense dE (tensor cores)", items, count, (v0, pass) => {
+          if (v0 === "scales") {
+            scales.record(rec, { tensors: [a.e, a.c], first: SE, into: sc, pass });
+            return;
+          }
           const cols = Math.min(v, v0 + vc) - v0;
           const z = denseDEChunk(ctx, chunks, n, cols);
           const cv = rowView(a.c, v0, v0 + cols);
@@ -138,11 +151,11 @@ export async function prepareTcDenseDE(
             out: z,
             splitK: 1,
             scales: { buffer: sc.scales, a: SE, b: SC },
-            label: "dense dE logits (tensor cores)",
+            pass,
           });
           const { targets, lse, w } = a;
-          grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0 });
-          scales.record(rec, { tensors: [z], first: SG, into: sc });
+          grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
+          scales.record(rec, { tensors: [z], first: SG, into: sc, pass });
           dEMm.record(rec, {
             a: { tensor: z, trans: false },
             b: { view: cv, trans: true },
@@ -150,9 +163,9 @@ export async function prepareTcDenseDE(
             accumulate: true,
             splitK: 1,
             scales: { buffer: sc.scales, a: SG, b: SC },
-            label: "dense dE += G·C (tensor cores, G split)",
+            pass,
           });
-        }
+        });
       });
       return true;
     },

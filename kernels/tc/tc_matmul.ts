@@ -1,7 +1,7 @@
 /**
  * The tensor-core GEMM: out[rows] = alpha·A·Bᵀ (+ out) on row ranges of sharded tensors, with f16
  * operands (converted from bf16, f16 or f32 while staged, scaled by powers of two: tc_scale.ts)
- * and f32 accumulation and output. The operands are given as in the FMA core (kernels/matmul.ts):
+ * and f32 accumulation, f32 output (or a 16-bit one, rounded once: TcMatmulKernel.outDtype). The operands are given as in the FMA core (kernels/matmul.ts):
  * a row range of the tensor holding the operand (`trans: false`) or its transpose (`trans: true`),
  * so one kernel generator serves E·Cᵀ, G·C and Gᵀ·E.
  *
@@ -14,6 +14,7 @@
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
+import type { Dtype16 } from "../cast16.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import { type MatmulOperand, type RowView, rowView, vectorLoadsFit } from "../matmul.ts";
@@ -58,6 +59,12 @@ export interface TcMatmulKernel {
    * `aReadWrite`).
    */
   aReadWrite?: boolean;
+  /**
+   * The output's dtype (default f32). A 16-bit output is written rounded once, every tile
+   * through the store scratch; its products neither accumulate nor split K, and its row stride
+   * and offset are free (two elements share a word: kernels/matmul_wgsl.ts's 16-bit store).
+   */
+  outDtype?: "f32" | Dtype16;
 }
 
 /** Where the operands' scales are: a buffer of f32 powers of two and the index of each. */
@@ -82,6 +89,8 @@ export interface TcMatmulOptions {
   /** A buffer for split-K partials reused across products (see kernels/matmul.ts). */
   workspace?: TrackedBuffer;
   label?: string;
+  /** Record into this pass instead of a pass of its own (e.g. a gated pass: gpu/gate.ts). */
+  pass?: PassEncoder;
 }
 
 /** A compiled tensor-core product. */
@@ -184,7 +193,8 @@ function _regions(
   const N = k.bTrans ? bv.tensor.cols : bv.hi - bv.lo;
   const Kb = k.bTrans ? bv.hi - bv.lo : bv.tensor.cols;
   if (
-    K !== Kb || out.hi - out.lo !== M || out.tensor.cols !== N || out.tensor.dtype !== "f32" ||
+    K !== Kb || out.hi - out.lo !== M || out.tensor.cols !== N ||
+    out.tensor.dtype !== (k.outDtype ?? "f32") ||
     o.a.trans !== k.aTrans || o.b.trans !== k.bTrans || av.tensor.dtype !== k.aDtype ||
     bv.tensor.dtype !== k.bDtype
   ) {
@@ -192,7 +202,9 @@ function _regions(
       `tc matmul: A ${M}×${K}${o.a.trans ? "ᵀ" : ""} ${av.tensor.dtype}, B ${N}×${Kb}${
         o.b.trans ? "ᵀ" : ""
       } ${bv.tensor.dtype}, out ${out.hi - out.lo}×${out.tensor.cols} ${out.tensor.dtype} ` +
-        `(kernel: ${k.aDtype}·${k.bDtype} → f32, aTrans ${k.aTrans}, bTrans ${k.bTrans})`,
+        `(kernel: ${k.aDtype}·${k.bDtype} → ${
+          k.outDtype ?? "f32"
+        }, aTrans ${k.aTrans}, bTrans ${k.bTrans})`,
     );
   }
   const started = new Set<string>();
@@ -258,6 +270,7 @@ export async function prepareTcMatmul(
         `(limit ${ctx.device.limits.maxComputeWorkgroupStorageSize})`,
     );
   }
+  const out16 = kernel.outDtype === "f32" ? undefined : kernel.outDtype;
   const scaleA = kernel.scaleA ?? kernel.aDtype !== "f16";
   const scaleB = kernel.scaleB ?? kernel.bDtype !== "f16";
   const options = (v: _Variant): TcMatmulKernelOptions => ({
@@ -271,13 +284,17 @@ export async function prepareTcMatmul(
     mode,
     straight: v.straight,
     aReadWrite: kernel.aReadWrite,
+    out16,
   });
   const label = `tc matmul ${tcTileName(t)}`;
   const variants = new Map<string, _Compiled>();
   const compiled = (v: _Variant, k: _Kernel): _Compiled => ({
     k,
     // natively, straight stores are matrix stores into outp and part (tc_bindings.ts)
-    min: tcMinBindingBytes(k.sig, mode === "native" && v.straight ? ["outp", "part"] : []),
+    min: tcMinBindingBytes(
+      k.sig,
+      mode === "native" && v.straight && !out16 ? ["outp", "part"] : [],
+    ),
   });
   const first: _Variant = { vecA: true, vecB: true, straight: true };
   const o0 = options(first);
@@ -327,8 +344,13 @@ export async function prepareTcMatmul(
         throw new RangeError("tc matmul: the kernel scales its operands; record needs `scales`");
       }
       const { M, N, K, regions } = _regions(kernel, o);
-      const S = slicesOf(M, N, K, o.splitK);
-      rec.pass(o.label ?? "tc matmul", (pass) => {
+      if (out16 && (o.accumulate || regions.some((r) => r.acc))) {
+        throw new RangeError("tc matmul: a 16-bit output is written whole (no accumulation)");
+      }
+      const S = out16 ? 1 : slicesOf(M, N, K, o.splitK);
+      const inPass = (fn: (p: PassEncoder) => void) =>
+        o.pass ? fn(o.pass) : rec.pass(o.label ?? "tc matmul", fn);
+      inPass((pass) => {
         for (const r of regions) {
           const scope = {
             ctx,

@@ -96,6 +96,28 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
   ]);
 });
 
+Deno.test("tc matmul (emulated): 16-bit outputs, odd widths, split A", EMULATE, async () => {
+  const kernel = {
+    tile: T_1X2,
+    aDtype: "f32",
+    bDtype: "bf16",
+    aTrans: true,
+    bTrans: true,
+    split: true,
+  } as const;
+  // odd n: rows start on odd elements, words shared by two rows' ends
+  await check(ctx0, { kernel: { ...kernel, outDtype: "bf16" }, m: 43, n: 37, k: 99, seed: 9 });
+  await check(ctx0, { kernel: { ...kernel, outDtype: "f16" }, m: 66, n: 72, k: 40, seed: 10 });
+  await check(ctx0, {
+    kernel: { ...kernel, tile: { ...T_2X1, scratchTurns: true }, outDtype: "bf16" },
+    m: 37,
+    n: 29,
+    k: 37,
+    alpha: -0.5,
+    seed: 11,
+  });
+});
+
 Deno.test(
   "tc matmul (emulated): one scratch matrix in turns, edges, accumulation",
   EMULATE,

@@ -1,6 +1,7 @@
 /**
- * WGSL of the tensor-core product kernel: out = alpha·A·Bᵀ·unscale (+ out), f32 output, with the
- * split-K slices of the GEMM core (kernels/matmul_wgsl.ts: slice 0 into the output, the others
+ * WGSL of the tensor-core product kernel: out = alpha·A·Bᵀ·unscale (+ out), f32 output (or a
+ * 16-bit one, written through the scratch: {@link TcMatmulKernelOptions.out16}), with the split-K
+ * slices of the GEMM core (kernels/matmul_wgsl.ts: slice 0 into the output, the others
  * into dense partials added afterwards in slice order by its splitKReduceWgsl). The launcher is
  * tc_matmul.ts.
  *
@@ -16,6 +17,7 @@
  * @module
  */
 import { dtypeHelpers } from "../wgsl_common.ts";
+import { type Dtype16, wgslTo16 } from "../cast16.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
@@ -55,6 +57,11 @@ export interface TcMatmulKernelOptions {
   straight?: boolean;
   /** A's binding read_write (TcMatmulKernel.aReadWrite). */
   aReadWrite?: boolean;
+  /**
+   * A 16-bit output (TcMatmulKernel.outDtype): every tile through the scratch, two adjacent
+   * elements an invocation, rounded once (no straight stores; not accumulating, one slice).
+   */
+  out16?: Dtype16;
 }
 
 /**
@@ -63,7 +70,9 @@ export interface TcMatmulKernelOptions {
  * split-K slices of kPer with `first` as in the GEMM core (kernels/matmul_wgsl.ts); the operands'
  * scales at scales[aSc] and scales[bSc].
  */
-export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b" | "aReadWrite">) {
+export function tcMatmulSignature(
+  o: Pick<TcMatmulKernelOptions, "a" | "b" | "aReadWrite" | "out16">,
+) {
   return signature({
     params: {
       ...u32s("M N K aOff lda bOff ldb cOff ldc accumulate"),
@@ -73,7 +82,7 @@ export function tcMatmulSignature(o: Pick<TcMatmulKernelOptions, "a" | "b" | "aR
     bindings: {
       a: { elem: tcStorageType(o.a), access: o.aReadWrite ? "read_write" : "read" },
       b: { elem: tcStorageType(o.b), access: "read" },
-      outp: { elem: "f32", access: "read_write" },
+      outp: { elem: o.out16 ? "atomic<u32>" : "f32", access: "read_write" },
       part: { elem: "f32", access: "read_write" },
       scales: { elem: "f32", access: "read" },
     },
@@ -124,7 +133,7 @@ function _stores(
           step: o.sgSize,
           row: `sr + ${a.i * mma.m}u`,
           col: `sc + ${a.j * mma.n}u`,
-          at: `sg * ${e}u + el`,
+          at: (el) => `sg * ${e}u + ${el}`,
         })
       }
       workgroupBarrier();`
@@ -147,15 +156,35 @@ function _stores(
 function _writeOut(
   o: TcMatmulKernelOptions,
   x: { buf: string; base: string; ld: string; f: string; acc: string },
-  w: { from: string; step: number; row: string; col: string; at: string },
+  w: { from: string; step: number; row: string; col: string; at: (el: string) => string },
 ): string {
   const mma = tileMma(o.tile), e = mma.m * mma.n;
+  if (o.out16 && x.buf === "outp") {
+    // two adjacent columns an invocation (mma.n is even): a whole word where they share one
+    return `for (var el = 2u * ${w.from}; el < ${e}u; el += ${2 * w.step}u) {
+        let m = m0 + ${w.row} + el / ${mma.n}u;
+        let n = n0 + ${w.col} + el % ${mma.n}u;
+        if (m < P.M && n < P.N) {
+          let i = ${x.base} + m * ${x.ld} + n;
+          let v0 = ${x.f} * scr[${w.at("el")}];
+          let v1 = ${x.f} * scr[${w.at("el + 1u")}];
+          if (n + 1u >= P.N) {
+            put_half(i, v0);
+          } else if ((i & 1u) == 0u) {
+            put_pair(i, v0, v1);
+          } else {
+            put_half(i, v0);
+            put_half(i + 1u, v1);
+          }
+        }
+      }`;
+  }
   return `for (var el = ${w.from}; el < ${e}u; el += ${w.step}u) {
         let m = m0 + ${w.row} + el / ${mma.n}u;
         let n = n0 + ${w.col} + el % ${mma.n}u;
         if (m < P.M && n < P.N) {
           let i = ${x.base} + m * ${x.ld} + n;
-          var v = ${x.f} * scr[${w.at}];
+          var v = ${x.f} * scr[${w.at("el")}];
           if (${x.acc}) { v = v + ${x.buf}[i]; }
           ${x.buf}[i] = v;
         }
@@ -182,11 +211,35 @@ function _turns(
         let tr = (s / ${t.sgCols}u) * ${t.mt * mma.m}u + ${a.i * mma.m}u;
         let tc = (s % ${t.sgCols}u) * ${t.nt * mma.n}u + ${a.j * mma.n}u;
         ${
-      _writeOut(o, x, { from: "lid", step: tcThreads(t, o.sgSize), row: "tr", col: "tc", at: "el" })
+      _writeOut(o, x, {
+        from: "lid",
+        step: tcThreads(t, o.sgSize),
+        row: "tr",
+        col: "tc",
+        at: (el) => el,
+      })
     }
         workgroupBarrier();
       }`
   );
+}
+
+/**
+ * WGSL of the 16-bit output's writes (an atomic<u32> binding): `put_pair` a whole word,
+ * `put_half` one half of a word another invocation may share (clear its bits, then set them:
+ * disjoint bits, so the word ends right in any order; kernels/matmul_wgsl.ts's 16-bit store).
+ */
+function _put16(dtype: Dtype16): string {
+  return `
+${wgslTo16(dtype)}
+fn put_half(i: u32, x: f32) {
+  let sh = (i & 1u) * 16u;
+  atomicAnd(&outp[i >> 1u], ~(0xffffu << sh));
+  atomicOr(&outp[i >> 1u], to16(x) << sh);
+}
+fn put_pair(i: u32, x: f32, y: f32) {
+  atomicStore(&outp[i >> 1u], to16(x) | (to16(y) << 16u));
+}`;
 }
 
 /**
@@ -225,14 +278,14 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
   );
   // a matrix store needs its pointer and row stride 16-byte aligned (4 f32): Vulkan's rule for
   // cooperative-matrix loads and stores, which an emulation never meets
-  const straight = o.straight !== false;
+  const straight = o.straight !== false && !o.out16;
   const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
   const outAligned = `${full} && (P.cOff % 4u) == 0u && (P.ldc % 4u) == 0u`;
   const partAligned = `${full} && (P.N % 4u) == 0u`;
   return `${tcEnables(o.mode)}
 ${tcMatmulSignature(o).wgsl}
-${helpers}
-${tcModuleDecls(main, ["outp", "part", "scr"])}
+${helpers}${o.out16 ? _put16(o.out16) : ""}
+${tcModuleDecls(main, o.out16 ? ["part", "scr"] : ["outp", "part", "scr"])}
 var<workgroup> scr: array<f32, ${tcStoreScratchWords(t)}>;
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>${

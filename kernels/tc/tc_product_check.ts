@@ -41,7 +41,8 @@ export interface ProductCheckResult {
 /**
  * Bound on one element: c·K·2⁻²³·Σ_k|a_k·b_k| (f32 accumulation, which tensor cores may truncate
  * rather than round), plus 2⁻¹⁰·Σ|ab| for unsplit f32 inputs (rounded to f16) and 2⁻²⁰·Σ|ab|
- * for split ones, and 2⁻²⁰·|want| for the accumulated and scaled parts.
+ * for split ones, and 2⁻²⁰·|want| for the accumulated and scaled parts; a 16-bit output's
+ * rounding, 2⁻⁸·|want| (bf16) or 2⁻¹¹·|want| (f16), on top.
  */
 export function productBound(
   c: { kernel: TcMatmulKernel; k: number },
@@ -50,7 +51,8 @@ export function productBound(
 ): number {
   const f32in = c.kernel.aDtype === "f32" || c.kernel.bDtype === "f32";
   const conv = f32in ? (c.kernel.split && c.kernel.bDtype !== "f32" ? 2 ** -20 : 2 ** -10) : 0;
-  return (2 * c.k * 2 ** -23 + conv) * mag + 2 ** -20 * Math.abs(want) + 1e-30;
+  const out = c.kernel.outDtype === "bf16" ? 2 ** -8 : c.kernel.outDtype === "f16" ? 2 ** -11 : 0;
+  return (2 * c.k * 2 ** -23 + conv) * mag + (2 ** -20 + out) * Math.abs(want) + 1e-30;
 }
 
 /** Runs the product once on fresh inputs and compares every element with its bound. */
@@ -72,7 +74,13 @@ export async function checkProduct(ctx: GpuContext, c: ProductCheck): Promise<Pr
     role: "input",
     label: "B",
   }, b);
-  const out = createTensor(ctx, { dtype: "f32", rows: c.m, cols: c.n, role: "output", label: "C" });
+  const out = createTensor(ctx, {
+    dtype: k.outDtype ?? "f32",
+    rows: c.m,
+    cols: c.n,
+    role: "output",
+    label: "C",
+  });
   const init = uniformArray(c.m * c.n, seed + 2, 1);
   if (c.accumulate) upload(ctx, out, init);
   else poison(ctx, out);

@@ -10,12 +10,13 @@
  * ({@link subnormalErrorBound}), which a tensor spanning more than about 30 binades incurs on its
  * smallest values instead of being refused.
  *
- * Pass `absmax`: the largest |x| of each tensor as f32 bits (integer atomicMax, order
- * independent), then pass `scales`: scale[i] = 2^s (1 for a tensor that is all zero or f16).
+ * One pass: the recorded slots' maxima cleared, `absmax` the largest |x| of each tensor as f32 bits
+ * (integer atomicMax, order independent), then `scales`: scale[i] = 2^s (1 for a tensor that is
+ * all zero or f16). Each is a dispatch, so that a record can join a gated pass (gpu/gate.ts).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
-import type { Recorder } from "../../gpu/recorder.ts";
+import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import { compileKernel, signature, u32s } from "../../gpu/signature.ts";
 
@@ -35,6 +36,22 @@ export const ABSMAX_SIGNATURE = signature({
     bits: { elem: "atomic<u32>", access: "read_write" },
   },
 });
+
+/** The clear: slots [first, first + count) of the maxima's bits set to 0. */
+export const CLEAR_SIGNATURE = signature({
+  params: u32s("first count"),
+  bindings: { bits: { elem: "u32", access: "read_write" } },
+});
+
+/** WGSL of the clear ({@link CLEAR_SIGNATURE}, one workgroup). */
+export function clearWgsl(): string {
+  return `${CLEAR_SIGNATURE.wgsl}
+@compute @workgroup_size(${TC_SCALE_SLOTS})
+fn main(@builtin(local_invocation_index) i: u32) {
+  if (i < P.count) { bits[P.first + i] = 0u; }
+}
+`;
+}
 
 /** Pass `scales`: every slot's scale from its maximum's bits. */
 export const SCALES_SIGNATURE = signature({
@@ -94,9 +111,14 @@ export interface PreparedTcScales {
   /**
    * Records the scales of `tensors` into slots `first`, `first + 1`, …: all slots of the buffer
    * are recomputed from their bits, so every tensor of a buffer is recorded before it is read.
-   * f16 tensors keep scale 1.
+   * f16 tensors keep scale 1. With `pass`, its dispatches go into that pass.
    */
-  record(rec: Recorder, o: { tensors: DeviceTensor[]; first?: number; into: TcScaleBuffers }): void;
+  record(
+    rec: Recorder,
+    o: { tensors: DeviceTensor[]; first?: number; into: TcScaleBuffers; pass?: PassEncoder },
+  ): void;
+  /** Dispatches a record of these tensors makes at most (the clear, a shard each, the scales). */
+  dispatches(tensors: DeviceTensor[]): number;
 }
 
 /** Compiles the scale passes. */
@@ -106,7 +128,10 @@ export async function prepareTcScales(ctx: GpuContext): Promise<PreparedTcScales
     f32: await compileKernel(ctx, ABSMAX_SIGNATURE, absmaxWgsl("f32"), "tc absmax f32"),
   };
   const final = await compileKernel(ctx, SCALES_SIGNATURE, scalesWgsl(), "tc scales");
+  const clear = await compileKernel(ctx, CLEAR_SIGNATURE, clearWgsl(), "tc scales clear");
+  const scaled = (t: DeviceTensor) => t.dtype === "bf16" || t.dtype === "f32";
   return {
+    dispatches: (tensors) => 2 + tensors.reduce((s, t) => s + (scaled(t) ? t.shards.length : 0), 0),
     allocate(c) {
       const bytes = TC_SCALE_SLOTS * 4;
       return {
@@ -117,8 +142,11 @@ export async function prepareTcScales(ctx: GpuContext): Promise<PreparedTcScales
     record(rec, o) {
       const first = o.first ?? 0;
       if (first + o.tensors.length > TC_SCALE_SLOTS) throw new RangeError("tc scales: too many");
-      o.tensors.forEach((_, i) => rec.clear(o.into.maxBits, (first + i) * 4, 4));
-      rec.pass("tc scales", (p) => {
+      const inPass = (fn: (p: PassEncoder) => void) =>
+        o.pass ? fn(o.pass) : rec.pass("tc scales", fn);
+      inPass((p) => {
+        const cp = { first, count: o.tensors.length };
+        p.dispatch(clear.pipeline, clear.bind(rec, cp, { bits: o.into.maxBits }), 1);
         o.tensors.forEach((t, i) => {
           if (t.dtype !== "bf16" && t.dtype !== "f32") return;
           const k = absmax[t.dtype];
