@@ -56,8 +56,16 @@ function _vec4Signature(inPlace: boolean) {
   });
 }
 
-/** The f32 expression of G at capped logit `zc` (p, on_target and wr in scope). */
-function _gradExpr(o: { opts: LceOptions; tiledPart?: boolean }, zc: string, wr: string): string {
+/**
+ * The f32 expression of G at capped logit `zc` (p, on_target and wr in scope): the whole gradient
+ * or, with `tiledPart`, the part the fused backward tiles. Also the tensor-core products'
+ * epilogue's (kernels/tc/tc_matmul_wgsl.ts).
+ */
+export function logitGradExpr(
+  o: { opts: LceOptions; tiledPart?: boolean },
+  zc: string,
+  wr: string,
+): string {
   if (!o.tiledPart) return `${wr} * (p - on_target - BETA / VOCAB) * softcap_grad(${zc})`;
   const smooth = o.opts.capped && o.opts.smoothing
     ? ` + (BETA / VOCAB) * (${zc} / SOFTCAP) * (${zc} / SOFTCAP)`
@@ -76,7 +84,7 @@ function _vec4Wgsl(
   const cols = [0, 1, 2, 3].map((c) =>
     `{ let zc = softcap(z[${c}]); let p = exp(zc - l);
       let on_target = select(0.0, 1.0 - BETA, i32(4u * j + ${c}u + P.colStart) == t);
-      out[${c}] = ${_gradExpr(o, "zc", "wr")}; }`
+      out[${c}] = ${logitGradExpr(o, "zc", "wr")}; }`
   ).join("\n    ");
   return `${lossConstants(o.opts, o.v)}
 ${_vec4Signature(o.inPlace).wgsl}
@@ -131,7 +139,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let zc = softcap(${load});
     let p = exp(zc - lse[row]);
     let on_target = select(0.0, 1.0 - BETA, i32(j + P.colStart) == targets[row]);
-    g[i] = ${_gradExpr(o, "zc", "w[row]")};
+    g[i] = ${logitGradExpr(o, "zc", "w[row]")};
   }
 }
 `;

@@ -321,7 +321,7 @@ Deno.test({
         const tag = `${f.name}, d = ${d}`;
         assert.equal(r.stats!.denseDC, 1, `${tag}: the dense dC taken`);
         assert.equal(kept.stats!.denseDC, undefined, `${tag}: none recorded by default here`);
-        assert.equal(r.stats!.dCRoundings, 1, `${tag}: G in f32, dC rounded once`);
+        assert.equal(r.stats!.dCRoundings, 1, `${tag}: bf16 dC rounded once (G in f16)`);
         const tol = methodTolerance(f.tileMap ? fusedTileMapTc : fusedTc, {
           n,
           v,

@@ -443,10 +443,10 @@ export async function prepareFusedBackward(
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
         ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
         : {};
-      // the dense dC rounds G (16 bits where dC is accumulated in place, but another kernel
-      // family's f32 G) and the output once
-      const g16 = p.dCInPlace !== undefined && !p.denseDCPath;
-      if (dC.denseDC === 1) roundings.dC = g16 ? 2 : p.out16 ? 1 : 0;
+      // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once,
+      // or as another kernel family's path says
+      const own = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
+      if (dC.denseDC === 1) roundings.dC = pipes.denseDC!.dCRoundings ?? own;
       return { ...stats, ...split, ...dE, ...dC, ...map };
     },
     record(rec, a) {

@@ -185,6 +185,11 @@ export interface PreparedDenseDC {
   /** The chunks of the last record (0 where the path did not apply). */
   readonly lastChunks: number;
   /**
+   * Roundings of dC to its output dtype where the path is taken, where another kernel family
+   * says (default: G's to a 16-bit dC's dtype and the output's).
+   */
+  readonly dCRoundings?: number;
+  /**
    * Records the decision, then `filtered` (the kept tiles' dC), which records its costly passes
    * through `gated` (under the flag's 0), then the dense path under the flag's 1, and returns
    * true; or returns false having recorded nothing where the dense path does not apply (E, C or

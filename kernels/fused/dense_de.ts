@@ -97,11 +97,15 @@ export interface DenseDEChunks {
   vc: number;
 }
 
-/** The chunks of a record ({@link DenseDEChunks}), or undefined where none fit. */
+/**
+ * The chunks of a record ({@link DenseDEChunks}), or undefined where none fit; `zBytes` is the
+ * bytes of Z's element (4, f32; 2 for another kernel family's f16 G).
+ */
 export function denseDEChunks(
   ctx: GpuContext,
   a: DenseDEArgs,
   spec: Shape,
+  zBytes = 4,
 ): DenseDEChunks | undefined {
   const { n, v, d } = spec;
   const one = (t: DeviceTensor) => t.shards.length === 1;
@@ -112,15 +116,21 @@ export function denseDEChunks(
   const acc = { buffer: accShard[0].buffer, rows: accShard[0].rows };
   const { free, shared, start, end } = dCScratch(a.grads, acc, d, ctx.maxBindingBytes);
   // whole 64-row chunks: each chunk's Z starts on a binding offset
-  const fit = Math.floor((end - start) / (n * 4) / 64) * 64;
+  const fit = Math.floor((end - start) / (n * zBytes) / 64) * 64;
   const vc = Math.min(v, fit);
   return vc < Math.min(v, 64) ? undefined : { free, shared, start, vc };
 }
 
-/** Chunk [v0, v0 + cols)'s Z (f32, n × cols) where {@link denseDEChunks} puts it. */
-export function denseDEChunk(ctx: GpuContext, c: DenseDEChunks, n: number, cols: number) {
+/** Chunk [v0, v0 + cols)'s Z (n × cols, f32 or `dtype`) where {@link denseDEChunks} puts it. */
+export function denseDEChunk(
+  ctx: GpuContext,
+  c: DenseDEChunks,
+  n: number,
+  cols: number,
+  dtype: "f32" | "f16" = "f32",
+) {
   return tensorOnBuffer(ctx, { buffer: c.free.buffer, offset: c.start }, {
-    dtype: "f32",
+    dtype,
     rows: n,
     cols,
     label: "dense dE chunk",

@@ -52,6 +52,8 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     straight?: boolean;
     aReadWrite?: boolean;
     out16?: "bf16" | "f16";
+    gradEpilogue?: "whole" | "tiled";
+    unscaleA?: boolean;
   }) => {
     const ko: TcMatmulKernelOptions = {
       tile,
@@ -64,11 +66,21 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       straight: o.straight,
       aReadWrite: o.aReadWrite,
       out16: o.out16,
+      gradEpilogue: o.gradEpilogue
+        ? {
+          opts: resolveOptions({ beta: 0.1, softcap: 30 }),
+          v: 1000,
+          tiledPart: o.gradEpilogue === "tiled",
+        }
+        : undefined,
+      unscaleA: o.unscaleA,
     };
     out.push({
       name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}${
         o.straight === false ? " scratch stores" : ""
-      }${o.aReadWrite ? " A read_write" : ""}${o.out16 ? ` → ${o.out16}` : ""}`,
+      }${o.aReadWrite ? " A read_write" : ""}${o.out16 ? ` → ${o.out16}` : ""}${
+        o.gradEpilogue ? ` gradient${o.gradEpilogue === "tiled" ? " (tiled part)" : ""}` : ""
+      }`,
       code: tcMatmulWgsl(ko),
       sig: tcMatmulSignature(ko),
       matrices: o.straight === false ? [] : o.out16 ? ["part"] : ["outp", "part"],
@@ -96,14 +108,17 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       const { logits, split } = BASELINE_TC_TILES;
       mm("logits", logits, dt, dt, { vecA, vecB });
       mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB });
-      // the tensor-core dense dE's (kernels/tc/tc_dense_de.ts: G in the output's buffer)
-      mm("dE", split, "f32", dt, { bTrans: true, split: true, vecA, vecB, aReadWrite: true });
+      // the tensor-core dense dE's (kernels/tc/tc_dense_de.ts): G's tiled part in f16 from the
+      // logits' epilogue; G·C with G in the output's buffer
+      mm("logits", logits, dt, dt, { vecA, vecB, out16: "f16", gradEpilogue: "tiled" });
+      const g16 = { vecA, vecB, aReadWrite: true, unscaleA: true };
+      mm("dE", logits, "f16", dt, { ...g16, bTrans: true });
       mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
-      // the tensor-core dense dC's (kernels/tc/tc_dense_dc.ts: G in the output's buffer, dC in
-      // its 16-bit dtype, or in f32 where d is odd)
-      const dense = { aTrans: true, bTrans: true, split: true, vecA, vecB, aReadWrite: true };
-      mm("dC", split, "f32", dt, { ...dense, out16: dt });
-      mm("dC", split, "f32", dt, dense);
+      // the tensor-core dense dC's (kernels/tc/tc_dense_dc.ts): G in f16 from the logits'
+      // epilogue; Gᵀ·E with G in the output's buffer, dC in its 16-bit dtype or in f32 (odd d)
+      mm("logits", logits, dt, dt, { vecA, vecB, out16: "f16", gradEpilogue: "whole" });
+      mm("dC", logits, "f16", dt, { ...g16, aTrans: true, bTrans: true, out16: dt });
+      mm("dC", logits, "f16", dt, { ...g16, aTrans: true, bTrans: true });
     }
     // the variant of outputs smaller than one matrix (no matrix stores into storage)
     mm("logits", BASELINE_TC_TILES.logits, dt, dt, { vecA: false, vecB: false, straight: false });

@@ -1,26 +1,32 @@
 /**
  * The fused backward's dense dE path on tensor cores: kernels/fused/dense_de.ts's path (the same
- * decision, gates, chunks and memory) with its two products on Dawn's subgroup matrices, for the
+ * decision, gates and memory) with its two products on Dawn's subgroup matrices, for the
  * tensor-core rows (methods/fused_tc.ts), whose kept tiles' dE runs on the FMA passes: there the
  * kept tiles' dE costs about as much as on the FMA rows while the dense path costs a fraction of
  * theirs, so the dense path pays from a much lower kept fraction ({@link TC_DENSE_DE_ABOVE}).
  *
- * For vocabulary chunks [v0, v1) in order, under the decision's gate:
+ * Once, under the decision's gate: the power-of-two scales of E, C and w (tc_scale.ts). Then for
+ * vocabulary chunks [v0, v1) in order:
  *
- *   Z = E·C[v0:v1]ᵀ                        (f32, tensor cores, E's and C's scales)
- *   G = w_n·[p·∂z/∂x + (β/|V|)(z/s)²]       in place (kernels/logit_grad.ts `tiledPart`)
- *   s_G = the power-of-two scale of G       (kernels/tc/tc_scale.ts)
- *   dE += G·C[v0:v1]                        (tensor cores, G split into hi and lo f16 parts as
- *                                           the tensor-core baseline's G: methods/baseline_tc.ts)
+ *   G = s_w·w_n·[p·∂z/∂x + (β/|V|)(z/s)²] of Z = E·C[v0:v1]ᵀ, in f16
+ *                      (tensor cores, G formed by the product's epilogue from its f32 tile: the
+ *                      part the fused backward tiles, as kernels/logit_grad.ts `tiledPart`;
+ *                      TcMatmulKernel.gradEpilogue)
+ *   dE += G·C[v0:v1] / s_w
+ *                      (tensor cores, G taken as it is: TcMatmulKernel.unscaleA)
  *
- * Memory: as the FMA path's, Z lies in dC's first output buffer behind dE's f32 accumulator; the
- * product reads it through a read_write binding of that buffer (TcMatmulKernel.aReadWrite) and
+ * G is rounded once to f16 (11 significant bits; values below 2⁻²⁴/s_w become subnormals or zero,
+ * as the scales' bound says), so the product needs no hi/lo split; dE's exact terms are in the
+ * accumulator already (kernels/fused/corrections.ts), as on the filtered path.
+ *
+ * Memory: as the FMA path's, G lies in dC's first output buffer behind dE's f32 accumulator, a
+ * chunk as many vocabulary rows as that space holds f16 rows of n (dense_de.ts `denseDEChunks`);
+ * the product reads it through a read_write binding of that buffer (TcMatmulKernel.aReadWrite) and
  * writes the accumulator through a binding of the accumulator's rows only: two writable bindings
  * of disjoint ranges. The scales take one small buffer pair of their own (16 bytes each).
  *
- * Dispatches: E's and C's scales, then each chunk's product, G, G's scale and product, in as few
- * gated passes as the gate's capacity allows (a gated pass costs its arm dispatch and its
- * timestamps even where the path is not taken).
+ * Dispatches: the scales, then each chunk's two products, in as few gated passes as the gate's
+ * capacity allows (a gated dispatch costs a few microseconds where the path is not taken).
  *
  * Deterministic: the chunks go in a fixed order, no split-K, each output element owned by one
  * subgroup.
@@ -31,7 +37,6 @@ import { tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { rowView } from "../matmul.ts";
 import { recordGatedPasses } from "../../gpu/gate.ts";
-import { prepareLogitGrad } from "../logit_grad.ts";
 import { prepareDenseDecision } from "../fused/dense_decision.ts";
 import {
   type DenseDEArgs,
@@ -55,8 +60,8 @@ export const TC_DENSE_DE_ABOVE = 0.35;
 /** The emulation's tile (software adapters: 32 KiB of workgroup memory). */
 const _EMULATED_TILE: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 
-/** Scale slots: E, C, G. */
-const SE = 0, SC = 1, SG = 2;
+/** Scale slots: E, C, w. */
+const SE = 0, SC = 1, SW = 2;
 
 /** Compiles the tensor-core dense dE of a problem. */
 export async function prepareTcDenseDE(
@@ -74,38 +79,31 @@ export async function prepareTcDenseDE(
   const { spec, opts } = o;
   const dt = spec.dtype === "f16" ? "f16" : "bf16";
   if (spec.dtype === "f32") throw new RangeError("tc dense dE: f32 inputs");
-  const tiles = o.tcMode === "native"
-    ? BASELINE_TC_TILES
-    : { logits: _EMULATED_TILE, split: _EMULATED_TILE };
+  const tile = o.tcMode === "native" ? BASELINE_TC_TILES.logits : _EMULATED_TILE;
   const decision = await prepareDenseDecision(ctx, {
     name: "dense dE",
     mode: o.mode,
     above: o.above ?? TC_DENSE_DE_ABOVE,
   });
   const zMm = await prepareTcMatmul(ctx, {
-    tile: tiles.logits,
+    tile,
     aDtype: dt,
     bDtype: dt,
     aTrans: false,
     bTrans: false,
+    outDtype: "f16",
+    gradEpilogue: { opts, v: spec.v, tiledPart: true },
     mode: o.tcMode,
   });
   const dEMm = await prepareTcMatmul(ctx, {
-    tile: tiles.split,
-    aDtype: "f32",
+    tile,
+    aDtype: "f16",
     bDtype: dt,
     aTrans: false,
     bTrans: true,
-    split: true,
+    unscaleA: true,
     aReadWrite: true,
     mode: o.tcMode,
-  });
-  const grad = await prepareLogitGrad(ctx, {
-    logitsDtype: "f32",
-    opts,
-    v: spec.v,
-    inPlace: true,
-    tiledPart: true,
   });
   const scales = await prepareTcScales(ctx);
   const sc = scales.allocate(ctx);
@@ -114,7 +112,7 @@ export async function prepareTcDenseDE(
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;
-      const chunks = denseDEChunks(ctx, a, spec);
+      const chunks = denseDEChunks(ctx, a, spec, 2);
       if (!chunks) return false;
       const { free, shared, vc } = chunks;
       prepared.lastChunkRows = vc;
@@ -131,38 +129,37 @@ export async function prepareTcDenseDE(
       const { rec } = a;
       decision.record(a);
       decision.under(rec, 0, filtered);
-      // E's and C's scales, then a chunk's four steps, in as few gated passes as they fit
+      // the scales, then a chunk's two products, in as few gated passes as they fit
       const starts = Array.from({ length: Math.ceil(v / vc) }, (_, i) => i * vc);
       const items: (number | "scales")[] = ["scales", ...starts];
-      // a chunk: the two products, G, and G's scale (one shard: clear, absmax, scales)
-      const count = (x: number | "scales") => x === "scales" ? scales.dispatches([a.e, a.c]) : 6;
+      const scaled = [a.e, a.c, a.w];
+      const count = (x: number | "scales") => x === "scales" ? scales.dispatches(scaled) : 2;
       decision.under(rec, 1, () => {
         recordGatedPasses(rec, "dense dE (tensor cores)", items, count, (v0, pass) => {
           if (v0 === "scales") {
-            scales.record(rec, { tensors: [a.e, a.c], first: SE, into: sc, pass });
+            scales.record(rec, { tensors: scaled, first: SE, into: sc, pass });
             return;
           }
           const cols = Math.min(v, v0 + vc) - v0;
-          const z = denseDEChunk(ctx, chunks, n, cols);
+          const g = denseDEChunk(ctx, chunks, n, cols, "f16");
           const cv = rowView(a.c, v0, v0 + cols);
+          const { targets, lse, w } = a;
           zMm.record(rec, {
             a: { tensor: a.e, trans: false },
             b: { view: cv, trans: false },
-            out: z,
+            out: g,
             splitK: 1,
             scales: { buffer: sc.scales, a: SE, b: SC },
+            epilogue: { targets, lse, w, col0: v0, gSlot: SW },
             pass,
           });
-          const { targets, lse, w } = a;
-          grad.record(rec, { logits: z, targets, lse, w, grad: z, colStart: v0, pass });
-          scales.record(rec, { tensors: [z], first: SG, into: sc, pass });
           dEMm.record(rec, {
-            a: { tensor: z, trans: false },
+            a: { tensor: g, trans: false },
             b: { view: cv, trans: true },
             out: dE,
             accumulate: true,
             splitK: 1,
-            scales: { buffer: sc.scales, a: SG, b: SC },
+            scales: { buffer: sc.scales, a: SW, b: SC },
             pass,
           });
         });

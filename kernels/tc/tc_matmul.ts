@@ -23,7 +23,12 @@ import { compileKernel, compileKernelNow, type KernelOf } from "../../gpu/signat
 import { GPU_SMS } from "../gemm_tiles.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { type TcDtype, type TcMode, tcSharedBytes } from "./tc_codegen.ts";
-import { type TcMatmulKernelOptions, tcMatmulSignature, tcMatmulWgsl } from "./tc_matmul_wgsl.ts";
+import {
+  type TcGradEpilogue,
+  type TcMatmulKernelOptions,
+  tcMatmulSignature,
+  tcMatmulWgsl,
+} from "./tc_matmul_wgsl.ts";
 import { checkTcBindings, tcMatrixBindingBytes, tcMinBindingBytes } from "./tc_bindings.ts";
 import {
   tcSupport,
@@ -65,6 +70,24 @@ export interface TcMatmulKernel {
    * and offset are free (two elements share a word: kernels/matmul_wgsl.ts's 16-bit store).
    */
   outDtype?: "f32" | Dtype16;
+  /**
+   * With a 16-bit output: the loss's gradient of the product, scaled by w's power-of-two scale,
+   * instead of the product (TcMatmulKernelOptions.gradEpilogue; record with `epilogue`).
+   */
+  gradEpilogue?: TcGradEpilogue;
+  /** A comes scaled by its scale, taken as it is (TcMatmulKernelOptions.unscaleA). */
+  unscaleA?: boolean;
+}
+
+/** What the gradient epilogue reads (one binding each), and where its columns start. */
+export interface TcGradEpilogueArgs {
+  targets: DeviceTensor;
+  lse: DeviceTensor;
+  w: DeviceTensor;
+  /** The vocabulary index of the output's column 0. */
+  col0: number;
+  /** The slot of w's scale in TcMatmulOptions.scales' buffer. */
+  gSlot: number;
 }
 
 /** Where the operands' scales are: a buffer of f32 powers of two and the index of each. */
@@ -91,6 +114,8 @@ export interface TcMatmulOptions {
   label?: string;
   /** Record into this pass instead of a pass of its own (e.g. a gated pass: gpu/gate.ts). */
   pass?: PassEncoder;
+  /** The gradient epilogue's inputs (a kernel with TcMatmulKernel.gradEpilogue). */
+  epilogue?: TcGradEpilogueArgs;
 }
 
 /** A compiled tensor-core product. */
@@ -285,6 +310,8 @@ export async function prepareTcMatmul(
     straight: v.straight,
     aReadWrite: kernel.aReadWrite,
     out16,
+    gradEpilogue: kernel.gradEpilogue,
+    unscaleA: kernel.unscaleA,
   });
   const label = `tc matmul ${tcTileName(t)}`;
   const variants = new Map<string, _Compiled>();
@@ -340,7 +367,10 @@ export async function prepareTcMatmul(
       return slices <= 1 ? 0 : (slices - 1) * sh.m * sh.n * 4;
     },
     record(rec, o) {
-      if ((scaleA || scaleB) && !o.scales) {
+      if (!kernel.gradEpilogue !== !o.epilogue) {
+        throw new RangeError("tc matmul: a gradient epilogue kernel records with `epilogue`");
+      }
+      if ((scaleA || scaleB || kernel.unscaleA || o.epilogue) && !o.scales) {
         throw new RangeError("tc matmul: the kernel scales its operands; record needs `scales`");
       }
       const { M, N, K, regions } = _regions(kernel, o);
@@ -435,6 +465,7 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
   const straight = g.os.buffer.size >= floor;
   const { k: kern, min } = s.pick({ vecA: va, vecB: vb, straight });
   Object.assign(s.lastVariant, { vecA: va, vecB: vb, splitK: slices });
+  const ep = o.epilogue;
   const params = {
     M: mm,
     N: nn,
@@ -451,14 +482,20 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
     first: 1,
     aSc: o.scales?.a ?? 0,
     bSc: o.scales?.b ?? 0,
+    ...(ep ? { eRow: g.mLo, eCol: ep.col0 + g.nLo, gSc: ep.gSlot } : {}),
   };
   // an unsplit product never touches its partials: the context's unused binding stands there
+  const one = (t: DeviceTensor) => {
+    if (t.shards.length !== 1) throw new RangeError("tc matmul: the epilogue's inputs, one shard");
+    return t.shards[0].buffer;
+  };
   const buffers = {
     a: g.ap.buffer,
     b: g.bp.buffer,
     outp: g.os.buffer,
     part: part ?? s.ctx.unusedBinding,
     scales: o.scales?.buffer ?? s.ones,
+    ...(ep ? { targets: one(ep.targets), lse: one(ep.lse), w: one(ep.w) } : {}),
   };
   checkTcBindings(kern.label, min, buffers);
   s.pass.dispatch(

@@ -16,7 +16,19 @@
  * matrix of scratch the subgroups take in turn, written out by the whole workgroup).
  * @module
  */
-import { dtypeHelpers } from "../wgsl_common.ts";
+import { dtypeHelpers, lossConstants } from "../wgsl_common.ts";
+import type { LceOptions } from "../../core/options.ts";
+import { logitGradExpr } from "../logit_grad.ts";
+
+/**
+ * A product's gradient epilogue: the loss's whole gradient of the logits, or with `tiledPart` the
+ * part the fused backward tiles (kernels/logit_grad.ts).
+ */
+export interface TcGradEpilogue {
+  opts: LceOptions;
+  v: number;
+  tiledPart?: boolean;
+}
 import { type Dtype16, wgslTo16 } from "../cast16.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
@@ -62,6 +74,18 @@ export interface TcMatmulKernelOptions {
    * elements an invocation, rounded once (no straight stores; not accumulating, one slice).
    */
   out16?: Dtype16;
+  /**
+   * With a 16-bit output: write the loss's gradient of the product instead of the product,
+   * G = w_m·(p − (1−β)[n + eCol = t_m] − β/|V|)·∂z/∂x (kernels/matmul_wgsl.ts's `gradEpilogue`)
+   * or its tiled part, times scales[P.gSc] (w's power-of-two scale: |G| ≤ |w|·(1 + β/|V|), so it
+   * puts G in f16's range). Binds `targets`, `lse` and `w`; rows are tokens from P.eRow.
+   */
+  gradEpilogue?: TcGradEpilogue;
+  /**
+   * A comes scaled by scales[P.aSc] (a G of {@link gradEpilogue}): taken as it is, the result
+   * divided by that scale.
+   */
+  unscaleA?: boolean;
 }
 
 /**
@@ -71,13 +95,15 @@ export interface TcMatmulKernelOptions {
  * scales at scales[aSc] and scales[bSc].
  */
 export function tcMatmulSignature(
-  o: Pick<TcMatmulKernelOptions, "a" | "b" | "aReadWrite" | "out16">,
+  o: Pick<TcMatmulKernelOptions, "a" | "b" | "aReadWrite" | "out16" | "gradEpilogue">,
 ) {
+  const ep = o.gradEpilogue !== undefined;
   return signature({
     params: {
       ...u32s("M N K aOff lda bOff ldb cOff ldc accumulate"),
       alpha: "f32",
       ...u32s("kPer first aSc bSc"),
+      ...(ep ? u32s("eRow eCol gSc") : {}),
     },
     bindings: {
       a: { elem: tcStorageType(o.a), access: o.aReadWrite ? "read_write" : "read" },
@@ -85,8 +111,11 @@ export function tcMatmulSignature(
       outp: { elem: o.out16 ? "atomic<u32>" : "f32", access: "read_write" },
       part: { elem: "f32", access: "read_write" },
       scales: { elem: "f32", access: "read" },
+      targets: { elem: "i32", access: "read", when: ep },
+      lse: { elem: "f32", access: "read", when: ep },
+      w: { elem: "f32", access: "read", when: ep },
     },
-    layout: { pad: ["_p"] },
+    layout: { pad: ep ? ["_p", "_q"] : ["_p"] },
   });
 }
 
@@ -166,8 +195,8 @@ function _writeOut(
         let n = n0 + ${w.col} + el % ${mma.n}u;
         if (m < P.M && n < P.N) {
           let i = ${x.base} + m * ${x.ld} + n;
-          let v0 = ${x.f} * scr[${w.at("el")}];
-          let v1 = ${x.f} * scr[${w.at("el + 1u")}];
+          let v0 = ${_ep(o, "m", "n", `${x.f} * scr[${w.at("el")}]`)};
+          let v1 = ${_ep(o, "m", "n + 1u", `${x.f} * scr[${w.at("el + 1u")}]`)};
           if (n + 1u >= P.N) {
             put_half(i, v0);
           } else if ((i & 1u) == 0u) {
@@ -224,6 +253,25 @@ function _turns(
   );
 }
 
+/** The value stored at (m, n): the product `v`, or its gradient with the epilogue. */
+function _ep(o: TcMatmulKernelOptions, m: string, n: string, v: string): string {
+  return o.gradEpilogue ? `ep(${m}, ${n}, ${v}) * gs` : v;
+}
+
+/** WGSL of {@link TcMatmulKernelOptions.gradEpilogue}: `ep(m, n, z)` (kernels/logit_grad.ts). */
+function _gradEp(o: TcGradEpilogue): string {
+  return `
+${lossConstants(o.opts, o.v)}
+fn ep(m: u32, n: u32, x: f32) -> f32 {
+  let row = P.eRow + m;
+  let zc = softcap(x);
+  let p = exp(zc - lse[row]);
+  let on_target = select(0.0, 1.0 - BETA, i32(P.eCol + n) == targets[row]);
+  let wr = w[row];
+  return ${logitGradExpr(o, "zc", "wr")};
+}`;
+}
+
 /**
  * WGSL of the 16-bit output's writes (an atomic<u32> binding): `put_pair` a whole word,
  * `put_half` one half of a word another invocation may share (clear its bits, then set them:
@@ -278,13 +326,14 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
   );
   // a matrix store needs its pointer and row stride 16-byte aligned (4 f32): Vulkan's rule for
   // cooperative-matrix loads and stores, which an emulation never meets
+  if (o.gradEpilogue && !o.out16) throw new RangeError("tc matmul: the epilogue needs out16");
   const straight = o.straight !== false && !o.out16;
   const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
   const outAligned = `${full} && (P.cOff % 4u) == 0u && (P.ldc % 4u) == 0u`;
   const partAligned = `${full} && (P.N % 4u) == 0u`;
   return `${tcEnables(o.mode)}
 ${tcMatmulSignature(o).wgsl}
-${helpers}${o.out16 ? _put16(o.out16) : ""}
+${helpers}${o.out16 ? _put16(o.out16) : ""}${o.gradEpilogue ? _gradEp(o.gradEpilogue) : ""}
 ${tcModuleDecls(main, o.out16 ? ["part", "scr"] : ["outp", "part", "scr"])}
 var<workgroup> scr: array<f32, ${tcStoreScratchWords(t)}>;
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
@@ -298,9 +347,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let kn = min(P.K - ks, P.kPer);
   ${tcSubgroupCoords(t)}
   let sa = scales[P.aSc];
-  let sb = scales[P.bSc];
+  let sb = scales[P.bSc];${o.gradEpilogue ? "\n  let gs = scales[P.gSc];" : ""}
   ${tcMainloop(main)}
-  let unscale = 1.0 / ((${o.scaleA ? "sa" : "1.0"}) * (${o.scaleB ? "sb" : "1.0"}));
+  let unscale = 1.0 / ((${o.scaleA || o.unscaleA ? "sa" : "1.0"}) * (${o.scaleB ? "sb" : "1.0"}));
   if (wg.z == 0u && P.first == 1u) {
     let f = P.alpha * unscale;
     ${
