@@ -1,9 +1,10 @@
 /**
  * The tensor-core GEMM: out[rows] = alpha·A·Bᵀ (+ out) on row ranges of sharded tensors, with f16
  * operands (converted from bf16, f16 or f32 while staged, scaled by powers of two: tc_scale.ts)
- * and f32 accumulation, f32 output (or a 16-bit one, rounded once: TcMatmulKernel.outDtype). The operands are given as in the FMA core (kernels/matmul.ts):
- * a row range of the tensor holding the operand (`trans: false`) or its transpose (`trans: true`),
- * so one kernel generator serves E·Cᵀ, G·C and Gᵀ·E.
+ * and f32 accumulation, f32 output (or a 16-bit one, rounded once: TcMatmulKernel.outDtype).
+ * The operands are given as in the FMA core (kernels/matmul.ts): a row range of the tensor
+ * holding the operand (`trans: false`) or its transpose (`trans: true`), so one kernel generator
+ * serves E·Cᵀ, G·C and Gᵀ·E.
  *
  * Split-K follows the FMA core: the K range cut into S slices, slice 0 written to the output,
  * the others as f32 partials added afterwards in slice order (its split-K reduction kernel), so

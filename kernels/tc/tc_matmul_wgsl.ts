@@ -19,16 +19,6 @@
 import { dtypeHelpers, lossConstants } from "../wgsl_common.ts";
 import type { LceOptions } from "../../core/options.ts";
 import { logitGradExpr } from "../logit_grad.ts";
-
-/**
- * A product's gradient epilogue: the loss's whole gradient of the logits, or with `tiledPart` the
- * part the fused backward tiles (kernels/logit_grad.ts).
- */
-export interface TcGradEpilogue {
-  opts: LceOptions;
-  v: number;
-  tiledPart?: boolean;
-}
 import { type Dtype16, wgslTo16 } from "../cast16.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
@@ -46,6 +36,16 @@ import {
   tcSubgroupCoords,
 } from "./tc_codegen.ts";
 import { tcThreads, type TcTile, tileCols, tileMma, tileRows, tileSubgroups } from "./tc_tiles.ts";
+
+/**
+ * A product's gradient epilogue: the loss's whole gradient of the logits, or with `tiledPart` the
+ * part the fused backward tiles (kernels/logit_grad.ts).
+ */
+export interface TcGradEpilogue {
+  opts: LceOptions;
+  v: number;
+  tiledPart?: boolean;
+}
 
 /** Generator options of the product kernel. */
 export interface TcMatmulKernelOptions {
