@@ -10,9 +10,9 @@
  *   the order decision, exact sparse and rank-one terms, gradients in the input dtype) whose
  *   filter pass, the one that recomputes every logit tile, runs on tensor cores
  *   (kernels/tc/tc_filter.ts); the kept tiles' gradient products stay on the FMA passes (at the
- *   paper's shape the filter keeps about 0.05% of the tiles), but where it keeps more than 35%
- *   of them dE and dC are formed densely on tensor cores instead, within the same memory
- *   (kernels/tc/tc_dense_de.ts, kernels/tc/tc_dense_dc.ts; both rows).
+ *   paper's shape the filter keeps about 0.05% of the tiles), but where it keeps more than about
+ *   a quarter of them dE and dC are formed densely on tensor cores instead, within the same
+ *   memory (kernels/tc/tc_dense_de.ts, kernels/tc/tc_dense_dc.ts; both rows).
  * - `fused-tilemap-tc` backward: `fused-tilemap`'s (the map filter reads the forward's tile
  *   maxima, no products), but where the map keeps at most 75% of the tiles (and at least 256) its
  *   mask is refined by the tensor-core filter over every tile, not by the FMA filter over the
@@ -207,7 +207,7 @@ export const fusedTc: LceMethod = fusedTcMethod({
   name: "fused-tc",
   label: "Ours (tensor cores)",
   description: `Ours with the forward and the backward's filter pass on ${TC_ARITHMETIC}; ` +
-    "kept tiles' gradient products fp32 FMA",
+    "kept tiles' gradient products fp32 FMA, dense dE and dC on tensor cores where many are kept",
   sort: true,
   tileMap: false,
 });
@@ -217,7 +217,8 @@ export const fusedTileMapTc: LceMethod = fusedTcMethod({
   name: "fused-tilemap-tc",
   label: "Ours + tile map (tensor cores)",
   description: `Ours + tile map with the forward (and its tile map) on ${TC_ARITHMETIC}; the ` +
-    "backward filters from the map, kept tiles fp32 FMA",
+    "backward filters from the map, kept tiles fp32 FMA, dense dE and dC on tensor cores where " +
+    "many are kept",
   sort: false,
   tileMap: true,
 });

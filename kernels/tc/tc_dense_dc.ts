@@ -49,10 +49,11 @@ import { BASELINE_TC_TILES, type TcTile } from "./tc_tiles.ts";
 /**
  * The kept fraction above which the tensor-core dense dC is taken (`auto`). From the H200 at
  * 4096 × 24,576 × 2304 (docs/tensor_cores.md): the kept tiles' dC pass costs about 31·k ms (12.1
- * at k = 0.385, 29 at 0.963), the dense path about 10 ms whatever k (its logits 2.8, the split
- * product about 6, G and its scales under 1): they cross at k ≈ 0.33.
+ * at k = 0.385), the dense path 7.2 ms whatever k (13 chunks: G from the logits' epilogue and the
+ * product) plus the kept path's target scatter, which runs either way and costs 1.0 ms where the
+ * dC pass folded no target: they cross at k ≈ 0.26.
  */
-export const TC_DENSE_DC_ABOVE = 0.35;
+export const TC_DENSE_DC_ABOVE = 0.26;
 
 /** Bytes of the tensor-core dense dC's G an element: f16. */
 export const TC_DENSE_DC_G_BYTES = 2;

@@ -52,10 +52,10 @@ import { BASELINE_TC_TILES, type TcTile } from "./tc_tiles.ts";
 /**
  * The kept fraction above which the tensor-core dense dE is taken (`auto`). From the H200 at
  * 4096 × 24,576 × 2304 (docs/tensor_cores.md): the kept tiles' dE (kept g 4.8 ms and the gathered
- * products 6.2 at k = 0.385: about 28.6·k ms) against the dense path's 9.9 ms whatever k (its
- * logits 2.8, G 0.3, its scales 0.4, the split product 6.2): they cross at k ≈ 0.35.
+ * products 6.2 at k = 0.385: about 28.6·k ms) against the dense path's 6.3 ms whatever k (3
+ * chunks: G from the logits' epilogue and the product): they cross at k ≈ 0.22.
  */
-export const TC_DENSE_DE_ABOVE = 0.35;
+export const TC_DENSE_DE_ABOVE = 0.22;
 
 /** The emulation's tile (software adapters: 32 KiB of workgroup memory). */
 const _EMULATED_TILE: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
