@@ -285,6 +285,7 @@ Deno.test({
       const r = await runMethod(ctx0, dense, x, o, opt);
       const kept = await runMethod(ctx0, fusedTcMethod(f), x, o, opt);
       assert.equal(r.stats!.denseDE, 1, `${f.name}: the dense dE taken`);
+      assert.equal(r.stats!.dERoundings, 1, `${f.name}: bf16 dE rounded once (G in f16)`);
       assert.equal(kept.stats!.denseDE, undefined, `${f.name}: none recorded by default here`);
       const tol = methodTolerance(f.tileMap ? fusedTileMapTc : fusedTc, {
         n: 140,

@@ -436,6 +436,9 @@ export async function prepareFusedBackward(
       const dE = pipes.dense && pipes.dense.lastChunkRows > 0
         ? { denseDE: (await pipes.dense.took()) ? 1 : 0 }
         : {};
+      // another kernel family's dense dE may round G as coarsely as the output
+      const dERounds = dE.denseDE === 1 ? pipes.dense!.dERoundings : undefined;
+      roundings.dE = dERounds ?? (p.out16 ? 1 : 0);
       const refine = await pipes.mapRefine?.state();
       const map = refine
         ? { mapRefined: refine.refined ? 1 : 0, mapKeptTiles: refine.mapKept }

@@ -143,6 +143,11 @@ export interface PreparedDenseDE {
   /** Vocabulary rows a chunk holds in the last record (0 where the path did not apply). */
   readonly lastChunkRows: number;
   /**
+   * Roundings of dE to its output dtype where the path is taken, where another kernel family
+   * says (default: the output's alone, as the kept path's).
+   */
+  readonly dERoundings?: number;
+  /**
    * Records the decision, `filtered` (the kept tiles' dE) under the flag's 0 and the dense path
    * under its 1, and returns true; or returns false having recorded nothing where the dense path
    * does not apply (E or C over several bindings, too little free storage): the caller then

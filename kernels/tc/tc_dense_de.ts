@@ -109,6 +109,8 @@ export async function prepareTcDenseDE(
   const sc = scales.allocate(ctx);
   const prepared = {
     lastChunkRows: 0,
+    // the output's rounding, and G's where it is as coarse (an f16 output; bf16 has 8 bits)
+    dERoundings: spec.dtype === "f16" ? 2 : 1,
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;

@@ -485,11 +485,11 @@ function _recordRegion(s: _Scope, g: _Region, S: number): void {
     bSc: o.scales?.b ?? 0,
     ...(ep ? { eRow: g.mLo, eCol: ep.col0 + g.nLo, gSc: ep.gSlot } : {}),
   };
-  // an unsplit product never touches its partials: the context's unused binding stands there
   const one = (t: DeviceTensor) => {
     if (t.shards.length !== 1) throw new RangeError("tc matmul: the epilogue's inputs, one shard");
     return t.shards[0].buffer;
   };
+  // an unsplit product never touches its partials: the context's unused binding stands there
   const buffers = {
     a: g.ap.buffer,
     b: g.bp.buffer,
