@@ -197,14 +197,11 @@ function _vecSlots(t: GemmTile) {
 }
 
 /**
- * WGSL of a 16-bit store: `store4(m, nb, v)` writes 4 adjacent columns of one row rounded to
- * nearest even. Two 16-bit elements share a u32 word, and a word can straddle two threads' columns
- * (an odd row stride puts every other row on an odd element). A thread writes the words it owns
- * whole (atomicStore) and the half-words it shares with a neighbour with atomicAnd (clear its half)
- * then atomicOr (set it): the halves are disjoint bits, so the word ends right whatever the order,
- * without zeroed memory, and elements outside the output region keep their values.
+ * WGSL of the 16-bit writes into an `outp` binding of atomic<u32> words: `put_pair(i, x, y)` a
+ * whole word (elements i and i + 1, i even), `put_half(i, x)` one half of a word another thread
+ * may share (see {@link _store16Fns}). Also the tensor-core product's 16-bit output's.
  */
-function _store16Fns(dtype: Dtype16): string {
+export function store16Puts(dtype: Dtype16): string {
   return `${wgslTo16(dtype)}
 fn put_half(i: u32, x: f32) {
   let sh = (i & 1u) * 16u;
@@ -213,7 +210,19 @@ fn put_half(i: u32, x: f32) {
 }
 fn put_pair(i: u32, x: f32, y: f32) {
   atomicStore(&outp[i >> 1u], to16(x) | (to16(y) << 16u));
+}`;
 }
+
+/**
+ * WGSL of a 16-bit store: `store4(m, nb, v)` writes 4 adjacent columns of one row rounded to
+ * nearest even. Two 16-bit elements share a u32 word, and a word can straddle two threads' columns
+ * (an odd row stride puts every other row on an odd element). A thread writes the words it owns
+ * whole (atomicStore) and the half-words it shares with a neighbour with atomicAnd (clear its half)
+ * then atomicOr (set it): the halves are disjoint bits, so the word ends right whatever the order,
+ * without zeroed memory, and elements outside the output region keep their values.
+ */
+function _store16Fns(dtype: Dtype16): string {
+  return `${store16Puts(dtype)}
 fn store4(m: u32, nb: u32, v: vec4<f32>) {
   if (m >= P.M || nb >= P.N) { return; }
   let cnt = min(P.N - nb, 4u);

@@ -46,7 +46,7 @@
  * order.
  * @module
  */
-import type { GpuContext } from "../../gpu/context.ts";
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { PassEncoder } from "../../gpu/recorder.ts";
 import { type DeviceTensor, elementBytes, tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
@@ -55,7 +55,12 @@ import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
 import { DENSE_DE_TILE_HW } from "./dense_de.ts";
-import { type DenseMode, type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
+import {
+  type DenseMode,
+  type DensePathArgs,
+  type PreparedDenseDecision,
+  prepareDenseDecision,
+} from "./dense_decision.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
@@ -201,6 +206,40 @@ export interface PreparedDenseDC {
   release(): void;
 }
 
+/**
+ * The start of a dense dC record, shared by the kernel families: where the path applies (a plan;
+ * E, C and dC's accumulator of `outDtype` in one binding each, dC's from offset 0), the decision,
+ * `filtered` under its 0 and the tail workspace (released with the record); undefined, having
+ * recorded nothing, where it does not.
+ */
+export function beginDenseDC(
+  ctx: GpuContext,
+  o: {
+    plan: DenseDCPlan | undefined;
+    outDtype: "f32" | "bf16" | "f16";
+    decision: PreparedDenseDecision;
+  },
+  a: DenseDCArgs,
+  filtered: (gated: (fn: () => void) => void) => void,
+): { plan: DenseDCPlan; dCBuf: TrackedBuffer; tail: TrackedBuffer } | undefined {
+  const { plan, decision } = o;
+  const one = (t: DeviceTensor) => t.shards.length === 1;
+  const single = a.tok.length === 1 && a.voc.length === 1;
+  if (!plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return undefined;
+  const dCBuf = a.dC.shards[0].buffer;
+  if (a.dC.dtype !== o.outDtype || dCBuf.offset !== 0) return undefined;
+  const { rec } = a;
+  decision.record(a);
+  filtered((fn) => decision.under(rec, 0, fn));
+  const tail = ctx.createBuffer({
+    size: plan.tailBytes,
+    role: "workspace",
+    label: "dense dC tail",
+  });
+  rec.release(tail);
+  return { plan, dCBuf, tail };
+}
+
 /** The dC product's tile on the large chunks: Gᵀ·E, both held transposed. */
 export function denseDCTile(ctx: GpuContext): GemmTile {
   return ctx.report.isFallbackAdapter ? TILE_SMALL : TILE_HW_TT;
@@ -250,7 +289,7 @@ export async function prepareDenseDC(
     tuning?: DenseDCTuning;
   },
 ): Promise<PreparedDenseDC> {
-  const { spec, opts, plan } = o;
+  const { spec, opts } = o;
   const hw = !ctx.report.isFallbackAdapter;
   const decision = await prepareDenseDecision(ctx, {
     name: "dense dC",
@@ -285,7 +324,7 @@ export async function prepareDenseDC(
   const smallTile = t.smallTile ?? (hw ? DENSE_DE_TILE_HW : TILE_SMALL);
   const smallBelow = t.smallBelow ?? (hw ? DENSE_DC_SMALL_BELOW : 0);
   const maxSplit = t.smallSplit ?? DENSE_DC_SMALL_SPLIT;
-  const small = plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
+  const small = o.plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
     ? await products(smallTile, smallTile)
     : large;
   const prepared = {
@@ -293,21 +332,16 @@ export async function prepareDenseDC(
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
       prepared.lastChunks = 0;
       const { n } = spec;
-      const one = (t: DeviceTensor) => t.shards.length === 1;
-      const single = a.tok.length === 1 && a.voc.length === 1;
-      if (!plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return false;
-      const dCBuf = a.dC.shards[0].buffer;
-      if (a.dC.dtype !== o.outDtype || dCBuf.offset !== 0) return false;
+      const begun = beginDenseDC(
+        ctx,
+        { plan: o.plan, outDtype: o.outDtype, decision },
+        a,
+        filtered,
+      );
+      if (!begun) return false;
+      const { plan, dCBuf, tail } = begun;
       prepared.lastChunks = plan.chunks.length;
       const { rec } = a;
-      decision.record(a);
-      filtered((fn) => decision.under(rec, 0, fn));
-      const tail = ctx.createBuffer({
-        size: plan.tailBytes,
-        role: "workspace",
-        label: "dense dC tail",
-      });
-      rec.release(tail);
       const onDC = (offset: number, rows: number, cols: number) =>
         tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {
           dtype: gDtype,

@@ -19,7 +19,8 @@
 import { dtypeHelpers, lossConstants } from "../wgsl_common.ts";
 import type { LceOptions } from "../../core/options.ts";
 import { logitGradExpr } from "../logit_grad.ts";
-import { type Dtype16, wgslTo16 } from "../cast16.ts";
+import type { Dtype16 } from "../cast16.ts";
+import { store16Puts } from "../matmul_wgsl.ts";
 import { signature, u32s } from "../../gpu/signature.ts";
 import {
   tcAccs,
@@ -273,24 +274,6 @@ fn ep(m: u32, n: u32, x: f32) -> f32 {
 }
 
 /**
- * WGSL of the 16-bit output's writes (an atomic<u32> binding): `put_pair` a whole word,
- * `put_half` one half of a word another invocation may share (clear its bits, then set them:
- * disjoint bits, so the word ends right in any order; kernels/matmul_wgsl.ts's 16-bit store).
- */
-function _put16(dtype: Dtype16): string {
-  return `
-${wgslTo16(dtype)}
-fn put_half(i: u32, x: f32) {
-  let sh = (i & 1u) * 16u;
-  atomicAnd(&outp[i >> 1u], ~(0xffffu << sh));
-  atomicOr(&outp[i >> 1u], to16(x) << sh);
-}
-fn put_pair(i: u32, x: f32, y: f32) {
-  atomicStore(&outp[i >> 1u], to16(x) | (to16(y) << 16u));
-}`;
-}
-
-/**
  * WGSL of the product kernel. Params: {@link TC_MATMUL_PARAMS}; bindings
  * {@link TC_MATMUL_BINDINGS}. Grid: (column tiles, row tiles, slices); workgroup z takes the K
  * range [z·kPer, min(K, (z+1)·kPer)), stored as the GEMM core's split-K stores it.
@@ -333,7 +316,9 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
   const partAligned = `${full} && (P.N % 4u) == 0u`;
   return `${tcEnables(o.mode)}
 ${tcMatmulSignature(o).wgsl}
-${helpers}${o.out16 ? _put16(o.out16) : ""}${o.gradEpilogue ? _gradEp(o.gradEpilogue) : ""}
+${helpers}${o.out16 ? `\n${store16Puts(o.out16)}` : ""}${
+    o.gradEpilogue ? _gradEp(o.gradEpilogue) : ""
+  }
 ${tcModuleDecls(main, o.out16 ? ["part", "scr"] : ["outp", "part", "scr"])}
 var<workgroup> scr: array<f32, ${tcStoreScratchWords(t)}>;
 @compute @workgroup_size(${tcThreads(t, o.sgSize)})
