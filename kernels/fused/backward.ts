@@ -298,8 +298,8 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   }
   if (pipes.cast && g.dE !== g.dEOut) pipes.cast.record(rec, { src: g.dE, dst: g.dEOut });
   // dC: the kept tiles' pass, or where recorded the dense path's decision between the two: then
-  // only the dC pass and its split's sum are gated, the light passes around them run either way
-  // (the dense path overwrites every row they write)
+  // the dC pass, its split's sum and the target scatter are gated, the light passes around them
+  // run either way (the dense path overwrites every row they write)
   const keptDC = (gated: (fn: () => void) => void) => {
     const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
     const { smoothRow } = pipes.corrections.record(rec, {
@@ -349,7 +349,8 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
         split.sum({ rec, ord: order, dC: g.dC, voc: r.voc, vTotal: r.vTotal, rvec, perm: m.perm });
       }
     });
-    pipes.corrections.record(rec, { ...exact, dC: g.dC, part: "dC-scatter", coefficients, folded });
+    const scatter = { dC: g.dC, part: "dC-scatter" as const, coefficients, folded };
+    pipes.corrections.record(rec, { ...exact, ...scatter, scatterUnder: gated });
   };
   const denseDC = m.mask && counter && pipes.denseDC?.record(
     { rec, e, c, targets, w, lse, counter, dC: g.dC, tok, voc, tiles, sortDecided },

@@ -95,6 +95,11 @@ export interface GradCorrectionArgs {
    */
   csum?: DeviceTensor;
   /**
+   * "dC-scatter" only: records the scatter pass under this (the dense dC's gate, which overwrites
+   * dC where it runs); the pairs and their sort, a few dispatches of microseconds, run either way.
+   */
+  scatterUnder?: (fn: () => void) => void;
+  /**
    * "dC" prepared with `foldTargets`: return the smoothing row −(β/|V|)·Σ_n w_n E_n (where β > 0)
    * instead of releasing it: the caller releases it (the dC split's sum writes it back into the
    * rows it borrowed, kernels/fused/dc_split.ts).
@@ -324,10 +329,8 @@ function _recordScatter(
   x: GradCorrectionArgs,
   t: _Vectors,
 ) {
-  const { e, dC } = x;
-  const fill = k.fill!, a = t.a!;
-  const n = e.rows, d = e.cols;
-  const tg = x.targets.shards[0].buffer, dummy = x.w.shards[0].buffer;
+  const fill = k.fill!, n = x.e.rows;
+  const tg = x.targets.shards[0].buffer;
   const count = paddedSortLength(n);
   const pairs = ctx.createBuffer({ size: count * 8, role: "workspace", label: "target pairs" });
   rec.pass("target pairs", (p) => {
@@ -338,6 +341,21 @@ function _recordScatter(
     );
   });
   k.sort!.record(rec, pairs, count, "target sort");
+  const under = x.scatterUnder ?? ((fn: () => void) => fn());
+  under(() => _recordScatterPass(k, rec, x, t, pairs));
+  rec.release(pairs);
+}
+
+/** The scatter pass itself: one workgroup per run of equal targets (pairs sorted). */
+function _recordScatterPass(
+  k: _Kernels,
+  rec: Recorder,
+  x: GradCorrectionArgs,
+  t: _Vectors,
+  pairs: TrackedBuffer,
+) {
+  const { e, dC } = x;
+  const n = e.rows, d = e.cols, a = t.a!, dummy = x.w.shards[0].buffer;
   rec.pass("dC target scatter", (p) => {
     e.shards.forEach((es, ei) => {
       for (const ds of dC!.shards) {
@@ -364,7 +382,6 @@ function _recordScatter(
       }
     });
   });
-  rec.release(pairs);
 }
 
 /** Records dC's smoothing row into every row of dC (overwriting it). */
