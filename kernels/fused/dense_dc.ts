@@ -8,11 +8,13 @@
  * {@link DENSE_DC_ABOVE} it costs more than recomputing every tile's logits and multiplying
  * densely (2 P at the GEMM core's rate). So after dE is formed, pass `dense dC decision` reads the
  * kept count and writes a flag, and both paths are recorded under gates of it (gpu/gate.ts), as
- * the dense dE path's are (kernels/fused/dense_de.ts): the kept tiles' dC pass and its split's
- * sum under 0, the dense path under 1. The kept path's light passes (the smoothing row, the
- * order, the split's plan, the target scatter) run ungated: where the dense path is taken it
- * overwrites every row they wrote, and where it is not they cost nothing more than before (a
- * gated dispatch costs about 5 µs even with no workgroups).
+ * the dense dE path's are (kernels/fused/dense_de.ts): the kept tiles' dC pass, its split's sum
+ * and the target scatter under 0, the dense path under 1. The kept path's light passes (the
+ * smoothing row, the order, the split's plan, the target pairs and their sort) run ungated: where
+ * the dense path is taken it overwrites every row they wrote, and where it is not they cost
+ * nothing more than before (a gated dispatch costs about 5 µs even with no workgroups). The
+ * scatter is gated because it is not light there: where the dC pass ran under a closed gate it
+ * folded no target, so the scatter would add every token's (1.0 ms at `llm` on the H200).
  *
  * The dense path, pass `dense dC`, for vocabulary chunks [v0, v1) from the last row down:
  *

@@ -44,10 +44,9 @@ import { prepareTcDenseG } from "./tc_dense_g.ts";
  * The kept fraction above which the tensor-core dense dC is taken (`auto`). From the H200 at
  * 4096 × 24,576 × 2304 (docs/tensor_cores.md): the kept tiles' dC pass costs about 31·k ms (12.1
  * at k = 0.385), the dense path 7.2 ms whatever k (13 chunks: G from the logits' epilogue and the
- * product) plus the kept path's target scatter, which runs either way and costs 1.0 ms where the
- * dC pass folded no target: they cross at k ≈ 0.26.
+ * product): they cross at k ≈ 0.23.
  */
-export const TC_DENSE_DC_ABOVE = 0.26;
+export const TC_DENSE_DC_ABOVE = 0.23;
 
 /** Bytes of the tensor-core dense dC's G an element: f16. */
 export const TC_DENSE_DC_G_BYTES = 2;
