@@ -11,11 +11,11 @@ import { makeDeviceInputs } from "./inputs.ts";
 import { IDLE_GPU_BUSY_MS, IDLE_GPU_WARMUP_MS } from "./measure.ts";
 import { prepareBusyLoad } from "../gpu/busy_load.ts";
 import { tcTileName } from "../kernels/tc/tc_tiles.ts";
-import type { TcMatmulKernel } from "../kernels/tc/tc_matmul.ts";
 import {
   type BenchDeadline,
   fmaProductRecorder,
   TC_FORWARD_BENCH_TILES,
+  type TcBenchVariant,
   tcForwardRecorder,
   type tcInputCache,
   tcProductRecorder,
@@ -34,12 +34,12 @@ export interface Row {
 
 export const err1 = (e: unknown) => (e as Error).message.split("\n")[0];
 
-/** Times E·Cᵀ at every shape for one product (tensor cores when `k`, else the FMA core). */
+/** Times one product at every shape (tensor cores when `k`, else the FMA core's E·Cᵀ). */
 export async function timeShapes(
   ctx: GpuContext,
   inputs: ReturnType<typeof tcInputCache>,
   o: { shapes: Shape[]; reps: number },
-  k: TcMatmulKernel | null,
+  k: TcBenchVariant | null,
 ) {
   const times: Row["times"] = [];
   for (const s of o.shapes) {
@@ -48,6 +48,7 @@ export async function timeShapes(
         s,
         k?.aDtype === "f16" || k?.aDtype === "f32" ? k.aDtype : "bf16",
         k?.bDtype === "f16" ? "f16" : "bf16",
+        k ?? undefined,
       );
     const flop = 2 * s.m * s.n * s.k;
     times.push(

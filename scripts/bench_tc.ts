@@ -4,16 +4,18 @@
  * (kernels/tc/tc_probe.ts: what the subgroup-matrix builtins do on this adapter against what the
  * emulation assumes), every tensor-core kernel compiled for the adapter
  * (kernels/tc/tc_catalog.ts), each product variant checked against a float64 product at
- * small odd shapes (kernels/tc/tc_product_check.ts), then E·Cᵀ (bf16 → f32, K-contiguous
- * operands) timed by GPU timestamps at each shape for every variant, beside the FMA core's
- * product (kernels/matmul.ts, the 128×256 tile of scripts/bench_gemm.ts) on Deno's wgpu, where
+ * small odd shapes (kernels/tc/tc_product_check.ts), then each variant's product (E·Cᵀ, bf16 →
+ * f32 with K-contiguous operands, unless its suffix says otherwise) timed by GPU timestamps at
+ * each shape, beside the FMA core's E·Cᵀ (kernels/matmul.ts, the 128×256 tile of scripts/bench_gemm.ts) on Deno's wgpu, where
  * the FMA rows of the table run. One table on stdout, and with --out the same as JSON; exit 1
  * when the probe or a variant's check fails or a kernel fails to compile (every row is still
  * measured); the whole run keeps within --budget seconds (later rows then say they were skipped).
  *
  * Variants are tile names of TC_BENCH_TILES (kernels/tc/tc_tiles.ts), optionally with `:f16`
- * (f16 inputs: no conversion) or a diagnostic `:copy-only` / `:mma-only` (staging alone,
- * arithmetic alone; wrong results, not checked). Runs on Dawn by default (tensor cores need it);
+ * (f16 inputs: no conversion), `:split` (A in f32 as hi and lo f16 parts, the baseline's gradient
+ * products), `:gc` / `:gte` (the tensor-core dense paths' G·C and Gᵀ·E: G in f16, the other
+ * operand transposed; at M×N×K: dE is n×d×chunk, dC chunk×d×n) or a diagnostic `:copy-only` /
+ * `:mma-only` (staging alone, arithmetic alone; wrong results, not checked). Runs on Dawn by default (tensor cores need it);
  * where the adapter offers no f16 subgroup matrices the tensor-core rows say why.
  * @module
  */
@@ -51,7 +53,7 @@ export const BENCH_TC_COMMAND = defineCommand({
     variants: {
       type: "string",
       arg: "V1,V2,...",
-      help: "tile[:f16|:copy-only|:mma-only]",
+      help: "tile[:f16|:split|:gc|:gte|:copy-only|:mma-only]",
       defaultText: "all",
     },
     reps: { type: "int", min: 1, help: "timed repetitions after 300 ms of warm-up", default: 5 },

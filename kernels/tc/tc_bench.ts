@@ -16,19 +16,25 @@ import { prepareTcScales } from "./tc_scale.ts";
 import { TC_BENCH_TILES, type TcTile } from "./tc_tiles.ts";
 import { createTileMap } from "../fused/tile_map.ts";
 
+/** A bench variant: its kernel, and whether its product adds to the output. */
+export type TcBenchVariant = TcMatmulKernel & { name: string; accumulate?: boolean };
+
 /**
- * The E·Cᵀ kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
- * inputs), `:split` (E in f32, staged as hi and lo f16 parts, as the baseline's gradient
- * products take G) or a diagnostic `:copy-only` / `:mma-only`. InputError for an unknown name.
+ * The product kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
+ * inputs), `:split` (A in f32, staged as hi and lo f16 parts, as the baseline's gradient
+ * products take G), `:gc` (the tensor-core dense dE's G·C: A f16 as stored, B transposed, A's
+ * binding read_write, added to an f32 output), `:gte` (the dense dC's Gᵀ·E: A f16 and B both
+ * transposed, A's binding read_write, a bf16 output) or a diagnostic `:copy-only` / `:mma-only`;
+ * else E·Cᵀ (bf16, both as stored). InputError for an unknown name.
  */
-export function tcBenchVariant(v: string): TcMatmulKernel & { name: string } {
+export function tcBenchVariant(v: string): TcBenchVariant {
   const [tile, opt, ...rest] = v.split(":");
   const ok = Object.hasOwn(TC_BENCH_TILES, tile) && rest.length === 0 &&
-    [undefined, "f16", "split", "copy-only", "mma-only"].includes(opt);
+    [undefined, "f16", "split", "gc", "gte", "copy-only", "mma-only"].includes(opt);
   if (!ok) {
     throw new InputError(
       `--variants: unknown '${v}' (tiles: ${Object.keys(TC_BENCH_TILES).join(", ")}; ` +
-        "suffixes :f16, :split, :copy-only, :mma-only)",
+        "suffixes :f16, :split, :gc, :gte, :copy-only, :mma-only)",
     );
   }
   const dt = opt === "f16" ? "f16" : "bf16";
@@ -45,18 +51,35 @@ export function tcBenchVariant(v: string): TcMatmulKernel & { name: string } {
       split: true,
     };
   }
+  if (opt === "gc" || opt === "gte") {
+    const g = {
+      name: v,
+      tile: t,
+      aDtype: "f16",
+      bDtype: "bf16",
+      bTrans: true,
+      aReadWrite: true,
+    } as const;
+    return opt === "gc"
+      ? { ...g, aTrans: false, accumulate: true }
+      : { ...g, aTrans: true, outDtype: "bf16" };
+  }
   return { name: v, tile: t, aDtype: dt, bDtype: dt, aTrans: false, bTrans: false, diag };
 }
 
-/** E, C and the f32 output of one product. */
+/** A and B of one product (each as its kernel holds it: transposed K×rows) and its output. */
 export type TcInputs = { e: DeviceTensor; c: DeviceTensor; out: DeviceTensor };
 
+/** How a product holds its operands and output (TcMatmulKernel's fields of the same names). */
+export type TcLayout = Pick<TcMatmulKernel, "aTrans" | "bTrans" | "outDtype">;
+
 /**
- * E (m×k) in `aDt`, C (n×k) in `bDt` and the f32 output of each shape, made once per context.
+ * A (m×k, or k×m held transposed) in `aDt`, B (n×k, or k×n) in `bDt` and the output (m×n, f32
+ * or the layout's dtype) of each shape and layout, made once per context.
  */
 export function tcInputCache(ctx: GpuContext) {
   const made = new Map<string, TcInputs>();
-  const mk = (rows: number, cols: number, dtype: "bf16" | "f16" | "f32", label: string) =>
+  const mk = (rows: number, cols: number, dtype: Dtype, label: string) =>
     createTensor(ctx, { dtype, rows, cols, role: "workspace", label });
   const fill = (t: DeviceTensor, phase: number) => {
     const h = new Float32Array(t.rows * t.cols);
@@ -68,14 +91,18 @@ export function tcInputCache(ctx: GpuContext) {
       s: { m: number; n: number; k: number },
       aDt: "bf16" | "f16" | "f32",
       bDt: "bf16" | "f16" = aDt === "f32" ? "bf16" : aDt,
+      l: TcLayout = { aTrans: false, bTrans: false },
     ): TcInputs {
-      const key = `${s.m}x${s.n}x${s.k}${aDt}${bDt}`;
+      const outDt = l.outDtype ?? "f32";
+      const key = `${s.m}x${s.n}x${s.k}${aDt}${bDt}${l.aTrans}${l.bTrans}${outDt}`;
       let x = made.get(key);
       if (!x) {
-        const e = mk(s.m, s.k, aDt, "E"), c = mk(s.n, s.k, bDt, "C");
-        x = { e, c, out: mk(s.m, s.n, "f32", "out") };
+        const e = l.aTrans ? mk(s.k, s.m, aDt, "A") : mk(s.m, s.k, aDt, "A");
+        const c = l.bTrans ? mk(s.k, s.n, bDt, "B") : mk(s.n, s.k, bDt, "B");
+        x = { e, c, out: mk(s.m, s.n, outDt, "out") };
         fill(x.e, 0);
         fill(x.c, 1);
+        if (outDt === "f32") fill(x.out, 2);
         made.set(key, x);
       }
       return x;
@@ -84,23 +111,24 @@ export function tcInputCache(ctx: GpuContext) {
   };
 }
 
-/** E·Cᵀ → out on tensor cores, ready to record; `done` frees what it made. */
+/** A·B (as `k` holds them) → out on tensor cores, ready to record; `done` frees what it made. */
 export async function tcProductRecorder(
   ctx: GpuContext,
-  k: TcMatmulKernel,
+  k: TcMatmulKernel & { accumulate?: boolean },
   x: { e: DeviceTensor; c: DeviceTensor; out: DeviceTensor },
 ): Promise<{ record(rec: Recorder): void; done(): void }> {
-  const mm = await prepareTcMatmul(ctx, k), sc = await prepareTcScales(ctx);
+  const { accumulate, ...kernel } = k;
+  const mm = await prepareTcMatmul(ctx, kernel), sc = await prepareTcScales(ctx);
   const bufs = sc.allocate(ctx);
   await ctx.scoped(async () => {
     const rec = new Recorder(ctx);
     sc.record(rec, { tensors: [x.e, x.c], into: bufs });
     await rec.finish();
   });
-  const a = { tensor: x.e, trans: false }, b = { tensor: x.c, trans: false };
+  const a = { tensor: x.e, trans: k.aTrans }, b = { tensor: x.c, trans: k.bTrans };
   const scales = { buffer: bufs.scales, a: 0, b: 1 };
   return {
-    record: (rec) => mm.record(rec, { a, b, out: x.out, scales }),
+    record: (rec) => mm.record(rec, { a, b, out: x.out, scales, accumulate }),
     done() {
       mm.release();
       bufs.scales.destroy();

@@ -138,11 +138,15 @@ export async function checkProduct(ctx: GpuContext, c: ProductCheck): Promise<Pr
  * A variant's check for the bench: at two odd shapes (scalar loads, then vector loads with
  * partial tiles), `ok <worst>` or `FAIL …` for each; `diagnostic` for the diagnostics.
  */
-export async function checkVariant(ctx: GpuContext, k: TcMatmulKernel): Promise<string> {
+export async function checkVariant(
+  ctx: GpuContext,
+  k: TcMatmulKernel & { accumulate?: boolean },
+): Promise<string> {
   if (k.diag) return "diagnostic";
+  const { accumulate, ...kernel } = k;
   const parts: string[] = [];
   for (const [m, n, kk] of [[197, 133, 77], [264, 200, 136]]) {
-    const r = await checkProduct(ctx, { kernel: k, m, n, k: kk, seed: m });
+    const r = await checkProduct(ctx, { kernel, m, n, k: kk, seed: m, accumulate });
     parts.push(
       r.ok
         ? `ok ${r.worst.toFixed(3)}`
