@@ -18,7 +18,6 @@ import { tcForwardSignature, tcForwardWgsl } from "./tc_forward_wgsl.ts";
 import { type TcFilterKernelOptions, tcFilterWgsl } from "./tc_filter_wgsl.ts";
 import { TC_FORWARD_TILE, TC_FORWARD_TILE_SUMZ } from "./tc_forward.ts";
 import { TC_FILTER_TILE, tcFilterDispatchTile } from "./tc_filter.ts";
-import { TC_DENSE_PRODUCT_TILE } from "./tc_dense_g.ts";
 import {
   ABSMAX_SIGNATURE,
   absmaxWgsl,
@@ -113,13 +112,13 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       // logits' epilogue; G·C with G in the output's buffer
       mm("logits", logits, dt, dt, { vecA, vecB, out16: "f16", gradEpilogue: "tiled" });
       const g16 = { vecA, vecB, aReadWrite: true, unscaleA: true };
-      mm("dE", TC_DENSE_PRODUCT_TILE, "f16", dt, { ...g16, bTrans: true });
+      mm("dE", logits, "f16", dt, { ...g16, bTrans: true });
       mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
       // the tensor-core dense dC's (kernels/tc/tc_dense_dc.ts): G in f16 from the logits'
       // epilogue; Gᵀ·E with G in the output's buffer, dC in its 16-bit dtype or in f32 (odd d)
       mm("logits", logits, dt, dt, { vecA, vecB, out16: "f16", gradEpilogue: "whole" });
-      mm("dC", TC_DENSE_PRODUCT_TILE, "f16", dt, { ...g16, aTrans: true, bTrans: true, out16: dt });
-      mm("dC", TC_DENSE_PRODUCT_TILE, "f16", dt, { ...g16, aTrans: true, bTrans: true });
+      mm("dC", logits, "f16", dt, { ...g16, aTrans: true, bTrans: true, out16: dt });
+      mm("dC", logits, "f16", dt, { ...g16, aTrans: true, bTrans: true });
     }
     // the variant of outputs smaller than one matrix (no matrix stores into storage)
     mm("logits", BASELINE_TC_TILES.logits, dt, dt, { vecA: false, vecB: false, straight: false });

@@ -71,7 +71,7 @@ export async function prepareTcDenseDC(
     above: o.above ?? TC_DENSE_DC_ABOVE,
   });
   const dCMm = await prepareTcMatmul(ctx, {
-    tile: dg.productTile,
+    tile: dg.tile,
     aDtype: "f16",
     bDtype: spec.dtype === "f16" ? "f16" : "bf16",
     aTrans: true,

@@ -68,7 +68,7 @@ export async function prepareTcDenseDE(
     above: o.above ?? TC_DENSE_DE_ABOVE,
   });
   const dEMm = await prepareTcMatmul(ctx, {
-    tile: dg.productTile,
+    tile: dg.tile,
     aDtype: "f16",
     bDtype: spec.dtype === "f16" ? "f16" : "bf16",
     aTrans: false,

@@ -28,16 +28,10 @@ import type { DensePathArgs } from "../fused/dense_decision.ts";
 import type { TcMode } from "./tc_codegen.ts";
 import { prepareTcMatmul, type TcScales } from "./tc_matmul.ts";
 import { prepareTcScales } from "./tc_scale.ts";
-import { BASELINE_TC_TILES, TC_BENCH_TILES, type TcTile } from "./tc_tiles.ts";
+import { BASELINE_TC_TILES, type TcTile } from "./tc_tiles.ts";
 
 /** The emulation's tile (software adapters: 32 KiB of workgroup memory). */
 const _EMULATED_TILE: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
-
-/**
- * The gradient products' tile on hardware (G·C, Gᵀ·E): 128×256, 8 subgroups of 4×4 matrices,
- * K-step 16, one copy, the store scratch taken in turn (`t128x256_k16_st` of scripts/bench_tc.ts).
- */
-export const TC_DENSE_PRODUCT_TILE: TcTile = TC_BENCH_TILES.t128x256_k16_st;
 
 /** Scale slots: E, C, w. */
 const SE = 0, SC = 1, SW = 2;
@@ -51,10 +45,8 @@ export interface TcDenseChunk {
 
 /** The compiled G of a dense path. */
 export interface TcDenseG {
-  /** The tile of the logits product. */
+  /** The tile of the logits product, and of the caller's gradient product. */
   readonly tile: TcTile;
-  /** The tile of the caller's gradient product ({@link TC_DENSE_PRODUCT_TILE} on hardware). */
-  readonly productTile: TcTile;
   /** The gradient product's scales: G's (s_w, divided out) and its other operand's, E or C. */
   productScales(other: "e" | "c"): TcScales;
   /**
@@ -101,7 +93,6 @@ export async function prepareTcDenseG(
   const sc = scales.allocate(ctx);
   return {
     tile,
-    productTile: o.tcMode === "native" ? TC_DENSE_PRODUCT_TILE : _EMULATED_TILE,
     productScales: (other) => ({ buffer: sc.scales, a: SW, b: other === "e" ? SE : SC }),
     record<T extends TcDenseChunk>(
       rec: Recorder,
