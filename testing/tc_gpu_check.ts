@@ -299,10 +299,10 @@ export function tcCheckProducts(): (ProductCheck & { name: string })[] {
   const logits = { tile: lt, aTrans: false, bTrans: false } as const;
   const dE = { tile: split, aDtype: "f32", aTrans: false, bTrans: true, split: true } as const;
   const dC = { tile: split, aDtype: "f32", aTrans: true, bTrans: true, split: true } as const;
+  // the dense paths' gradient products: f16 G read through a read_write binding, taken as it is
   const dense = {
     tile: lt,
     aDtype: "f16",
-    aTrans: true,
     bTrans: true,
     unscaleA: true,
     aReadWrite: true,
@@ -350,18 +350,26 @@ export function tcCheckProducts(): (ProductCheck & { name: string })[] {
       alpha: -0.5,
     },
     { name: "Gᵀ·E f32/f16 split 77×91×45", kernel: { ...dC, bDtype: "f16" }, m: 77, n: 91, k: 45 },
-    // the tensor-core dense dC's product (f16 G read through a read_write binding, taken as it
-    // is; a 16-bit output, odd n: words shared by two rows)
+    // the tensor-core dense dE's product, into its f32 accumulator
+    {
+      name: "G·C f16/bf16 264×300×520 accumulate",
+      kernel: { ...dense, aTrans: false, bDtype: "bf16" },
+      m: 264,
+      n: 300,
+      k: 520,
+      accumulate: true,
+    },
+    // the tensor-core dense dC's product (a 16-bit output, odd n: words shared by two rows)
     {
       name: "Gᵀ·E f16/bf16 → bf16 300×264×129",
-      kernel: { ...dense, bDtype: "bf16", outDtype: "bf16" },
+      kernel: { ...dense, aTrans: true, bDtype: "bf16", outDtype: "bf16" },
       m: 300,
       n: 264,
       k: 129,
     },
     {
       name: "Gᵀ·E f16/f16 → f16 77×91×45",
-      kernel: { ...dense, bDtype: "f16", outDtype: "f16" },
+      kernel: { ...dense, aTrans: true, bDtype: "f16", outDtype: "f16" },
       m: 77,
       n: 91,
       k: 45,
