@@ -220,11 +220,14 @@ export function beginDenseDC(
     plan: DenseDCPlan | undefined;
     outDtype: "f32" | "bf16" | "f16";
     decision: PreparedDenseDecision;
+    /** The path's chunk count, set to this record's (0 where it does not apply). */
+    prepared: { lastChunks: number };
   },
   a: DenseDCArgs,
   filtered: (gated: (fn: () => void) => void) => void,
 ): { plan: DenseDCPlan; dCBuf: TrackedBuffer; tail: TrackedBuffer } | undefined {
   const { plan, decision } = o;
+  o.prepared.lastChunks = 0;
   const one = (t: DeviceTensor) => t.shards.length === 1;
   const single = a.tok.length === 1 && a.voc.length === 1;
   if (!plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return undefined;
@@ -239,6 +242,7 @@ export function beginDenseDC(
     label: "dense dC tail",
   });
   rec.release(tail);
+  o.prepared.lastChunks = plan.chunks.length;
   return { plan, dCBuf, tail };
 }
 
@@ -332,17 +336,10 @@ export async function prepareDenseDC(
   const prepared = {
     lastChunks: 0,
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
-      prepared.lastChunks = 0;
       const { n } = spec;
-      const begun = beginDenseDC(
-        ctx,
-        { plan: o.plan, outDtype: o.outDtype, decision },
-        a,
-        filtered,
-      );
+      const begun = beginDenseDC(ctx, { ...o, decision, prepared }, a, filtered);
       if (!begun) return false;
       const { plan, dCBuf, tail } = begun;
-      prepared.lastChunks = plan.chunks.length;
       const { rec } = a;
       const onDC = (offset: number, rows: number, cols: number) =>
         tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {

@@ -28,8 +28,6 @@
  */
 import type { GpuContext } from "../../gpu/context.ts";
 import { tensorOnBuffer } from "../../gpu/tensor.ts";
-import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
-import { prepareDenseDecision } from "../fused/dense_decision.ts";
 import {
   beginDenseDC,
   type DenseDCArgs,
@@ -37,8 +35,7 @@ import {
   type PreparedDenseDC,
 } from "../fused/dense_dc.ts";
 import type { TcMode } from "./tc_codegen.ts";
-import { prepareTcMatmul } from "./tc_matmul.ts";
-import { prepareTcDenseG } from "./tc_dense_g.ts";
+import { prepareTcDensePath } from "./tc_dense_g.ts";
 
 /**
  * The kept fraction above which the tensor-core dense dC is taken (`auto`). From the H200 at
@@ -55,50 +52,28 @@ export const TC_DENSE_DC_G_BYTES = 2;
 export async function prepareTcDenseDC(
   ctx: GpuContext,
   o: DenseDCPathOptions & {
-    spec: Shape & { dtype: Dtype };
-    opts: LceOptions;
     /** Native subgroup matrices or their emulation (tests). */
     tcMode: TcMode;
     /** The kept fraction above which `auto` takes it (default {@link TC_DENSE_DC_ABOVE}). */
     above?: number;
   },
 ): Promise<PreparedDenseDC> {
-  const { spec, opts } = o;
-  const dg = await prepareTcDenseG(ctx, { spec, opts, tcMode: o.tcMode, tiledPart: false });
-  const decision = await prepareDenseDecision(ctx, {
-    name: "dense dC",
-    mode: o.mode,
+  const { spec } = o;
+  const dp = await prepareTcDensePath(ctx, {
+    ...o,
+    path: "dC",
     above: o.above ?? TC_DENSE_DC_ABOVE,
-  });
-  const dCMm = await prepareTcMatmul(ctx, {
-    tile: dg.tile,
-    aDtype: "f16",
-    bDtype: spec.dtype === "f16" ? "f16" : "bf16",
-    aTrans: true,
-    bTrans: true,
-    unscaleA: true,
-    aReadWrite: true,
-    outDtype: o.outDtype,
-    mode: o.tcMode,
   });
   const prepared = {
     lastChunks: 0,
     // the output's rounding, and G's where it is as coarse (an f16 output; bf16 has 8 bits)
     dCRoundings: spec.dtype === "f16" ? 2 : 1,
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
-      prepared.lastChunks = 0;
-      const begun = beginDenseDC(
-        ctx,
-        { plan: o.plan, outDtype: o.outDtype, decision },
-        a,
-        filtered,
-      );
+      const begun = beginDenseDC(ctx, { ...o, decision: dp.decision, prepared }, a, filtered);
       if (!begun) return false;
       const { plan, dCBuf, tail } = begun;
-      prepared.lastChunks = plan.chunks.length;
       const { n, d } = spec;
       const bytes = o.outDtype === "f32" ? 4 : 2;
-      const { rec } = a;
       // each chunk's G below its rows, the last chunk's in the tail
       const chunks = plan.chunks.map(([v0, v1]) => ({
         v0,
@@ -111,30 +86,24 @@ export async function prepareTcDenseDC(
           role: "workspace",
         }),
       }));
-      const rows = (x: { v0: number; v1: number }) =>
-        tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset: x.v0 * d * bytes }, {
+      dp.record(a.rec, a, chunks, (x) => ({
+        a: { tensor: x.g, trans: true },
+        b: { tensor: a.e, trans: true },
+        out: tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset: x.v0 * d * bytes }, {
           dtype: o.outDtype,
           rows: x.v1 - x.v0,
           cols: d,
           label: "dense dC rows",
           role: "workspace",
-        });
-      decision.under(rec, 1, () => {
-        dg.record(rec, "dense dC (tensor cores)", a, chunks, (x, pass) => {
-          const g = { tensor: x.g, trans: true }, e = { tensor: a.e, trans: true };
-          const scales = dg.productScales("e");
-          dCMm.record(rec, { a: g, b: e, out: rows(x), splitK: 1, scales, pass });
-        });
-      });
+        }),
+      }));
       return true;
     },
     took() {
-      return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.took();
+      return prepared.lastChunks === 0 ? Promise.resolve(false) : dp.decision.took();
     },
     release() {
-      decision.release();
-      dg.release();
-      dCMm.release();
+      dp.release();
     },
   };
   return prepared;

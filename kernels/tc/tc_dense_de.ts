@@ -28,7 +28,6 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { tensorOnBuffer } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { rowView } from "../matmul.ts";
-import { prepareDenseDecision } from "../fused/dense_decision.ts";
 import {
   type DenseDEArgs,
   denseDEChunk,
@@ -36,8 +35,7 @@ import {
   type PreparedDenseDE,
 } from "../fused/dense_de.ts";
 import type { TcMode } from "./tc_codegen.ts";
-import { prepareTcMatmul } from "./tc_matmul.ts";
-import { prepareTcDenseG } from "./tc_dense_g.ts";
+import { prepareTcDensePath } from "./tc_dense_g.ts";
 
 /**
  * The kept fraction above which the tensor-core dense dE is taken (`auto`). From the H200 at
@@ -60,23 +58,13 @@ export async function prepareTcDenseDE(
     above?: number;
   },
 ): Promise<PreparedDenseDE> {
-  const { spec, opts } = o;
-  const dg = await prepareTcDenseG(ctx, { spec, opts, tcMode: o.tcMode, tiledPart: true });
-  const decision = await prepareDenseDecision(ctx, {
-    name: "dense dE",
-    mode: o.mode,
+  const { spec } = o;
+  const dp = await prepareTcDensePath(ctx, {
+    ...o,
+    path: "dE",
     above: o.above ?? TC_DENSE_DE_ABOVE,
   });
-  const dEMm = await prepareTcMatmul(ctx, {
-    tile: dg.tile,
-    aDtype: "f16",
-    bDtype: spec.dtype === "f16" ? "f16" : "bf16",
-    aTrans: false,
-    bTrans: true,
-    unscaleA: true,
-    aReadWrite: true,
-    mode: o.tcMode,
-  });
+  const { decision } = dp;
   const prepared = {
     lastChunkRows: 0,
     // the output's rounding, and G's where it is as coarse (an f16 output; bf16 has 8 bits)
@@ -98,30 +86,24 @@ export async function prepareTcDenseDE(
           role: "workspace",
         })
         : a.grads.dE;
-      const { rec } = a;
       decision.record(a);
-      decision.under(rec, 0, filtered);
+      decision.under(a.rec, 0, filtered);
       const parts = Array.from({ length: Math.ceil(v / vc) }, (_, i) => {
         const v0 = i * vc, v1 = Math.min(v, v0 + vc);
         return { v0, v1, g: denseDEChunk(ctx, chunks, n, v1 - v0, "f16") };
       });
-      decision.under(rec, 1, () => {
-        dg.record(rec, "dense dE (tensor cores)", a, parts, (x, pass) => {
-          const g = { tensor: x.g, trans: false },
-            c = { view: rowView(a.c, x.v0, x.v1), trans: true };
-          const scales = dg.productScales("c");
-          dEMm.record(rec, { a: g, b: c, out: dE, accumulate: true, splitK: 1, scales, pass });
-        });
-      });
+      dp.record(a.rec, a, parts, (x) => ({
+        a: { tensor: x.g, trans: false },
+        b: { view: rowView(a.c, x.v0, x.v1), trans: true },
+        out: dE,
+      }));
       return true;
     },
     took() {
       return prepared.lastChunkRows === 0 ? Promise.resolve(false) : decision.took();
     },
     release() {
-      decision.release();
-      dg.release();
-      dEMm.release();
+      dp.release();
     },
   };
   return prepared;

@@ -1,21 +1,21 @@
 /**
- * What the tensor-core dense dE and dC (tc_dense_de.ts, tc_dense_dc.ts) share: G in f16, written
- * by the logits product's epilogue, chunk by chunk, with the scales it needs, all in as few gated
- * passes as the gate's capacity allows (a gated dispatch costs a few microseconds where the path
- * is not taken).
+ * What the tensor-core dense dE and dC (tc_dense_de.ts, tc_dense_dc.ts) share: the decision, G
+ * in f16 written by the logits product's epilogue, chunk by chunk, with the scales it needs, and
+ * the gradient product of each chunk, all in as few gated passes as the gate's capacity allows
+ * (a gated dispatch costs a few microseconds where the path is not taken).
  *
  * Once: the power-of-two scales of E, C and w (tc_scale.ts). Then for each vocabulary chunk
  * [v0, v1), into the chunk's G tensor (n × (v1 − v0), f16):
  *
- *   G = s_w·w_n·(p − (1−β)[v = t_n] − β/|V|)·∂z/∂x of Z = E·C[v0:v1]ᵀ   (the whole gradient), or
- *   G = s_w·w_n·[p·∂z/∂x + (β/|V|)(z/s)²]                              (`tiledPart`)
+ *   G = s_w·w_n·(p − (1−β)[v = t_n] − β/|V|)·∂z/∂x of Z = E·C[v0:v1]ᵀ   (dC: the whole gradient), or
+ *   G = s_w·w_n·[p·∂z/∂x + (β/|V|)(z/s)²]                              (dE: the part tiled)
  *
  * (tensor cores, from the f32 tile: TcMatmulKernel.gradEpilogue, kernels/logit_grad.ts's
  * arithmetic; |G| ≤ |w_n|·(1 + β/|V|), so s_w puts G in f16's range without a pass over G), then
- * the caller's gradient product of that chunk, one dispatch, which takes G as it is and divides
- * by s_w ({@link TcDenseG.productScales}, TcMatmulKernel.unscaleA). G is rounded once to f16 (11
- * significant bits; values below 2⁻²⁴/s_w become subnormals or zero, as the scales' bound says),
- * so the products need no hi/lo split.
+ * the chunk's gradient product, one dispatch, which takes G as it is and divides by s_w
+ * (TcMatmulKernel.unscaleA): dE += G·C[v0:v1] into its f32 accumulator, or dC[v0:v1] = Gᵀ·E in
+ * dC's dtype. G is rounded once to f16 (11 significant bits; values below 2⁻²⁴/s_w become
+ * subnormals or zero, as the scales' bound says), so the products need no hi/lo split.
  * @module
  */
 import type { GpuContext } from "../../gpu/context.ts";
@@ -23,10 +23,14 @@ import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { recordGatedPasses } from "../../gpu/gate.ts";
-import { rowView } from "../matmul.ts";
-import type { DensePathArgs } from "../fused/dense_decision.ts";
+import { type MatmulOperand, type RowView, rowView } from "../matmul.ts";
+import {
+  type DensePathArgs,
+  type PreparedDenseDecision,
+  prepareDenseDecision,
+} from "../fused/dense_decision.ts";
 import type { TcMode } from "./tc_codegen.ts";
-import { prepareTcMatmul, type TcScales } from "./tc_matmul.ts";
+import { prepareTcMatmul } from "./tc_matmul.ts";
 import { prepareTcScales } from "./tc_scale.ts";
 import { BASELINE_TC_TILES, type TcTile } from "./tc_tiles.ts";
 
@@ -43,42 +47,58 @@ export interface TcDenseChunk {
   g: DeviceTensor;
 }
 
-/** The compiled G of a dense path. */
-export interface TcDenseG {
-  /** The tile of the logits product, and of the caller's gradient product. */
+/** A chunk's gradient product: its operands (G and E or C) and where it writes. */
+export interface TcDenseProduct {
+  a: MatmulOperand;
+  b: MatmulOperand;
+  out: DeviceTensor | RowView;
+}
+
+/** The compiled pieces of a tensor-core dense path. */
+export interface TcDensePath {
+  /** The tile of the logits and gradient products. */
   readonly tile: TcTile;
-  /** The gradient product's scales: G's (s_w, divided out) and its other operand's, E or C. */
-  productScales(other: "e" | "c"): TcScales;
+  /** The path's decision (kernels/fused/dense_decision.ts). */
+  readonly decision: PreparedDenseDecision;
   /**
-   * Records E's, C's and w's scales, then each chunk's G and `product(chunk, pass)` (one
-   * dispatch), in as few gated passes labelled `label` as they fit.
+   * Records E's, C's and w's scales, then each chunk's G and its gradient product, `product(chunk)`
+   * saying its operands, in as few passes as they fit, all gated on the decision taking the path.
    */
   record<T extends TcDenseChunk>(
     rec: Recorder,
-    label: string,
     a: DensePathArgs,
     chunks: readonly T[],
-    product: (x: T, pass: PassEncoder) => void,
+    product: (x: T) => TcDenseProduct,
   ): void;
   release(): void;
 }
 
-/** Compiles the G of a dense path: its logits product with the gradient epilogue, its scales. */
-export async function prepareTcDenseG(
+/**
+ * Compiles a dense path's decision, its logits product with the gradient epilogue, its scales and
+ * its gradient product: dE's G·C (G as stored, C transposed, added to dE's f32 accumulator) or
+ * dC's Gᵀ·E (both transposed, written in `outDtype`).
+ */
+export async function prepareTcDensePath(
   ctx: GpuContext,
   o: {
+    path: "dE" | "dC";
     spec: Shape & { dtype: Dtype };
     opts: LceOptions;
+    mode: "auto" | "always";
+    /** The kept fraction above which `auto` takes the path. */
+    above: number;
     /** Native subgroup matrices or their emulation (tests). */
     tcMode: TcMode;
-    /** The part the fused backward tiles (dE's), else the whole gradient (dC's). */
-    tiledPart: boolean;
+    /** dC's dtype (dC only; dE's accumulator is f32). */
+    outDtype?: "f32" | "bf16" | "f16";
   },
-): Promise<TcDenseG> {
+): Promise<TcDensePath> {
   const { spec } = o;
   if (spec.dtype === "f32") throw new RangeError("tc dense path: f32 inputs");
-  const dt = spec.dtype;
+  const dt = spec.dtype, dE = o.path === "dE";
   const tile = o.tcMode === "native" ? BASELINE_TC_TILES.logits : _EMULATED_TILE;
+  const name = `dense ${o.path}`;
+  const decision = await prepareDenseDecision(ctx, { name, mode: o.mode, above: o.above });
   const zMm = await prepareTcMatmul(ctx, {
     tile,
     aDtype: dt,
@@ -86,44 +106,61 @@ export async function prepareTcDenseG(
     aTrans: false,
     bTrans: false,
     outDtype: "f16",
-    gradEpilogue: { opts: o.opts, v: spec.v, tiledPart: o.tiledPart },
+    gradEpilogue: { opts: o.opts, v: spec.v, tiledPart: dE },
+    mode: o.tcMode,
+  });
+  const gradMm = await prepareTcMatmul(ctx, {
+    tile,
+    aDtype: "f16",
+    bDtype: dt,
+    aTrans: !dE,
+    bTrans: true,
+    unscaleA: true,
+    aReadWrite: true,
+    outDtype: dE ? undefined : o.outDtype,
     mode: o.tcMode,
   });
   const scales = await prepareTcScales(ctx);
   const sc = scales.allocate(ctx);
+  // G's scale (divided out) and that of its other operand, C for dE, E for dC
+  const gradScales = { buffer: sc.scales, a: SW, b: dE ? SC : SE };
   return {
     tile,
-    productScales: (other) => ({ buffer: sc.scales, a: SW, b: other === "e" ? SE : SC }),
+    decision,
     record<T extends TcDenseChunk>(
       rec: Recorder,
-      label: string,
       a: DensePathArgs,
       chunks: readonly T[],
-      product: (x: T, pass: PassEncoder) => void,
+      product: (x: T) => TcDenseProduct,
     ) {
       const scaled = [a.e, a.c, a.w];
       const items: (T | "scales")[] = ["scales", ...chunks];
       const count = (x: T | "scales") => x === "scales" ? scales.dispatches(scaled) : 2;
-      recordGatedPasses(rec, label, items, count, (x, pass) => {
-        if (x === "scales") {
-          scales.record(rec, { tensors: scaled, first: SE, into: sc, pass });
-          return;
-        }
-        const { targets, lse, w } = a;
-        zMm.record(rec, {
-          a: { tensor: a.e, trans: false },
-          b: { view: rowView(a.c, x.v0, x.v1), trans: false },
-          out: x.g,
-          splitK: 1,
-          scales: { buffer: sc.scales, a: SE, b: SC },
-          epilogue: { targets, lse, w, col0: x.v0, gSlot: SW },
-          pass,
+      decision.under(rec, 1, () => {
+        recordGatedPasses(rec, `${name} (tensor cores)`, items, count, (x, pass) => {
+          if (x === "scales") {
+            scales.record(rec, { tensors: scaled, first: SE, into: sc, pass });
+            return;
+          }
+          const { targets, lse, w } = a;
+          zMm.record(rec, {
+            a: { tensor: a.e, trans: false },
+            b: { view: rowView(a.c, x.v0, x.v1), trans: false },
+            out: x.g,
+            splitK: 1,
+            scales: { buffer: sc.scales, a: SE, b: SC },
+            epilogue: { targets, lse, w, col0: x.v0, gSlot: SW },
+            pass,
+          });
+          const p = product(x);
+          gradMm.record(rec, { ...p, accumulate: dE, splitK: 1, scales: gradScales, pass });
         });
-        product(x, pass);
       });
     },
     release() {
+      decision.release();
       zMm.release();
+      gradMm.release();
       sc.scales.destroy();
       sc.maxBits.destroy();
     },

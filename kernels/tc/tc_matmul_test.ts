@@ -22,6 +22,16 @@ const EMULATE = { ...GPU_TEST, ignore: ctx0.engine !== "deno" };
 const T_2X1: TcTile = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 const T_1X2: TcTile = { sgRows: 1, sgCols: 4, mt: 1, nt: 2, bk: 16, dbuf: true };
 
+/** The Gᵀ·E layout with G split into hi and lo f16 parts (the baseline's dC product). */
+const GTE_SPLIT = {
+  tile: T_1X2,
+  aDtype: "f32",
+  bDtype: "bf16",
+  aTrans: true,
+  bTrans: true,
+  split: true,
+} as const;
+
 async function check(ctx: GpuContext, c: ProductCheck, vec?: [boolean, boolean]): Promise<void> {
   const k: TcMatmulKernel = { ...c.kernel, mode: "emulated" };
   const r = await checkProduct(ctx, { ...c, kernel: k });
@@ -57,14 +67,7 @@ Deno.test("tc matmul (emulated): E·Cᵀ layout, bf16, vector and scalar loads",
 Deno.test("tc matmul (emulated): Gᵀ·E layout, split f32 A, sharded", EMULATE, async () => {
   const ctx = await GpuContext.create({ poison: true, maxBindingBytes: 4096 });
   try {
-    const kernel = {
-      tile: T_1X2,
-      aDtype: "f32",
-      bDtype: "bf16",
-      aTrans: true,
-      bTrans: true,
-      split: true,
-    } as const;
+    const kernel = GTE_SPLIT;
     await check(ctx, { kernel, m: 66, n: 72, k: 99, sa: 1e-4, seed: 3 });
   } finally {
     ctx.destroy();
@@ -97,14 +100,7 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
 });
 
 Deno.test("tc matmul (emulated): 16-bit outputs, odd widths, split A", EMULATE, async () => {
-  const kernel = {
-    tile: T_1X2,
-    aDtype: "f32",
-    bDtype: "bf16",
-    aTrans: true,
-    bTrans: true,
-    split: true,
-  } as const;
+  const kernel = GTE_SPLIT;
   // odd n: rows start on odd elements, words shared by two rows' ends
   await check(ctx0, { kernel: { ...kernel, outDtype: "bf16" }, m: 43, n: 37, k: 99, seed: 9 });
   await check(ctx0, { kernel: { ...kernel, outDtype: "f16" }, m: 66, n: 72, k: 40, seed: 10 });
