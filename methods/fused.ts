@@ -103,6 +103,7 @@ export interface FusedKernelOptions {
     | "denseDC"
     | "denseDCTuning"
     | "denseDCTailRows"
+    | "filterSample"
     | "dCSplit"
     | "dCProduct"
     | "dCStage2d"

@@ -85,6 +85,7 @@ export interface FusedTcKernelOptions {
     | "denseDE"
     | "denseDC"
     | "denseDCTailRows"
+    | "filterSample"
   >;
 }
 

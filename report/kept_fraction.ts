@@ -40,6 +40,11 @@ export interface KeptFractionPoint {
   fixture: string;
   /** The fraction of tiles the `fused` backward kept, in [0, 1]. */
   k: number;
+  /**
+   * k is the estimate of the filter's sample (its first eighth of the rows): the backward stopped
+   * its filter there, both gradients dense (kernels/fused/filter_sample.ts).
+   */
+  sampled: boolean;
   /** The plain product P (ms). */
   pMs: number;
   /** min((2 + 3k)·P, 4·P) (ms). */
@@ -50,6 +55,11 @@ export interface KeptFractionPoint {
   times: Record<string, KeptFractionTimes>;
   /** The report's git commit (short) and whether its tree was dirty. */
   commit: string;
+}
+
+/** A point's k, three decimals, marked ≈ where it is the sample's estimate. */
+function _k(p: KeptFractionPoint): string {
+  return `${p.sampled ? "≈" : ""}${p.k.toFixed(3)}`;
 }
 
 /** The floors at kept fraction k for a product time P: [min((2 + 3k)P, 4P), (2 + 2k)P]. */
@@ -87,6 +97,7 @@ export function keptFractionPoints(reports: readonly Table3Report[]): KeptFracti
       `report of fixture ${r.fixture}: no baseline forward with its '${BASELINE_PRODUCT_PASS}' pass`,
     );
     const k = 1 - skipped / total;
+    const sampled = filtered?.stats?.filterSampled === 1;
     const [floorMs, aimMs] = keptFloors(k, pMs);
     const times: Record<string, KeptFractionTimes> = {};
     for (const x of rows) {
@@ -99,7 +110,7 @@ export function keptFractionPoints(reports: readonly Table3Report[]): KeptFracti
     const commit = git?.commit
       ? `${git.commit.slice(0, 7)}${git.dirty ? " (dirty)" : ""}`
       : "unknown";
-    return { fixture: r.fixture, k, pMs, floorMs, aimMs, times, commit };
+    return { fixture: r.fixture, k, sampled, pMs, floorMs, aimMs, times, commit };
   });
   return points.sort((a, b) => a.k - b.k);
 }
@@ -124,12 +135,14 @@ export function keptFractionMarkdown(
     "E·Cᵀ of the same run (the baseline forward's product pass). Floor F(k) = min((2 + 3k)·P, 4·P) " +
     "(a filter recomputing every tile, the kept ones recomputed for dE and for dC, against a dense " +
     "backward of the same memory); aim (2 + 2k)·P. fwd+bwd in ms, then its ratio to F(k); an " +
-    "incorrect cell is marked ✗.",
+    "incorrect cell is marked ✗. A k marked ≈ is the estimate of the filter's sample (its first " +
+    "eighth of the rows), where Ours' backward stopped its filter there and took dense products " +
+    "for both gradients.",
     "",
     `| fixture | k | P | F(k) | aim | ${methods.map((m) => `${m} fwd+bwd (×F)`).join(" | ")} |`,
     `| --- | --- | --- | --- | --- | ${methods.map(() => "---").join(" | ")} |`,
     ...points.map((p) =>
-      `| ${p.fixture} | ${p.k.toFixed(3)} | ${_ms(p.pMs)} | ${_ms(p.floorMs)} | ${_ms(p.aimMs)} | ${
+      `| ${p.fixture} | ${_k(p)} | ${_ms(p.pMs)} | ${_ms(p.floorMs)} | ${_ms(p.aimMs)} | ${
         methods.map((m) => {
           const t = p.times[m];
           if (t?.fwdBwd === undefined) return "–";
@@ -143,9 +156,7 @@ export function keptFractionMarkdown(
     `| fixture | k | ${methods.join(" | ")} |`,
     `| --- | --- | ${methods.map(() => "---").join(" | ")} |`,
     ...points.map((p) =>
-      `| ${p.fixture} | ${p.k.toFixed(3)} | ${
-        methods.map((m) => _ms(p.times[m]?.bwd)).join(" | ")
-      } |`
+      `| ${p.fixture} | ${_k(p)} | ${methods.map((m) => _ms(p.times[m]?.bwd)).join(" | ")} |`
     ),
     "",
     `Source: the Table 3 reports of these fixtures (${_commits(points.map((p) => p.commit))}), ${

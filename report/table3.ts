@@ -248,7 +248,11 @@ export function filterNotes(r: Table3Report): string[] {
     const first = rows.find((x) => x.method === "fused") ?? rows[0];
     const skipped = first.stats!.tilesSkipped as number, total = first.stats!.tilesTotal as number;
     const what = `${first.method} skipped ${skipped.toLocaleString("en-US")} of ` +
-      `${total.toLocaleString("en-US")} tiles (${(100 * skipped / total).toFixed(1)}%)`;
+      `${total.toLocaleString("en-US")} tiles (${(100 * skipped / total).toFixed(1)}%)` +
+      (first.stats!.filterSampled === 1
+        ? ", estimated from its filter's sample (the first eighth of the rows), after which " +
+          "both gradients took dense products"
+        : "");
     if (rows.every((x) => x.stats!.tilesSkipped === 0)) {
       notes.push(
         `Gradient filter, β = ${beta}: no filtering row skipped any tile at this shape (${what}), ` +

@@ -291,6 +291,12 @@ Deno.test("table3 markdown: git commit and dirty tree; the filter note when no t
     /Gradient filter, β = 0\.1: fused skipped 3 of 4 tiles \(75\.0%\) in the backward/,
   );
   assert.doesNotMatch(md, /ablation shows nothing/);
+  assert.doesNotMatch(md, /filter's sample/);
+  for (const x of r.rows) if (x.stats) x.stats = { ...x.stats, filterSampled: 1 };
+  assert.match(
+    formatMarkdown(r),
+    /fused skipped 3 of 4 tiles \(75\.0%\), estimated from its filter's sample \(the first eighth of the rows\), after which both gradients took dense products in the backward/,
+  );
   for (const x of r.rows) if (x.stats) x.stats = { tilesSkipped: 0, tilesTotal: 4 };
   assert.deepEqual(filterNotes(r).length, 2);
   assert.match(

@@ -54,7 +54,8 @@ export const TC_CHECK_COMMAND = defineCommand({
       type: "string",
       arg: "M1,M2",
       help: "methods to check (`fused-tilemap-tc-refined`: its map always refined; " +
-        "`fused-tc-dense`: its dense dE and dense dC always taken)",
+        "`fused-tc-dense`: its filter stopped after its sample, its dense dE and dense dC " +
+        "always taken)",
       default: "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined,fused-tc-dense",
     },
     small: { type: "boolean", help: "leave out the real-vocabulary cases" },
@@ -74,8 +75,8 @@ const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
 /**
  * A tensor-core method by name, native or emulated; `fused-tilemap-tc-refined` is the tile-map row
  * with its refine (the tensor-core filter over every tile) always taken and `fused-tc-dense`
- * `fused-tc` with its tensor-core dense dE and dense dC always taken, which the small cases would
- * not take by themselves ({@link _TAKEN}: a run that did not take them fails).
+ * `fused-tc` with its filter stopped after its sample and its tensor-core dense dE and dense dC
+ * always taken, which the small cases would not take by themselves ({@link _TAKEN}: a run that did not take them fails).
  */
 function _method(name: string, mode: TcMode): LceMethod {
   if (name === "fused-tilemap-tc-refined") {
@@ -84,7 +85,8 @@ function _method(name: string, mode: TcMode): LceMethod {
   }
   if (name === "fused-tc-dense") {
     const f = { name, label: name, description: name, sort: true, tileMap: false, mode };
-    return fusedTcMethod(f, { backward: { denseDE: "always", denseDC: "always" } });
+    const backward = { denseDE: "always", denseDC: "always", filterSample: "always" } as const;
+    return fusedTcMethod(f, { backward });
   }
   if (mode === "native") return methodByName(name);
   if (name === "baseline-tc") return baselineTcMethod({ name, mode });
@@ -98,7 +100,7 @@ function _method(name: string, mode: TcMode): LceMethod {
 /** The stats the forcing methods must show taken. */
 const _TAKEN: Record<string, string[]> = {
   "fused-tilemap-tc-refined": ["mapRefined"],
-  "fused-tc-dense": ["denseDE", "denseDC"],
+  "fused-tc-dense": ["filterSampled", "denseDE", "denseDC"],
 };
 
 /** Runs the command with `args`. */

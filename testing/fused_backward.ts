@@ -46,6 +46,8 @@ export interface BackwardCase {
   denseDC?: FusedBackwardOptions["denseDC"];
   /** Its tail's rows at most. */
   denseDCTailRows?: number;
+  /** The filter's sample (default the backward's: where both dense paths are recorded). */
+  filterSample?: FusedBackwardOptions["filterSample"];
   /** The order decision's bound (default the backward's: on hardware adapters only). */
   sortBound?: boolean;
   /** The dC pass's gradient product (default the backward's). */

@@ -25,9 +25,12 @@
  *
  * 1. With sorting, the vocab order (kernels/fused/vocab_order.ts); with the order decision's
  *    bound (sortBound) after the filter instead, under the bound's gate.
- * 2. With a filter, pass `filter`, then with the order decision the `order bound` pass where
- *    recorded and the `order decision` pass (kernels/fused/order_decision.ts), and with dE splits
- *    the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
+ * 2. With a filter, pass `filter` (where both dense paths below apply: first pass `filter sample`
+ *    over the first eighth of the token tiles, then `filter sample decision`, and the filter's
+ *    rest under a gate of it, which does no work where the sample keeps enough tiles for both
+ *    dense paths: kernels/fused/filter_sample.ts), then with the order decision the `order
+ *    bound` pass where recorded and the `order decision` pass (kernels/fused/order_decision.ts),
+ *    and with dE splits the `kept bounds` pass (kernels/fused/filter.ts: the mask of kept tiles).
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products); then, where
  *    recorded, `map refine decision` and under its gate `map refine`, the exact filter over the
@@ -84,6 +87,8 @@ import {
   type WorkspaceLayout,
 } from "./backward_plan.ts";
 import { recordFilterPass, recordKeptBounds } from "./filter.ts";
+import { filterSampleRows, KEPT_COUNTER_WORDS } from "./filter_sample.ts";
+import type { DensePathArgs } from "./dense_decision.ts";
 import { recordOrderDecision, sortedOrderWins } from "./order_decision.ts";
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
 import { recordSlabReduce } from "./slab_reduce.ts";
@@ -118,6 +123,8 @@ interface _Record {
   vTotal: number;
   /** Workspace released after the record. */
   release: (TrackedBuffer | undefined)[];
+  /** The filter's sample was recorded (set by the filter's record). */
+  sampled: boolean;
 }
 
 /** Buffers of the sort and the filter (E's column partials, order, masks, entry bits). */
@@ -203,7 +210,7 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
     pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d, scales });
   }
   if (filterPass && p.filterTile && mask && counter) {
-    recordFilterPass({
+    const filter = {
       ...base,
       mask,
       counter,
@@ -216,7 +223,18 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       perm: p.decide ? undefined : perm,
       hot,
       scales: a.filterScales,
-    });
+    };
+    const rows = _filterSampleRows(r, m);
+    if (rows > 0) {
+      // the sample's token tiles, the decision, then the rest under its gate (filter_sample.ts)
+      const [ts] = r.tok, head = rows / p.tile.tokens, sample = pipes.filterSample!;
+      const first = { ...ts, end: ts.start + rows, tiles: head };
+      const rest = { ...ts, start: ts.start + rows, base: ts.base + head, tiles: ts.tiles - head };
+      r.sampled = true;
+      recordFilterPass({ ...filter, tok: [first], label: "fused backward filter sample" });
+      sample.record(rec, { counter, sampled: head * r.vTotal, total: r.tTotal * r.vTotal });
+      sample.rest(rec, () => recordFilterPass({ ...filter, tok: [rest] }));
+    } else recordFilterPass(filter);
   }
   const bound = pipes.sortBound;
   if (bound && hot && perm && counter) {
@@ -253,6 +271,40 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
   return bounds;
 }
 
+/** What the dense paths read, but their outputs. */
+function _densePathArgs(r: _Record): DensePathArgs {
+  const { e, c, targets, w, lse } = r.a;
+  return {
+    rec: r.rec,
+    e,
+    c,
+    targets,
+    w,
+    lse,
+    counter: r.counter!,
+    tok: r.tok,
+    voc: r.voc,
+    tiles: r.tTotal * r.vTotal,
+    sortDecided: r.p.decide,
+  };
+}
+
+/**
+ * The filter sample's rows: where it is recorded and both dense paths apply to this record, about
+ * an eighth of the token tiles in whole filter and backward tiles (filter_sample.ts), else 0.
+ */
+function _filterSampleRows(r: _Record, m: _Masks): number {
+  const { pipes, p } = r;
+  if (!pipes.filterSample || !pipes.dense || !pipes.denseDC || !p.filterTile || !m.mask) return 0;
+  const a = _densePathArgs(r);
+  if (!pipes.dense.applies({ ...a, grads: r.g }) || !pipes.denseDC.applies({ ...a, dC: r.g.dC })) {
+    return 0;
+  }
+  const gcd = (x: number, y: number): number => (y === 0 ? x : gcd(y, x % y));
+  const bm = p.filterTile.bm, tt = p.tile.tokens;
+  return filterSampleRows(p.spec.n, (bm * tt) / gcd(bm, tt));
+}
+
 /**
  * Records dE (its exact terms, the dE pass, the split partials' sum, the cast), then dC (its exact
  * terms, overwriting whatever dE's slabs left in its storage, then the dC pass and the cast).
@@ -285,12 +337,9 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     });
     if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
   };
-  const { tok, voc, counter } = r;
-  const tiles = r.tTotal * r.vTotal, lse = a.lse, grads = g, sortDecided = p.decide;
-  const dense = m.mask && counter && pipes.dense?.record(
-    { rec, e, c, targets, w, lse, counter, grads, tok, voc, tiles, sortDecided },
-    keptDE,
-  );
+  const { counter } = r;
+  const dense = m.mask && counter &&
+    pipes.dense?.record({ ..._densePathArgs(r), grads: g }, keptDE);
   if (!dense) keptDE();
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
@@ -352,10 +401,8 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     const scatter = { dC: g.dC, part: "dC-scatter" as const, coefficients, folded };
     pipes.corrections.record(rec, { ...exact, ...scatter, scatterUnder: gated });
   };
-  const denseDC = m.mask && counter && pipes.denseDC?.record(
-    { rec, e, c, targets, w, lse, counter, dC: g.dC, tok, voc, tiles, sortDecided },
-    keptDC,
-  );
+  const denseDC = m.mask && counter &&
+    pipes.denseDC?.record({ ..._densePathArgs(r), dC: g.dC }, keptDC);
   if (!denseDC) keptDC((fn) => fn());
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
@@ -385,9 +432,15 @@ export async function prepareFusedBackward(
   const denseDCPlan = p.denseDC ? denseDCPlanFor(workspace({}, true)) : undefined;
   const pipes = await compileBackward(ctx, p, denseDCPlan);
   const counter = p.eps !== null
-    ? createTensor(ctx, { dtype: "u32", rows: 1, cols: 4, role: "workspace", label: "kept tiles" })
+    ? createTensor(ctx, {
+      dtype: "u32",
+      rows: 1,
+      cols: KEPT_COUNTER_WORDS,
+      role: "workspace",
+      label: "kept tiles",
+    })
     : undefined;
-  let lastTotal = 0;
+  let lastTotal = 0, lastSampled = false;
   const roundings = { dE: p.out16 ? 1 : 0, dC: p.out16 ? 1 : 0 };
   return {
     tile,
@@ -416,6 +469,7 @@ export async function prepareFusedBackward(
       pipes.dense?.release();
       pipes.denseDC?.release();
       pipes.mapRefine?.release();
+      pipes.filterSample?.release();
     },
     usedDERounds() {
       return pipes.gathered && pipes.gathered.lastRounds > 0
@@ -425,13 +479,17 @@ export async function prepareFusedBackward(
     async stats() {
       if (!counter) return { tilesSkipped: 0, tilesTotal: lastTotal };
       // [own order's kept tiles, sorted order's (with the order decision; where the bound
-      // skipped it, the bound), the dC split's segments, the bound]: the chosen order's
+      // skipped it, the bound), the dC split's segments, the bound, the filter's sample taken,
+      // its estimate]: the chosen order's, or the sample's estimate
       const got = await download(ctx, counter);
-      const kept = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
+      const sampled = got[4] === 1;
+      const chosen = p.decide && sortedOrderWins(got[0], got[1]) ? got[1] : got[0];
+      const kept = sampled ? got[5] : chosen;
       const stats = {
         tilesSkipped: lastTotal - kept,
         tilesTotal: lastTotal,
         ...(pipes.sortBound ? { sortSkipped: sortedOrderWins(got[0], got[3]) ? 0 : 1 } : {}),
+        ...(lastSampled ? { filterSampled: sampled ? 1 : 0 } : {}),
       };
       const split = pipes.dCSplit ? { dCSplits: got[2] } : {};
       const dE = pipes.dense && pipes.dense.lastChunkRows > 0
@@ -473,9 +531,13 @@ export async function prepareFusedBackward(
       const sum = pipes.dCSplit && p.eps !== null ? 1 : 0;
       roundings.dC = p.dCInPlace ? (p.opts.targetTerm ? 2 : 1) + tTotal + sum : p.out16 ? 1 : 0;
       const cb = counter?.shards[0].buffer;
-      const r = { ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release };
+      const r = {
+        ...{ ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release },
+        sampled: false,
+      };
       const m = _recordSortAndMasks(r);
       const bounds = _recordFilter(r, m);
+      lastSampled = r.sampled;
       _recordGradients(r, m, bounds);
       rec.release(...release);
       return { dE: g.dEOut, dC: g.dCOut };

@@ -85,6 +85,8 @@ export interface BackwardOptionsPlan {
   denseDCTuning?: DenseDCTuning;
   /** Another kernel family's dense dC path, where given (FusedBackwardOptions.denseDCPath). */
   denseDCPath?: DenseDCPath;
+  /** The filter's sample where it may be recorded (both dense paths recorded; filter_sample.ts). */
+  filterSample?: Exclude<DenseMode, "never">;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
@@ -155,6 +157,9 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDC: _denseMode(ctx, o.denseDC, o, o.denseDCPath !== undefined, eps !== null),
     denseDCTuning: o.denseDCTuning,
     denseDCPath: o.denseDCPath,
+    filterSample: eps !== null && !mapTile && o.filterSample !== "never"
+      ? o.filterSample ?? "auto"
+      : undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),

@@ -29,6 +29,7 @@ import { prepareDenseDE } from "./dense_de.ts";
 import { prepareMapRefine } from "./map_refine.ts";
 import { type DenseDCPlan, prepareDenseDC } from "./dense_dc.ts";
 import type { BackwardOptionsPlan } from "./backward_options.ts";
+import { prepareFilterSample } from "./filter_sample.ts";
 
 /** The compiled pieces of a backward (undefined where the plan does not use them). */
 export type BackwardPipelines = Awaited<ReturnType<typeof compileBackward>>;
@@ -188,8 +189,16 @@ export async function compileBackward(
     : dc
     ? await prepareDenseDC(ctx, { ...dc, tuning: p.denseDCTuning })
     : undefined;
+  // the filter's sample where both dense paths are recorded, at the larger of their thresholds
+  const filterSample = p.filterSample && filter.filterPass && dense && denseDCPath
+    ? await prepareFilterSample(ctx, {
+      mode: p.filterSample,
+      above: Math.max(dense.above, denseDCPath.above),
+    })
+    : undefined;
   return {
     ...filter,
+    filterSample,
     dCPass,
     dCOrder,
     dCSplit,

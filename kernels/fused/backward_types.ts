@@ -18,6 +18,7 @@ import type { GatheredDETuning } from "./gathered_de.ts";
 import type { DenseDEMode, DenseDEPath, PreparedDenseDE } from "./dense_de.ts";
 import type { GpuContext } from "../../gpu/context.ts";
 import type { DenseDCMode, DenseDCPath, DenseDCTuning } from "./dense_dc.ts";
+import type { DenseMode } from "./dense_decision.ts";
 
 /** Options of `prepareFusedBackward`. */
 export interface FusedBackwardOptions {
@@ -107,6 +108,13 @@ export interface FusedBackwardOptions {
    * where a dispatch costs tens of microseconds and the gated passes would slow small backwards.
    */
   denseDE?: DenseDEMode;
+  /**
+   * Where both dense paths are recorded and the filter pass runs: the filter over a sample of the
+   * token tiles first, the rest skipped where the sample keeps enough tiles for both dense paths
+   * (`auto`), always skipped (tests), or `never` (the whole filter always; no sample pass).
+   * Default `auto` (kernels/fused/filter_sample.ts).
+   */
+  filterSample?: DenseMode;
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
   denseDETile?: GemmTile;
   /**
@@ -209,6 +217,13 @@ export interface FusedBackwardStats {
    * skipped the sort and the sorted mask in the last record, 0 where they ran.
    */
   sortSkipped?: number;
+  /**
+   * Where the last record recorded the filter's sample (FusedBackwardOptions.filterSample; both
+   * dense paths applied): 1 where its filter stopped after its sample, both gradients dense;
+   * tilesSkipped is then the sample's estimate (kernels/fused/filter_sample.ts). 0 where the
+   * whole filter ran.
+   */
+  filterSampled?: number;
 }
 
 /** A compiled fused backward. */

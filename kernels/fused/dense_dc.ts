@@ -191,6 +191,10 @@ export interface DenseDCPath {
 export interface PreparedDenseDC {
   /** The chunks of the last record (0 where the path did not apply). */
   readonly lastChunks: number;
+  /** The kept fraction above which `auto` takes the dense path. */
+  readonly above: number;
+  /** Whether a record with these arguments records the dense path ({@link denseDCApplies}). */
+  applies(a: DenseDCArgs): boolean;
   /**
    * Roundings of dC to its output dtype where the path is taken, where another kernel family
    * says (default: G's to a 16-bit dC's dtype and the output's).
@@ -228,11 +232,8 @@ export function beginDenseDC(
 ): { plan: DenseDCPlan; dCBuf: TrackedBuffer; tail: TrackedBuffer } | undefined {
   const { plan, decision } = o;
   o.prepared.lastChunks = 0;
-  const one = (t: DeviceTensor) => t.shards.length === 1;
-  const single = a.tok.length === 1 && a.voc.length === 1;
-  if (!plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return undefined;
+  if (!plan || !denseDCApplies(o, a)) return undefined;
   const dCBuf = a.dC.shards[0].buffer;
-  if (a.dC.dtype !== o.outDtype || dCBuf.offset !== 0) return undefined;
   const { rec } = a;
   decision.record(a);
   filtered((fn) => decision.under(rec, 0, fn));
@@ -244,6 +245,20 @@ export function beginDenseDC(
   rec.release(tail);
   o.prepared.lastChunks = plan.chunks.length;
   return { plan, dCBuf, tail };
+}
+
+/**
+ * Whether the dense dC applies to a record: a plan, and E, C and dC's accumulator of `outDtype` in
+ * one binding each, dC's from offset 0.
+ */
+export function denseDCApplies(
+  o: { plan: DenseDCPlan | undefined; outDtype: "f32" | "bf16" | "f16" },
+  a: DenseDCArgs,
+): boolean {
+  const one = (t: DeviceTensor) => t.shards.length === 1;
+  const single = a.tok.length === 1 && a.voc.length === 1;
+  if (!o.plan || !single || !one(a.e) || !one(a.c) || !one(a.dC)) return false;
+  return a.dC.dtype === o.outDtype && a.dC.shards[0].buffer.offset === 0;
 }
 
 /** The dC product's tile on the large chunks: Gᵀ·E, both held transposed. */
@@ -335,6 +350,8 @@ export async function prepareDenseDC(
     : large;
   const prepared = {
     lastChunks: 0,
+    above: decision.above,
+    applies: (a: DenseDCArgs) => denseDCApplies(o, a),
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
       const { n } = spec;
       const begun = beginDenseDC(ctx, { ...o, decision, prepared }, a, filtered);

@@ -147,6 +147,10 @@ export interface PreparedDenseDE {
    * says (default: the output's alone, as the kept path's).
    */
   readonly dERoundings?: number;
+  /** The kept fraction above which `auto` takes the dense path. */
+  readonly above: number;
+  /** Whether a record with these arguments records the dense path. */
+  applies(a: DenseDEArgs): boolean;
   /**
    * Records the decision, `filtered` (the kept tiles' dE) under the flag's 0 and the dense path
    * under its 1, and returns true; or returns false having recorded nothing where the dense path
@@ -226,13 +230,17 @@ export async function prepareDenseDE(
     aTrans: false,
     bTrans: true,
   });
+  const applies = (chunks: DenseDEChunks | undefined): chunks is DenseDEChunks =>
+    chunks !== undefined && chunks.shared === o.out16;
   const prepared = {
     lastChunkRows: 0,
+    above: decision.above,
+    applies: (a: DenseDEArgs) => applies(denseDEChunks(ctx, a, spec)),
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;
       const chunks = denseDEChunks(ctx, a, spec);
-      if (!chunks || chunks.shared !== o.out16) return false;
+      if (!applies(chunks)) return false;
       const { free, start, vc } = chunks;
       prepared.lastChunkRows = vc;
       const { rec } = a;

@@ -3,7 +3,9 @@
  * kernels/fused/dense_dc.ts for dC): one pass reads the kept count of the order the backward uses
  * and writes a flag, 1 for the dense path; each path's work and the kept tiles' it replaces are
  * recorded under gates of that flag (gpu/gate.ts), so only one of them does any work and the host
- * never reads the count back. Each path has a decision of its own, with its own threshold.
+ * never reads the count back. Each path has a decision of its own, with its own threshold; where
+ * the filter's sample already took both dense paths (kernels/fused/filter_sample.ts), each takes
+ * its dense path. The counter is the backward's (filter_sample.ts `KEPT_COUNTER_WORDS` words).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
@@ -37,7 +39,9 @@ export const DENSE_DECISION_SIG = signature({
 /**
  * WGSL of a decision pass (one invocation): the kept count of the order the backward uses (the
  * sorted one where the order decision takes it: counter[1], else counter[0]), flag[0] = 1 for
- * the dense path (or, for the tile map's refine, for no refine) and flag[1] = that count.
+ * the dense path (or, for the tile map's refine, for no refine) and flag[1] = that count. Where
+ * the filter stopped after its sample (counter[4] = 1, kernels/fused/filter_sample.ts), the dense
+ * path, and flag[1] the sample's estimate (counter[5]).
  */
 export function denseDecisionWgsl(): string {
   return `${DENSE_DECISION_SIG.wgsl}
@@ -49,6 +53,10 @@ fn main() {
   }
   var dense = f32(kept) > P.above * f32(P.total) || kept < P.fewer;
   if (P.mode == 1u) { dense = true; }
+  if (counter[4] == 1u) {
+    dense = true;
+    kept = counter[5];
+  }
   flag[0] = select(0u, 1u, dense);
   flag[1] = kept;
 }
@@ -75,6 +83,8 @@ export interface DensePathArgs {
 
 /** A compiled decision and its flag. */
 export interface PreparedDenseDecision {
+  /** The kept fraction above which `auto` takes the dense path. */
+  readonly above: number;
   /** Records pass `<name> decision`, which writes the flag. */
   record(a: DensePathArgs): void;
   /** Records `fn` with every dispatch gated: its work done only where the flag is `want`. */
@@ -110,6 +120,7 @@ export async function prepareDenseDecision(
   });
   const fb = flag.shards[0].buffer;
   return {
+    above: o.above,
     record(a) {
       const { rec } = a;
       rec.pass(label, (p) => {

@@ -30,6 +30,7 @@ import type { GpuContext } from "../../gpu/context.ts";
 import { tensorOnBuffer } from "../../gpu/tensor.ts";
 import {
   beginDenseDC,
+  denseDCApplies,
   type DenseDCArgs,
   type DenseDCPathOptions,
   type PreparedDenseDC,
@@ -68,6 +69,8 @@ export async function prepareTcDenseDC(
     lastChunks: 0,
     // the output's rounding, and G's where it is as coarse (an f16 output; bf16 has 8 bits)
     dCRoundings: spec.dtype === "f16" ? 2 : 1,
+    above: dp.decision.above,
+    applies: (a: DenseDCArgs) => denseDCApplies(o, a),
     record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
       const begun = beginDenseDC(ctx, { ...o, decision: dp.decision, prepared }, a, filtered);
       if (!begun) return false;

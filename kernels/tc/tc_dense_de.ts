@@ -69,6 +69,8 @@ export async function prepareTcDenseDE(
     lastChunkRows: 0,
     // the output's rounding, and G's where it is as coarse (an f16 output; bf16 has 8 bits)
     dERoundings: spec.dtype === "f16" ? 2 : 1,
+    above: decision.above,
+    applies: (a: DenseDEArgs) => denseDEChunks(ctx, a, spec, 2) !== undefined,
     record(a: DenseDEArgs, filtered: () => void): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;

@@ -19,7 +19,7 @@
  * @module
  */
 import type { GpuContext } from "../../gpu/context.ts";
-import type { PassEncoder, Recorder } from "../../gpu/recorder.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
 import type { DeviceTensor } from "../../gpu/tensor.ts";
 import type { Dtype, LceOptions, Shape } from "../../core/options.ts";
 import { recordGatedPasses } from "../../gpu/gate.ts";

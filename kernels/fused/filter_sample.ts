@@ -1,0 +1,124 @@
+/**
+ * The filter's sample: where the fused backward records both dense paths (kernels/fused/dense_de.ts
+ * and dense_dc.ts, or another kernel family's), the filter pass first runs over a sample of the
+ * token tiles, the first {@link filterSampleRows} rows, and pass `filter sample decision` reads
+ * the sample's kept count. Where the sample keeps more than the larger of the two paths'
+ * thresholds (`above`), both gradients will be dense products over every tile, which read nothing
+ * the filter writes: the rest of the filter pass, recorded under a gate of the flag
+ * (gpu/gate.ts), does no work, and the decision tells both dense decisions to take their dense
+ * paths (counter[4] = 1, read by kernels/fused/dense_decision.ts). Elsewhere the rest runs and the
+ * kept counts are the whole filter's, as without the sample.
+ *
+ * So where most tiles are kept the backward pays for a sample of the filter's logits product
+ * instead of the whole of it, and elsewhere one extra dispatch, a one-invocation pass and a gate.
+ * The sample is the first rows of the batch, a deterministic choice: the decision is a function of
+ * the inputs. Its kept fraction estimates the whole's; where it errs, the gradients are still
+ * exact (the dense paths drop nothing), only the path may be the slower one. Where the sample is
+ * taken, counter[5] holds the estimated kept count of every tile (the sample's count scaled to
+ * every tile), which the stats report as the kept tiles (`filterSampled`: 1).
+ *
+ * Counter words (the backward's `kept tiles` buffer, {@link KEPT_COUNTER_WORDS} of them): [own
+ * order's kept, sorted order's kept, the dC split's segments, the order decision's bound, the
+ * sample taken, the estimated kept count].
+ * @module
+ */
+import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
+import type { Recorder } from "../../gpu/recorder.ts";
+import { createTensor } from "../../gpu/tensor.ts";
+import { compileKernel, signature } from "../../gpu/signature.ts";
+import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
+import type { DenseMode } from "./dense_decision.ts";
+
+/** Words of the backward's kept-tile counter (see the module's doc). */
+export const KEPT_COUNTER_WORDS = 8;
+
+/** The share of the token tiles the sample takes, at least one filter tile of rows. */
+export const FILTER_SAMPLE_SHARE = 1 / 8;
+
+/**
+ * Rows of the sample: a multiple of `step` (the filter tile's and the backward tile's rows, so
+ * that both passes start on whole tiles of either), about {@link FILTER_SAMPLE_SHARE} of n; 0
+ * where that leaves nothing to skip.
+ */
+export function filterSampleRows(n: number, step: number): number {
+  const rows = Math.max(1, Math.round((n * FILTER_SAMPLE_SHARE) / step)) * step;
+  return rows < n ? rows : 0;
+}
+
+/** The decision's signature: the sample's tiles, every tile, the mode and the threshold. */
+export const FILTER_SAMPLE_SIG = signature({
+  params: { sampled: "u32", total: "u32", mode: "u32", above: "f32" },
+  bindings: {
+    counter: { elem: "u32", access: "read_write" },
+    flag: { elem: "u32", access: "read_write" },
+  },
+});
+
+/**
+ * WGSL of the decision (one invocation): flag[0] = 1 where the sample's kept fraction passes
+ * `above` (or `mode` is 1, always), then counter[4] = 1 and counter[5] = the estimated kept count.
+ */
+export function filterSampleWgsl(): string {
+  return `${FILTER_SAMPLE_SIG.wgsl}
+@compute @workgroup_size(1)
+fn main() {
+  let kept = counter[0];
+  let dense = f32(kept) > P.above * f32(P.sampled) || P.mode == 1u;
+  flag[0] = select(0u, 1u, dense);
+  if (dense) {
+    counter[4] = 1u;
+    let est = f32(kept) * (f32(P.total) / f32(P.sampled));
+    counter[5] = min(P.total, u32(round(est)));
+  }
+}
+`;
+}
+
+/** The compiled decision, its flag and gate. */
+export interface PreparedFilterSample {
+  /** The kept fraction above which the sample stops the filter (`auto`). */
+  readonly above: number;
+  /** Records pass `filter sample decision` ({@link filterSampleWgsl}). */
+  record(rec: Recorder, a: { counter: TrackedBuffer; sampled: number; total: number }): void;
+  /** Records `fn` (the rest of the filter) with every dispatch doing work only where not taken. */
+  rest(rec: Recorder, fn: () => void): void;
+  release(): void;
+}
+
+/** Compiles the decision (`mode`: `always` takes the sample whatever it keeps: tests). */
+export async function prepareFilterSample(
+  ctx: GpuContext,
+  o: { mode: Exclude<DenseMode, "never">; above: number },
+): Promise<PreparedFilterSample> {
+  const gate: PreparedGate = await prepareGate(ctx);
+  const label = "filter sample decision";
+  const decide = await compileKernel(ctx, FILTER_SAMPLE_SIG, filterSampleWgsl(), label);
+  const flag = createTensor(ctx, {
+    dtype: "u32",
+    rows: 1,
+    cols: 4,
+    role: "workspace",
+    label: "filter sample flag",
+  });
+  const fb = flag.shards[0].buffer;
+  return {
+    above: o.above,
+    record(rec, a) {
+      rec.pass(label, (p) => {
+        const params = {
+          sampled: a.sampled,
+          total: a.total,
+          mode: o.mode === "always" ? 1 : 0,
+          above: o.above,
+        };
+        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
+      });
+    },
+    rest(rec, fn) {
+      gate.under(rec, { flag: fb, want: 0 }, fn);
+    },
+    release() {
+      flag.destroy();
+    },
+  };
+}
