@@ -23,18 +23,19 @@ export type TcBenchVariant = TcMatmulKernel & { name: string; accumulate?: boole
  * The product kernel of a variant name: a tile of TC_BENCH_TILES, optionally with `:f16` (f16
  * inputs), `:split` (A in f32, staged as hi and lo f16 parts, as the baseline's gradient
  * products take G), `:gc` (the tensor-core dense dE's G·C: A f16 as stored, B transposed, A's
- * binding read_write, added to an f32 output), `:gte` (the dense dC's Gᵀ·E: A f16 and B both
+ * binding read_write, added to an f32 output), `:gcp` (the same with the output loaded into the
+ * accumulators of full tiles, as the method's: TcMatmulKernel.preload), `:gte` (the dense dC's Gᵀ·E: A f16 and B both
  * transposed, A's binding read_write, a bf16 output) or a diagnostic `:copy-only` / `:mma-only`;
  * else E·Cᵀ (bf16, both as stored). InputError for an unknown name.
  */
 export function tcBenchVariant(v: string): TcBenchVariant {
   const [tile, opt, ...rest] = v.split(":");
   const ok = Object.hasOwn(TC_BENCH_TILES, tile) && rest.length === 0 &&
-    [undefined, "f16", "split", "gc", "gte", "copy-only", "mma-only"].includes(opt);
+    [undefined, "f16", "split", "gc", "gcp", "gte", "copy-only", "mma-only"].includes(opt);
   if (!ok) {
     throw new InputError(
       `--variants: unknown '${v}' (tiles: ${Object.keys(TC_BENCH_TILES).join(", ")}; ` +
-        "suffixes :f16, :split, :gc, :gte, :copy-only, :mma-only)",
+        "suffixes :f16, :split, :gc, :gcp, :gte, :copy-only, :mma-only)",
     );
   }
   const dt = opt === "f16" ? "f16" : "bf16";
@@ -51,7 +52,7 @@ export function tcBenchVariant(v: string): TcBenchVariant {
       split: true,
     };
   }
-  if (opt === "gc" || opt === "gte") {
+  if (opt === "gc" || opt === "gcp" || opt === "gte") {
     const g = {
       name: v,
       tile: t,
@@ -60,9 +61,9 @@ export function tcBenchVariant(v: string): TcBenchVariant {
       bTrans: true,
       aReadWrite: true,
     } as const;
-    return opt === "gc"
-      ? { ...g, aTrans: false, accumulate: true }
-      : { ...g, aTrans: true, outDtype: "bf16" };
+    return opt === "gte"
+      ? { ...g, aTrans: true, outDtype: "bf16" }
+      : { ...g, aTrans: false, accumulate: true, preload: opt === "gcp" };
   }
   return { name: v, tile: t, aDtype: dt, bDtype: dt, aTrans: false, bTrans: false, diag };
 }

@@ -54,6 +54,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
     out16?: "bf16" | "f16";
     gradEpilogue?: "whole" | "tiled";
     unscaleA?: boolean;
+    preload?: boolean;
   }) => {
     const ko: TcMatmulKernelOptions = {
       tile,
@@ -74,13 +75,14 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
         }
         : undefined,
       unscaleA: o.unscaleA,
+      preload: o.preload,
     };
     out.push({
       name: `matmul ${name} ${a}·${b}${o.vecA ? " vecA" : ""}${o.vecB ? " vecB" : ""}${
         o.straight === false ? " scratch stores" : ""
       }${o.aReadWrite ? " A read_write" : ""}${o.out16 ? ` → ${o.out16}` : ""}${
         o.gradEpilogue ? ` gradient${o.gradEpilogue === "tiled" ? " (tiled part)" : ""}` : ""
-      }`,
+      }${o.preload ? " preload" : ""}`,
       code: tcMatmulWgsl(ko),
       sig: tcMatmulSignature(ko),
       matrices: o.straight === false ? [] : o.out16 ? ["part"] : ["outp", "part"],
@@ -113,6 +115,7 @@ export function tcCatalog(sgSize: number): CatalogKernel[] {
       mm("logits", logits, dt, dt, { vecA, vecB, out16: "f16", gradEpilogue: "tiled" });
       const g16 = { vecA, vecB, aReadWrite: true, unscaleA: true };
       mm("dE", logits, "f16", dt, { ...g16, bTrans: true });
+      mm("dE", logits, "f16", dt, { ...g16, bTrans: true, preload: true });
       mm("dC", split, "f32", dt, { aTrans: true, bTrans: true, split: true, vecA, vecB });
       // the tensor-core dense dC's (kernels/tc/tc_dense_dc.ts): G in f16 from the logits'
       // epilogue; Gᵀ·E with G in the output's buffer, dC in its 16-bit dtype or in f32 (odd d)

@@ -28,7 +28,7 @@
  */
 import { vecWidth } from "../wgsl_common.ts";
 import { stageLoads, type StageSide } from "./tc_loads.ts";
-import { emulationDecls, emuName, emuSlot, type TcMode } from "./tc_mma.ts";
+import { emulationDecls, emuName, emuSlot, tcLoadAcc, type TcMode } from "./tc_mma.ts";
 import {
   STAGE_PAD,
   tcThreads,
@@ -98,6 +98,19 @@ export interface TcMainloopOptions {
    * arithmetic's and the matrix loads' cost).
    */
   diag?: "copy-only" | "mma-only";
+  /**
+   * Where `when` holds (a uniform WGSL bool), the accumulators start from the f32 array `buf`
+   * times `factor` instead of zeros, accumulator (i, j) at element `off(i, j)` with row stride
+   * `stride`: an accumulating product's old values ({@link tcLoadAcc}; emulated, `buf` must be
+   * among the module's load sources, {@link tcModuleDecls}).
+   */
+  preload?: {
+    buf: string;
+    off: (i: number, j: number) => string;
+    stride: string;
+    factor: string;
+    when: string;
+  };
 }
 
 function _sides(o: TcMainloopOptions): StageSide[] {
@@ -293,7 +306,8 @@ function _compute(o: TcMainloopOptions, sides: StageSide[], copy: number): strin
 
 /**
  * Module-scope code of the product: the staging arrays, and when emulated the accumulators and
- * the emulation's functions (tc_mma.ts), with a store function per array of `storeTargets`.
+ * the emulation's functions (tc_mma.ts), with a store function per array of `storeTargets` and
+ * a load function for the preload's array (TcMainloopOptions.preload).
  */
 export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = []): string {
   const staging = tcShared(o);
@@ -301,7 +315,14 @@ export function tcModuleDecls(o: TcMainloopOptions, storeTargets: string[] = [])
   const [A, B] = _sides(o);
   const left = [A.arr, A.arrLo].filter((x) => x !== undefined);
   return `${staging}\n${
-    emulationDecls({ ...o, left, right: B.arr, storeTargets, flat: [A.flat, B.flat] })
+    emulationDecls({
+      ...o,
+      left,
+      right: B.arr,
+      storeTargets,
+      loadSources: o.preload ? [o.preload.buf] : [],
+      flat: [A.flat, B.flat],
+    })
   }`;
 }
 
@@ -335,6 +356,13 @@ export function tcMainloop(o: TcMainloopOptions, declare = true): string {
       ? `var ${a.name} = ${zero};`
       : `${a.name} = ${zero};`
   );
+  const pre = o.preload;
+  if (pre) {
+    const loads = tcAccs(t, o.prefix).map((a) =>
+      tcLoadAcc(o, a, pre.buf, pre.off(a.i, a.j), pre.stride, pre.factor)
+    );
+    accs.push(`if (${pre.when}) {\n    ${loads.join("\n    ")}\n  }`);
+  }
   const decls = loads.flatMap((l) => l.decls).join(" ");
   const fetch = (kb: string) =>
     `{ let KB = ${kb}; let KE = ${o.K};\n    ${

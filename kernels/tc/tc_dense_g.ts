@@ -118,6 +118,8 @@ export async function prepareTcDensePath(
     unscaleA: true,
     aReadWrite: true,
     outDtype: dE ? undefined : o.outDtype,
+    // dE's G·C adds into its accumulator: full tiles load it and store straight
+    preload: dE,
     mode: o.tcMode,
   });
   const scales = await prepareTcScales(ctx);

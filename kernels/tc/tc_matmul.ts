@@ -78,6 +78,11 @@ export interface TcMatmulKernel {
   gradEpilogue?: TcGradEpilogue;
   /** A comes scaled by its scale, taken as it is (TcMatmulKernelOptions.unscaleA). */
   unscaleA?: boolean;
+  /**
+   * Accumulating records load the output into the accumulators of full aligned tiles and store
+   * them straight (TcMatmulKernelOptions.preload).
+   */
+  preload?: boolean;
 }
 
 /** What the gradient epilogue reads (one binding each), and where its columns start. */
@@ -313,6 +318,7 @@ export async function prepareTcMatmul(
     out16,
     gradEpilogue: kernel.gradEpilogue,
     unscaleA: kernel.unscaleA,
+    preload: kernel.preload,
   });
   const label = `tc matmul ${tcTileName(t)}`;
   const variants = new Map<string, _Compiled>();

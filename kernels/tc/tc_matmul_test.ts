@@ -99,6 +99,39 @@ Deno.test("tc matmul (emulated): G·C layout, accumulate, split-K, alpha", EMULA
   ]);
 });
 
+Deno.test(
+  "tc matmul (emulated): G·C accumulating with the output preloaded, full and edge tiles, split-K",
+  EMULATE,
+  async () => {
+    // the dense dE's layout: G f16 through a read_write binding, C transposed, into f32
+    const kernel = {
+      tile: T_2X1,
+      aDtype: "f16",
+      bDtype: "bf16",
+      aTrans: false,
+      bTrans: true,
+      aReadWrite: true,
+      preload: true,
+    } as const;
+    // 64×48: whole tiles of T_2X1 (64×32), then ragged ones; alpha far from 1 and not a power
+    // of two; split-K slices after the preloaded first
+    await check(ctx0, { kernel, m: 64, n: 64, k: 96, accumulate: true, alpha: -0.75, seed: 12 });
+    await check(ctx0, { kernel, m: 77, n: 52, k: 40, accumulate: true, alpha: 1, seed: 13 });
+    await check(ctx0, {
+      kernel,
+      m: 128,
+      n: 96,
+      k: 200,
+      accumulate: true,
+      alpha: 0.5,
+      splitK: 3,
+      seed: 14,
+    });
+    // not accumulating: the straight stores as without the preload
+    await check(ctx0, { kernel, m: 64, n: 64, k: 48, seed: 15 });
+  },
+);
+
 Deno.test("tc matmul (emulated): 16-bit outputs, odd widths, split A", EMULATE, async () => {
   const kernel = GTE_SPLIT;
   // odd n: rows start on odd elements, words shared by two rows' ends

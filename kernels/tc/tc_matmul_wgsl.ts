@@ -87,6 +87,14 @@ export interface TcMatmulKernelOptions {
    * divided by that scale.
    */
   unscaleA?: boolean;
+  /**
+   * Accumulating into an f32 output: a full tile of slice 0 whose rows are 16-byte aligned loads
+   * the output's old values into its accumulators before the K loop (divided by the store's
+   * factor) and stores them straight, instead of adding through the workgroup scratch; other
+   * tiles as without it. The order of the additions changes (old + the first k-slices …), not
+   * their number.
+   */
+  preload?: boolean;
 }
 
 /**
@@ -314,6 +322,19 @@ export function tcMatmulWgsl(o: TcMatmulKernelOptions): string {
   const full = `m0 + ${bm}u <= P.M && n0 + ${bn}u <= P.N`;
   const outAligned = `${full} && (P.cOff % 4u) == 0u && (P.ldc % 4u) == 0u`;
   const partAligned = `${full} && (P.N % 4u) == 0u`;
+  const unscaleBy = `((${o.scaleA || o.unscaleA ? "sa" : "1.0"}) * (${o.scaleB ? "sb" : "1.0"}))`;
+  if (o.preload && straight) {
+    const mma = tileMma(t);
+    main.preload = {
+      buf: "outp",
+      off: (i, j) => `P.cOff + (m0 + sr + ${i * mma.m}u) * P.ldc + n0 + sc + ${j * mma.n}u`,
+      stride: "P.ldc",
+      // the store's factor is alpha / unscaleBy
+      factor: `(${unscaleBy} / P.alpha)`,
+      when: `wg.z == 0u && P.first == 1u && P.accumulate != 0u && ${outAligned}`,
+    };
+  }
+  const outStraight = main.preload ? outAligned : `${outAligned} && P.accumulate == 0u`;
   return `${tcEnables(o.mode)}
 ${tcMatmulSignature(o).wgsl}
 ${helpers}${o.out16 ? `\n${store16Puts(o.out16)}` : ""}${
@@ -334,7 +355,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
   let sa = scales[P.aSc];
   let sb = scales[P.bSc];${o.gradEpilogue ? "\n  let gs = scales[P.gSc];" : ""}
   ${tcMainloop(main)}
-  let unscale = 1.0 / ((${o.scaleA || o.unscaleA ? "sa" : "1.0"}) * (${o.scaleB ? "sb" : "1.0"}));
+  let unscale = 1.0 / ${unscaleBy};
   if (wg.z == 0u && P.first == 1u) {
     let f = P.alpha * unscale;
     ${
@@ -344,7 +365,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
       ld: "P.ldc",
       f: "f",
       acc: "P.accumulate != 0u",
-      straight: straight ? `${outAligned} && P.accumulate == 0u` : undefined,
+      straight: straight ? outStraight : undefined,
     })
   }
   } else {

@@ -79,6 +79,31 @@ export function tcStoreAcc(
 }
 
 /**
+ * A statement loading accumulator (i, j) from the f32 array `buf` (a module-scope variable listed
+ * in the emulation's `loadSources`) at element `off`, row-major with row stride `stride` (u32
+ * expressions; uniform), times `factor` (f32 expression): it then holds those values instead of
+ * zeros.
+ */
+export function tcLoadAcc(
+  o: TcMainloopOptions,
+  acc: { i: number; j: number },
+  buf: string,
+  off: string,
+  stride: string,
+  factor: string,
+): string {
+  const p = o.prefix ?? "";
+  if (o.mode === "emulated") {
+    return `${emuName(p, "load", buf)}(${
+      emuSlot(o.tile, acc.i, acc.j)
+    }, ${off}, ${stride}, ${factor}, sl);`;
+  }
+  const m = tileMma(o.tile);
+  const type = `subgroup_matrix_result<f32, ${m.n}, ${m.m}>`;
+  return `${p}acc_${acc.i}_${acc.j} = subgroupMatrixScalarMultiply(subgroupMatrixLoad<${type}, row_major>(&${buf}, ${off}, ${stride}), ${factor});`;
+}
+
+/**
  * The emulation's module-scope code: the accumulators (workgroup memory, a subgroup's own slots),
  * a multiply-accumulate function per staged left array, zeroing, a store per target array.
  */
@@ -87,6 +112,8 @@ export function emulationDecls(
     left: string[];
     right: string;
     storeTargets: string[];
+    /** Arrays accumulators are loaded from ({@link tcLoadAcc}). */
+    loadSources?: string[];
     /** Whether A's and B's staging arrays are flat (else an array of sub-arrays, asub/bsub). */
     flat: [boolean, boolean];
   },
@@ -120,6 +147,13 @@ export function emulationDecls(
     fns.push(
       `fn ${emuName(p, "store", buf)}(slot: u32, off: u32, stride: u32, f: f32, lane: u32) {\n  ${
         lanes(`${buf}[off + r * stride + c] = f * ${p}emu_acc[at];`)
+      }\n}`,
+    );
+  }
+  for (const buf of o.loadSources ?? []) {
+    fns.push(
+      `fn ${emuName(p, "load", buf)}(slot: u32, off: u32, stride: u32, f: f32, lane: u32) {\n  ${
+        lanes(`${p}emu_acc[at] = f * ${buf}[off + r * stride + c];`)
       }\n}`,
     );
   }
