@@ -123,8 +123,8 @@ interface _Record {
   vTotal: number;
   /** Workspace released after the record. */
   release: (TrackedBuffer | undefined)[];
-  /** The filter's sample was recorded (set by the filter's record). */
-  sampled: boolean;
+  /** The filter's sample was recorded (set by the filter's record; absent: not). */
+  sampled?: boolean;
 }
 
 /** Buffers of the sort and the filter (E's column partials, order, masks, entry bits). */
@@ -531,13 +531,23 @@ export async function prepareFusedBackward(
       const sum = pipes.dCSplit && p.eps !== null ? 1 : 0;
       roundings.dC = p.dCInPlace ? (p.opts.targetTerm ? 2 : 1) + tTotal + sum : p.out16 ? 1 : 0;
       const cb = counter?.shards[0].buffer;
-      const r = {
-        ...{ ctx, rec, p, pipes, counter: cb, a, g, tok, voc, tTotal, vTotal, release },
-        sampled: false,
+      const r: _Record = {
+        ctx,
+        rec,
+        p,
+        pipes,
+        counter: cb,
+        a,
+        g,
+        tok,
+        voc,
+        tTotal,
+        vTotal,
+        release,
       };
       const m = _recordSortAndMasks(r);
       const bounds = _recordFilter(r, m);
-      lastSampled = r.sampled;
+      lastSampled = r.sampled === true;
       _recordGradients(r, m, bounds);
       rec.release(...release);
       return { dE: g.dEOut, dC: g.dCOut };

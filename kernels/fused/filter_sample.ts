@@ -12,8 +12,9 @@
  * So where most tiles are kept the backward pays for a sample of the filter's logits product
  * instead of the whole of it, and elsewhere one extra dispatch, a one-invocation pass and a gate.
  * The sample is the first rows of the batch, a deterministic choice: the decision is a function of
- * the inputs. Its kept fraction estimates the whole's; where it errs, the gradients are still
- * exact (the dense paths drop nothing), only the path may be the slower one. Where the sample is
+ * the inputs. Its kept fraction (in the own order: the sorted order's count comes later, from the
+ * order decision) estimates the whole's; where it errs, the gradients are still exact (the dense
+ * paths drop nothing), only the path may be the slower one. Where the sample is
  * taken, counter[5] holds the estimated kept count of every tile (the sample's count scaled to
  * every tile), which the stats report as the kept tiles (`filterSampled`: 1).
  *
