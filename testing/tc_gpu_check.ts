@@ -350,10 +350,10 @@ export function tcCheckProducts(): (ProductCheck & { name: string })[] {
       alpha: -0.5,
     },
     { name: "Gᵀ·E f32/f16 split 77×91×45", kernel: { ...dC, bDtype: "f16" }, m: 77, n: 91, k: 45 },
-    // the tensor-core dense dE's product, into its f32 accumulator
+    // the tensor-core dense dE's product, into its f32 accumulator, full tiles preloaded
     {
-      name: "G·C f16/bf16 264×300×520 accumulate",
-      kernel: { ...dense, aTrans: false, bDtype: "bf16" },
+      name: "G·C f16/bf16 264×300×520 accumulate, preloaded",
+      kernel: { ...dense, aTrans: false, bDtype: "bf16", preload: true },
       m: 264,
       n: 300,
       k: 520,
