@@ -3,7 +3,7 @@
  * tensor-core GEMM (kernels/tc/) on one GPU in one run: the semantics probe first
  * (kernels/tc/tc_probe.ts: what the subgroup-matrix builtins do on this adapter against what the
  * emulation assumes), every tensor-core kernel compiled for the adapter
- * (kernels/tc/tc_catalog.ts), each product variant checked against a float64 product at
+ * (kernels/tc/tc_catalog.ts; --skip-catalog leaves that out), each product variant checked against a float64 product at
  * small odd shapes (kernels/tc/tc_product_check.ts), then each variant's product (E·Cᵀ, bf16 →
  * f32 with K-contiguous operands, unless its suffix says otherwise) timed by GPU timestamps at
  * each shape, beside the FMA core's E·Cᵀ (kernels/matmul.ts, the 128×256 tile of scripts/bench_gemm.ts) on Deno's wgpu, where
@@ -14,7 +14,8 @@
  * Variants are tile names of TC_BENCH_TILES (kernels/tc/tc_tiles.ts), optionally with `:f16`
  * (f16 inputs: no conversion), `:split` (A in f32 as hi and lo f16 parts, the baseline's gradient
  * products), `:gc` / `:gte` (the tensor-core dense paths' G·C and Gᵀ·E: G in f16, the other
- * operand transposed; at M×N×K: dE is n×d×chunk, dC chunk×d×n) or a diagnostic `:copy-only` /
+ * operand transposed; at M×N×K: dE is n×d×chunk, dC chunk×d×n), `:gcp` (`:gc` with its full
+ * tiles preloaded from the output, as the dense dE's) or a diagnostic `:copy-only` /
  * `:mma-only` (staging alone, arithmetic alone; wrong results, not checked). Runs on Dawn by default (tensor cores need it);
  * where the adapter offers no f16 subgroup matrices the tensor-core rows say why.
  * @module
@@ -53,7 +54,7 @@ export const BENCH_TC_COMMAND = defineCommand({
     variants: {
       type: "string",
       arg: "V1,V2,...",
-      help: "tile[:f16|:split|:gc|:gte|:copy-only|:mma-only]",
+      help: "tile[:f16|:split|:gc|:gcp|:gte|:copy-only|:mma-only]",
       defaultText: "all",
     },
     reps: { type: "int", min: 1, help: "timed repetitions after 300 ms of warm-up", default: 5 },
@@ -66,6 +67,11 @@ export const BENCH_TC_COMMAND = defineCommand({
     },
     out: { type: "string", arg: "FILE", help: "write the results as JSON here" },
     budget: { type: "int", min: 10, help: "seconds the whole run may take", default: 140 },
+    "skip-catalog": {
+      type: "boolean",
+      help: "leave out compiling every tensor-core kernel first (each variant is still compiled " +
+        "and checked): a run of a few variants within a short budget",
+    },
     webgpu: { ...WEBGPU_FLAG, default: "dawn" },
     adapter: ADAPTER_FLAG,
   },
@@ -114,13 +120,16 @@ export async function benchTcMain(args: string[]): Promise<number> {
   const probe = sup.reason ? undefined : await dl.race(runProbe(ctx, console.log), "probe", 30_000)
     .catch((e) => ({ ok: false, results: [], error: err1(e) }));
   if (probe) console.log(`probe: ${probe.ok ? "every case as the emulation assumes" : "FAIL"}`);
-  const compiled = sup.reason || dl.stuck
+  const skip = v["skip-catalog"] === true;
+  const compiled = sup.reason || dl.stuck || skip
     ? []
     : await dl.race(compileCatalog(ctx), "compile", dl.left());
   const failedCompiles = compiled.filter((c) => c.error);
   console.log(
     sup.reason
       ? `tensor cores: unsupported (${sup.reason})`
+      : skip
+      ? "catalog: not compiled (--skip-catalog)"
       : `compiled ${compiled.length} tensor-core kernels, ${failedCompiles.length} failed`,
   );
   for (const c of failedCompiles) console.log(`  compile FAIL ${c.name}: ${c.error}`);
