@@ -26,12 +26,20 @@ const _MODES: Record<Exclude<DenseMode, "never">, number> = { auto: 0, always: 1
 
 /**
  * The decision's signature: the kept counts (own order, sorted order), the flag it writes; the
- * flag is 1 above the fraction `above` of the tiles, and also below `fewer` kept tiles.
+ * flag is 1 above the fraction `above` of the tiles, and also below `fewer` kept tiles. As the
+ * filter's sample's decision, `sampleOf` is every tile (else 0) and the counter is written.
  */
 export const DENSE_DECISION_SIG = signature({
-  params: { total: "u32", sortDecided: "u32", mode: "u32", above: "f32", fewer: "u32" },
+  params: {
+    total: "u32",
+    sortDecided: "u32",
+    mode: "u32",
+    above: "f32",
+    fewer: "u32",
+    sampleOf: "u32",
+  },
   bindings: {
-    counter: { elem: "u32", access: "read" },
+    counter: { elem: "u32", access: "read_write" },
     flag: { elem: "u32", access: "read_write" },
   },
 });
@@ -41,7 +49,9 @@ export const DENSE_DECISION_SIG = signature({
  * sorted one where the order decision takes it: counter[1], else counter[0]), flag[0] = 1 for
  * the dense path (or, for the tile map's refine, for no refine) and flag[1] = that count. Where
  * the filter stopped after its sample (counter[4] = 1, kernels/fused/filter_sample.ts), the dense
- * path, and flag[1] the sample's estimate (counter[5]).
+ * path, and flag[1] the sample's estimate (counter[5]). As the sample's own decision (`sampleOf`
+ * every tile, `total` the sample's), where it takes the dense paths it sets counter[4] = 1 and
+ * counter[5] = the sample's count scaled to every tile.
  */
 export function denseDecisionWgsl(): string {
   return `${DENSE_DECISION_SIG.wgsl}
@@ -56,6 +66,11 @@ fn main() {
   if (counter[4] == 1u) {
     dense = true;
     kept = counter[5];
+  }
+  if (P.sampleOf > 0u && dense) {
+    kept = min(P.sampleOf, u32(round(f32(kept) * (f32(P.sampleOf) / f32(P.total)))));
+    counter[4] = 1u;
+    counter[5] = kept;
   }
   flag[0] = select(0u, 1u, dense);
   flag[1] = kept;
@@ -85,8 +100,14 @@ export interface DensePathArgs {
 export interface PreparedDenseDecision {
   /** The kept fraction above which `auto` takes the dense path. */
   readonly above: number;
-  /** Records pass `<name> decision`, which writes the flag. */
-  record(a: DensePathArgs): void;
+  /**
+   * Records pass `<name> decision`, which writes the flag; with `sampleOf` (every tile), as the
+   * filter's sample's decision over `a.tiles` sampled tiles (see {@link denseDecisionWgsl}).
+   */
+  record(
+    a: Pick<DensePathArgs, "rec" | "counter" | "tiles" | "sortDecided">,
+    sampleOf?: number,
+  ): void;
   /** Records `fn` with every dispatch gated: its work done only where the flag is `want`. */
   under(rec: Recorder, want: 0 | 1, fn: () => void): void;
   /** Whether the last decision recorded took the dense path (reads the flag back). */
@@ -121,7 +142,7 @@ export async function prepareDenseDecision(
   const fb = flag.shards[0].buffer;
   return {
     above: o.above,
-    record(a) {
+    record(a, sampleOf = 0) {
       const { rec } = a;
       rec.pass(label, (p) => {
         const params = {
@@ -130,6 +151,7 @@ export async function prepareDenseDecision(
           mode: _MODES[o.mode],
           above: o.above,
           fewer: o.fewer ?? 0,
+          sampleOf,
         };
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });

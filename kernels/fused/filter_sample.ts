@@ -25,10 +25,7 @@
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
-import { createTensor } from "../../gpu/tensor.ts";
-import { compileKernel, signature } from "../../gpu/signature.ts";
-import { type PreparedGate, prepareGate } from "../../gpu/gate.ts";
-import type { DenseMode } from "./dense_decision.ts";
+import { type DenseMode, prepareDenseDecision } from "./dense_decision.ts";
 
 /** Words of the backward's kept-tile counter (see the module's doc). */
 export const KEPT_COUNTER_WORDS = 8;
@@ -46,40 +43,15 @@ export function filterSampleRows(n: number, step: number): number {
   return rows < n ? rows : 0;
 }
 
-/** The decision's signature: the sample's tiles, every tile, the mode and the threshold. */
-export const FILTER_SAMPLE_SIG = signature({
-  params: { sampled: "u32", total: "u32", mode: "u32", above: "f32" },
-  bindings: {
-    counter: { elem: "u32", access: "read_write" },
-    flag: { elem: "u32", access: "read_write" },
-  },
-});
-
-/**
- * WGSL of the decision (one invocation): flag[0] = 1 where the sample's kept fraction passes
- * `above` (or `mode` is 1, always), then counter[4] = 1 and counter[5] = the estimated kept count.
- */
-export function filterSampleWgsl(): string {
-  return `${FILTER_SAMPLE_SIG.wgsl}
-@compute @workgroup_size(1)
-fn main() {
-  let kept = counter[0];
-  let dense = f32(kept) > P.above * f32(P.sampled) || P.mode == 1u;
-  flag[0] = select(0u, 1u, dense);
-  if (dense) {
-    counter[4] = 1u;
-    let est = f32(kept) * (f32(P.total) / f32(P.sampled));
-    counter[5] = min(P.total, u32(round(est)));
-  }
-}
-`;
-}
-
-/** The compiled decision, its flag and gate. */
+/** The sample's decision and its gate. */
 export interface PreparedFilterSample {
   /** The kept fraction above which the sample stops the filter (`auto`). */
   readonly above: number;
-  /** Records pass `filter sample decision` ({@link filterSampleWgsl}). */
+  /**
+   * Records pass `filter sample decision`: the dense decision's kernel over the sample's tiles
+   * (kernels/fused/dense_decision.ts, `sampleOf` every tile), which sets counter[4] and counter[5]
+   * where it takes the dense paths.
+   */
   record(rec: Recorder, a: { counter: TrackedBuffer; sampled: number; total: number }): void;
   /** Records `fn` (the rest of the filter) with every dispatch doing work only where not taken. */
   rest(rec: Recorder, fn: () => void): void;
@@ -91,35 +63,17 @@ export async function prepareFilterSample(
   ctx: GpuContext,
   o: { mode: Exclude<DenseMode, "never">; above: number },
 ): Promise<PreparedFilterSample> {
-  const gate: PreparedGate = await prepareGate(ctx);
-  const label = "filter sample decision";
-  const decide = await compileKernel(ctx, FILTER_SAMPLE_SIG, filterSampleWgsl(), label);
-  const flag = createTensor(ctx, {
-    dtype: "u32",
-    rows: 1,
-    cols: 4,
-    role: "workspace",
-    label: "filter sample flag",
-  });
-  const fb = flag.shards[0].buffer;
+  const decision = await prepareDenseDecision(ctx, { name: "filter sample", ...o });
   return {
     above: o.above,
     record(rec, a) {
-      rec.pass(label, (p) => {
-        const params = {
-          sampled: a.sampled,
-          total: a.total,
-          mode: o.mode === "always" ? 1 : 0,
-          above: o.above,
-        };
-        p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
-      });
+      decision.record({ rec, counter: a.counter, tiles: a.sampled, sortDecided: false }, a.total);
     },
     rest(rec, fn) {
-      gate.under(rec, { flag: fb, want: 0 }, fn);
+      decision.under(rec, 0, fn);
     },
     release() {
-      flag.destroy();
+      decision.release();
     },
   };
 }

@@ -28,7 +28,15 @@
  */
 import { vecWidth } from "../wgsl_common.ts";
 import { stageLoads, type StageSide } from "./tc_loads.ts";
-import { emulationDecls, emuName, emuSlot, tcLoadAcc, type TcMode } from "./tc_mma.ts";
+import {
+  emulationDecls,
+  emuName,
+  emuSlot,
+  tcLoadAcc,
+  type TcMode,
+  tcResultType,
+} from "./tc_mma.ts";
+export { tcResultType } from "./tc_mma.ts";
 import {
   STAGE_PAD,
   tcThreads,
@@ -211,12 +219,6 @@ export function tcAccs(t: TcTile, prefix = ""): { name: string; i: number; j: nu
     for (let j = 0; j < t.nt; j++) out.push({ name: `${prefix}acc_${i}_${j}`, i, j });
   }
   return out;
-}
-
-/** The WGSL type of a result matrix of the tile's MMA shape. */
-export function tcResultType(t: TcTile): string {
-  const m = tileMma(t);
-  return `subgroup_matrix_result<f32, ${m.n}, ${m.m}>`;
 }
 
 /**

@@ -78,6 +78,12 @@ export function tcStoreAcc(
   return `subgroupMatrixStore<row_major>(&${buf}, ${off}, ${value}, ${stride});`;
 }
 
+/** The WGSL type of a result matrix of the tile's MMA shape. */
+export function tcResultType(t: TcTile): string {
+  const m = tileMma(t);
+  return `subgroup_matrix_result<f32, ${m.n}, ${m.m}>`;
+}
+
 /**
  * A statement loading accumulator (i, j) from the f32 array `buf` (a module-scope variable listed
  * in the emulation's `loadSources`) at element `off`, row-major with row stride `stride` (u32
@@ -98,8 +104,7 @@ export function tcLoadAcc(
       emuSlot(o.tile, acc.i, acc.j)
     }, ${off}, ${stride}, ${factor}, sl);`;
   }
-  const m = tileMma(o.tile);
-  const type = `subgroup_matrix_result<f32, ${m.n}, ${m.m}>`;
+  const type = tcResultType(o.tile);
   return `${p}acc_${acc.i}_${acc.j} = subgroupMatrixScalarMultiply(subgroupMatrixLoad<${type}, row_major>(&${buf}, ${off}, ${stride}), ${factor});`;
 }
 
