@@ -11,6 +11,12 @@
  * once before the first of them; an indirect dispatch under a gate gets an arm dispatch of its own just before it,
  * copying its counts from where the recorded work put them. Each arm dispatch is one workgroup
  * of a few microseconds.
+ *
+ * Gates nest: under two, the inner gate's dispatches (its arm and its indirect work) are the
+ * outer gate's, so a dispatch does its work only where each flag equals its gate's `want`. Where
+ * the outer flag closes, the inner arm does not run and whatever its counts hold is zeroed by the
+ * outer arm. A pass under n gates holds at most {@link GATE_CAPACITY} − (n − 1) direct dispatches
+ * (each inner gate's arm is a direct dispatch of the gate outside it).
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "./context.ts";

@@ -70,7 +70,62 @@ Deno.test({
 });
 
 Deno.test({
-  name: "gate: gates do not nest, and a pass of too many dispatches is refused",
+  name: "gate: gates nest, a dispatch doing its work only where both flags are their wants",
+  ...GPU_TEST,
+  async fn() {
+    const ctx = await testContext();
+    const gate = await prepareGate(ctx);
+    const k = await compileKernel(ctx, SIG, WGSL, "gate test add");
+    const x = createTensor(ctx, { dtype: "u32", rows: 4, cols: 1, role: "output", label: "x" });
+    const mk = (label: string) =>
+      createTensor(ctx, { dtype: "u32", rows: 1, cols: 1, role: "input", label });
+    const outer = mk("outer"), inner = mk("inner");
+    const counts = createTensor(ctx, {
+      dtype: "u32",
+      rows: 4,
+      cols: 1,
+      role: "input",
+      label: "counts",
+      usage: GPUBufferUsage.INDIRECT,
+    });
+    upload(ctx, counts, Uint32Array.of(3, 1, 1, 0));
+    for (const [fo, fi] of [[0, 0], [0, 1], [1, 0], [1, 1]]) {
+      upload(ctx, x, new Uint32Array(4));
+      upload(ctx, outer, Uint32Array.of(fo));
+      upload(ctx, inner, Uint32Array.of(fi));
+      await ctx.scoped(async () => {
+        const rec = new Recorder(ctx);
+        const xb = x.shards[0].buffer;
+        gate.under(rec, { flag: outer.shards[0].buffer, want: 1 }, () => {
+          // under the outer gate alone: 4 workgroups adding 1
+          rec.pass("outer", (p) => p.dispatch(k.pipeline, k.bind(rec, { add: 1 }, { x: xb }), 4));
+          gate.under(rec, { flag: inner.shards[0].buffer, want: 0 }, () => {
+            rec.pass("both", (p) => {
+              // 2 workgroups adding 10, then 3 from `counts` adding 100
+              p.dispatch(k.pipeline, k.bind(rec, { add: 10 }, { x: xb }), 2);
+              p.dispatchIndirect(
+                k.pipeline,
+                k.bind(rec, { add: 100 }, { x: xb }),
+                counts.shards[0].buffer,
+                0,
+              );
+            });
+          });
+        });
+        await rec.finish();
+      });
+      const got = Array.from(await download(ctx, x));
+      const want = [0, 1, 2, 3].map((i) =>
+        fo === 1 ? 1 + (fi === 0 ? (i < 2 ? 10 : 0) + (i < 3 ? 100 : 0) : 0) : 0
+      );
+      assert.deepEqual(got, want, `outer ${fo}, inner ${fi}`);
+    }
+    for (const t of [x, outer, inner, counts]) t.destroy();
+  },
+});
+
+Deno.test({
+  name: "gate: a pass of too many dispatches is refused, under nested gates one fewer",
   ...GPU_TEST,
   async fn() {
     const ctx = await testContext();
@@ -82,27 +137,21 @@ Deno.test({
       new Uint32Array(1),
     );
     const xb = x.shards[0].buffer;
+    const many = (rec: Recorder, n: number) =>
+      rec.pass("many", (p) => {
+        for (let i = 0; i < n; i++) p.dispatch(k.pipeline, k.bind(rec, { add: 1 }, { x: xb }), 1);
+      });
     await ctx.scoped(async () => {
       const rec = new Recorder(ctx);
-      assert.throws(
-        () =>
-          gate.under(
-            rec,
-            { flag: xb, want: 1 },
-            () => gate.under(rec, { flag: xb, want: 0 }, () => {}),
-          ),
-        /already under a hook/,
-      );
-      assert.throws(
-        () =>
-          gate.under(rec, { flag: xb, want: 1 }, () =>
-            rec.pass("many", (p) => {
-              for (let i = 0; i < 65; i++) {
-                p.dispatch(k.pipeline, k.bind(rec, { add: 1 }, { x: xb }), 1);
-              }
-            })),
-        /over 64 dispatches/,
-      );
+      assert.throws(() => gate.under(rec, { flag: xb, want: 1 }, () => many(rec, 65)), /over 64/);
+      const nested = (n: number) =>
+        gate.under(
+          rec,
+          { flag: xb, want: 1 },
+          () => gate.under(rec, { flag: xb, want: 0 }, () => many(rec, n)),
+        );
+      nested(63);
+      assert.throws(() => nested(64), /over 64 dispatches/);
       await rec.finish();
     });
     x.destroy();

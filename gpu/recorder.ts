@@ -74,7 +74,7 @@ export class Recorder {
   #readbacks: { buffer: GPUBuffer; labels: string[] }[] = [];
   #passes: PassTiming[] = [];
   #gpuMs = 0;
-  #hook: PassHook | undefined;
+  #hooks: PassHook[] = [];
 
   constructor(ctx: GpuContext) {
     this.#ctx = ctx;
@@ -118,23 +118,32 @@ export class Recorder {
       },
     };
     try {
-      const hooked = this.#hook?.open(raw, label);
-      fn(hooked?.encoder ?? raw);
-      hooked?.close();
+      // each hook wraps the encoder of the hook outside it: the innermost records the pass's code
+      let encoder = raw;
+      const closes: (() => void)[] = [];
+      for (const hook of this.#hooks) {
+        const hooked = hook.open(encoder, label);
+        encoder = hooked.encoder;
+        closes.unshift(() => hooked.close());
+      }
+      fn(encoder);
+      for (const close of closes) close();
     } finally {
       enc.end(); // a pass that threw still ends, so the encoder stays usable
     }
     this.#passLabels.push(label);
   }
 
-  /** Records `fn`'s passes through `hook` ({@link PassHook}); hooks do not nest. */
+  /**
+   * Records `fn`'s passes through `hook` ({@link PassHook}); under another hook, through both, the
+   * outer one's encoder given to the inner one's `open`.
+   */
   under(hook: PassHook, fn: () => void): void {
-    if (this.#hook) throw new Error("Recorder.under: already under a hook");
-    this.#hook = hook;
+    this.#hooks.push(hook);
     try {
       fn();
     } finally {
-      this.#hook = undefined;
+      this.#hooks.pop();
     }
   }
 

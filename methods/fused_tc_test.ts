@@ -273,6 +273,79 @@ Deno.test({
 });
 
 Deno.test({
+  name: "fused-tilemap-tc (emulated): its refine takes the filter's sample, nested in the " +
+    "refine's gate; bit for bit as without the sample",
+  ...EMULATE,
+  async fn() {
+    // 150 tokens: the sample is the first 64-row token tile, the rest two tiles, the last ragged
+    const n = 150, v = 1031, d = 33;
+    const o = resolveOptions({ beta: 0.1 });
+    const opt = { dtype: "bf16" as const, gradOutput: 1.3 };
+    const flat = caseInputs({ n, v, d, dtype: "bf16", beta: 0.1, seed: 41 });
+    // every row's softmax on one of three hot entries: a few tiles kept
+    const p = peakedInputs(caseInputs({ n, v, d, dtype: "bf16", beta: 0.1, seed: 42 }), {
+      hot: [5, 6, 7],
+      logit: 60,
+      ignoreEvery: 9,
+    });
+    const peaked = { ...p, e: roundArray(p.e, "bf16") };
+    const base = { denseDE: "auto", denseDC: "auto" } as const;
+    const run = (x: typeof flat, b: Record<string, unknown>) =>
+      runMethod(ctx0, fusedTcMethod(EMULATED_MAP, { backward: { ...base, ...b } }), x, o, opt);
+    const kept = (r: Awaited<ReturnType<typeof run>>) =>
+      r.stats!.tilesTotal! - r.stats!.tilesSkipped!;
+    for (const [name, x, taken] of [["flat", flat, 1], ["peaked", peaked, 0]] as const) {
+      const r = await run(x, { mapRefine: "always" });
+      const whole = await run(x, { mapRefine: "always", filterSample: "never" });
+      const s = r.stats!, w = whole.stats!;
+      console.log(
+        `${name}: kept ${kept(r)} (whole refine ${kept(whole)}) of ${s.tilesTotal}, ` +
+          `sampled ${s.filterSampled}, dense dE ${s.denseDE}, dC ${s.denseDC}`,
+      );
+      assert.equal(s.mapRefined, 1, `${name}: refined`);
+      assert.equal(s.filterSampled, taken, `${name}: the sample taken`);
+      assert.equal(w.filterSampled, undefined, `${name}: no sample recorded`);
+      assert.equal(s.denseDE, taken, `${name}: dE's path`);
+      assert.equal(s.denseDC, taken, `${name}: dC's path`);
+      assert.equal(w.denseDE, taken, `${name}: the whole refine's dE path`);
+      assert.equal(w.denseDC, taken, `${name}: the whole refine's dC path`);
+      // not taken: the rest refined under both gates, every count the whole refine's
+      if (!taken) assert.equal(kept(r), kept(whole), `${name}: the kept tiles`);
+      for (const k of ["loss", "dE", "dC"] as const) {
+        assert.deepEqual(r[k], whole[k], `${name}: ${k} bit for bit`);
+      }
+    }
+    // forced on the peaked fixture: both dense paths, against float64 and bit for bit both
+    // forced under the whole refine
+    const forced = await run(peaked, { mapRefine: "always", filterSample: "always" });
+    const dense = await run(peaked, {
+      mapRefine: "always",
+      filterSample: "never",
+      denseDE: "always",
+      denseDC: "always",
+    });
+    assert.equal(forced.stats!.filterSampled, 1, "forced: the sample taken");
+    assert.equal(forced.stats!.denseDE, 1, "forced: dense dE");
+    assert.equal(forced.stats!.denseDC, 1, "forced: dense dC");
+    for (const k of ["loss", "dE", "dC"] as const) {
+      assert.deepEqual(forced[k], dense[k], `forced: ${k} bit for bit both dense paths forced`);
+    }
+    const tol = methodTolerance(fusedTileMapTc, { n, v, d, dtype: "bf16", beta: 0.1 });
+    assertMatchesReference(forced, peaked, o, 1.3, tol, defaultFilterEps("bf16"));
+    // the refine skipped (the map keeps nearly every tile): the sample's decision under the
+    // refine's gate does not run, the dense decisions read the map's count
+    const skipped = await run(flat, { mapRefine: "auto", filterSample: "always" });
+    const never = await run(flat, { mapRefine: "auto", filterSample: "never" });
+    assert.equal(skipped.stats!.mapRefined, 0, "skipped: not refined");
+    assert.equal(skipped.stats!.filterSampled, 0, "skipped: no sample taken");
+    assert.equal(kept(skipped), kept(never), "skipped: the map's count");
+    for (const k of ["loss", "dE", "dC"] as const) {
+      assert.deepEqual(skipped[k], never[k], `skipped: ${k} bit for bit`);
+    }
+  },
+});
+
+Deno.test({
   name: "fused tensor-core rows (emulated): the tensor-core dense dE, forced, against float64; " +
     "dC the kept path's bit for bit",
   ...EMULATE,

@@ -55,8 +55,9 @@ export const TC_CHECK_COMMAND = defineCommand({
       arg: "M1,M2",
       help: "methods to check (`fused-tilemap-tc-refined`: its map always refined; " +
         "`fused-tc-dense`: its filter stopped after its sample, its dense dE and dense dC " +
-        "always taken)",
-      default: "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined,fused-tc-dense",
+        "always taken; `fused-tilemap-tc-dense`: the same, with its map's refine)",
+      default:
+        "baseline-tc,fused-tc,fused-tilemap-tc,fused-tilemap-tc-refined,fused-tc-dense,fused-tilemap-tc-dense",
     },
     small: { type: "boolean", help: "leave out the real-vocabulary cases" },
     emulate: {
@@ -76,16 +77,24 @@ const EMULATED = { sgRows: 2, sgCols: 2, mt: 2, nt: 1, bk: 16 };
  * A tensor-core method by name, native or emulated; `fused-tilemap-tc-refined` is the tile-map row
  * with its refine (the tensor-core filter over every tile) always taken and `fused-tc-dense`
  * `fused-tc` with its filter stopped after its sample and its tensor-core dense dE and dense dC
- * always taken, which the small cases would not take by themselves ({@link _TAKEN}: a run that did not take them fails).
+ * always taken, which the small cases would not take by themselves ({@link _TAKEN}: a run that did not take them fails);
+ * `fused-tilemap-tc-dense` the same for the tile-map row, its refine always taken and stopped
+ * after its sample.
  */
 function _method(name: string, mode: TcMode): LceMethod {
   if (name === "fused-tilemap-tc-refined") {
     const f = { name, label: name, description: name, sort: false, tileMap: true, mode };
     return fusedTcMethod(f, { backward: { mapRefine: "always" } });
   }
-  if (name === "fused-tc-dense") {
-    const f = { name, label: name, description: name, sort: true, tileMap: false, mode };
-    const backward = { denseDE: "always", denseDC: "always", filterSample: "always" } as const;
+  if (name === "fused-tc-dense" || name === "fused-tilemap-tc-dense") {
+    const map = name === "fused-tilemap-tc-dense";
+    const f = { name, label: name, description: name, sort: !map, tileMap: map, mode };
+    const backward = {
+      denseDE: "always",
+      denseDC: "always",
+      filterSample: "always",
+      ...(map ? { mapRefine: "always" } : {}),
+    } as const;
     return fusedTcMethod(f, { backward });
   }
   if (mode === "native") return methodByName(name);
@@ -101,6 +110,7 @@ function _method(name: string, mode: TcMode): LceMethod {
 const _TAKEN: Record<string, string[]> = {
   "fused-tilemap-tc-refined": ["mapRefined"],
   "fused-tc-dense": ["filterSampled", "denseDE", "denseDC"],
+  "fused-tilemap-tc-dense": ["mapRefined", "filterSampled", "denseDE", "denseDC"],
 };
 
 /** Runs the command with `args`. */

@@ -34,7 +34,8 @@
  *    With `mapFilter` (the `fused-tilemap` row) the `map filter` pass sets the mask from the
  *    forward's tile maxima instead (kernels/fused/tile_map.ts: no products); then, where
  *    recorded, `map refine decision` and under its gate `map refine`, the exact filter over the
- *    tiles the map keeps (kernels/fused/map_refine.ts).
+ *    tiles the map keeps (kernels/fused/map_refine.ts; a refine by another family's filter over
+ *    every tile takes the filter's sample as the filter does, its gate nested in the refine's).
  * 3. dE's exact terms (kernels/fused/corrections.ts) initialise dE's f32 accumulator.
  * 4. With the filter, by default, pass `dE plan`, then `kept g` and `dE` (gathered_de.ts) in
  *    rounds of token tiles: the kept tiles' g in dC's not yet written storage, then each token
@@ -71,6 +72,7 @@
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
+import type { GemmTile } from "../gemm_codegen.ts";
 import { createTensor, download } from "../../gpu/tensor.ts";
 import { GpuError } from "../../core/errors.ts";
 import { columnPartialsBytes } from "../column_sum.ts";
@@ -87,7 +89,7 @@ import {
   type WorkspaceLayout,
 } from "./backward_plan.ts";
 import { recordFilterPass, recordKeptBounds } from "./filter.ts";
-import { filterSampleRows, KEPT_COUNTER_WORDS } from "./filter_sample.ts";
+import { filterSampleRows, KEPT_COUNTER_WORDS, sampleSegments } from "./filter_sample.ts";
 import type { DensePathArgs } from "./dense_decision.ts";
 import { recordOrderDecision, sortedOrderWins } from "./order_decision.ts";
 import { recordDCPass, recordDEPass } from "./kept_tiles_record.ts";
@@ -207,7 +209,14 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
     pipes.mapFilter.record(rec, { ...base, tileMap, lse: a.lse, w: a.w, mask, counter });
     const { targets, lse, w } = a, tiles = r.tTotal * r.vTotal, d = p.spec.d;
     const scales = a.filterScales;
-    pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d, scales });
+    // a refine by another family's filter over every tile takes the filter's sample as the plain
+    // filter does (map_refine.ts)
+    const rows = p.mapRefine?.full ? _filterSampleRows(r, m, p.mapRefine.filterTile) : 0;
+    const sample = rows > 0
+      ? { rows, tileTokens: p.tile.tokens, prepared: pipes.filterSample! }
+      : undefined;
+    if (sample) r.sampled = true;
+    pipes.mapRefine?.record({ ...base, mask, counter, targets, lse, w, tiles, d, scales, sample });
   }
   if (filterPass && p.filterTile && mask && counter) {
     const filter = {
@@ -224,15 +233,14 @@ function _recordFilter(r: _Record, m: _Masks): TrackedBuffer | undefined {
       hot,
       scales: a.filterScales,
     };
-    const rows = _filterSampleRows(r, m);
+    const rows = _filterSampleRows(r, m, p.filterTile);
     if (rows > 0) {
       // the sample's token tiles, the decision, then the rest under its gate (filter_sample.ts)
-      const [ts] = r.tok, head = rows / p.tile.tokens, sample = pipes.filterSample!;
-      const first = { ...ts, end: ts.start + rows, tiles: head };
-      const rest = { ...ts, start: ts.start + rows, base: ts.base + head, tiles: ts.tiles - head };
+      const [first, rest] = sampleSegments(r.tok[0], rows, p.tile.tokens);
+      const sample = pipes.filterSample!;
       r.sampled = true;
       recordFilterPass({ ...filter, tok: [first], label: "fused backward filter sample" });
-      sample.record(rec, { counter, sampled: head * r.vTotal, total: r.tTotal * r.vTotal });
+      sample.record(rec, { counter, sampled: first.tiles * r.vTotal, total: r.tTotal * r.vTotal });
       sample.rest(rec, () => recordFilterPass({ ...filter, tok: [rest] }));
     } else recordFilterPass(filter);
   }
@@ -293,15 +301,17 @@ function _densePathArgs(r: _Record): DensePathArgs {
  * The filter sample's rows: where it is recorded and both dense paths apply to this record, about
  * an eighth of the token tiles in whole filter and backward tiles (filter_sample.ts), else 0.
  */
-function _filterSampleRows(r: _Record, m: _Masks): number {
+function _filterSampleRows(r: _Record, m: _Masks, filterTile: GemmTile): number {
   const { pipes, p } = r;
-  if (!pipes.filterSample || !pipes.dense || !pipes.denseDC || !p.filterTile || !m.mask) return 0;
+  if (!pipes.filterSample || !pipes.dense || !pipes.denseDC || !m.mask || r.tok.length !== 1) {
+    return 0;
+  }
   const a = _densePathArgs(r);
   if (!pipes.dense.applies({ ...a, grads: r.g }) || !pipes.denseDC.applies({ ...a, dC: r.g.dC })) {
     return 0;
   }
   const gcd = (x: number, y: number): number => (y === 0 ? x : gcd(y, x % y));
-  const bm = p.filterTile.bm, tt = p.tile.tokens;
+  const bm = filterTile.bm, tt = p.tile.tokens;
   return filterSampleRows(p.spec.n, (bm * tt) / gcd(bm, tt));
 }
 

@@ -128,6 +128,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
   }
   const mapTile = o.mapFilter?.tile;
   const decide = o.sort && eps !== null && (o.decideOrder ?? true);
+  const mapRefine = _mapRefine(ctx, o, mapTile !== undefined, tile);
   return {
     spec,
     opts: o.opts,
@@ -145,7 +146,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterWgsl: o.filterKernel?.wgsl ?? filterPassWgsl,
     filterScales: o.filterKernel !== undefined,
     mapTile,
-    mapRefine: _mapRefine(ctx, o, mapTile !== undefined, tile),
+    mapRefine,
     decide,
     sortBound: decide && (o.sortBound ?? !ctx.report.isFallbackAdapter),
     balanced: eps !== null && splits > 1,
@@ -157,7 +158,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     denseDC: _denseMode(ctx, o.denseDC, o, o.denseDCPath !== undefined, eps !== null),
     denseDCTuning: o.denseDCTuning,
     denseDCPath: o.denseDCPath,
-    filterSample: eps !== null && !mapTile && o.filterSample !== "never"
+    // the plain filter's, or a refine's by another family's filter over every tile
+    filterSample: eps !== null && (!mapTile || mapRefine?.full) && o.filterSample !== "never"
       ? o.filterSample ?? "auto"
       : undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),

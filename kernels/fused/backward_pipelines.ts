@@ -190,7 +190,8 @@ export async function compileBackward(
     ? await prepareDenseDC(ctx, { ...dc, tuning: p.denseDCTuning })
     : undefined;
   // the filter's sample where both dense paths are recorded, at the larger of their thresholds
-  const filterSample = p.filterSample && filter.filterPass && dense && denseDCPath
+  const filterSample = p.filterSample && (filter.filterPass || p.mapRefine?.full) && dense &&
+      denseDCPath
     ? await prepareFilterSample(ctx, {
       mode: p.filterSample,
       above: Math.max(dense.above, denseDCPath.above),

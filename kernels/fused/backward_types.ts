@@ -109,7 +109,8 @@ export interface FusedBackwardOptions {
    */
   denseDE?: DenseDEMode;
   /**
-   * Where both dense paths are recorded and the filter pass runs: the filter over a sample of the
+   * Where both dense paths are recorded and the filter pass runs (or the tile map's refine by
+   * another family's filter over every tile, `mapRefineFilter`): the filter over a sample of the
    * token tiles first, the rest skipped where the sample keeps enough tiles for both dense paths
    * (`auto`), always skipped (tests), or `never` (the whole filter always; no sample pass).
    * Default `auto` (kernels/fused/filter_sample.ts).

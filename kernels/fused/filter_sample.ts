@@ -26,6 +26,7 @@
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
 import type { Recorder } from "../../gpu/recorder.ts";
 import { type DenseMode, prepareDenseDecision } from "./dense_decision.ts";
+import type { TileSegment } from "./backward_plan.ts";
 
 /** Words of the backward's kept-tile counter (see the module's doc). */
 export const KEPT_COUNTER_WORDS = 8;
@@ -41,6 +42,25 @@ export const FILTER_SAMPLE_SHARE = 1 / 8;
 export function filterSampleRows(n: number, step: number): number {
   const rows = Math.max(1, Math.round((n * FILTER_SAMPLE_SHARE) / step)) * step;
   return rows < n ? rows : 0;
+}
+
+/**
+ * A token segment cut after the sample's `rows` (a multiple of `tileTokens`, the backward tile's
+ * rows): the sample's tiles and the rest's.
+ */
+export function sampleSegments(
+  ts: TileSegment,
+  rows: number,
+  tileTokens: number,
+): [TileSegment, TileSegment] {
+  const head = rows / tileTokens;
+  if (!Number.isInteger(head) || head <= 0 || head >= ts.tiles) {
+    throw new RangeError(`filter sample: ${rows} rows of a ${ts.tiles}-tile segment`);
+  }
+  return [
+    { ...ts, end: ts.start + rows, tiles: head },
+    { ...ts, start: ts.start + rows, base: ts.base + head, tiles: ts.tiles - head },
+  ];
 }
 
 /** The sample's decision and its gate. */

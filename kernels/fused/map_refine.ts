@@ -21,7 +21,12 @@
  * pass that clears the mask and the count (`map refine clear`): the kept tiles are then that
  * filter's own, as its row without the map keeps them in its own order. A tensor-core filter over
  * every tile costs less than the FMA filter over most of them (on `llm` on an H200, 2.6 against
- * 9.6 ms).
+ * 9.6 ms). Where both dense paths apply, that filter takes the filter's sample as the plain
+ * filter does (kernels/fused/filter_sample.ts): first the sample's token tiles, then the sample's
+ * decision, then the rest under the sample's gate, nested in the refine's (gpu/gate.ts). Where the
+ * sample keeps enough tiles for both dense paths the rest does no work, and the dense paths read
+ * nothing the refine writes; where the refine is skipped the sample's decision does not run
+ * either, and the dense decisions read the map's count.
  * @module
  */
 import type { GpuContext, TrackedBuffer } from "../../gpu/context.ts";
@@ -36,6 +41,7 @@ import {
   recordFilterPass,
 } from "./filter.ts";
 import { type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
+import { type PreparedFilterSample, sampleSegments } from "./filter_sample.ts";
 
 /**
  * The map's kept fraction above which the refine is skipped (`auto`): where the dense dE path
@@ -74,6 +80,11 @@ export type MapRefineArgs =
     d: number;
     /** The `scales` binding of a `full` refine's filter (FusedBackwardArgs.filterScales). */
     scales?: TrackedBuffer;
+    /**
+     * A `full` refine's sample, where both dense paths apply: its first `rows` (whole backward
+     * tiles of `tileTokens` rows, one token segment) and the sample's decision.
+     */
+    sample?: { rows: number; tileTokens: number; prepared: PreparedFilterSample };
   };
 
 /** The clear before a `full` refine: the mask's first `words` words and counter[0] to zero. */
@@ -149,8 +160,32 @@ export async function prepareMapRefine(
   return {
     record(a) {
       if (clear && !a.scales) throw new RangeError("map refine: its filter needs `scales`");
+      if (a.sample && (!clear || a.tok.length !== 1)) {
+        throw new RangeError("map refine: a sample needs a full refine over one token segment");
+      }
       decision.record({ ...a, sortDecided: false });
       const lse = a.lse.shards[0].buffer, w = a.w.shards[0].buffer;
+      // a gated pass holds at most GATE_CAPACITY dispatches, one fewer under the sample's gate
+      // too: one a segment pair
+      const filter = (tok: typeof a.tok, label: string, cap: number) => {
+        for (const vs of a.voc) {
+          for (let i = 0; i < tok.length; i += cap) {
+            recordFilterPass({
+              ...a,
+              voc: [vs],
+              tok: tok.slice(i, i + cap),
+              hotWords: 0,
+              kernel,
+              filterTile: o.filterTile,
+              lse,
+              w,
+              label,
+              refineWorkgroups: full ? undefined : MAP_REFINE_WORKGROUPS,
+              scales: a.scales,
+            });
+          }
+        }
+      };
       decision.under(a.rec, 0, () => {
         if (clear) {
           const words = Math.ceil(a.tiles / 32);
@@ -159,24 +194,17 @@ export async function prepareMapRefine(
             p.dispatch(clear.pipeline, bg, Math.ceil(words / 256));
           });
         }
-        // a gated pass holds at most GATE_CAPACITY dispatches: one a segment pair
-        for (const vs of a.voc) {
-          for (let i = 0; i < a.tok.length; i += GATE_CAPACITY) {
-            recordFilterPass({
-              ...a,
-              voc: [vs],
-              tok: a.tok.slice(i, i + GATE_CAPACITY),
-              hotWords: 0,
-              kernel,
-              filterTile: o.filterTile,
-              lse,
-              w,
-              label: "fused backward map refine",
-              refineWorkgroups: full ? undefined : MAP_REFINE_WORKGROUPS,
-              scales: a.scales,
-            });
-          }
-        }
+        const s = a.sample;
+        if (!s) return filter(a.tok, "fused backward map refine", GATE_CAPACITY);
+        // the sample's token tiles, its decision, then the rest under its gate too
+        const [first, rest] = sampleSegments(a.tok[0], s.rows, s.tileTokens);
+        filter([first], "fused backward map refine sample", GATE_CAPACITY);
+        const sampled = first.tiles * a.vTotal;
+        s.prepared.record(a.rec, { counter: a.counter, sampled, total: a.tiles });
+        s.prepared.rest(
+          a.rec,
+          () => filter([rest], "fused backward map refine", GATE_CAPACITY - 1),
+        );
       });
     },
     async state() {
