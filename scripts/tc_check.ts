@@ -93,7 +93,7 @@ function _method(name: string, mode: TcMode): LceMethod {
       denseDE: "always",
       denseDC: "always",
       filterSample: "always",
-      ...(map ? { mapRefine: "always" } : {}),
+      ...(map ? { mapRefine: "always" as const } : {}),
     } as const;
     return fusedTcMethod(f, { backward });
   }
