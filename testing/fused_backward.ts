@@ -46,6 +46,10 @@ export interface BackwardCase {
   denseDC?: FusedBackwardOptions["denseDC"];
   /** Its tail's rows at most. */
   denseDCTailRows?: number;
+  /** Its tiles. */
+  denseDCTuning?: FusedBackwardOptions["denseDCTuning"];
+  /** The dense backward sharing G (default the backward's: where both dense paths are taken). */
+  denseShared?: FusedBackwardOptions["denseShared"];
   /** The filter's sample (default the backward's: where both dense paths are recorded). */
   filterSample?: FusedBackwardOptions["filterSample"];
   /** The order decision's bound (default the backward's: on hardware adapters only). */

@@ -81,6 +81,7 @@ import {
   type BackwardGradients,
   dCOrderBytes,
   denseDCPlanFor,
+  denseSharedPlanFor,
   fusedBackwardWorkspaceBytes,
   maskBytes,
   paddedBytes,
@@ -127,6 +128,8 @@ interface _Record {
   release: (TrackedBuffer | undefined)[];
   /** The filter's sample was recorded (set by the filter's record; absent: not). */
   sampled?: boolean;
+  /** The dense backward sharing G was recorded (dense_shared.ts). */
+  shared?: boolean;
 }
 
 /** Buffers of the sort and the filter (E's column partials, order, masks, entry bits). */
@@ -348,8 +351,17 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
   };
   const { counter } = r;
-  const dense = m.mask && counter &&
-    pipes.dense?.record({ ..._densePathArgs(r), grads: g }, keptDE);
+  // both dense paths the GEMM core's: one G for both where both are taken (dense_shared.ts)
+  const dEShare = { mode: p.denseDE ?? "auto", above: pipes.dense?.above ?? 1 } as const;
+  const sharing = m.mask && counter && pipes.dense?.applies({ ..._densePathArgs(r), grads: g })
+    ? pipes.denseDC?.sharing?.({ ..._densePathArgs(r), dC: g.dC, dE: g.dE, dEShare })
+    : undefined;
+  r.shared = sharing !== undefined;
+  const dense = m.mask && counter && pipes.dense?.record(
+    { ..._densePathArgs(r), grads: g },
+    keptDE,
+    sharing && { share: sharing.share, fn: sharing.dEPhases },
+  );
   if (!dense) keptDE();
   if (pipes.reduce) {
     const { slabs, dEOut } = g;
@@ -359,7 +371,11 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
   // dC: the kept tiles' pass, or where recorded the dense path's decision between the two: then
   // the dC pass, its split's sum and the target scatter are gated, the light passes around them
   // run either way (the dense path overwrites every row they write)
-  const keptDC = (gated: (fn: () => void) => void) => {
+  // with the shared path the kept path's light passes too only where it is taken: the shared
+  // chunks wrote dC's rows before them
+  const keptDC = (gated: (fn: () => void) => void) =>
+    sharing ? gated(() => _keptDC((fn) => fn())) : _keptDC(gated);
+  const _keptDC = (gated: (fn: () => void) => void) => {
     const split = pipes.dCSplit && m.mask && counter ? pipes.dCSplit : undefined;
     const { smoothRow } = pipes.corrections.record(rec, {
       ...exact,
@@ -412,7 +428,7 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     pipes.corrections.record(rec, { ...exact, ...scatter, scatterUnder: gated });
   };
   const denseDC = m.mask && counter &&
-    pipes.denseDC?.record({ ..._densePathArgs(r), dC: g.dC }, keptDC);
+    pipes.denseDC?.record({ ..._densePathArgs(r), dC: g.dC }, keptDC, sharing);
   if (!denseDC) keptDC((fn) => fn());
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
@@ -438,9 +454,13 @@ export async function prepareFusedBackward(
     denseDC,
     denseDCTailRows: o.denseDCTailRows,
     denseDCGBytes: o.denseDCPath?.gBytes,
+    denseShared: p.denseShared && p.denseDE !== undefined,
   });
   const denseDCPlan = p.denseDC ? denseDCPlanFor(workspace({}, true)) : undefined;
-  const pipes = await compileBackward(ctx, p, denseDCPlan);
+  const sharedPlan = p.denseDC && p.denseShared
+    ? denseSharedPlanFor(workspace({}, true))
+    : undefined;
+  const pipes = await compileBackward(ctx, p, denseDCPlan, sharedPlan);
   const counter = p.eps !== null
     ? createTensor(ctx, {
       dtype: "u32",
@@ -450,7 +470,7 @@ export async function prepareFusedBackward(
       label: "kept tiles",
     })
     : undefined;
-  let lastTotal = 0, lastSampled = false;
+  let lastTotal = 0, lastSampled = false, lastShared = false;
   const roundings = { dE: p.out16 ? 1 : 0, dC: p.out16 ? 1 : 0 };
   return {
     tile,
@@ -519,7 +539,10 @@ export async function prepareFusedBackward(
       // or as another kernel family's path says
       const own = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
       if (dC.denseDC === 1) roundings.dC = pipes.denseDC!.dCRoundings ?? own;
-      return { ...stats, ...split, ...dE, ...dC, ...map };
+      // the shared path: dE from G in dC's element type, rounded as dC's G is
+      const shared = lastShared ? { denseShared: (await pipes.denseDC!.shared!()) ? 1 : 0 } : {};
+      if (shared.denseShared === 1) roundings.dE = own;
+      return { ...stats, ...split, ...dE, ...dC, ...shared, ...map };
     },
     record(rec, a) {
       checkBackwardArgs(spec, p.mapTile !== undefined && p.eps !== null, a);
@@ -559,6 +582,7 @@ export async function prepareFusedBackward(
       const bounds = _recordFilter(r, m);
       lastSampled = r.sampled === true;
       _recordGradients(r, m, bounds);
+      lastShared = r.shared === true;
       rec.release(...release);
       return { dE: g.dEOut, dC: g.dCOut };
     },

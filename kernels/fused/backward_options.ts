@@ -87,6 +87,8 @@ export interface BackwardOptionsPlan {
   denseDCPath?: DenseDCPath;
   /** The filter's sample where it may be recorded (both dense paths recorded; filter_sample.ts). */
   filterSample?: Exclude<DenseMode, "never">;
+  /** The dense backward sharing G may be recorded (both dense paths the GEMM core's). */
+  denseShared: boolean;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
   /** The dC pass's gradient product where given (FusedBackwardOptions.dCProduct), else the default. */
@@ -162,6 +164,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterSample: eps !== null && (!mapTile || mapRefine?.full) && o.filterSample !== "never"
       ? o.filterSample ?? "auto"
       : undefined,
+    denseShared: o.denseShared !== "never" && o.denseDEPath === undefined &&
+      o.denseDCPath === undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),

@@ -28,6 +28,7 @@ import { prepareDCSplit } from "./dc_split.ts";
 import { prepareDenseDE } from "./dense_de.ts";
 import { prepareMapRefine } from "./map_refine.ts";
 import { type DenseDCPlan, prepareDenseDC } from "./dense_dc.ts";
+import type { DenseSharedPlan } from "./dense_shared.ts";
 import type { BackwardOptionsPlan } from "./backward_options.ts";
 import { prepareFilterSample } from "./filter_sample.ts";
 
@@ -97,12 +98,13 @@ async function _filterPipelines(ctx: GpuContext, p: BackwardOptionsPlan) {
 
 /**
  * Compiles every pipeline of a plan; `denseDC` is the dense dC path's plan where it can apply
- * (backward_plan.ts denseDCPlanFor).
+ * (backward_plan.ts denseDCPlanFor), `shared` the dense backward sharing G's (denseSharedPlanFor).
  */
 export async function compileBackward(
   ctx: GpuContext,
   p: BackwardOptionsPlan,
   denseDC?: DenseDCPlan,
+  shared?: DenseSharedPlan,
 ) {
   const { spec, opts, tile, eps, out16, splits } = p;
   const filter = await _filterPipelines(ctx, p);
@@ -187,7 +189,12 @@ export async function compileBackward(
   const denseDCPath = dc && p.denseDCPath
     ? await p.denseDCPath.prepare(ctx, dc)
     : dc
-    ? await prepareDenseDC(ctx, { ...dc, tuning: p.denseDCTuning })
+    ? await prepareDenseDC(ctx, {
+      ...dc,
+      tuning: p.denseDCTuning,
+      // both dense paths the GEMM core's: the one sharing G where it fits (dense_shared.ts)
+      shared: p.denseShared && p.denseDE && !p.denseDEPath ? shared : undefined,
+    })
     : undefined;
   // the filter's sample where both dense paths are recorded, at the larger of their thresholds
   const filterSample = p.filterSample && (filter.filterPass || p.mapRefine?.full) && dense &&

@@ -63,6 +63,7 @@ import { gradCorrectionsWorkspaceBytes } from "./corrections.ts";
 import type { Dtype16 } from "../cast16.ts";
 import { type BackwardTile, dESliceTile } from "./backward_tiles.ts";
 import { type DenseDCPlan, denseDCPlan } from "./dense_dc.ts";
+import { type DenseSharedPlan, denseSharedPlan } from "./dense_shared.ts";
 
 /** The paper's filter threshold: eps(dtype)/32 (2⁻¹² bf16, 2⁻¹⁵ f16, 2⁻²⁸ f32). */
 export function defaultFilterEps(dtype: Dtype): number {
@@ -355,10 +356,13 @@ export function fusedBackwardWorkspaceBytes(o: {
   denseDCTailRows?: number;
   /** Bytes of its G an element where another kernel family's (FusedBackwardOptions.denseDCPath). */
   denseDCGBytes?: number;
+  /** With it, the dense backward sharing G, whose tail may be larger (kernels/fused/dense_shared.ts). */
+  denseShared?: boolean;
 }): number {
   if (o.denseDC) {
     const rest = fusedBackwardWorkspaceBytes({ ...o, denseDC: false });
-    return rest + (denseDCPlanFor(o)?.tailBytes ?? 0);
+    const shared = o.denseShared ? denseSharedPlanFor(o)?.tailBytes ?? 0 : 0;
+    return rest + Math.max(denseDCPlanFor(o)?.tailBytes ?? 0, shared);
   }
   const { spec, opts, tile, layout } = o;
   const limit = layout.maxBindingBytes;
@@ -414,6 +418,25 @@ export function fusedBackwardWorkspaceBytes(o: {
 export function denseDCPlanFor(
   o: Parameters<typeof fusedBackwardWorkspaceBytes>[0],
 ): DenseDCPlan | undefined {
+  const inputs = _denseDCPlanInputs(o);
+  return inputs && denseDCPlan(inputs);
+}
+
+/**
+ * The dense backward sharing G's chunks for a backward's options (kernels/fused/dense_shared.ts),
+ * or undefined where it cannot apply: where the dense dC cannot, or its phases do not fit.
+ */
+export function denseSharedPlanFor(
+  o: Parameters<typeof fusedBackwardWorkspaceBytes>[0],
+): DenseSharedPlan | undefined {
+  const inputs = _denseDCPlanInputs(o);
+  if (!inputs) return undefined;
+  // dE's f32 accumulator at the start of dC's storage with 16-bit gradients in place
+  const accBytes = inputs.outBytes === 2 ? o.spec.n * o.spec.d * 4 : 0;
+  return denseSharedPlan({ ...inputs, accBytes });
+}
+
+function _denseDCPlanInputs(o: Parameters<typeof fusedBackwardWorkspaceBytes>[0]) {
   const { spec, layout } = o;
   const limit = layout.maxBindingBytes;
   const perIn = _rowsPer(limit, spec.dtype, spec.d);
@@ -425,7 +448,7 @@ export function denseDCPlanFor(
     !single(layout.e, spec.n, perIn) || !single(layout.c, spec.v, perIn) ||
     !single(undefined, spec.v, gradRowsPerBinding(limit, spec.d, out16))
   ) return undefined;
-  return denseDCPlan({
+  return {
     n: spec.n,
     v: spec.v,
     d: spec.d,
@@ -439,7 +462,7 @@ export function denseDCPlanFor(
     }),
     maxBindingBytes: limit,
     maxTailRows: o.denseDCTailRows,
-  });
+  };
 }
 
 /** The gradient tensors of one record. */

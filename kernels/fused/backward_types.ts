@@ -116,6 +116,12 @@ export interface FusedBackwardOptions {
    * Default `auto` (kernels/fused/filter_sample.ts).
    */
   filterSample?: DenseMode;
+  /**
+   * Where both dense paths are the GEMM core's (no `denseDEPath` or `denseDCPath`) and both are
+   * taken: one G a vocabulary chunk for both products (`auto`, kernels/fused/dense_shared.ts), or
+   * `never` (each path recomputes its own). Default `auto`.
+   */
+  denseShared?: "auto" | "never";
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */
   denseDETile?: GemmTile;
   /**
@@ -204,6 +210,12 @@ export interface FusedBackwardStats {
   denseDE?: number;
   /** 1 where the last record's dC took the dense path, 0 where the kept tiles' (with one). */
   denseDC?: number;
+  /**
+   * Where the last record recorded the dense backward sharing G (FusedBackwardOptions.denseShared):
+   * 1 where both gradients came from it (kernels/fused/dense_shared.ts; denseDE and denseDC are
+   * then 1), 0 where not.
+   */
+  denseShared?: number;
   /** 1 where the last record refined the tile map's mask, 0 where not (with a refine). */
   mapRefined?: number;
   /**

@@ -57,9 +57,11 @@ import { prepareMatmul, rowView } from "../matmul.ts";
 import { type GemmTile } from "../gemm_codegen.ts";
 import { TILE_HW_TT, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
 import { DENSE_DE_TILE_HW } from "./dense_de.ts";
+import type { DenseSharedPlan } from "./dense_shared.ts";
 import {
   type DenseMode,
   type DensePathArgs,
+  type DenseShare,
   type PreparedDenseDecision,
   prepareDenseDecision,
 } from "./dense_decision.ts";
@@ -101,12 +103,16 @@ export const DENSE_DC_MAX_CHUNKS = 32;
 
 /** The dense dC's chunks, from the last vocabulary row down, and its tail. */
 export interface DenseDCPlan {
-  /** Rows [0, tailRows) form the last chunk, its G in the tail workspace. */
+  /** Rows [floor, floor + tailRows) form the last chunk, its G in the tail workspace. */
   tailRows: number;
   /** Bytes of the tail workspace (n·min(tailRows, |V|) of dC's elements, padded to 16). */
   tailBytes: number;
-  /** Every chunk [v0, v1), the first at the top; the last is [0, v1 ≤ tailRows). */
+  /** Every chunk [v0, v1), the first at the top; the last is [floor, v1 ≤ floor + tailRows). */
   chunks: [number, number][];
+  /** Rows below the chunks, not theirs (a dense backward sharing G: dE's accumulator); 0. */
+  floor: number;
+  /** Rows a chunk's boundary is a multiple of (binding offsets, whole 16-row groups). */
+  q: number;
 }
 
 const _gcd = (a: number, b: number): number => (b === 0 ? a : _gcd(b, a % b));
@@ -128,8 +134,14 @@ export function denseDCPlan(o: {
   maxBindingBytes: number;
   /** The tail's rows at most (tests: more chunks at small shapes). */
   maxTailRows?: number;
+  /**
+   * Rows [0, floor) are not the plan's (a multiple of the plan's q): the chunks cover [floor, v),
+   * each one's G at the floor (kernels/fused/dense_shared.ts). Default 0.
+   */
+  floor?: number;
 }): DenseDCPlan | undefined {
   const { n, v, d, outBytes } = o;
+  const f = o.floor ?? 0;
   const rowBytes = d * outBytes;
   // chunk boundaries at binding offsets and chunks of whole 16-row groups, so that the products
   // take their 16-byte loads and stores (G's row stride is the chunk's width): multiples of q
@@ -141,23 +153,24 @@ export function denseDCPlan(o: {
   const gRow = n * (o.gBytes ?? outBytes);
   const fit = Math.min(Math.floor(budget / gRow), o.maxTailRows ?? Infinity);
   const tailRows = Math.floor(fit / q) * q;
-  if (tailRows < Math.min(v, _MIN_TAIL)) return undefined;
+  if (f % q !== 0 || f >= v) return undefined;
+  if (tailRows < Math.min(v - f, _MIN_TAIL)) return undefined;
   const gBytes = (rows: number) => Math.ceil((gRow * rows) / 16) * 16;
   const maxRows = Math.floor(o.maxBindingBytes / gRow);
   const chunks: [number, number][] = [];
   let v1 = v;
-  while (v1 > tailRows) {
-    // the lowest v0 whose rows below hold the chunk's G, on a binding offset
-    let v0 = Math.ceil((v1 * gRow) / (gRow + rowBytes) / q) * q;
-    while (v0 < v1 && gBytes(v1 - v0) > v0 * rowBytes) v0 += q;
-    v0 = Math.max(v0, tailRows, v1 - Math.floor(maxRows / q) * q);
+  while (v1 > f + tailRows) {
+    // the lowest v0 whose rows between the floor and it hold the chunk's G, on a binding offset
+    let v0 = Math.ceil((v1 * gRow + f * rowBytes) / (gRow + rowBytes) / q) * q;
+    while (v0 < v1 && gBytes(v1 - v0) > (v0 - f) * rowBytes) v0 += q;
+    v0 = Math.max(v0, f + tailRows, v1 - Math.floor(maxRows / q) * q);
     if (v0 >= v1) return undefined;
     chunks.push([v0, v1]);
     v1 = v0;
   }
-  chunks.push([0, v1]);
+  chunks.push([f, v1]);
   if (chunks.length > DENSE_DC_MAX_CHUNKS) return undefined;
-  return { tailRows, tailBytes: gBytes(Math.min(tailRows, v)), chunks };
+  return { tailRows, tailBytes: gBytes(Math.min(tailRows, v - f)), chunks, floor: f, q };
 }
 
 /** What a record of the dense path reads (see {@link PreparedDenseDC.record}). */
@@ -206,10 +219,39 @@ export interface PreparedDenseDC {
    * true; or returns false having recorded nothing where the dense path does not apply (E, C or
    * dC over several bindings): the caller then records `filtered` alone, ungated.
    */
-  record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean;
+  record(
+    a: DenseDCArgs,
+    filtered: (gated: (fn: () => void) => void) => void,
+    shared?: DenseSharedRecord,
+  ): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
+  /** Whether it took the dense backward sharing G (kernels/fused/dense_shared.ts; absent: never). */
+  shared?(): Promise<boolean>;
+  /**
+   * The shared path's record for these arguments, where prepared with its plan and it applies
+   * (dE's accumulator `dE` where the plan's floor says; `dEShare` the dense dE decision's mode and
+   * threshold); undefined else.
+   */
+  sharing?(
+    a: DenseDCArgs & { dE: DeviceTensor; dEShare: DenseShare },
+  ): DenseSharedRecord | undefined;
   release(): void;
+}
+
+/**
+ * A dense backward sharing G, for one record (kernels/fused/dense_shared.ts): `dEPhases` (A and
+ * B, recorded under the dense dE decision's flag 2, before dE's cast), `dCPhase` (D, under the
+ * dense dC decision's flag 2), and the tail workspace both take, which the dense dC takes too.
+ */
+export interface DenseSharedRecord {
+  /** What the dense dE decision is given: the dense dC's mode and threshold. */
+  share: DenseShare;
+  /** What the dense dC decision is given: the dense dE's. */
+  dCShare: DenseShare;
+  tail: TrackedBuffer;
+  dEPhases(): void;
+  dCPhase(): void;
 }
 
 /**
@@ -229,20 +271,22 @@ export function beginDenseDC(
   },
   a: DenseDCArgs,
   filtered: (gated: (fn: () => void) => void) => void,
+  shared?: DenseSharedRecord,
 ): { plan: DenseDCPlan; dCBuf: TrackedBuffer; tail: TrackedBuffer } | undefined {
   const { plan, decision } = o;
   o.prepared.lastChunks = 0;
   if (!plan || !denseDCApplies(o, a)) return undefined;
   const dCBuf = a.dC.shards[0].buffer;
   const { rec } = a;
-  decision.record(a);
+  decision.record(a, 0, shared?.dCShare);
   filtered((fn) => decision.under(rec, 0, fn));
-  const tail = ctx.createBuffer({
+  // the shared path's tail where it is recorded (the largest of the plans' tails)
+  const tail = shared?.tail ?? ctx.createBuffer({
     size: plan.tailBytes,
     role: "workspace",
     label: "dense dC tail",
   });
-  rec.release(tail);
+  if (!shared) rec.release(tail);
   o.prepared.lastChunks = plan.chunks.length;
   return { plan, dCBuf, tail };
 }
@@ -308,6 +352,8 @@ export async function prepareDenseDC(
     /** The chunks ({@link denseDCPlan}), or undefined where the path cannot apply. */
     plan: DenseDCPlan | undefined;
     tuning?: DenseDCTuning;
+    /** The dense backward sharing G's plan, where it is recorded (kernels/fused/dense_shared.ts). */
+    shared?: DenseSharedPlan;
   },
 ): Promise<PreparedDenseDC> {
   const { spec, opts } = o;
@@ -345,85 +391,194 @@ export async function prepareDenseDC(
   const smallTile = t.smallTile ?? (hw ? DENSE_DE_TILE_HW : TILE_SMALL);
   const smallBelow = t.smallBelow ?? (hw ? DENSE_DC_SMALL_BELOW : 0);
   const maxSplit = t.smallSplit ?? DENSE_DC_SMALL_SPLIT;
-  const small = o.plan?.chunks.some(([v0, v1]) => v1 - v0 < smallBelow)
+  const chunkLists = [o.plan?.chunks, o.shared?.shared.chunks, o.shared?.dC?.chunks];
+  const small = chunkLists.some((l) => l?.some(([v0, v1]) => v1 - v0 < smallBelow))
     ? await products(smallTile, smallTile)
     : large;
-  const prepared = {
+  // the shared path's dE product (kernels/fused/dense_shared.ts): G·C[chunk] into dE's f32
+  // accumulator, G read through a writable binding of dC's storage
+  const shared = o.shared;
+  const dEMm = shared
+    ? await prepareMatmul(ctx, {
+      tile: hw ? DENSE_DE_TILE_HW : TILE_SMALL,
+      aDtype: gDtype,
+      bDtype: spec.dtype,
+      aTrans: false,
+      bTrans: true,
+      aReadWrite: true,
+    })
+    : undefined;
+  const bytes = elementBytes(o.outDtype), rowBytes = spec.d * bytes;
+  /** A chunk's work: G at byte `gAt` of dC's storage or in the tail, then dE and/or dC. */
+  type Work = {
+    v0: number;
+    v1: number;
+    inTail: boolean;
+    gAt: number;
+    dE?: { acc: DeviceTensor; first: boolean };
+    dC: boolean;
+    split: number;
+    dispatches: number;
+  };
+  // split-K of the dC product where small, the partials in the tail (an f32 dC: slices after
+  // the first; a 16-bit one: every slice), except the tail's own chunk
+  const work = (
+    chunks: [number, number][],
+    w: { tailBytes: number; floor: number; dE?: DeviceTensor; dC: boolean; firstDE?: boolean },
+  ): Work[] =>
+    chunks.map(([v0, v1], i) => {
+      const cols = v1 - v0, first = o.outDtype === "f32" ? 1 : 0;
+      const fit = first + Math.floor(w.tailBytes / (cols * spec.d * 4));
+      const inTail = w.dC && v0 === w.floor;
+      const split = w.dC && cols < smallBelow && !inTail ? Math.max(1, Math.min(maxSplit, fit)) : 1;
+      const dE = w.dE ? { acc: w.dE, first: w.firstDE === true && i === 0 } : undefined;
+      // dispatches: G, the products, and a split product's sum
+      const dispatches = 1 + (dE ? 1 : 0) + (w.dC ? 1 : 0) + (split > 1 ? 1 : 0);
+      return { v0, v1, inTail, gAt: w.floor * rowBytes, dE, dC: w.dC, split, dispatches };
+    });
+  const record = (
+    a: DenseDCArgs,
+    bufs: { dCBuf: TrackedBuffer; tail: TrackedBuffer },
+    items: Work[],
+    label: string,
+  ) => {
+    const { n } = spec, { rec } = a, { dCBuf, tail } = bufs;
+    const onDC = (offset: number, rows: number, cols: number) =>
+      tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {
+        dtype: gDtype,
+        rows,
+        cols,
+        label: "dense dC chunk",
+        role: "workspace",
+      });
+    const chunk = (c: Work, pass?: PassEncoder) => {
+      const { v0, v1 } = c, cols = v1 - v0;
+      // with `perProduct` each product in a pass of its own, labelled with the chunk's rows
+      const inPass = (what: string, fn: (p: PassEncoder) => void) =>
+        pass ? fn(pass) : rec.pass(`${label} ${what} (${cols} rows)`, fn);
+      const g = c.inTail
+        ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
+          dtype: gDtype,
+          rows: n,
+          cols,
+          label: "dense dC tail",
+          role: "workspace",
+        })
+        : onDC(c.gAt, n, cols);
+      const [zMm, dCMm] = cols < smallBelow ? small : large;
+      const { targets, lse, w } = a;
+      inPass("G", (pass) =>
+        zMm.record(rec, {
+          a: { tensor: a.e, trans: false },
+          b: { view: rowView(a.c, v0, v1), trans: false },
+          out: g,
+          splitK: 1,
+          epilogue: { targets, lse, w, col0: v0 },
+          pass,
+        }));
+      if (c.dE) {
+        const { acc, first } = c.dE;
+        inPass("dE product", (pass) =>
+          dEMm!.record(rec, {
+            a: { tensor: g, trans: false },
+            b: { view: rowView(a.c, v0, v1), trans: true },
+            out: acc,
+            accumulate: !first,
+            splitK: 1,
+            pass,
+          }));
+      }
+      if (!c.dC) return;
+      const out = onDC(v0 * rowBytes, cols, spec.d);
+      inPass("product", (pass) =>
+        dCMm.record(rec, {
+          a: { tensor: g, trans: true },
+          b: { tensor: a.e, trans: true },
+          out,
+          splitK: c.split,
+          workspace: tail,
+          pass,
+        }));
+    };
+    if (t.perProduct) {
+      for (const c of items) chunk(c);
+      return;
+    }
+    recordGatedPasses(rec, label, items, (c) => c.dispatches, chunk);
+  };
+  const prepared: PreparedDenseDC = {
     lastChunks: 0,
     above: decision.above,
     applies: (a: DenseDCArgs) => denseDCApplies(o, a),
-    record(a: DenseDCArgs, filtered: (gated: (fn: () => void) => void) => void): boolean {
-      const { n } = spec;
-      const begun = beginDenseDC(ctx, { ...o, decision, prepared }, a, filtered);
+    record(a, filtered, sharedRecord) {
+      const begun = beginDenseDC(ctx, { ...o, decision, prepared }, a, filtered, sharedRecord);
       if (!begun) return false;
-      const { plan, dCBuf, tail } = begun;
-      const { rec } = a;
-      const onDC = (offset: number, rows: number, cols: number) =>
-        tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset }, {
-          dtype: gDtype,
-          rows,
-          cols,
-          label: "dense dC chunk",
-          role: "workspace",
-        });
-      const bytes = elementBytes(o.outDtype);
-      // split-K of the dC product where small, the partials in the tail (an f32 dC: slices
-      // after the first; a 16-bit one: every slice)
-      const work = plan.chunks.map(([v0, v1]) => {
-        const cols = v1 - v0, first = o.outDtype === "f32" ? 1 : 0;
-        const fit = first + Math.floor(plan.tailBytes / (cols * spec.d * 4));
-        const split = cols < smallBelow && v0 > 0 ? Math.max(1, Math.min(maxSplit, fit)) : 1;
-        // dispatches: the two products, and a split product's sum
-        return { v0, v1, split, dispatches: split > 1 ? 3 : 2 };
-      });
-      const chunk = (c: (typeof work)[number], shared?: PassEncoder) => {
-        const { v0, v1 } = c, cols = v1 - v0;
-        // with `perProduct` each product in a pass of its own, labelled with the chunk's rows
-        const inPass = (what: string, fn: (p: PassEncoder) => void) =>
-          shared ? fn(shared) : rec.pass(`dense dC ${what} (${cols} rows)`, fn);
-        const g = v0 === 0
-          ? tensorOnBuffer(ctx, { buffer: tail.buffer }, {
-            dtype: gDtype,
-            rows: n,
-            cols,
-            label: "dense dC tail",
-            role: "workspace",
-          })
-          : onDC(0, n, cols);
-        const [zMm, dCMm] = cols < smallBelow ? small : large;
-        const { targets, lse, w } = a;
-        inPass("G", (pass) =>
-          zMm.record(rec, {
-            a: { tensor: a.e, trans: false },
-            b: { view: rowView(a.c, v0, v1), trans: false },
-            out: g,
-            splitK: 1,
-            epilogue: { targets, lse, w, col0: v0 },
-            pass,
-          }));
-        const out = onDC(v0 * spec.d * bytes, cols, spec.d);
-        inPass("product", (pass) =>
-          dCMm.record(rec, {
-            a: { tensor: g, trans: true },
-            b: { tensor: a.e, trans: true },
-            out,
-            splitK: c.split,
-            workspace: tail,
-            pass,
-          }));
-      };
-      decision.under(rec, 1, () => {
-        if (t.perProduct) {
-          for (const c of work) chunk(c);
-          return;
-        }
-        recordGatedPasses(rec, "dense dC", work, (c) => c.dispatches, chunk);
-      });
+      const { plan } = begun;
+      const items = work(plan.chunks, { tailBytes: plan.tailBytes, floor: 0, dC: true });
+      decision.under(a.rec, 1, () => record(a, begun, items, "dense dC"));
+      if (sharedRecord) decision.under(a.rec, 2, sharedRecord.dCPhase);
       return true;
     },
     took() {
       return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.took();
     },
+    shared() {
+      return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.shared();
+    },
+    sharing: shared && o.plan
+      ? (a) => {
+        const sp = shared;
+        if (!denseDCApplies(o, a) || a.dE.shards.length !== 1) return undefined;
+        // dE's accumulator at the start of dC's storage where the plan's floor says, else apart
+        const acc = a.dE.shards[0], dCBuf = a.dC.shards[0].buffer;
+        const inDC = acc.buffer.buffer === dCBuf.buffer;
+        if (inDC !== sp.floor > 0 || (inDC && (acc.buffer.offset !== 0 || acc.rowStart !== 0))) {
+          return undefined;
+        }
+        if (inDC && acc.rows * spec.d * 4 > sp.floor * rowBytes) return undefined;
+        // the accumulator as a binding of its own bytes, beside G's in the same buffer
+        const dE = inDC
+          ? tensorOnBuffer(ctx, { buffer: dCBuf.buffer, offset: 0 }, {
+            dtype: "f32",
+            rows: acc.rows,
+            cols: spec.d,
+            label: "dE accumulator",
+            role: "workspace",
+          })
+          : a.dE;
+        const tail = ctx.createBuffer({
+          size: Math.max(sp.tailBytes, o.plan!.tailBytes),
+          role: "workspace",
+          label: "dense dC tail",
+        });
+        a.rec.release(tail);
+        const bufs = { dCBuf, tail };
+        const first = work(sp.dEChunks, {
+          tailBytes: 0,
+          floor: sp.floor,
+          dE,
+          dC: false,
+          firstDE: true,
+        });
+        const both = work(sp.shared.chunks, {
+          tailBytes: sp.shared.tailBytes,
+          floor: sp.floor,
+          dE,
+          dC: true,
+          firstDE: sp.floor === 0,
+        });
+        const last = sp.dC
+          ? work(sp.dC.chunks, { tailBytes: sp.dC.tailBytes, floor: 0, dC: true })
+          : [];
+        return {
+          share: { mode: o.mode, above: DENSE_DC_ABOVE },
+          dCShare: a.dEShare,
+          tail,
+          dEPhases: () => record(a, bufs, [...first, ...both], "dense shared"),
+          dCPhase: () => record(a, bufs, last, "dense shared dC"),
+        };
+      }
+      : undefined,
     release() {
       decision.release();
     },

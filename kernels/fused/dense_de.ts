@@ -48,7 +48,12 @@ import { TILE_HW_8X16, TILE_HW_WIDE, TILE_SMALL } from "../gemm_tiles.ts";
 import { vecWidth } from "../wgsl_common.ts";
 import { prepareLogitGrad } from "../logit_grad.ts";
 import { type BackwardGradients, dCScratch } from "./backward_plan.ts";
-import { type DenseMode, type DensePathArgs, prepareDenseDecision } from "./dense_decision.ts";
+import {
+  type DenseMode,
+  type DensePathArgs,
+  type DenseShare,
+  prepareDenseDecision,
+} from "./dense_decision.ts";
 
 /**
  * The kept fraction above which the dense path is taken (`auto`). From an H200 at 4096 × 24,576 ×
@@ -138,6 +143,8 @@ export function denseDEChunk(
   });
 }
 
+type SharedArg = { share: DenseShare; fn: () => void };
+
 /** The compiled dense path. */
 export interface PreparedDenseDE {
   /** Vocabulary rows a chunk holds in the last record (0 where the path did not apply). */
@@ -155,9 +162,15 @@ export interface PreparedDenseDE {
    * Records the decision, `filtered` (the kept tiles' dE) under the flag's 0 and the dense path
    * under its 1, and returns true; or returns false having recorded nothing where the dense path
    * does not apply (E or C over several bindings, too little free storage): the caller then
-   * records the filtered path alone.
+   * records the filtered path alone. With `shared` (the FMA family's), the decision's flag is 2
+   * where the other path is dense too, and `shared.fn` is recorded under it
+   * (kernels/fused/dense_shared.ts).
    */
-  record(a: DenseDEArgs, filtered: () => void): boolean;
+  record(
+    a: DenseDEArgs,
+    filtered: () => void,
+    shared?: { share: DenseShare; fn: () => void },
+  ): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
   release(): void;
@@ -236,7 +249,7 @@ export async function prepareDenseDE(
     lastChunkRows: 0,
     above: decision.above,
     applies: (a: DenseDEArgs) => applies(denseDEChunks(ctx, a, spec)),
-    record(a: DenseDEArgs, filtered: () => void): boolean {
+    record(a: DenseDEArgs, filtered: () => void, shared?: SharedArg): boolean {
       prepared.lastChunkRows = 0;
       const { n, v, d } = spec;
       const chunks = denseDEChunks(ctx, a, spec);
@@ -244,8 +257,9 @@ export async function prepareDenseDE(
       const { free, start, vc } = chunks;
       prepared.lastChunkRows = vc;
       const { rec } = a;
-      decision.record(a);
+      decision.record(a, 0, shared?.share);
       decision.under(rec, 0, filtered);
+      if (shared) decision.under(rec, 2, shared.fn);
       // three dispatches a chunk, in as few gated passes as they fit
       const starts = Array.from({ length: Math.ceil(v / vc) }, (_, i) => i * vc);
       decision.under(rec, 1, () => {

@@ -37,6 +37,8 @@ export const DENSE_DECISION_SIG = signature({
     above: "f32",
     fewer: "u32",
     sampleOf: "u32",
+    shareMode: "u32",
+    shareAbove: "f32",
   },
   bindings: {
     counter: { elem: "u32", access: "read_write" },
@@ -51,7 +53,9 @@ export const DENSE_DECISION_SIG = signature({
  * the filter stopped after its sample (counter[4] = 1, kernels/fused/filter_sample.ts), the dense
  * path, and flag[1] the sample's estimate (counter[5]). As the sample's own decision (`sampleOf`
  * every tile, `total` the sample's), where it takes the dense paths it sets counter[4] = 1 and
- * counter[5] = the sample's count scaled to every tile.
+ * counter[5] = the sample's count scaled to every tile. Where a dense backward sharing its G is
+ * recorded (`shareMode` 1: the other path by its threshold `shareAbove`, 2: the other path always
+ * dense; kernels/fused/dense_shared.ts), flag[0] = 2 where both paths are dense.
  */
 export function denseDecisionWgsl(): string {
   return `${DENSE_DECISION_SIG.wgsl}
@@ -72,10 +76,22 @@ fn main() {
     counter[4] = 1u;
     counter[5] = kept;
   }
-  flag[0] = select(0u, 1u, dense);
+  // both dense paths (this one and the other, by the other's mode and threshold): the shared one
+  let other = P.shareMode == 2u || counter[4] == 1u ||
+    (P.shareMode == 1u && f32(kept) > P.shareAbove * f32(P.total));
+  flag[0] = select(0u, select(1u, 2u, P.shareMode > 0u && other), dense);
   flag[1] = kept;
 }
 `;
+}
+
+/**
+ * The other dense path's decision, where a dense backward sharing G is recorded: its mode and its
+ * threshold (flag[0] = 2 where both are dense).
+ */
+export interface DenseShare {
+  mode: Exclude<DenseMode, "never">;
+  above: number;
 }
 
 /** What a dense path reads (each adds where it writes). */
@@ -102,16 +118,20 @@ export interface PreparedDenseDecision {
   readonly above: number;
   /**
    * Records pass `<name> decision`, which writes the flag; with `sampleOf` (every tile), as the
-   * filter's sample's decision over `a.tiles` sampled tiles (see {@link denseDecisionWgsl}).
+   * filter's sample's decision over `a.tiles` sampled tiles; with `share`, flag 2 where the other
+   * path is dense too (see {@link denseDecisionWgsl}).
    */
   record(
     a: Pick<DensePathArgs, "rec" | "counter" | "tiles" | "sortDecided">,
     sampleOf?: number,
+    share?: DenseShare,
   ): void;
   /** Records `fn` with every dispatch gated: its work done only where the flag is `want`. */
-  under(rec: Recorder, want: 0 | 1, fn: () => void): void;
-  /** Whether the last decision recorded took the dense path (reads the flag back). */
+  under(rec: Recorder, want: 0 | 1 | 2, fn: () => void): void;
+  /** Whether the last decision recorded took the dense path, shared or not (reads the flag back). */
   took(): Promise<boolean>;
+  /** Whether it took the shared dense path (flag 2). */
+  shared(): Promise<boolean>;
   /** That and the kept count the decision read, in one read back. */
   state(): Promise<{ took: boolean; kept: number }>;
   release(): void;
@@ -142,7 +162,7 @@ export async function prepareDenseDecision(
   const fb = flag.shards[0].buffer;
   return {
     above: o.above,
-    record(a, sampleOf = 0) {
+    record(a, sampleOf = 0, share) {
       const { rec } = a;
       rec.pass(label, (p) => {
         const params = {
@@ -152,6 +172,8 @@ export async function prepareDenseDecision(
           above: o.above,
           fewer: o.fewer ?? 0,
           sampleOf,
+          shareMode: share ? (share.mode === "always" ? 2 : 1) : 0,
+          shareAbove: share?.above ?? 0,
         };
         p.dispatch(decide.pipeline, decide.bind(rec, params, { counter: a.counter, flag: fb }), 1);
       });
@@ -160,11 +182,15 @@ export async function prepareDenseDecision(
       gate.under(rec, { flag: fb, want }, fn);
     },
     async took() {
-      return (await download(ctx, flag))[0] === 1;
+      const f = (await download(ctx, flag))[0];
+      return f === 1 || f === 2;
+    },
+    async shared() {
+      return (await download(ctx, flag))[0] === 2;
     },
     async state() {
       const f = await download(ctx, flag);
-      return { took: f[0] === 1, kept: f[1] };
+      return { took: f[0] === 1 || f[0] === 2, kept: f[1] };
     },
     release() {
       flag.destroy();
