@@ -164,7 +164,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterSample: eps !== null && (!mapTile || mapRefine?.full) && o.filterSample !== "never"
       ? o.filterSample ?? "auto"
       : undefined,
-    denseShared: o.denseShared !== "never" && o.denseDEPath === undefined &&
+    denseShared: o.denseShared === "auto" && o.denseDEPath === undefined &&
       o.denseDCPath === undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,

@@ -119,7 +119,8 @@ export interface FusedBackwardOptions {
   /**
    * Where both dense paths are the GEMM core's (no `denseDEPath` or `denseDCPath`) and both are
    * taken: one G a vocabulary chunk for both products (`auto`, kernels/fused/dense_shared.ts), or
-   * `never` (each path recomputes its own). Default `auto`.
+   * `never` (each path recomputes its own). Default `never`: checked against float64, not yet
+   * timed on hardware.
    */
   denseShared?: "auto" | "never";
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */

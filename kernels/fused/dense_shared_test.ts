@@ -95,11 +95,13 @@ Deno.test({
         ...b,
         denseDE: "always",
         denseDC: "always",
+        denseShared: "auto",
         denseDCTailRows: cs.tail,
         denseDCTuning: cs.smallBelow === undefined ? undefined : { smallBelow: cs.smallBelow },
       } as const;
       const shared = await runBackward(ctx, x, o, cs.dtype, forced);
-      const apart = await runBackward(ctx, x, o, cs.dtype, { ...forced, denseShared: "never" });
+      // by default each dense path recomputes its own G
+      const apart = await runBackward(ctx, x, o, cs.dtype, { ...forced, denseShared: undefined });
       const tag = JSON.stringify(cs), s = shared.got.stats;
       assert.equal(s.denseShared, 1, `${tag}: the shared path taken`);
       assert.equal(s.denseDE, 1, `${tag}: dE dense`);
@@ -139,7 +141,13 @@ Deno.test({
     const flat = caseInputs({ n: 70, v: 1031, d: 40, dtype: "bf16", beta: 0.1, seed: 150 });
     const base = caseInputs({ n: 70, v: 1031, d: 40, dtype: "f32", beta: 0.1, seed: 151 });
     const peaked = peakedInputs(base, { hot: [5, 6, 7], logit: 60, ignoreEvery: 9 });
-    const auto = { ...b, denseDE: "auto", denseDC: "auto", denseDCTailRows: 80 } as const;
+    const auto = {
+      ...b,
+      denseDE: "auto",
+      denseDC: "auto",
+      denseShared: "auto",
+      denseDCTailRows: 80,
+    } as const;
     for (
       const [name, x, dtype, taken] of [["flat", flat, "bf16", 1], [
         "peaked",
