@@ -143,6 +143,7 @@ export function denseDEChunk(
   });
 }
 
+/** The dense backward sharing G's part in a dense dE record: the other path's decision, A and B. */
 type SharedArg = { share: DenseShare; fn: () => void };
 
 /** The compiled dense path. */
@@ -166,11 +167,7 @@ export interface PreparedDenseDE {
    * where the other path is dense too, and `shared.fn` is recorded under it
    * (kernels/fused/dense_shared.ts).
    */
-  record(
-    a: DenseDEArgs,
-    filtered: () => void,
-    shared?: { share: DenseShare; fn: () => void },
-  ): boolean;
+  record(a: DenseDEArgs, filtered: () => void, shared?: SharedArg): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
   release(): void;
