@@ -104,6 +104,7 @@ export interface FusedKernelOptions {
     | "denseDCTuning"
     | "denseDCTailRows"
     | "filterSample"
+    | "denseShared"
     | "dCSplit"
     | "dCProduct"
     | "dCStage2d"
