@@ -304,6 +304,12 @@ export type BackwardRun = Awaited<ReturnType<typeof runBackward>>;
 /** A case of {@link assertDensePath}: a parity case, |V| (default 1031), more backward options. */
 export type DensePathCase = GradCase & { v?: number; extra?: Partial<BackwardCase> };
 
+/** A dense-path case's inputs: n = 70, |V| 1031 unless given, 20% of the rows ignored. */
+export function densePathInputs(cs: DensePathCase, seed: number): HostInputs {
+  const { d, dtype, beta } = cs;
+  return caseInputs({ n: 70, v: cs.v ?? 1031, d, dtype, beta, ignoreFraction: 0.2, seed });
+}
+
 /**
  * Asserts a dense path (`path` "denseDE" or "denseDC") forced on against the kept tiles' (forced
  * off) for each case at odd shapes (n = 70, 20% ignored rows, inputs from seed `seed` + the
@@ -327,15 +333,7 @@ export async function assertDensePath(
   const grad = o.path === "denseDE" ? "dE" : "dC", other = grad === "dE" ? "dC" : "dE";
   for (const [i, cs] of o.cases.entries()) {
     const { o: opts, b: base } = gradCaseOptions(cs);
-    const x = caseInputs({
-      n: 70,
-      v: cs.v ?? 1031,
-      d: cs.d,
-      dtype: cs.dtype,
-      beta: cs.beta,
-      ignoreFraction: 0.2,
-      seed: o.seed + i,
-    });
+    const x = densePathInputs(cs, o.seed + i);
     const b = { ...base, ...cs.extra };
     const dense = await runBackward(ctx, x, opts, cs.dtype, { ...b, [o.path]: "always" });
     const kept = await runBackward(ctx, x, opts, cs.dtype, { ...b, [o.path]: "never" });

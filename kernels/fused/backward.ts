@@ -351,16 +351,17 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     if (!gathered) recordDEPass({ ...base, ...g, kernel: pipes.dEPass, sliceRows, splits, bounds });
   };
   const { counter } = r;
-  // both dense paths the GEMM core's: one G for both where both are taken (dense_shared.ts)
-  const dEShare = { mode: p.denseDE ?? "auto", above: pipes.dense?.above ?? 1 } as const;
-  const sharing = m.mask && counter && pipes.dense?.applies({ ..._densePathArgs(r), grads: g })
-    ? pipes.denseDC?.sharing?.({ ..._densePathArgs(r), dC: g.dC, dE: g.dE, dEShare })
+  // both dense paths the GEMM core's: one G for both where both are taken (dense_shared.ts);
+  // each decision is given the other's mode and threshold
+  const { dense: dE, denseDC: dC } = pipes;
+  const sharing = m.mask && counter && dE?.applies({ ..._densePathArgs(r), grads: g })
+    ? dC?.sharing?.({ ..._densePathArgs(r), dC: g.dC, dE: g.dE })
     : undefined;
   r.shared = sharing !== undefined;
-  const dense = m.mask && counter && pipes.dense?.record(
+  const dense = m.mask && counter && dE?.record(
     { ..._densePathArgs(r), grads: g },
     keptDE,
-    sharing && { share: sharing.share, fn: sharing.dEPhases },
+    sharing && { share: { mode: p.denseDC!, above: dC!.above }, fn: sharing.dEPhases },
   );
   if (!dense) keptDE();
   if (pipes.reduce) {
@@ -428,7 +429,11 @@ function _recordGradients(r: _Record, m: _Masks, bounds: TrackedBuffer | undefin
     pipes.corrections.record(rec, { ...exact, ...scatter, scatterUnder: gated });
   };
   const denseDC = m.mask && counter &&
-    pipes.denseDC?.record({ ..._densePathArgs(r), dC: g.dC }, keptDC, sharing);
+    pipes.denseDC?.record(
+      { ..._densePathArgs(r), dC: g.dC },
+      keptDC,
+      sharing && { share: { mode: p.denseDE!, above: dE!.above }, record: sharing },
+    );
   if (!denseDC) keptDC((fn) => fn());
   if (pipes.cast && g.dC !== g.dCOut) pipes.cast.record(rec, { src: g.dC, dst: g.dCOut });
 }
@@ -454,12 +459,10 @@ export async function prepareFusedBackward(
     denseDC,
     denseDCTailRows: o.denseDCTailRows,
     denseDCGBytes: o.denseDCPath?.gBytes,
-    denseShared: p.denseShared && p.denseDE !== undefined,
+    denseShared: p.denseShared,
   });
   const denseDCPlan = p.denseDC ? denseDCPlanFor(workspace({}, true)) : undefined;
-  const sharedPlan = p.denseDC && p.denseShared
-    ? denseSharedPlanFor(workspace({}, true))
-    : undefined;
+  const sharedPlan = p.denseShared ? denseSharedPlanFor(workspace({}, true)) : undefined;
   const pipes = await compileBackward(ctx, p, denseDCPlan, sharedPlan);
   const counter = p.eps !== null
     ? createTensor(ctx, {
@@ -532,15 +535,17 @@ export async function prepareFusedBackward(
       const map = refine
         ? { mapRefined: refine.refined ? 1 : 0, mapKeptTiles: refine.mapKept }
         : {};
+      // where the shared path was recorded its flag says both (2: shared, 1: dense dC alone)
+      const sharedTook = lastShared && (await pipes.denseDC!.shared!());
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
-        ? { denseDC: (await pipes.denseDC.took()) ? 1 : 0 }
+        ? { denseDC: sharedTook || (await pipes.denseDC.took()) ? 1 : 0 }
         : {};
       // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once,
       // or as another kernel family's path says
       const own = p.dCInPlace ? 2 : p.out16 ? 1 : 0;
       if (dC.denseDC === 1) roundings.dC = pipes.denseDC!.dCRoundings ?? own;
       // the shared path: dE from G in dC's element type, rounded as dC's G is
-      const shared = lastShared ? { denseShared: (await pipes.denseDC!.shared!()) ? 1 : 0 } : {};
+      const shared = lastShared ? { denseShared: sharedTook ? 1 : 0 } : {};
       if (shared.denseShared === 1) roundings.dE = own;
       return { ...stats, ...split, ...dE, ...dC, ...shared, ...map };
     },

@@ -87,7 +87,7 @@ export interface BackwardOptionsPlan {
   denseDCPath?: DenseDCPath;
   /** The filter's sample where it may be recorded (both dense paths recorded; filter_sample.ts). */
   filterSample?: Exclude<DenseMode, "never">;
-  /** The dense backward sharing G may be recorded (both dense paths the GEMM core's). */
+  /** The dense backward sharing G may be recorded (both dense paths recorded, the GEMM core's). */
   denseShared: boolean;
   /** The dC split's tuning, where it is recorded (with the dC order). */
   dCSplit?: DCSplitTuning;
@@ -131,6 +131,8 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
   const mapTile = o.mapFilter?.tile;
   const decide = o.sort && eps !== null && (o.decideOrder ?? true);
   const mapRefine = _mapRefine(ctx, o, mapTile !== undefined, tile);
+  const denseDE = _denseMode(ctx, o.denseDE, o, o.denseDEPath !== undefined, gather !== undefined);
+  const denseDC = _denseMode(ctx, o.denseDC, o, o.denseDCPath !== undefined, eps !== null);
   return {
     spec,
     opts: o.opts,
@@ -154,18 +156,18 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     balanced: eps !== null && splits > 1,
     gather,
     dCOrder: eps !== null && (o.dCOrder ?? true),
-    denseDE: _denseMode(ctx, o.denseDE, o, o.denseDEPath !== undefined, gather !== undefined),
+    denseDE,
     denseDETile: o.denseDETile,
     denseDEPath: o.denseDEPath,
-    denseDC: _denseMode(ctx, o.denseDC, o, o.denseDCPath !== undefined, eps !== null),
+    denseDC,
     denseDCTuning: o.denseDCTuning,
     denseDCPath: o.denseDCPath,
     // the plain filter's, or a refine's by another family's filter over every tile
     filterSample: eps !== null && (!mapTile || mapRefine?.full) && o.filterSample !== "never"
       ? o.filterSample ?? "auto"
       : undefined,
-    denseShared: o.denseShared === "auto" && o.denseDEPath === undefined &&
-      o.denseDCPath === undefined,
+    denseShared: o.denseShared === "auto" && denseDE !== undefined && denseDC !== undefined &&
+      o.denseDEPath === undefined && o.denseDCPath === undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,
     dCStage2d: o.dCStage2d ?? (ctx.report.engine === "deno" && !ctx.report.isFallbackAdapter),

@@ -193,7 +193,7 @@ export async function compileBackward(
       ...dc,
       tuning: p.denseDCTuning,
       // both dense paths the GEMM core's: the one sharing G where it fits (dense_shared.ts)
-      shared: p.denseShared && p.denseDE && !p.denseDEPath ? shared : undefined,
+      shared,
     })
     : undefined;
   // the filter's sample where both dense paths are recorded, at the larger of their thresholds

@@ -222,7 +222,7 @@ export interface PreparedDenseDC {
   record(
     a: DenseDCArgs,
     filtered: (gated: (fn: () => void) => void) => void,
-    shared?: DenseSharedRecord,
+    shared?: { share: DenseShare; record: DenseSharedRecord },
   ): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
@@ -230,12 +230,9 @@ export interface PreparedDenseDC {
   shared?(): Promise<boolean>;
   /**
    * The shared path's record for these arguments, where prepared with its plan and it applies
-   * (dE's accumulator `dE` where the plan's floor says; `dEShare` the dense dE decision's mode and
-   * threshold); undefined else.
+   * (dE's accumulator `dE` where the plan's floor says); undefined else.
    */
-  sharing?(
-    a: DenseDCArgs & { dE: DeviceTensor; dEShare: DenseShare },
-  ): DenseSharedRecord | undefined;
+  sharing?(a: DenseDCArgs & { dE: DeviceTensor }): DenseSharedRecord | undefined;
   release(): void;
 }
 
@@ -245,10 +242,6 @@ export interface PreparedDenseDC {
  * dense dC decision's flag 2), and the tail workspace both take, which the dense dC takes too.
  */
 export interface DenseSharedRecord {
-  /** What the dense dE decision is given: the dense dC's mode and threshold. */
-  share: DenseShare;
-  /** What the dense dC decision is given: the dense dE's. */
-  dCShare: DenseShare;
   tail: TrackedBuffer;
   dEPhases(): void;
   dCPhase(): void;
@@ -271,17 +264,17 @@ export function beginDenseDC(
   },
   a: DenseDCArgs,
   filtered: (gated: (fn: () => void) => void) => void,
-  shared?: DenseSharedRecord,
+  shared?: { share: DenseShare; record: DenseSharedRecord },
 ): { plan: DenseDCPlan; dCBuf: TrackedBuffer; tail: TrackedBuffer } | undefined {
   const { plan, decision } = o;
   o.prepared.lastChunks = 0;
   if (!plan || !denseDCApplies(o, a)) return undefined;
   const dCBuf = a.dC.shards[0].buffer;
   const { rec } = a;
-  decision.record(a, 0, shared?.dCShare);
+  decision.record(a, 0, shared?.share);
   filtered((fn) => decision.under(rec, 0, fn));
   // the shared path's tail where it is recorded (the largest of the plans' tails)
-  const tail = shared?.tail ?? ctx.createBuffer({
+  const tail = shared?.record.tail ?? ctx.createBuffer({
     size: plan.tailBytes,
     role: "workspace",
     label: "dense dC tail",
@@ -516,7 +509,7 @@ export async function prepareDenseDC(
       const { plan } = begun;
       const items = work(plan.chunks, { tailBytes: plan.tailBytes, floor: 0, dC: true });
       decision.under(a.rec, 1, () => record(a, begun, items, "dense dC"));
-      if (sharedRecord) decision.under(a.rec, 2, sharedRecord.dCPhase);
+      if (sharedRecord) decision.under(a.rec, 2, sharedRecord.record.dCPhase);
       return true;
     },
     took() {
@@ -571,8 +564,6 @@ export async function prepareDenseDC(
           ? work(sp.dC.chunks, { tailBytes: sp.dC.tailBytes, floor: 0, dC: true })
           : [];
         return {
-          share: { mode: o.mode, above: DENSE_DC_ABOVE },
-          dCShare: a.dEShare,
           tail,
           dEPhases: () => record(a, bufs, [...first, ...both], "dense shared"),
           dCPhase: () => record(a, bufs, last, "dense shared dC"),

@@ -4,6 +4,7 @@ import { caseInputs } from "../../testing/parity.ts";
 import {
   assertGrads,
   assertRounded16,
+  densePathInputs,
   type GradCase,
   gradCaseOptions,
   peakedInputs,
@@ -82,15 +83,7 @@ Deno.test({
     ];
     for (const [i, cs] of cases.entries()) {
       const { o, b } = gradCaseOptions(cs);
-      const x = caseInputs({
-        n: 70,
-        v: cs.v ?? 1031,
-        d: cs.d,
-        dtype: cs.dtype,
-        beta: cs.beta,
-        ignoreFraction: 0.2,
-        seed: 140 + i,
-      });
+      const x = densePathInputs(cs, 140 + i);
       const forced = {
         ...b,
         denseDE: "always",
