@@ -19,8 +19,9 @@
  *   `-hw`, `-8x16` the dC product on TILE_HW, TILE_HW_8X16), `dcdense-s1` (no split-K of its
  *   small chunks; `dcdense-s1-pp` timed alone), `dcdense-t64` (its small chunks on 64×64 tiles),
  *   `dcdense-2048`, `dcdense-512` (the small tiles below 2,048 or 512 rows),
- *   `dense-both` and `kept-both` (both gradients each way), `dense-shared` (both dense from one G
- *   a chunk: kernels/fused/dense_shared.ts) and `ours-shared` (ours with it where both are taken),
+ *   `dense-both` and `kept-both` (both gradients each way; `dense-both` each dense path on its own
+ *   logits), `dense-shared` (both dense from one G a chunk: kernels/fused/dense_shared.ts) and
+ *   `ours-apart` (ours with each dense path on its own logits where both are taken),
  *   `nosplit` (the dC pass's walks whole: kernels/fused/dc_split.ts), `split-s128`, `split-s192`,
  *   `split-s256`, `split-s512` (segments sized for that many workgroups), `split-l1`, `split-l4`
  *   (the shortest segment 1 or 4 kept tiles), `dcstaged`, `dcdirect` (the dC pass's gradient
@@ -105,9 +106,9 @@ export const BENCH_CONFIGS: Record<string, (ctx: GpuContext) => BenchConfig> = {
   "dcdense-pp-8x16": () =>
     backward({ denseDC: "always", denseDCTuning: { perProduct: true, productTile: TILE_HW_8X16 } }),
   dckept: () => backward({ denseDC: "never" }),
-  "dense-both": () => backward({ denseDE: "always", denseDC: "always" }),
+  "dense-both": () => backward({ denseDE: "always", denseDC: "always", denseShared: "never" }),
   "dense-shared": () => backward({ denseDE: "always", denseDC: "always", denseShared: "auto" }),
-  "ours-shared": () => backward({ denseShared: "auto" }),
+  "ours-apart": () => backward({ denseShared: "never" }),
   "kept-both": () => backward({ denseDE: "never", denseDC: "never" }),
   nosplit: () => backward({ dCSplit: false }),
   dcstaged: () => backward({ dCProduct: "staged" }),

@@ -166,7 +166,7 @@ export function planBackward(ctx: GpuContext, o: FusedBackwardOptions): Backward
     filterSample: eps !== null && (!mapTile || mapRefine?.full) && o.filterSample !== "never"
       ? o.filterSample ?? "auto"
       : undefined,
-    denseShared: o.denseShared === "auto" && denseDE !== undefined && denseDC !== undefined &&
+    denseShared: o.denseShared !== "never" && denseDE !== undefined && denseDC !== undefined &&
       o.denseDEPath === undefined && o.denseDCPath === undefined,
     dCSplit: _dCSplit(ctx, o, eps !== null && (o.dCOrder ?? true)),
     dCProduct: o.dCProduct,

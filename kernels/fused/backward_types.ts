@@ -119,8 +119,7 @@ export interface FusedBackwardOptions {
   /**
    * Where both dense paths are the GEMM core's (no `denseDEPath` or `denseDCPath`) and both are
    * taken: one G a vocabulary chunk for both products (`auto`, kernels/fused/dense_shared.ts), or
-   * `never` (each path recomputes its own). Default `never`: checked against float64, not yet
-   * timed on hardware.
+   * `never` (each path recomputes its own). Default `auto`.
    */
   denseShared?: "auto" | "never";
   /** The dense dE path's product tile (tuning; default `denseDETile` of dense_de.ts). */

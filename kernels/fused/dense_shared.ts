@@ -28,9 +28,9 @@
  * separate dense dE multiplies an f32 G). Deterministic as both paths: fixed chunks in a fixed
  * order, one owner per output element, split-K partials added in slice order.
  *
- * Recorded only with FusedBackwardOptions.denseShared `auto` (default `never`): it is checked
- * against float64 (kernels/fused/dense_shared_test.ts) but not yet timed on hardware, so the
- * tables do not take it. The recording: the dense dC's products (kernels/fused/dense_dc.ts
+ * Recorded with FusedBackwardOptions.denseShared `auto` (the default; `never` records each
+ * dense path on its own logits). On an H200 where both paths are taken it cuts the backward by
+ * about a tenth (docs/performance.md, "The dense backward sharing G"). The recording: the dense dC's products (kernels/fused/dense_dc.ts
  * `sharing`) with a dE product beside them; the decisions' flag 2 (both dense) gates A and B
  * after the dense dE's passes, D after the dense dC's, and, where it is recorded, the kept dC
  * path's light passes too, which would overwrite B's rows (kernels/fused/backward.ts).

@@ -88,13 +88,12 @@ Deno.test({
         ...b,
         denseDE: "always",
         denseDC: "always",
-        denseShared: "auto",
         denseDCTailRows: cs.tail,
         denseDCTuning: cs.smallBelow === undefined ? undefined : { smallBelow: cs.smallBelow },
       } as const;
+      // the shared path by default; `never`: each dense path on its own G
       const shared = await runBackward(ctx, x, o, cs.dtype, forced);
-      // by default each dense path recomputes its own G
-      const apart = await runBackward(ctx, x, o, cs.dtype, { ...forced, denseShared: undefined });
+      const apart = await runBackward(ctx, x, o, cs.dtype, { ...forced, denseShared: "never" });
       const tag = JSON.stringify(cs), s = shared.got.stats;
       assert.equal(s.denseShared, 1, `${tag}: the shared path taken`);
       assert.equal(s.denseDE, 1, `${tag}: dE dense`);
