@@ -536,9 +536,10 @@ export async function prepareFusedBackward(
         ? { mapRefined: refine.refined ? 1 : 0, mapKeptTiles: refine.mapKept }
         : {};
       // where the shared path was recorded its flag says both (2: shared, 1: dense dC alone)
-      const sharedTook = lastShared && (await pipes.denseDC!.shared!());
+      const flag = lastShared ? await pipes.denseDC!.taken!() : undefined;
+      const sharedTook = flag === 2;
       const dC = pipes.denseDC && pipes.denseDC.lastChunks > 0
-        ? { denseDC: sharedTook || (await pipes.denseDC.took()) ? 1 : 0 }
+        ? { denseDC: (flag ?? ((await pipes.denseDC.took()) ? 1 : 0)) > 0 ? 1 : 0 }
         : {};
       // the dense dC rounds G (16 bits where dC is accumulated in place) and the output once,
       // or as another kernel family's path says

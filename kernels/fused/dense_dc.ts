@@ -226,8 +226,11 @@ export interface PreparedDenseDC {
   ): boolean;
   /** Whether the last record took the dense path (reads the flag; false where none applied). */
   took(): Promise<boolean>;
-  /** Whether it took the dense backward sharing G (kernels/fused/dense_shared.ts; absent: never). */
-  shared?(): Promise<boolean>;
+  /**
+   * The last record's flag, in one read back: 0 the kept tiles, 1 the dense dC, 2 the dense
+   * backward sharing G (kernels/fused/dense_shared.ts); 0 where none applied. Absent: no shared path.
+   */
+  taken?(): Promise<number>;
   /**
    * The shared path's record for these arguments, where prepared with its plan and it applies
    * (dE's accumulator `dE` where the plan's floor says); undefined else.
@@ -515,8 +518,8 @@ export async function prepareDenseDC(
     took() {
       return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.took();
     },
-    shared() {
-      return prepared.lastChunks === 0 ? Promise.resolve(false) : decision.shared();
+    taken() {
+      return prepared.lastChunks === 0 ? Promise.resolve(0) : decision.taken();
     },
     sharing: shared && o.plan
       ? (a) => {

@@ -130,8 +130,8 @@ export interface PreparedDenseDecision {
   under(rec: Recorder, want: 0 | 1 | 2, fn: () => void): void;
   /** Whether the last decision recorded took the dense path, shared or not (reads the flag back). */
   took(): Promise<boolean>;
-  /** Whether it took the shared dense path (flag 2). */
-  shared(): Promise<boolean>;
+  /** The flag of the last decision: 0 the other path, 1 the dense one, 2 both dense, shared. */
+  taken(): Promise<number>;
   /** That and the kept count the decision read, in one read back. */
   state(): Promise<{ took: boolean; kept: number }>;
   release(): void;
@@ -185,8 +185,8 @@ export async function prepareDenseDecision(
       const f = (await download(ctx, flag))[0];
       return f === 1 || f === 2;
     },
-    async shared() {
-      return (await download(ctx, flag))[0] === 2;
+    async taken() {
+      return (await download(ctx, flag))[0];
     },
     async state() {
       const f = await download(ctx, flag);
